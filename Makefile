@@ -1,0 +1,43 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO_STORE := .demo/store
+
+.PHONY: demo test lint typecheck pytest fixtures bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	rm -rf .demo
+	$(VENV)/bin/rmqinspect synth $(DEMO_STORE) --messages 5000 --topics 3 --queues 4 --crash --seed 7
+	$(VENV)/bin/rmqinspect info $(DEMO_STORE)
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check rmqinspect tests benchmarks fixtures
+	$(VENV)/bin/ruff format --check rmqinspect tests benchmarks fixtures
+
+typecheck: $(VENV)/.installed-dev
+	$(VENV)/bin/mypy
+
+pytest: $(VENV)/.installed-dev
+	$(VENV)/bin/pytest
+
+test: lint typecheck pytest
+
+fixtures: $(VENV)/.installed
+	$(PY) fixtures/regenerate.py
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/scan_commitlog.py
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Read-only model of a broker store directory."""

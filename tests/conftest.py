@@ -1,0 +1,29 @@
+"""Shared test fixtures: the real-broker conformance corpora and the project's own fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+CONFORMANCE = SHARED / "conformance"
+CONFORMANCE5 = SHARED / "conformance5"
+FIXTURES = ROOT / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def conformance_dir() -> Path:
+    """The RocketMQ 4.9.8 corpus; skipped where ``../shared/conformance`` is absent."""
+    if not (CONFORMANCE / "expected").is_dir():
+        pytest.skip(f"real-broker corpus not found at {CONFORMANCE} (only present in the dev workspace)")
+    return CONFORMANCE
+
+
+@pytest.fixture(scope="session")
+def conformance5_dir() -> Path:
+    """The RocketMQ 5.3.3 corpus; skipped where ``../shared/conformance5`` is absent."""
+    if not (CONFORMANCE5 / "expected").is_dir():
+        pytest.skip(f"real-broker corpus not found at {CONFORMANCE5} (only present in the dev workspace)")
+    return CONFORMANCE5
