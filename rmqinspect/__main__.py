@@ -1,0 +1,5 @@
+"""``python -m rmqinspect``."""
+
+from rmqinspect.cli.app import main
+
+main()

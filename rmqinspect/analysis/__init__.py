@@ -1,0 +1,1 @@
+"""Analyses over an opened store: they return plain data and never print."""

@@ -1,0 +1,1 @@
+"""The typer command line: parses options, calls analyses, hands results to renderers."""

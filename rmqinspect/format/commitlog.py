@@ -1,0 +1,718 @@
+"""CommitLog records: decoding, the broker's own validity check, and encoding.
+
+Layout and rules: rocketmq-store-format.md §2 (record), §3 (CRCs), §10.3 (the check).
+Two entry points read records:
+
+* :func:`check_message` reproduces ``CommitLog.checkMessageAndReturnSize`` verdict for verdict,
+  including the order in which it notices problems; recovery and dispatch emulation use it.
+* :func:`decode_message` is lenient about checksums (it reports them) and strict about structure;
+  the inspection commands use it.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from rmqinspect.errors import DecodeError
+from rmqinspect.format import properties as props
+from rmqinspect.format.host import HostAddress
+from rmqinspect.format.javahash import java_hash
+from rmqinspect.format.profile import Profile
+
+MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, topic length is an i8
+MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, topic length is an i16 (5.1.0+)
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end-of-file filler
+END_FILE_MIN_BLANK_LENGTH = 8
+CRC32_RESERVED_LEN = 20  # "__CRC32#" + 0x01 + 10 digits + 0x02
+
+# sysFlag bits (MessageSysFlag)
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+# Fixed header up to and including BORNTIMESTAMP: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG
+# QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP.
+_HEAD = struct.Struct(">iiiiiqqiq")
+_HEAD_SIZE = _HEAD.size  # 48
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_PORT = struct.Struct(">i")
+_MID = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDOFFSET BODYLENGTH
+
+_TRANSACTION_NAMES = {
+    TRANSACTION_NOT_TYPE: "not",
+    TRANSACTION_PREPARED_TYPE: "prepared",
+    TRANSACTION_COMMIT_TYPE: "commit",
+    TRANSACTION_ROLLBACK_TYPE: "rollback",
+}
+_COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
+
+
+def body_crc(data: bytes | memoryview) -> int:
+    """``UtilAll.crc32``: zlib CRC-32 masked to 31 bits."""
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def magic_name(magic: int) -> str:
+    return f"0x{magic & 0xFFFFFFFF:08X}"
+
+
+def calc_msg_length(
+    sys_flag: int, body_length: int, topic_length: int, properties_length: int, version: int = 1
+) -> int:
+    """``calMsgLength``: the length a record must have given its variable parts."""
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    topic_len_size = 2 if version == 2 else 1
+    return (
+        72
+        + born
+        + store
+        + max(body_length, 0)
+        + topic_len_size
+        + topic_length
+        + 2
+        + max(properties_length, 0)
+    )
+
+
+def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
+    """``messageDelayLevel`` → {level: delay ms}; level = position + 1."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    table: dict[int, int] = {}
+    for i, item in enumerate(spec.split(" ")):
+        if not item or item[-1] not in units or not item[:-1].isdigit():
+            raise DecodeError(f"bad messageDelayLevel element {item!r}")
+        table[i + 1] = int(item[:-1]) * units[item[-1]]
+    return table
+
+
+def java_parse_int(text: str) -> int | None:
+    """``Integer.parseInt``: optional sign, decimal digits, 32-bit range; None where Java throws."""
+    body = text[1:] if text[:1] in ("+", "-") else text
+    if not body or not all(c.isdecimal() for c in body):
+        return None
+    value = int(text)
+    if not -(2**31) <= value < 2**31:
+        return None
+    return value
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    """One decoded CommitLog message, named after RocketMQ's fields."""
+
+    position: int  # where the record starts in the commitlog stream (file start + position)
+    store_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int  # the PHYSICALOFFSET field as stored; normally equals ``position``
+    sys_flag: int
+    born_timestamp: int
+    born_host: HostAddress
+    store_timestamp: int
+    store_host: HostAddress
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body_length: int
+    body: bytes | None  # None when decoded without the body
+    topic: str
+    properties_raw: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def version(self) -> str:
+        return "v2" if self.magic == MESSAGE_MAGIC_CODE_V2 else "v1"
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(props.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return props.split_keys(self.properties.get(props.KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(props.UNIQ_KEY)
+
+    @property
+    def transaction_type(self) -> int:
+        return self.sys_flag & TRANSACTION_TYPE_MASK
+
+    @property
+    def transaction_name(self) -> str:
+        return _TRANSACTION_NAMES[self.transaction_type]
+
+    @property
+    def compression(self) -> str | None:
+        """Body compression named by sysFlag, or None when the body is stored as sent."""
+        if not self.sys_flag & COMPRESSED_FLAG:
+            return None
+        kind = (self.sys_flag & COMPRESSION_TYPE_MASK) >> 8
+        return _COMPRESSION_NAMES.get(kind, f"unknown({kind})")
+
+    @property
+    def body_crc_ok(self) -> bool | None:
+        """Whether BODYCRC matches the body; None when the body was not read."""
+        if self.body is None:
+            return None
+        return body_crc(self.body) == self.body_crc
+
+    @property
+    def end(self) -> int:
+        return self.position + self.store_size
+
+    @property
+    def enters_consume_queue(self) -> bool:
+        """NOT and COMMIT messages are dispatched to a consume queue; PREPARED/ROLLBACK are not."""
+        return self.transaction_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+
+    @property
+    def is_indexed(self) -> bool:
+        """Every type but ROLLBACK reaches the index (PREPARED included)."""
+        return self.transaction_type != TRANSACTION_ROLLBACK_TYPE
+
+    def index_keys(self) -> list[str]:
+        """The keys ``IndexService.buildIndex`` puts for this record, in order."""
+        keys: list[str] = []
+        uniq = self.uniq_key
+        if uniq:
+            keys.append(uniq)
+        keys.extend(self.keys)
+        return keys
+
+
+class CheckReason(StrEnum):
+    """Why ``checkMessageAndReturnSize`` gave its verdict (the broker itself only logs it)."""
+
+    OK = "ok"
+    BLANK = "blank"
+    BAD_MAGIC = "bad_magic"
+    BODY_CRC_MISMATCH = "body_crc_mismatch"
+    TOTAL_SIZE_MISMATCH = "total_size_mismatch"
+    PARSE_EXCEPTION = "parse_exception"
+    OUT_OF_BOUNDS = "out_of_bounds"
+    PROP_CRC_MISSING = "prop_crc_missing"
+    PROP_CRC_MISMATCH = "prop_crc_mismatch"
+    DUP_INFO_INVALID = "dup_info_invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOptions:
+    """The broker configuration that changes ``checkMessageAndReturnSize``."""
+
+    profile: Profile = Profile.V4_9
+    check_crc: bool = True
+    read_body: bool = True
+    force_verify_prop_crc: bool = False
+    check_dup_info: bool = False
+    delay_levels: tuple[tuple[int, int], ...] = tuple(parse_delay_levels().items())
+
+    @property
+    def max_delay_level(self) -> int:
+        return max((level for level, _ in self.delay_levels), default=0)
+
+
+@dataclass(slots=True)
+class CheckResult:
+    """The broker's ``(msgSize, success)`` pair plus what rmqinspect learnt on the way.
+
+    ``size`` is what the broker returns: the record size when valid, 0 for BLANK, -1 for a
+    failure, and TOTALSIZE (with ``success`` false) when the recomputed length disagrees.
+    """
+
+    size: int
+    success: bool
+    reason: CheckReason
+    total_size: int | None = None
+    magic: int | None = None
+    record: MessageRecord | None = None
+    tags_code: int = 0
+    detail: str = ""
+
+    @property
+    def is_message(self) -> bool:
+        return self.success and self.size > 0
+
+    @property
+    def is_blank(self) -> bool:
+        return self.success and self.size == 0
+
+
+class _Stop(Exception):
+    """Internal: the Java code would have thrown here (caught as a failed parse)."""
+
+
+class _Reader:
+    """Bounds-checked sequential reads over ``buf[pos:limit]``, mirroring a Java ByteBuffer."""
+
+    __slots__ = ("buf", "limit", "pos")
+
+    def __init__(self, buf: bytes | memoryview, pos: int, limit: int) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.limit = limit
+
+    def take(self, n: int, what: str) -> int:
+        if n < 0 or self.pos + n > self.limit:
+            raise _Stop(f"{what} ({n} bytes) runs past the end of the file")
+        start = self.pos
+        self.pos += n
+        return start
+
+
+def _decode_host(buf: bytes | memoryview, start: int, v6: bool) -> HostAddress:
+    n = 16 if v6 else 4
+    return HostAddress(bytes(buf[start : start + n]), _PORT.unpack_from(buf, start + n)[0])
+
+
+def check_message(
+    buf: bytes | memoryview, pos: int, file_start: int = 0, options: CheckOptions | None = None
+) -> CheckResult:
+    """Reproduce ``CommitLog.checkMessageAndReturnSize`` on the record at ``buf[pos:]``.
+
+    ``buf`` is one whole commitlog file (its end is the Java buffer limit) and ``file_start`` its
+    first physical offset. The outcome and its order of checks follow §10.3 for the profile.
+    """
+    opts = options or CheckOptions()
+    limit = len(buf)
+    remaining = limit - pos
+    if opts.profile.has_bounds_checks and remaining <= 4:
+        return CheckResult(-1, False, CheckReason.OUT_OF_BOUNDS, detail="4 bytes or fewer left")
+    if remaining < 4:
+        return CheckResult(-1, False, CheckReason.PARSE_EXCEPTION, detail="no TOTALSIZE")
+    total_size = _I32.unpack_from(buf, pos)[0]
+    if opts.profile.has_bounds_checks and remaining - 4 < total_size - 4:
+        return CheckResult(
+            -1,
+            False,
+            CheckReason.OUT_OF_BOUNDS,
+            total_size,
+            detail=f"TOTALSIZE {total_size} exceeds the {remaining} bytes left in the file",
+        )
+    if remaining < 8:
+        return CheckResult(-1, False, CheckReason.PARSE_EXCEPTION, total_size, detail="no magic")
+    magic = _I32.unpack_from(buf, pos + 4)[0]
+    if magic == BLANK_MAGIC_CODE:
+        return CheckResult(0, True, CheckReason.BLANK, total_size, magic)
+    if magic != MESSAGE_MAGIC_CODE and not (
+        magic == MESSAGE_MAGIC_CODE_V2 and opts.profile.accepts_v2_magic
+    ):
+        return CheckResult(
+            -1,
+            False,
+            CheckReason.BAD_MAGIC,
+            total_size,
+            magic,
+            detail=f"magic code {magic_name(magic)}",
+        )
+    parsed = _parse(buf, pos, limit, file_start, total_size, magic, opts.read_body)
+    rec = parsed.record
+    if parsed.body_stop is not None:
+        return _failed(total_size, magic, CheckReason.PARSE_EXCEPTION, parsed.body_stop)
+    if (
+        opts.check_crc
+        and opts.read_body
+        and not opts.force_verify_prop_crc
+        and rec.body is not None
+        and rec.body_length > 0
+    ):
+        computed = body_crc(rec.body)
+        if computed != rec.body_crc:
+            return _failed(
+                total_size,
+                magic,
+                CheckReason.BODY_CRC_MISMATCH,
+                f"body CRC is {computed}, BODYCRC field says {rec.body_crc}",
+                rec,
+            )
+    if parsed.tail_stop is not None:
+        return _failed(total_size, magic, CheckReason.PARSE_EXCEPTION, parsed.tail_stop, rec)
+
+    tags_code = 0
+    if parsed.properties_length > 0:
+        tags = rec.properties.get(props.TAGS)
+        if tags:
+            tags_code = java_hash(tags)
+        delay = rec.properties.get(props.DELAY)
+        if rec.topic == SCHEDULE_TOPIC and delay is not None:
+            level = java_parse_int(delay)
+            if level is None:
+                return _failed(
+                    total_size,
+                    magic,
+                    CheckReason.PARSE_EXCEPTION,
+                    f"DELAY property {delay!r} is not an integer",
+                    rec,
+                )
+            level = min(level, opts.max_delay_level)
+            if level > 0:
+                delays = dict(opts.delay_levels)
+                tags_code = rec.store_timestamp + delays.get(level, 1000)
+    if opts.check_dup_info:
+        dup = rec.properties.get(props.DUP_INFO)
+        if dup is None or len(_java_split(dup, "_")) != 2:
+            return _failed(
+                total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec
+            )
+    if opts.check_crc and opts.force_verify_prop_crc:
+        stored_text = rec.properties.get(props.CRC32)
+        if stored_text is None:
+            return _failed(
+                total_size, magic, CheckReason.PROP_CRC_MISSING, "no __CRC32# property", rec
+            )
+        computed = prop_crc_computed(buf, pos, total_size)
+        if computed is None or decode_prop_crc_digits(stored_text) != computed:
+            return _failed(
+                total_size,
+                magic,
+                CheckReason.PROP_CRC_MISMATCH,
+                f"__CRC32# {stored_text!r}, computed {computed}",
+                rec,
+            )
+    expected = calc_msg_length(
+        rec.sys_flag,
+        rec.body_length,
+        parsed.topic_length,
+        parsed.properties_length,
+        2 if magic == MESSAGE_MAGIC_CODE_V2 else 1,
+    )
+    if expected != total_size:
+        return CheckResult(
+            total_size,
+            False,
+            CheckReason.TOTAL_SIZE_MISMATCH,
+            total_size,
+            magic,
+            rec,
+            tags_code,
+            f"TOTALSIZE {total_size} but the fields add up to {expected}",
+        )
+    return CheckResult(total_size, True, CheckReason.OK, total_size, magic, rec, tags_code)
+
+
+def _failed(
+    total_size: int,
+    magic: int,
+    reason: CheckReason,
+    detail: str,
+    record: MessageRecord | None = None,
+) -> CheckResult:
+    return CheckResult(-1, False, reason, total_size, magic, record, 0, detail)
+
+
+def _java_split(text: str, sep: str) -> list[str]:
+    """``String.split`` with a literal separator: trailing empty strings are dropped."""
+    if not text:
+        return [""]
+    parts = text.split(sep)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+@dataclass(slots=True)
+class _Parsed:
+    record: MessageRecord
+    topic_length: int = 0
+    properties_length: int = 0
+    body_stop: str | None = None  # Java threw before or while reading the body
+    tail_stop: str | None = None  # Java threw after the body (topic or properties)
+
+
+def _parse(
+    buf: bytes | memoryview,
+    pos: int,
+    limit: int,
+    file_start: int,
+    total_size: int,
+    magic: int,
+    read_body: bool,
+) -> _Parsed:
+    """Read the record's fields the way the Java code does, remembering where it would throw.
+
+    The Java code copies host, body, topic and properties through a scratch array of TOTALSIZE
+    bytes, so each of those parts (not their sum) must fit in TOTALSIZE as well as in the file.
+    """
+    rec = MessageRecord(
+        position=file_start + pos,
+        store_size=total_size,
+        magic=magic,
+        body_crc=0,
+        queue_id=0,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=0,
+        born_timestamp=0,
+        born_host=HostAddress(b"\0\0\0\0", 0),
+        store_timestamp=0,
+        store_host=HostAddress(b"\0\0\0\0", 0),
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        body_length=0,
+        body=None,
+        topic="",
+        properties_raw=b"",
+    )
+    parsed = _Parsed(rec)
+    r = _Reader(buf, pos, limit)
+    try:
+        if total_size < 0:
+            raise _Stop(f"negative TOTALSIZE {total_size}")
+        start = r.take(_HEAD_SIZE, "fixed header")
+        (
+            _,
+            _,
+            rec.body_crc,
+            rec.queue_id,
+            rec.flag,
+            rec.queue_offset,
+            rec.physical_offset,
+            rec.sys_flag,
+            rec.born_timestamp,
+        ) = _HEAD.unpack_from(buf, start)
+        born_len = 20 if rec.sys_flag & BORNHOST_V6_FLAG else 8
+        _fits_scratch(born_len, total_size, "born host")
+        rec.born_host = _decode_host(buf, r.take(born_len, "born host"), born_len == 20)
+        rec.store_timestamp = _I64.unpack_from(buf, r.take(8, "store timestamp"))[0]
+        store_len = 20 if rec.sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+        _fits_scratch(store_len, total_size, "store host")
+        rec.store_host = _decode_host(buf, r.take(store_len, "store host"), store_len == 20)
+        (rec.reconsume_times, rec.prepared_transaction_offset, rec.body_length) = (
+            _MID.unpack_from(buf, r.take(_MID.size, "reconsume/prepared/body length"))
+        )
+        if rec.body_length > 0:
+            if read_body:
+                _fits_scratch(rec.body_length, total_size, "body")
+                at = r.take(rec.body_length, "body")
+                rec.body = bytes(buf[at : at + rec.body_length])
+            else:
+                r.take(rec.body_length, "body")
+        elif read_body:
+            rec.body = b""
+    except _Stop as stop:
+        parsed.body_stop = str(stop)
+        return parsed
+    try:
+        if magic == MESSAGE_MAGIC_CODE_V2:
+            topic_length = _I16.unpack_from(buf, r.take(2, "topic length"))[0]
+        else:
+            topic_length = _I8.unpack_from(buf, r.take(1, "topic length"))[0]
+        parsed.topic_length = topic_length
+        _fits_scratch(topic_length, total_size, "topic")
+        at = r.take(topic_length, "topic")
+        rec.topic = bytes(buf[at : at + topic_length]).decode("utf-8", "replace")
+        properties_length = _I16.unpack_from(buf, r.take(2, "properties length"))[0]
+        parsed.properties_length = properties_length
+        if properties_length > 0:
+            _fits_scratch(properties_length, total_size, "properties")
+            at = r.take(properties_length, "properties")
+            rec.properties_raw = bytes(buf[at : at + properties_length])
+            rec.properties = props.parse_properties(rec.properties_raw.decode("utf-8", "replace"))
+    except _Stop as stop:
+        parsed.tail_stop = str(stop)
+    return parsed
+
+
+def _fits_scratch(n: int, total_size: int, what: str) -> None:
+    if n < 0 or n > total_size:
+        raise _Stop(f"{what} length {n} does not fit the TOTALSIZE {total_size} scratch buffer")
+
+
+def decode_message(
+    buf: bytes | memoryview,
+    pos: int,
+    file_start: int = 0,
+    *,
+    with_body: bool = True,
+    accept_v2: bool = True,
+) -> MessageRecord:
+    """Decode the message record at ``buf[pos:]`` without judging its checksums.
+
+    Raises :class:`DecodeError` (offset relative to ``buf``) when the bytes are not a complete,
+    self-consistent message record: a BLANK, a wrong magic, a part running past the end of the
+    buffer, or a TOTALSIZE that disagrees with the fields.
+    """
+    if len(buf) - pos < 8:
+        raise DecodeError("truncated record: fewer than 8 bytes left", pos)
+    total_size, magic = struct.unpack_from(">ii", buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        raise DecodeError("BLANK end-of-file record, not a message", pos)
+    if magic != MESSAGE_MAGIC_CODE and not (accept_v2 and magic == MESSAGE_MAGIC_CODE_V2):
+        raise DecodeError(f"not a message record: magic code {magic_name(magic)}", pos + 4)
+    parsed = _parse(buf, pos, len(buf), file_start, total_size, magic, with_body)
+    stop = parsed.body_stop or parsed.tail_stop
+    if stop is not None:
+        raise DecodeError(f"corrupt record: {stop}", pos)
+    rec = parsed.record
+    expected = calc_msg_length(
+        rec.sys_flag,
+        rec.body_length,
+        parsed.topic_length,
+        parsed.properties_length,
+        2 if magic == MESSAGE_MAGIC_CODE_V2 else 1,
+    )
+    if expected != total_size:
+        raise DecodeError(f"TOTALSIZE {total_size} but the fields add up to {expected}", pos)
+    return rec
+
+
+# --- 5.2+ whole-record property CRC (§3.2) ---------------------------------------------------
+
+
+def encode_prop_crc_digits(crc: int) -> str:
+    """Ten decimal digits, least significant first, as ``MessageDecoder.createCrc32`` writes."""
+    return str(crc)[::-1].ljust(10, "0")
+
+
+def decode_prop_crc_digits(text: str) -> int | None:
+    """The broker reads the digits from the last to the first."""
+    if not text or not text.isdigit():
+        return None
+    return int(text[::-1])
+
+
+def prop_crc_computed(buf: bytes | memoryview, pos: int, total_size: int) -> int | None:
+    """Masked CRC32 over the record minus its 20-byte CRC tail; None if it does not fit."""
+    if total_size < CRC32_RESERVED_LEN or pos + total_size > len(buf):
+        return None
+    return body_crc(buf[pos : pos + total_size - CRC32_RESERVED_LEN])
+
+
+@dataclass(frozen=True, slots=True)
+class PropCrc:
+    """The ``__CRC32#`` tail of a record, read from the record's last 20 bytes."""
+
+    raw: str
+    stored: int | None
+    computed: int
+
+    @property
+    def match(self) -> bool:
+        return self.stored == self.computed
+
+
+_CRC_TAIL_PREFIX = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()
+
+
+def read_prop_crc(buf: bytes | memoryview, pos: int, total_size: int) -> PropCrc | None:
+    """Return the property CRC of the record at ``pos`` when its last 20 bytes hold one."""
+    if total_size < CRC32_RESERVED_LEN or pos + total_size > len(buf):
+        return None
+    tail = bytes(buf[pos + total_size - CRC32_RESERVED_LEN : pos + total_size])
+    if not tail.startswith(_CRC_TAIL_PREFIX) or tail[-1:] != b"\x02":
+        return None
+    raw = tail[len(_CRC_TAIL_PREFIX) : -1].decode("ascii", "replace")
+    computed = body_crc(buf[pos : pos + total_size - CRC32_RESERVED_LEN])
+    return PropCrc(raw, decode_prop_crc_digits(raw), computed)
+
+
+# --- Encoding (the store writer) -------------------------------------------------------------
+
+
+def encode_message(
+    *,
+    topic: str,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: HostAddress,
+    store_timestamp: int,
+    store_host: HostAddress,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes,
+    properties: bytes,
+    version: int = 1,
+    append_prop_crc: bool = False,
+) -> bytes:
+    """Encode one record as the broker's append callback lays it out.
+
+    The IPv6 sysFlag bits are set from the host types (the broker derives them the same way).
+    With ``append_prop_crc`` (5.2+ ``enabledAppendPropCRC``) the 20-byte CRC tail is reserved at
+    the end of the properties and filled in over the finished record.
+    """
+    sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+    if born_host.is_v6:
+        sys_flag |= BORNHOST_V6_FLAG
+    if store_host.is_v6:
+        sys_flag |= STOREHOSTADDRESS_V6_FLAG
+    topic_bytes = topic.encode("utf-8")
+    props_bytes = properties
+    if append_prop_crc:
+        if props_bytes and not props_bytes.endswith(b"\x02"):
+            props_bytes += b"\x02"
+        props_bytes += _CRC_TAIL_PREFIX + b"0" * 10 + b"\x02"
+    if version == 1 and len(topic_bytes) > 127:
+        raise ValueError(f"topic of {len(topic_bytes)} bytes needs a V2 record")
+    if len(props_bytes) > 32767:
+        raise ValueError(f"properties of {len(props_bytes)} bytes exceed 32767")
+    total = calc_msg_length(sys_flag, len(body), len(topic_bytes), len(props_bytes), version)
+    magic = MESSAGE_MAGIC_CODE_V2 if version == 2 else MESSAGE_MAGIC_CODE
+    out = bytearray(total)
+    _HEAD.pack_into(
+        out,
+        0,
+        total,
+        magic,
+        body_crc(body),
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+    )
+    at = _HEAD_SIZE
+    for part in (born_host.encode(), _I64.pack(store_timestamp), store_host.encode()):
+        out[at : at + len(part)] = part
+        at += len(part)
+    _MID.pack_into(out, at, reconsume_times, prepared_transaction_offset, len(body))
+    at += _MID.size
+    out[at : at + len(body)] = body
+    at += len(body)
+    if version == 2:
+        _I16.pack_into(out, at, len(topic_bytes))
+        at += 2
+    else:
+        _I8.pack_into(out, at, len(topic_bytes))
+        at += 1
+    out[at : at + len(topic_bytes)] = topic_bytes
+    at += len(topic_bytes)
+    _I16.pack_into(out, at, len(props_bytes))
+    at += 2
+    out[at : at + len(props_bytes)] = props_bytes
+    if append_prop_crc:
+        digits = encode_prop_crc_digits(body_crc(bytes(out[: total - CRC32_RESERVED_LEN])))
+        out[total - 11 : total - 1] = digits.encode("ascii")
+    return bytes(out)
+
+
+def encode_blank(remaining: int) -> bytes:
+    """The 8 bytes a full file ends with: TOTALSIZE = all remaining space, then the BLANK magic."""
+    return struct.pack(">ii", remaining, BLANK_MAGIC_CODE)

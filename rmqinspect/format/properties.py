@@ -1,0 +1,63 @@
+"""Message properties: ``name 0x01 value 0x02`` pairs (MessageDecoder.string2messageProperties)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# Property names the store and the inspector rely on (MessageConst).
+KEYS = "KEYS"
+TAGS = "TAGS"
+UNIQ_KEY = "UNIQ_KEY"
+DELAY = "DELAY"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+RETRY_TOPIC = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+WAIT = "WAIT"
+DUP_INFO = "DUP_INFO"
+INNER_NUM = "INNER_NUM"
+INNER_BASE = "INNER_BASE"
+CRC32 = "__CRC32#"
+KEY_SEPARATOR = " "
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse exactly as the broker does.
+
+    Entries with an empty name or value are dropped, only the first 0x01 of an entry splits
+    (and it is searched for in the rest of the string), and a later duplicate name wins.
+    """
+    result: dict[str, str] = {}
+    n = len(text)
+    i = 0
+    while i < n:
+        j = text.find(PROPERTY_SEPARATOR, i)
+        if j < 0:
+            j = n
+        # Java checks ``j - i >= 3`` first; with a non-empty name and value it always holds.
+        k = text.find(NAME_VALUE_SEPARATOR, i)
+        if i < k < j - 1:
+            result[text[i:k]] = text[k + 1 : j]
+        i = j + 1
+    return result
+
+
+def encode_properties(pairs: Iterable[tuple[str, str]], trailing_separator: bool) -> str:
+    """``messageProperties2String``: ``trailing_separator`` is the ≤4.9.0 / ≥5.2.0 form."""
+    text = "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in pairs)
+    if text and not trailing_separator:
+        text = text[:-1]
+    return text
+
+
+def split_keys(keys: str | None) -> list[str]:
+    """``KEYS`` split on single spaces, empty elements dropped (as the index does)."""
+    if not keys:
+        return []
+    return [k for k in keys.split(KEY_SEPARATOR) if k]

@@ -1,0 +1,1 @@
+"""Presenters: turn analysis results into rich tables, JSON or JSON Lines."""

@@ -1,0 +1,119 @@
+"""One output sink for every command: rich tables on a terminal, JSON/JSON Lines for machines.
+
+Data goes to stdout; warnings, errors and progress go to stderr.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import json
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+
+class OutputFormat(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    JSONL = "jsonl"
+
+
+def resolve_format(requested: OutputFormat | None) -> OutputFormat:
+    """The default is a table on a terminal and JSON when stdout is piped."""
+    if requested is not None:
+        return requested
+    return OutputFormat.TABLE if sys.stdout.isatty() else OutputFormat.JSON
+
+
+def stdout_console() -> Console:
+    return Console(soft_wrap=False, highlight=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def warn(message: str) -> None:
+    print(f"rmqinspect: warning: {message}", file=sys.stderr)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON types from dataclasses, enums, paths, bytes (base64) and mappings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def print_json(data: Any) -> None:
+    json.dump(to_jsonable(data), sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def print_jsonl(rows: Iterable[Any]) -> int:
+    """Write one JSON object per line as rows arrive; returns the count."""
+    n = 0
+    for row in rows:
+        sys.stdout.write(json.dumps(to_jsonable(row), ensure_ascii=False))
+        sys.stdout.write("\n")
+        n += 1
+    return n
+
+
+def print_table(table: Table) -> None:
+    stdout_console().print(table)
+
+
+def key_value_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, "" if value is None else str(value))
+    return table
+
+
+@contextmanager
+def progress_bar(total: int, description: str, enabled: bool) -> Iterator[Any]:
+    """A byte-progress bar on stderr when it is a terminal and ``enabled``; else a no-op.
+
+    Yields a callable ``advance(n_bytes)``.
+    """
+    console = stderr_console()
+    if not enabled or not console.is_terminal or total <= 0:
+        yield lambda _n: None
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)

@@ -1,0 +1,404 @@
+"""The read-only store model: what is in a broker's ``store/`` directory and where.
+
+:class:`Store` discovers every file family, maps physical offsets to commitlog files, iterates the
+commitlog lazily across files, opens consume queues and index files, reads the checkpoint and
+detects the version profile. It never opens anything for writing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from rmqinspect.errors import DecodeError, StoreError
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
+from rmqinspect.format.profile import Profile
+from rmqinspect.store.files import FileQueue, LayoutProblem, MappedFiles, StoreFile, list_family
+
+DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
+CHECKPOINT_FILE_SIZE = 4096
+_INDEX_NAME = re.compile(r"^\d{17}$")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """Broker settings that cannot be read from the files; None means "infer from the files"."""
+
+    commitlog_file_size: int | None = None
+    cq_file_size: int | None = None
+    index_slot_num: int | None = None
+    index_num: int | None = None
+    profile: Profile | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedLayout:
+    """A layout rmqinspect recognises but does not decode yet."""
+
+    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger
+    path: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileDetection:
+    profile: Profile
+    explicit: bool
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueId:
+    topic: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.queue_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScanItem:
+    """One step of a commitlog walk: the broker's verdict on the bytes at ``position``."""
+
+    file: StoreFile
+    position: int  # absolute physical offset
+    result: cl.CheckResult
+
+
+@dataclass
+class Store:
+    """An opened store directory. Use as a context manager so maps are released."""
+
+    root: Path
+    options: StoreOptions
+    commitlog: FileQueue
+    queue_dirs: dict[QueueId, Path]
+    index_files: list[StoreFile]
+    problems: list[LayoutProblem] = field(default_factory=list)
+    unsupported: list[UnsupportedLayout] = field(default_factory=list)
+    maps: MappedFiles = field(default_factory=MappedFiles)
+    _queues: dict[QueueId, FileQueue] = field(default_factory=dict)
+    _profile: ProfileDetection | None = None
+
+    # --- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], options: StoreOptions | None = None) -> Store:
+        opts = options or StoreOptions()
+        path = Path(root)
+        if not path.exists():
+            raise StoreError("no such directory", str(path))
+        if not path.is_dir():
+            raise StoreError("not a directory", str(path))
+        markers = ("commitlog", "consumequeue", "index", "checkpoint")
+        if not any((path / m).exists() for m in markers) and not _dledger_dirs(path):
+            raise StoreError(
+                "not a RocketMQ store directory (none of commitlog/, consumequeue/, index/, "
+                "checkpoint found)",
+                str(path),
+            )
+        commitlog = list_family(
+            path / "commitlog", opts.commitlog_file_size, "commitlog", DEFAULT_COMMITLOG_FILE_SIZE
+        )
+        store = cls(
+            root=path,
+            options=opts,
+            commitlog=commitlog,
+            queue_dirs=_discover_queues(path / "consumequeue"),
+            index_files=_list_index(path / "index"),
+        )
+        store.problems.extend(commitlog.problems)
+        store.unsupported.extend(_detect_unsupported(path))
+        return store
+
+    def close(self) -> None:
+        self.maps.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- small files -----------------------------------------------------------------------
+
+    @property
+    def abort_path(self) -> Path:
+        return self.root / "abort"
+
+    @property
+    def abort_present(self) -> bool:
+        """``lastExitOK = !exists(abort)``: present means the last shutdown was not clean."""
+        return self.abort_path.exists()
+
+    def abort_content(self) -> bytes:
+        """5.x writes the broker PID into ``abort``; 4.9 leaves it empty."""
+        return self.abort_path.read_bytes() if self.abort_path.is_file() else b""
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.root / "checkpoint"
+
+    def checkpoint_bytes(self) -> bytes | None:
+        """The checkpoint file's bytes, or None when it is missing (the broker then uses zeros)."""
+        p = self.checkpoint_path
+        if not p.is_file():
+            return None
+        with open(p, "rb") as fh:
+            return fh.read(CHECKPOINT_FILE_SIZE)
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "config"
+
+    # --- consume queues --------------------------------------------------------------------
+
+    def consume_queue(self, topic: str, queue_id: int) -> FileQueue:
+        """The files of one consume queue (empty when the directory does not exist)."""
+        qid = QueueId(topic, queue_id)
+        queue = self._queues.get(qid)
+        if queue is None:
+            directory = self.queue_dirs.get(qid, self.root / "consumequeue" / topic / str(queue_id))
+            queue = list_family(
+                directory, self.cq_file_size, f"consume queue {qid}", self.cq_file_size
+            )
+            self._queues[qid] = queue
+        return queue
+
+    @property
+    def cq_file_size(self) -> int:
+        """Configured CQ file size: the override, else the most common length on disk."""
+        if self.options.cq_file_size is not None:
+            return cq_file_size(self.options.cq_file_size)
+        return self._inferred_cq_file_size
+
+    @functools.cached_property
+    def _inferred_cq_file_size(self) -> int:
+        counts: dict[int, int] = {}
+        for directory in self.queue_dirs.values():
+            for entry in os.scandir(directory):
+                if entry.is_file() and entry.name.isdigit():
+                    size = entry.stat().st_size
+                    if size > 0:
+                        counts[size] = counts.get(size, 0) + 1
+        if not counts:
+            return DEFAULT_CQ_FILE_SIZE
+        return max(counts, key=lambda s: counts[s])
+
+    # --- commitlog -------------------------------------------------------------------------
+
+    def view(self, file: StoreFile) -> memoryview:
+        return self.maps.view(file)
+
+    def commitlog_file(self, physical_offset: int) -> StoreFile:
+        f = self.commitlog.find(physical_offset)
+        if f is None:
+            raise StoreError(
+                f"physical offset {physical_offset} is outside the commitlog files "
+                f"[{max(self.commitlog.min_offset, 0)}, {self.commitlog.end_offset})",
+                str(self.commitlog.directory),
+            )
+        return f
+
+    def check_at(
+        self, physical_offset: int, options: cl.CheckOptions | None = None
+    ) -> cl.CheckResult:
+        """The broker's verdict on the bytes at one physical offset."""
+        f = self.commitlog_file(physical_offset)
+        buf = self.view(f)
+        try:
+            return cl.check_message(buf, physical_offset - f.start, f.start, options)
+        finally:
+            buf.release()
+
+    def read_message(self, physical_offset: int, with_body: bool = True) -> cl.MessageRecord:
+        """Decode the message at ``physical_offset``; StoreError names the file and offset."""
+        f = self.commitlog_file(physical_offset)
+        buf = self.view(f)
+        try:
+            pos = physical_offset - f.start
+            if pos >= len(buf):
+                raise StoreError("offset is past the end of the file on disk", str(f.path), pos)
+            return cl.decode_message(buf, pos, f.start, with_body=with_body)
+        except DecodeError as err:
+            raise StoreError.from_decode(err, str(f.path)) from None
+        finally:
+            buf.release()
+
+    def scan(
+        self,
+        start: int | None = None,
+        options: cl.CheckOptions | None = None,
+        *,
+        files: list[StoreFile] | None = None,
+        continue_after_stop: bool = True,
+    ) -> Iterator[ScanItem]:
+        """Walk the commitlog from ``start`` (a record boundary; default the first file).
+
+        Yields every record verdict, BLANKs and the record that stops each file. A BLANK moves to
+        the next file, as the broker does. With ``continue_after_stop`` a bad record ends only its
+        own file and the walk resumes at the next file (forensics wants everything); without it
+        the walk ends there, like recovery.
+        """
+        opts = options or cl.CheckOptions()
+        chosen = files if files is not None else self.commitlog.files
+        for f in chosen:
+            if start is not None and f.start + self.commitlog.file_size <= start:
+                continue
+            pos = start - f.start if start is not None and start > f.start else 0
+            buf = self.view(f)
+            try:
+                stopped = False
+                while True:
+                    result = cl.check_message(buf, pos, f.start, opts)
+                    yield ScanItem(f, f.start + pos, result)
+                    if result.is_message:
+                        pos += result.size
+                        continue
+                    stopped = not result.is_blank
+                    break
+            finally:
+                buf.release()
+            if stopped and not continue_after_stop:
+                return
+
+    # --- profile ---------------------------------------------------------------------------
+
+    @property
+    def profile(self) -> ProfileDetection:
+        if self._profile is None:
+            self._profile = self._detect_profile()
+        return self._profile
+
+    def _detect_profile(self) -> ProfileDetection:
+        if self.options.profile is not None:
+            return ProfileDetection(self.options.profile, True, ("given explicitly",))
+        five: list[str] = []
+        for marker, why in (
+            ("abort.bak", "abort.bak exists (5.x writes the PID into abort)"),
+            ("compaction", "compaction/ exists (5.x compaction store)"),
+            ("timerwheel", "timerwheel exists (5.x timer)"),
+            ("timerlog", "timerlog/ exists (5.x timer)"),
+            ("batchconsumequeue", "batchconsumequeue/ exists (5.x)"),
+            ("config/timercheck", "config/timercheck exists (5.x timer)"),
+        ):
+            if (self.root / marker).exists():
+                five.append(why)
+        if self.abort_content().strip():
+            five.append("abort holds a PID (5.x)")
+        cp = self.checkpoint_bytes()
+        if cp is not None and len(cp) >= 40 and any(cp[24:40]):
+            five.append("checkpoint has masterFlushedOffset/confirmPhyOffset (5.x)")
+        sample = self._sample_records()
+        if any(r.magic == cl.MESSAGE_MAGIC_CODE_V2 for r in sample):
+            five.append("V2 records (0xDAA320AB) present (5.1+)")
+        trailing = [r for r in sample if r.properties_raw]
+        if trailing and all(r.properties_raw.endswith(b"\x02") for r in trailing):
+            return ProfileDetection(
+                Profile.V5_3,
+                False,
+                (*five, "properties end with 0x02 (written by 5.2+)"),
+            )
+        if five:
+            return ProfileDetection(Profile.V5_1, False, tuple(five))
+        if trailing:
+            reason = "properties have no trailing 0x02 and no 5.x files or fields are present"
+        else:
+            reason = "no 5.x files, fields or records found"
+        return ProfileDetection(Profile.V4_9, False, (reason,))
+
+    def _sample_records(self, limit: int = 64) -> list[cl.MessageRecord]:
+        """A few records from the start of the newest non-empty commitlog file."""
+        opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=False)
+        for f in reversed(self.commitlog.files):
+            out = []
+            for item in self.scan(f.start, opts, files=[f]):
+                if item.result.record is None or not item.result.is_message:
+                    break
+                out.append(item.result.record)
+                if len(out) >= limit:
+                    break
+            if out:
+                return out
+        return []
+
+
+def _discover_queues(directory: Path) -> dict[QueueId, Path]:
+    """``consumequeue/<topic>/<queueId>/``; non-integer queue dirs and plain files are skipped."""
+    queues: dict[QueueId, Path] = {}
+    if not directory.is_dir():
+        return queues
+    for topic in sorted(os.scandir(directory), key=lambda e: e.name):
+        if not topic.is_dir(follow_symlinks=False):
+            continue
+        for qdir in os.scandir(topic.path):
+            if qdir.is_dir(follow_symlinks=False) and _is_java_int(qdir.name):
+                queues[QueueId(topic.name, int(qdir.name))] = Path(qdir.path)
+    return dict(sorted(queues.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id)))
+
+
+def _is_java_int(text: str) -> bool:
+    return cl.java_parse_int(text) is not None
+
+
+def _list_index(directory: Path) -> list[StoreFile]:
+    if not directory.is_dir():
+        return []
+    out = [
+        StoreFile(Path(e.path), int(e.name), e.stat().st_size)
+        for e in os.scandir(directory)
+        if e.is_file() and _INDEX_NAME.match(e.name)
+    ]
+    return sorted(out, key=lambda f: f.name)
+
+
+def _dledger_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("dledger-*") if p.is_dir())
+
+
+def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
+    found: list[UnsupportedLayout] = []
+    bcq = root / "batchconsumequeue"
+    if bcq.is_dir() and any(bcq.iterdir()):
+        found.append(
+            UnsupportedLayout(
+                "batch_consume_queue", str(bcq), "BatchConsumeQueue (5.x) is not decoded yet"
+            )
+        )
+    cq = root / "consumequeue"
+    if cq.is_dir() and any(
+        e.is_file() and (e.name == "CURRENT" or e.name.endswith(".sst")) for e in os.scandir(cq)
+    ):
+        found.append(
+            UnsupportedLayout(
+                "rocksdb_consume_queue",
+                str(cq),
+                "RocksDB consume queue (storeType=defaultRocksDB) is not decoded yet",
+            )
+        )
+    for name in ("timerwheel", "timerlog"):
+        if (root / name).exists():
+            found.append(
+                UnsupportedLayout("timer", str(root / name), "5.x timer store is not decoded yet")
+            )
+    log_dir = root / "compaction" / "compactionLog"
+    if log_dir.is_dir() and any(log_dir.iterdir()):
+        found.append(
+            UnsupportedLayout("compaction", str(log_dir), "compaction store is not decoded yet")
+        )
+    for d in _dledger_dirs(root):
+        found.append(
+            UnsupportedLayout("dledger", str(d), "DLedger commitlog mode is not decoded yet")
+        )
+    return found
