@@ -17,7 +17,7 @@ FIXTURES = ROOT / "fixtures"
 def conformance_dir() -> Path:
     """The RocketMQ 4.9.8 corpus; skipped where ``../shared/conformance`` is absent."""
     if not (CONFORMANCE / "expected").is_dir():
-        pytest.skip(f"real-broker corpus not found at {CONFORMANCE} (only present in the dev workspace)")
+        pytest.skip(f"real-broker corpus not found at {CONFORMANCE} (dev workspace only)")
     return CONFORMANCE
 
 
@@ -25,5 +25,5 @@ def conformance_dir() -> Path:
 def conformance5_dir() -> Path:
     """The RocketMQ 5.3.3 corpus; skipped where ``../shared/conformance5`` is absent."""
     if not (CONFORMANCE5 / "expected").is_dir():
-        pytest.skip(f"real-broker corpus not found at {CONFORMANCE5} (only present in the dev workspace)")
+        pytest.skip(f"real-broker corpus not found at {CONFORMANCE5} (dev workspace only)")
     return CONFORMANCE5

@@ -382,13 +382,13 @@ def check_message(
             return _failed(
                 total_size, magic, CheckReason.PROP_CRC_MISSING, "no __CRC32# property", rec
             )
-        computed = prop_crc_computed(buf, pos, total_size)
-        if computed is None or decode_prop_crc_digits(stored_text) != computed:
+        prop_crc = prop_crc_computed(buf, pos, total_size)
+        if prop_crc is None or decode_prop_crc_digits(stored_text) != prop_crc:
             return _failed(
                 total_size,
                 magic,
                 CheckReason.PROP_CRC_MISMATCH,
-                f"__CRC32# {stored_text!r}, computed {computed}",
+                f"__CRC32# {stored_text!r}, computed {prop_crc}",
                 rec,
             )
     expected = calc_msg_length(
@@ -500,8 +500,8 @@ def _parse(
         store_len = 20 if rec.sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
         _fits_scratch(store_len, total_size, "store host")
         rec.store_host = _decode_host(buf, r.take(store_len, "store host"), store_len == 20)
-        (rec.reconsume_times, rec.prepared_transaction_offset, rec.body_length) = (
-            _MID.unpack_from(buf, r.take(_MID.size, "reconsume/prepared/body length"))
+        (rec.reconsume_times, rec.prepared_transaction_offset, rec.body_length) = _MID.unpack_from(
+            buf, r.take(_MID.size, "reconsume/prepared/body length")
         )
         if rec.body_length > 0:
             if read_body:

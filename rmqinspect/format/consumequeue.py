@@ -69,7 +69,8 @@ def units_array(buf: bytes | memoryview) -> npt.NDArray[np.void]:
 
 
 def valid_mask(units: npt.NDArray[np.void]) -> npt.NDArray[np.bool_]:
-    return (units["phy_offset"] >= 0) & (units["size"] > 0)  # type: ignore[no-any-return]
+    mask: npt.NDArray[np.bool_] = (units["phy_offset"] >= 0) & (units["size"] > 0)
+    return mask
 
 
 def pre_blank_mask(units: npt.NDArray[np.void]) -> npt.NDArray[np.bool_]:

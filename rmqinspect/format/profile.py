@@ -8,7 +8,8 @@ from enum import StrEnum
 class Profile(StrEnum):
     """A broker line whose on-disk format and recovery rules rmqinspect reproduces.
 
-    ``4.9`` is 4.9.x (tested against 4.9.8), ``5.1`` is 5.0-5.1.x (5.1.4), ``5.3`` is 5.3.2+ (5.3.3).
+    ``4.9`` is 4.9.x (checked against 4.9.8), ``5.1`` is 5.0-5.1.x (5.1.4),
+    ``5.3`` is 5.3.2+ (5.3.3).
     """
 
     V4_9 = "4.9"

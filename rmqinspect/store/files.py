@@ -8,6 +8,7 @@ file holding an offset by bisection and reports the layout problems the broker w
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import mmap
 import os
@@ -208,7 +209,5 @@ class MappedFiles:
 
 def _close(m: mmap.mmap) -> None:
     # A memoryview still exported by a caller keeps the map alive; it is unmapped when collected.
-    try:
+    with contextlib.suppress(BufferError):
         m.close()
-    except BufferError:
-        pass

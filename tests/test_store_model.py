@@ -1,0 +1,163 @@
+"""The read-only store model: discovery, file-size inference, offset mapping, layout problems."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rmqinspect.errors import StoreError
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.host import HostAddress
+from rmqinspect.format.profile import Profile
+from rmqinspect.store.model import Store, StoreOptions
+
+HOST = HostAddress(bytes([127, 0, 0, 1]), 10911)
+FILE_SIZE = 4096
+
+
+def _record(offset: int, queue_offset: int, props: bytes = b"TAGS\x01A") -> bytes:
+    return cl.encode_message(
+        topic="T",
+        queue_id=0,
+        flag=0,
+        queue_offset=queue_offset,
+        physical_offset=offset,
+        sys_flag=0,
+        born_timestamp=1,
+        born_host=HOST,
+        store_timestamp=2,
+        store_host=HOST,
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        body=b"x" * 100,
+        properties=props,
+    )
+
+
+def _write_commitlog(root: Path, files: int = 2) -> list[int]:
+    """Files of FILE_SIZE bytes filled with records, each ending in a BLANK; returns offsets."""
+    (root / "commitlog").mkdir(parents=True)
+    offsets = []
+    qo = 0
+    for i in range(files):
+        start = i * FILE_SIZE
+        data = bytearray()
+        while True:
+            rec = _record(start + len(data), qo)
+            if len(data) + len(rec) + 8 > FILE_SIZE:
+                data += cl.encode_blank(FILE_SIZE - len(data))
+                break
+            offsets.append(start + len(data))
+            data += rec
+            qo += 1
+        (root / "commitlog" / f"{start:020d}").write_bytes(bytes(data).ljust(FILE_SIZE, b"\0"))
+    return offsets
+
+
+def test_not_a_store(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="not a RocketMQ store"):
+        Store.open(tmp_path)
+    with pytest.raises(StoreError, match="no such directory"):
+        Store.open(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreError, match="not a directory"):
+        Store.open(tmp_path / "file")
+
+
+def test_file_size_inferred_and_offsets_mapped(tmp_path: Path) -> None:
+    offsets = _write_commitlog(tmp_path, files=3)
+    with Store.open(tmp_path) as store:
+        assert store.commitlog.file_size == FILE_SIZE
+        assert [f.start for f in store.commitlog.files] == [0, FILE_SIZE, 2 * FILE_SIZE]
+        assert store.commitlog.find(FILE_SIZE + 5) == store.commitlog.files[1]
+        assert store.commitlog.find(3 * FILE_SIZE) is None
+        assert store.commitlog.min_offset == 0
+        scanned = [i.position for i in store.scan() if i.result.is_message]
+        assert scanned == offsets
+        assert store.read_message(offsets[-1]).queue_offset == len(offsets) - 1
+        # scanning from a later record boundary starts there
+        later = [i.position for i in store.scan(offsets[5]) if i.result.is_message]
+        assert later == offsets[5:]
+        assert store.problems == []
+        assert store.profile.profile is Profile.V4_9
+
+
+def test_layout_problems_are_reported_not_raised(tmp_path: Path) -> None:
+    _write_commitlog(tmp_path, files=3)
+    cdir = tmp_path / "commitlog"
+    os.remove(cdir / f"{FILE_SIZE:020d}")  # a gap
+    (cdir / "notanumber").write_bytes(b"")
+    with open(cdir / f"{2 * FILE_SIZE:020d}", "r+b") as fh:
+        fh.truncate(100)
+    with Store.open(tmp_path, StoreOptions(commitlog_file_size=FILE_SIZE)) as store:
+        kinds = sorted(p.kind for p in store.problems)
+        assert kinds == ["bad_name", "gap", "wrong_size"]
+        assert all(p.broker_fails_to_load for p in store.problems if p.kind != "gap")
+
+
+def test_read_message_errors_name_file_and_offset(tmp_path: Path) -> None:
+    _write_commitlog(tmp_path, files=1)
+    with Store.open(tmp_path) as store:
+        with pytest.raises(StoreError) as err:
+            store.read_message(3)
+        assert err.value.path is not None and err.value.path.endswith("00000000000000000000")
+        assert err.value.offset is not None
+        with pytest.raises(StoreError, match="outside the commitlog"):
+            store.read_message(10 * FILE_SIZE)
+
+
+def test_scan_stops_per_file_and_can_continue(tmp_path: Path) -> None:
+    offsets = _write_commitlog(tmp_path, files=2)
+    path = tmp_path / "commitlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[offsets[2] + 4] ^= 0xFF  # break the third record's magic
+    path.write_bytes(bytes(data))
+    with Store.open(tmp_path) as store:
+        items = list(store.scan())
+        stops = [i for i in items if not i.result.success]
+        assert (
+            stops[0].position == offsets[2] and stops[0].result.reason is cl.CheckReason.BAD_MAGIC
+        )
+        assert any(i.position >= FILE_SIZE and i.result.is_message for i in items)
+        items = list(store.scan(continue_after_stop=False))
+        assert items[-1].position == offsets[2]
+
+
+def test_store_files_are_never_opened_for_writing(tmp_path: Path) -> None:
+    _write_commitlog(tmp_path, files=1)
+    for p in (tmp_path / "commitlog").iterdir():
+        p.chmod(0o444)
+    (tmp_path / "commitlog").chmod(0o555)
+    try:
+        with Store.open(tmp_path) as store:
+            assert sum(1 for i in store.scan() if i.result.is_message) > 0
+    finally:
+        (tmp_path / "commitlog").chmod(0o755)
+
+
+def test_consume_queue_discovery(tmp_path: Path) -> None:
+    _write_commitlog(tmp_path, files=1)
+    for name in ("0", "1", "x"):
+        (tmp_path / "consumequeue" / "T" / name).mkdir(parents=True)
+    (tmp_path / "consumequeue" / "T" / "0" / f"{0:020d}").write_bytes(bytes(1000))
+    (tmp_path / "consumequeue" / "CURRENT").write_text("rocksdb")
+    with Store.open(tmp_path) as store:
+        assert [str(q) for q in store.queue_dirs] == ["T/0", "T/1"]
+        assert store.cq_file_size == 1000
+        assert len(store.consume_queue("T", 0).files) == 1
+        assert store.consume_queue("T", 1).files == []
+        assert [u.kind for u in store.unsupported] == ["rocksdb_consume_queue"]
+
+
+def test_profile_detection_on_corpus(conformance_dir: Path, conformance5_dir: Path) -> None:
+    with Store.open(conformance_dir / "stores" / "clean") as store:
+        assert store.profile.profile is Profile.V4_9
+    with Store.open(conformance5_dir / "stores" / "clean5") as store:
+        assert store.profile.profile is Profile.V5_3
+        assert any("0x02" in r for r in store.profile.reasons)
+    with Store.open(
+        conformance5_dir / "stores" / "clean5", StoreOptions(profile=Profile.V5_1)
+    ) as store:
+        assert store.profile.profile is Profile.V5_1 and store.profile.explicit
