@@ -1,0 +1,314 @@
+"""``info``: what is on this disk, as simple on-disk facts (no recovery emulation).
+
+Everything here is read, never inferred from names alone: the commitlog end is found by walking
+records forward from where the consume queues end, queue bounds follow the broker's load rules,
+and each config file is parsed the way ``ConfigManager.load`` would (main file, else ``.bak``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqinspect.analysis.queues import QueueBounds, all_queue_bounds
+from rmqinspect.errors import DecodeError
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.checkpoint import Checkpoint, decode_checkpoint
+from rmqinspect.format.index import IndexHeader
+from rmqinspect.store.files import FileQueue, LayoutProblem
+from rmqinspect.store.model import Store, UnsupportedLayout
+
+
+@dataclass(frozen=True, slots=True)
+class FamilySummary:
+    """One file family (commitlog, consume queues, index, ...)."""
+
+    name: str
+    directory: str
+    file_count: int
+    bytes: int
+    file_size: int | None  # configured/inferred size of one file, where the family has one
+    first_offset: int | None  # first file's name as an offset (None: no files / not offset-named)
+    end_offset: int | None  # end of the last file's mapped space
+    gaps: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CommitlogSummary:
+    min_offset: int  # first file's start; -1 without files (getMinOffset)
+    max_offset: int  # end of the last valid record found walking forward
+    max_offset_basis: str  # how max_offset was found
+    last_record_offset: int | None
+    first_store_timestamp: int | None
+    last_store_timestamp: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSummary:
+    topic: str
+    queue_count: int
+    message_count: int
+    queues: tuple[QueueBounds, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFileSummary:
+    name: str
+    bytes: int
+    header: IndexHeader | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSummary:
+    path: str
+    present: bool
+    checkpoint: Checkpoint | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFileSummary:
+    name: str
+    present: bool  # the main file exists
+    bak_present: bool
+    tmp_present: bool  # 4.9 persist crashed between writing .tmp and renaming it
+    source: str | None  # "main", "bak", or None (the broker would start with an empty table)
+    parsed: bool
+    entries: int | None  # top-level table size when parsed
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    root: str
+    profile: str
+    profile_explicit: bool
+    profile_reasons: tuple[str, ...]
+    clean_shutdown: bool  # no abort file
+    abort_content: str
+    families: tuple[FamilySummary, ...]
+    commitlog: CommitlogSummary
+    topics: tuple[TopicSummary, ...]
+    index_files: tuple[IndexFileSummary, ...]
+    checkpoint: CheckpointSummary
+    config_files: tuple[ConfigFileSummary, ...]
+    unsupported: tuple[UnsupportedLayout, ...]
+    problems: tuple[LayoutProblem, ...] = field(default_factory=tuple)
+
+
+ConfigSummarizer = Callable[[Path], ConfigFileSummary]
+
+
+def build_inventory(store: Store, config_summarizer: ConfigSummarizer | None = None) -> Inventory:
+    bounds = all_queue_bounds(store)
+    problems: list[LayoutProblem] = list(store.problems)
+    for qid in store.queue_dirs:
+        problems.extend(store.consume_queue(qid.topic, qid.queue_id).problems)
+    det = store.profile
+    summarize = config_summarizer or summarize_config_file
+    return Inventory(
+        root=str(store.root),
+        profile=det.profile.value,
+        profile_explicit=det.explicit,
+        profile_reasons=det.reasons,
+        clean_shutdown=not store.abort_present,
+        abort_content=store.abort_content().decode("utf-8", "replace").strip(),
+        families=tuple(_families(store, bounds)),
+        commitlog=commitlog_summary(store, bounds),
+        topics=tuple(_topics(bounds)),
+        index_files=tuple(_index_files(store)),
+        checkpoint=checkpoint_summary(store.checkpoint_path),
+        config_files=tuple(summarize(p) for p in _config_paths(store.config_dir)),
+        unsupported=tuple(store.unsupported),
+        problems=tuple(problems),
+    )
+
+
+def _family(name: str, queue: FileQueue) -> FamilySummary:
+    files = queue.files
+    return FamilySummary(
+        name=name,
+        directory=str(queue.directory),
+        file_count=len(files),
+        bytes=sum(f.length for f in files),
+        file_size=queue.file_size,
+        first_offset=files[0].start if files else None,
+        end_offset=queue.end_offset if files else None,
+        gaps=tuple(queue.gaps()),
+    )
+
+
+def _families(store: Store, bounds: list[QueueBounds]) -> list[FamilySummary]:
+    out = [_family("commitlog", store.commitlog)]
+    cq_files = sum(b.file_count for b in bounds)
+    out.append(
+        FamilySummary(
+            name="consumequeue",
+            directory=str(store.root / "consumequeue"),
+            file_count=cq_files,
+            bytes=sum(b.bytes for b in bounds),
+            file_size=store.cq_file_size if cq_files else None,
+            first_offset=None,
+            end_offset=None,
+            gaps=(),
+        )
+    )
+    out.append(
+        FamilySummary(
+            name="index",
+            directory=str(store.root / "index"),
+            file_count=len(store.index_files),
+            bytes=sum(f.length for f in store.index_files),
+            file_size=None,
+            first_offset=None,
+            end_offset=None,
+        )
+    )
+    for name in ("consumequeue_ext", "batchconsumequeue", "timerlog", "compaction"):
+        directory = store.root / name
+        if directory.is_dir():
+            count, size = _tree_size(directory)
+            out.append(FamilySummary(name, str(directory), count, size, None, None, None))
+    return out
+
+
+def _tree_size(directory: Path) -> tuple[int, int]:
+    count = size = 0
+    for base, _dirs, names in os.walk(directory):
+        for n in names:
+            count += 1
+            size += os.stat(os.path.join(base, n), follow_symlinks=False).st_size
+    return count, size
+
+
+def commitlog_summary(store: Store, bounds: list[QueueBounds]) -> CommitlogSummary:
+    """Min/max physical offsets. The max is found like 4.9's reput: start at the largest
+    consume-queue end and walk valid records forward (CRC unchecked, as dispatch reads them)."""
+    clq = store.commitlog
+    if not clq.files:
+        return CommitlogSummary(-1, 0, "no commitlog files", None, None, None)
+    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+    cq_last = max((b.last_phy_offset for b in bounds), default=-1)
+    last_record: int | None = None
+    if clq.find(cq_last) is not None:
+        basis = f"walked forward from the consume queues' last record ({cq_last})"
+        last_record, last_ts, end = _walk_end(store, cq_last, opts)
+    if last_record is None:
+        # No consume queue, or its last unit does not point at a record: use the newest file.
+        start = _last_nonempty_start(store)
+        basis = f"walked forward from the start of the last non-empty file ({start})"
+        last_record, last_ts, end = _walk_end(store, start, opts)
+    first_ts = _first_store_timestamp(store, opts)
+    return CommitlogSummary(
+        clq.min_offset, end, basis, last_record, first_ts, last_ts if last_ts is not None else None
+    )
+
+
+def _last_nonempty_start(store: Store) -> int:
+    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+    for f in reversed(store.commitlog.files):
+        first = next(iter(store.scan(f.start, opts, files=[f])), None)
+        if first is not None and first.result.is_message:
+            return f.start
+    return store.commitlog.files[0].start
+
+
+def _walk_end(
+    store: Store, start: int, opts: cl.CheckOptions
+) -> tuple[int | None, int | None, int]:
+    last: int | None = None
+    last_ts: int | None = None
+    end = start
+    for item in store.scan(start, opts, continue_after_stop=False):
+        if item.result.is_message:
+            last = item.position
+            rec = item.result.record
+            last_ts = rec.store_timestamp if rec is not None else last_ts
+            end = item.position + item.result.size
+        elif item.result.is_blank:
+            end = item.file.start + store.commitlog.file_size
+        else:
+            end = item.position
+            break
+    return last, last_ts, end
+
+
+def _first_store_timestamp(store: Store, opts: cl.CheckOptions) -> int | None:
+    for f in store.commitlog.files:
+        item = next(iter(store.scan(f.start, opts, files=[f])), None)
+        if item is not None and item.result.is_message and item.result.record is not None:
+            return item.result.record.store_timestamp
+    return None
+
+
+def _topics(bounds: list[QueueBounds]) -> list[TopicSummary]:
+    by_topic: dict[str, list[QueueBounds]] = {}
+    for b in bounds:
+        by_topic.setdefault(b.topic, []).append(b)
+    return [
+        TopicSummary(t, len(qs), sum(q.message_count for q in qs), tuple(qs))
+        for t, qs in sorted(by_topic.items())
+    ]
+
+
+def _index_files(store: Store) -> list[IndexFileSummary]:
+    out = []
+    for f in store.index_files:
+        try:
+            header = IndexHeader.decode(store.maps.read(f, 0, 40))
+            out.append(IndexFileSummary(f.name, f.length, header))
+        except DecodeError as err:
+            out.append(IndexFileSummary(f.name, f.length, None, err.message))
+    return out
+
+
+def checkpoint_summary(path: Path) -> CheckpointSummary:
+    if not path.is_file():
+        return CheckpointSummary(str(path), False, None, "missing: the broker would use zeros")
+    with open(path, "rb") as fh:
+        data = fh.read(8192)
+    try:
+        return CheckpointSummary(str(path), True, decode_checkpoint(data))
+    except DecodeError as err:
+        return CheckpointSummary(str(path), True, None, err.message)
+
+
+_KNOWN_CONFIGS = (
+    "topics.json",
+    "subscriptionGroup.json",
+    "consumerOffset.json",
+    "delayOffset.json",
+    "consumerFilter.json",
+    "lmqConsumerOffset.json",
+)
+
+
+def _config_paths(config_dir: Path) -> list[Path]:
+    names = set(_KNOWN_CONFIGS)
+    if config_dir.is_dir():
+        for entry in os.scandir(config_dir):
+            base = entry.name
+            for suffix in (".bak", ".tmp"):
+                base = base.removesuffix(suffix)
+            if entry.is_file() and base.endswith(".json"):
+                names.add(base)
+    return [config_dir / n for n in sorted(names)]
+
+
+def summarize_config_file(path: Path) -> ConfigFileSummary:
+    bak = path.with_name(path.name + ".bak")
+    tmp = path.with_name(path.name + ".tmp")
+    present = path.is_file()
+    return ConfigFileSummary(
+        name=path.name,
+        present=present,
+        bak_present=bak.is_file(),
+        tmp_present=tmp.is_file(),
+        source="main" if present else ("bak" if bak.is_file() else None),
+        parsed=False,
+        entries=None,
+        note="",
+    )

@@ -1,0 +1,275 @@
+"""Consume queues as the broker sees them: offset bounds per queue, units and what they point to.
+
+Bounds follow the broker's load path rather than file names: ``maxOffsetInQueue`` is where
+``ConsumeQueue.recover`` stops (first invalid unit, scanning from the third-last file) and
+``minOffsetInQueue`` is what ``correctMinOffset`` derives from the commitlog's first file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from rmqinspect.errors import StoreError
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.consumequeue import (
+    CQ_STORE_UNIT_SIZE,
+    PRE_BLANK_SIZE,
+    TagsCodeKind,
+    pre_blank_mask,
+    tags_code_kind,
+    units_array,
+    valid_prefix,
+)
+from rmqinspect.format.profile import Profile
+from rmqinspect.store.files import FileQueue, StoreFile
+from rmqinspect.store.model import QueueId, Store
+
+RECOVER_FILES_BACK = 3  # ConsumeQueue.recover starts at the third-last file
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBounds:
+    """One consume queue's offsets as the broker would report them after loading it."""
+
+    topic: str
+    queue_id: int
+    file_count: int
+    bytes: int
+    min_offset: int  # minOffsetInQueue
+    max_offset: int  # maxOffsetInQueue: the next queue offset to be written
+    first_unit: int  # unit index of the first file's first unit (file name / 20)
+    pre_blank_units: int  # fillPreBlank placeholders in the first file
+    max_physic_offset: int  # end (offset + size) of the last valid unit; -1 for an empty queue
+    last_phy_offset: int  # start of the last valid non-placeholder unit's record; -1 when none
+    gaps: tuple[tuple[int, int], ...] = ()  # missing unit ranges [start, end) between files
+    min_note: str = ""  # why min_offset is not simply the first unit
+
+    @property
+    def message_count(self) -> int:
+        return max(self.max_offset - self.min_offset, 0)
+
+
+def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
+    queue = store.consume_queue(qid.topic, qid.queue_id)
+    files = queue.files
+    total_bytes = sum(f.length for f in files)
+    gaps = tuple((a // CQ_STORE_UNIT_SIZE, b // CQ_STORE_UNIT_SIZE) for a, b in queue.gaps())
+    if not files:
+        return QueueBounds(qid.topic, qid.queue_id, 0, 0, 0, 0, 0, 0, -1, -1, gaps)
+    end_file, end_units, last_unit = _recover_end(store, queue)
+    max_offset = (end_file.start // CQ_STORE_UNIT_SIZE) + end_units
+    first = files[0]
+    first_readable = end_units if first is end_file else first.length // CQ_STORE_UNIT_SIZE
+    min_offset, note, pre_blank = _min_offset(
+        store, first, first_readable, max_offset, store.commitlog.min_offset
+    )
+    max_physic = -1 if last_unit is None else last_unit[0] + last_unit[1]
+    last_phy = -1
+    if last_unit is not None and last_unit != (0, PRE_BLANK_SIZE):
+        last_phy = last_unit[0]
+    return QueueBounds(
+        qid.topic,
+        qid.queue_id,
+        len(files),
+        total_bytes,
+        min_offset,
+        max_offset,
+        first.start // CQ_STORE_UNIT_SIZE,
+        pre_blank,
+        max_physic,
+        last_phy,
+        gaps,
+        note,
+    )
+
+
+def _recover_end(store: Store, queue: FileQueue) -> tuple[StoreFile, int, tuple[int, int] | None]:
+    """``ConsumeQueue.recover``: (file, valid units in it, last valid (offset, size))."""
+    files = queue.files
+    units_per_file = queue.file_size // CQ_STORE_UNIT_SIZE
+    last: tuple[int, int] | None = None
+    for i in range(max(0, len(files) - RECOVER_FILES_BACK), len(files)):
+        f = files[i]
+        buf = store.view(f)
+        try:
+            units = units_array(buf)
+            n = valid_prefix(units)
+            if n:
+                last = (int(units["phy_offset"][n - 1]), int(units["size"][n - 1]))
+            del units
+        finally:
+            buf.release()
+        if n < units_per_file or i == len(files) - 1:
+            return f, n, last
+    raise AssertionError("unreachable: the loop returns on the last file")
+
+
+def _min_offset(
+    store: Store, first: StoreFile, readable: int, max_offset: int, commitlog_min: int
+) -> tuple[int, str, int]:
+    """``correctMinOffset(commitLog.minOffset)`` on the first file; also counts pre-blanks."""
+    buf = store.view(first)
+    try:
+        units = units_array(buf)[:readable]
+        pre_blank = int(np.count_nonzero(pre_blank_mask(units)))
+        hits = np.flatnonzero(units["phy_offset"] >= commitlog_min)
+        first_hit = int(hits[0]) if hits.size else None
+        del units
+    finally:
+        buf.release()
+    base = first.start // CQ_STORE_UNIT_SIZE
+    if first_hit is not None:
+        note = ""
+        if first_hit:
+            note = f"units before {base + first_hit} point below the commitlog's first file"
+        return base + first_hit, note, pre_blank
+    if store.profile.profile is Profile.V4_9:
+        # 4.9.8 leaves minLogicOffset at its initial 0 when no unit qualifies.
+        return 0, "no unit points into the commitlog; 4.9 keeps minOffset 0", pre_blank
+    return (
+        max_offset,
+        "no unit points into the commitlog; 5.x sets minOffset = maxOffset",
+        pre_blank,
+    )
+
+
+def all_queue_bounds(store: Store) -> list[QueueBounds]:
+    return [queue_bounds(store, qid) for qid in store.queue_dirs]
+
+
+# --- units and the messages they point to ------------------------------------------------------
+
+
+class UnitStatus(StrEnum):
+    """Why a unit does or does not lead to a message (``getMessage`` plus forensic checks)."""
+
+    FOUND = "found"
+    PRE_BLANK = "pre_blank"  # fillPreBlank placeholder
+    INVALID = "invalid"  # fails offset >= 0 && size > 0: the queue ends here for the broker
+    BELOW_COMMITLOG = "below_commitlog"  # the commitlog file was deleted (retention)
+    BEYOND_COMMITLOG = "beyond_commitlog"  # past the last commitlog file
+    NO_RECORD = "no_record"  # the bytes there are not a message record
+    SIZE_MISMATCH = "size_mismatch"  # a record is there but its TOTALSIZE differs from the unit
+    OTHER_QUEUE = "other_queue"  # the record belongs to another topic/queue or queue offset
+
+
+@dataclass(frozen=True, slots=True)
+class UnitView:
+    queue_offset: int
+    phy_offset: int
+    size: int
+    tags_code: int
+    tags_code_kind: TagsCodeKind
+    status: UnitStatus
+    detail: str = ""
+    message: cl.MessageRecord | None = field(default=None, compare=False)
+
+
+def resolve_unit(
+    store: Store, topic: str, queue_id: int, queue_offset: int, unit: tuple[int, int, int]
+) -> UnitView:
+    """What one unit points to: the decoded message, or why there is none."""
+    phy, size, tags = unit
+    kind = tags_code_kind(tags, topic)
+    if phy == 0 and size == PRE_BLANK_SIZE and tags == 0:
+        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.PRE_BLANK)
+    if phy < 0 or size <= 0:
+        return UnitView(
+            queue_offset, phy, size, tags, kind, UnitStatus.INVALID, "offset < 0 or size <= 0"
+        )
+    clq = store.commitlog
+    if not clq.files or phy >= clq.end_offset:
+        return UnitView(
+            queue_offset,
+            phy,
+            size,
+            tags,
+            kind,
+            UnitStatus.BEYOND_COMMITLOG,
+            f"commitlog files end at {max(clq.end_offset, 0)}",
+        )
+    if store.commitlog.find(phy) is None:
+        status = UnitStatus.BELOW_COMMITLOG if phy < clq.min_offset else UnitStatus.NO_RECORD
+        return UnitView(
+            queue_offset, phy, size, tags, kind, status, "no commitlog file holds this offset"
+        )
+    try:
+        record = store.read_message(phy)
+    except StoreError as err:
+        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.NO_RECORD, err.message)
+    if record.store_size != size:
+        return UnitView(
+            queue_offset,
+            phy,
+            size,
+            tags,
+            kind,
+            UnitStatus.SIZE_MISMATCH,
+            f"record TOTALSIZE is {record.store_size}",
+            record,
+        )
+    if (record.topic, record.queue_id) != (topic, queue_id) or record.queue_offset != queue_offset:
+        detail = f"record is {record.topic}/{record.queue_id} at queue offset {record.queue_offset}"
+        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.OTHER_QUEUE, detail, record)
+    return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.FOUND, "", record)
+
+
+def unit_at(store: Store, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int]:
+    """The raw (phyOffset, size, tagsCode) of one unit; StoreError when no file holds it."""
+    queue = store.consume_queue(topic, queue_id)
+    byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
+    f = queue.find(byte_offset) if queue_offset >= 0 else None
+    if f is None or byte_offset - f.start + CQ_STORE_UNIT_SIZE > f.length:
+        raise StoreError(
+            f"no consume queue file holds queue offset {queue_offset} of {topic}/{queue_id}",
+            str(queue.directory),
+        )
+    units = _file_units(store, f, byte_offset - f.start, 1)
+    return units[0]
+
+
+def iter_units(
+    store: Store, topic: str, queue_id: int, start: int, limit: int | None
+) -> Iterator[tuple[int, tuple[int, int, int]]]:
+    """(queue offset, raw unit) from ``start`` over the queue's files, at most ``limit``."""
+    queue = store.consume_queue(topic, queue_id)
+    left = limit
+    for f in queue.files:
+        first_unit = f.start // CQ_STORE_UNIT_SIZE
+        count = f.length // CQ_STORE_UNIT_SIZE
+        if first_unit + count <= start:
+            continue
+        skip = max(start - first_unit, 0)
+        n = count - skip if left is None else min(count - skip, left)
+        chunk = 4096
+        done = 0
+        while done < n:
+            take = min(chunk, n - done)
+            rows = _file_units(store, f, (skip + done) * CQ_STORE_UNIT_SIZE, take)
+            for j, row in enumerate(rows):
+                yield first_unit + skip + done + j, row
+            done += take
+        if left is not None:
+            left -= n
+            if left <= 0:
+                return
+
+
+def _file_units(
+    store: Store, f: StoreFile, byte_start: int, count: int
+) -> list[tuple[int, int, int]]:
+    buf = store.view(f)
+    try:
+        part = units_array(buf[byte_start : byte_start + count * CQ_STORE_UNIT_SIZE])
+        rows = [
+            (int(p), int(s), int(t))
+            for p, s, t in zip(part["phy_offset"], part["size"], part["tags_code"], strict=True)
+        ]
+        del part
+        return rows
+    finally:
+        buf.release()

@@ -1,0 +1,231 @@
+"""Rendering of ``info``: a stable JSON document, or a few rich tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from rmqinspect.analysis.inventory import Inventory
+from rmqinspect.analysis.queues import QueueBounds
+from rmqinspect.render.output import (
+    OutputFormat,
+    key_value_table,
+    print_json,
+    print_jsonl,
+    print_table,
+    to_jsonable,
+)
+from rmqinspect.render.values import iso_ms, size_cell, time_cell
+
+
+def queue_json(q: QueueBounds) -> dict[str, Any]:
+    return {
+        "topic": q.topic,
+        "queue_id": q.queue_id,
+        "min_offset": q.min_offset,
+        "max_offset": q.max_offset,
+        "message_count": q.message_count,
+        "file_count": q.file_count,
+        "bytes": q.bytes,
+        "first_unit": q.first_unit,
+        "pre_blank_units": q.pre_blank_units,
+        "max_physic_offset": q.max_physic_offset,
+        "gaps": [list(g) for g in q.gaps],
+        "note": q.min_note or None,
+    }
+
+
+def inventory_json(inv: Inventory) -> dict[str, Any]:
+    cp = inv.checkpoint.checkpoint
+    checkpoint: dict[str, Any] = {
+        "path": inv.checkpoint.path,
+        "present": inv.checkpoint.present,
+        "error": inv.checkpoint.error,
+    }
+    if cp is not None:
+        for name in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp"):
+            value = getattr(cp, name)
+            checkpoint[name] = value
+            checkpoint[name + "_iso"] = iso_ms(value)
+        checkpoint["master_flushed_offset"] = cp.master_flushed_offset
+        checkpoint["confirm_phy_offset"] = cp.confirm_phy_offset
+        checkpoint["size_anomaly"] = cp.size_anomaly
+    c = inv.commitlog
+    return {
+        "store": inv.root,
+        "profile": {
+            "version": inv.profile,
+            "explicit": inv.profile_explicit,
+            "reasons": list(inv.profile_reasons),
+        },
+        "shutdown": {
+            "clean": inv.clean_shutdown,
+            "abort_file": not inv.clean_shutdown,
+            "abort_content": inv.abort_content or None,
+        },
+        "families": [to_jsonable(f) for f in inv.families],
+        "commitlog": {
+            "min_offset": c.min_offset,
+            "max_offset": c.max_offset,
+            "max_offset_basis": c.max_offset_basis,
+            "last_record_offset": c.last_record_offset,
+            "first_store_timestamp": c.first_store_timestamp,
+            "first_store_timestamp_iso": iso_ms(c.first_store_timestamp),
+            "last_store_timestamp": c.last_store_timestamp,
+            "last_store_timestamp_iso": iso_ms(c.last_store_timestamp),
+        },
+        "topics": [
+            {
+                "topic": t.topic,
+                "queue_count": t.queue_count,
+                "message_count": t.message_count,
+                "queues": [queue_json(q) for q in t.queues],
+            }
+            for t in inv.topics
+        ],
+        "index_files": [
+            {
+                "name": f.name,
+                "bytes": f.bytes,
+                "header": to_jsonable(f.header) if f.header is not None else None,
+                "error": f.error,
+            }
+            for f in inv.index_files
+        ],
+        "checkpoint": checkpoint,
+        "config_files": [to_jsonable(f) for f in inv.config_files],
+        "unsupported": [to_jsonable(u) for u in inv.unsupported],
+        "problems": [to_jsonable(p) for p in inv.problems],
+    }
+
+
+def render_inventory(inv: Inventory, fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.JSON:
+        print_json(inventory_json(inv))
+        return
+    if fmt is OutputFormat.JSONL:
+        print_jsonl([inventory_json(inv)])
+        return
+    for table in inventory_tables(inv):
+        print_table(table)
+
+
+def inventory_tables(inv: Inventory) -> list[Table]:
+    tables: list[Table] = []
+    shutdown = "clean (no abort file)" if inv.clean_shutdown else "CRASHED: abort file present"
+    if inv.abort_content:
+        shutdown += f" (abort holds {inv.abort_content!r})"
+    how = "given" if inv.profile_explicit else "detected"
+    cp = inv.checkpoint.checkpoint
+    c = inv.commitlog
+    rows: list[tuple[str, object]] = [
+        ("store", inv.root),
+        ("profile", f"{inv.profile} ({how}: {'; '.join(inv.profile_reasons)})"),
+        ("last shutdown", shutdown),
+        ("commitlog min offset", c.min_offset),
+        ("commitlog max offset", f"{c.max_offset} ({c.max_offset_basis})"),
+        ("first store time", time_cell(c.first_store_timestamp)),
+        ("last store time", time_cell(c.last_store_timestamp)),
+    ]
+    if cp is not None:
+        rows += [
+            ("checkpoint physicMsgTimestamp", time_cell(cp.physic_msg_timestamp)),
+            ("checkpoint logicsMsgTimestamp", time_cell(cp.logics_msg_timestamp)),
+            ("checkpoint indexMsgTimestamp", time_cell(cp.index_msg_timestamp)),
+        ]
+        if cp.master_flushed_offset or cp.confirm_phy_offset:
+            rows += [
+                ("checkpoint masterFlushedOffset", cp.master_flushed_offset),
+                ("checkpoint confirmPhyOffset", cp.confirm_phy_offset),
+            ]
+        if cp.size_anomaly:
+            rows.append(("checkpoint anomaly", cp.size_anomaly))
+    else:
+        rows.append(("checkpoint", inv.checkpoint.error))
+    tables.append(key_value_table("Store", rows))
+
+    fam = Table(title="File families", title_justify="left")
+    for col in ("family", "files", "bytes", "file size", "offsets", "gaps"):
+        fam.add_column(col)
+    for f in inv.families:
+        span = "" if f.first_offset is None else f"[{f.first_offset}, {f.end_offset})"
+        gaps = ", ".join(f"[{a}, {b})" for a, b in f.gaps) or ""
+        fam.add_row(
+            f.name,
+            str(f.file_count),
+            size_cell(f.bytes),
+            "" if f.file_size is None else str(f.file_size),
+            span,
+            gaps,
+        )
+    tables.append(fam)
+
+    queues = Table(title="Topics and queues", title_justify="left")
+    for col in ("topic", "queue", "min offset", "max offset", "messages", "files", "note"):
+        queues.add_column(col, justify="right" if "offset" in col or col == "messages" else "left")
+    for t in inv.topics:
+        for q in t.queues:
+            queues.add_row(
+                t.topic,
+                str(q.queue_id),
+                str(q.min_offset),
+                str(q.max_offset),
+                str(q.message_count),
+                str(q.file_count),
+                q.min_note,
+            )
+    tables.append(queues)
+
+    if inv.index_files:
+        idx = Table(title="Index files", title_justify="left")
+        for col in ("file", "bytes", "entries", "begin time", "end time", "phy offsets"):
+            idx.add_column(col)
+        for ix in inv.index_files:
+            h = ix.header
+            if h is None:
+                idx.add_row(ix.name, str(ix.bytes), ix.error or "", "", "", "")
+                continue
+            idx.add_row(
+                ix.name,
+                str(ix.bytes),
+                str(h.entry_count),
+                time_cell(h.begin_timestamp),
+                time_cell(h.end_timestamp),
+                f"{h.begin_phy_offset}..{h.end_phy_offset}",
+            )
+        tables.append(idx)
+
+    cfg = Table(title="Config files", title_justify="left")
+    for col in ("file", "main", ".bak", ".tmp", "used", "entries", "note"):
+        cfg.add_column(col)
+    for cf in inv.config_files:
+        if not (cf.present or cf.bak_present or cf.tmp_present):
+            continue
+        cfg.add_row(
+            cf.name,
+            _yes(cf.present),
+            _yes(cf.bak_present),
+            _yes(cf.tmp_present),
+            cf.source or "none (empty table)",
+            "" if cf.entries is None else str(cf.entries),
+            cf.note,
+        )
+    tables.append(cfg)
+
+    if inv.unsupported or inv.problems:
+        notes = Table(title="Not supported / problems", title_justify="left")
+        notes.add_column("kind")
+        notes.add_column("path")
+        notes.add_column("what")
+        for u in inv.unsupported:
+            notes.add_row(f"unsupported: {u.kind}", u.path, u.note)
+        for p in inv.problems:
+            fatal = " (the broker fails to load)" if p.broker_fails_to_load else ""
+            notes.add_row(p.kind, p.path, p.message + fatal)
+        tables.append(notes)
+    return tables
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else ""

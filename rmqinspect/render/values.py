@@ -1,0 +1,37 @@
+"""Small value formatters shared by the renderers: times, sizes, body encodings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+_MIN_MS = -62135596800000  # 0001-01-01T00:00:00Z, datetime's lower bound
+_MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """An epoch-millisecond value as ISO 8601 UTC with milliseconds; None when out of range."""
+    if ms is None or not _MIN_MS <= ms <= _MAX_MS:
+        return None
+    dt = datetime.fromtimestamp(ms / 1000, UTC).replace(microsecond=(ms % 1000) * 1000)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def time_cell(ms: int | None) -> str:
+    """``2024-05-01T10:00:00.000Z (1714557600000)`` for tables; zero reads as "0 (unset)"."""
+    if ms is None:
+        return ""
+    if ms == 0:
+        return "0 (unset)"
+    text = iso_ms(ms)
+    return f"{text} ({ms})" if text else f"{ms} (out of range)"
+
+
+def size_cell(n: int) -> str:
+    """Bytes in a short human form next to the exact count."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            human = f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+            return human if unit == "B" else f"{human} ({n})"
+        value /= 1024
+    raise AssertionError("unreachable")
