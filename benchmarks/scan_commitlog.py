@@ -1,0 +1,88 @@
+"""Commitlog scan throughput, as a ratio to reading the same bytes with ``cat``.
+
+Usage: python benchmarks/scan_commitlog.py [STORE] [--size-mib N]
+
+Without STORE, a store of about N MiB (default 1024) is generated with ``rmqinspect synth`` in a
+temporary directory. Three readers are timed over the same files, page cache warm:
+
+* ``cat``: the baseline (``cat files > /dev/null``);
+* ``batch``: :func:`walk_records` + :func:`decode_batch` into Arrow (the export/listing path);
+* ``check``: the broker's record check with CRC (the recovery path), one call per record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rmqinspect.format.batch import BatchDecodeError, decode_batch, walk_records
+from rmqinspect.store.model import Store
+
+
+def _timed(fn: Callable[[], int]) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    n = fn()
+    return time.perf_counter() - t0, n
+
+
+def _cat(files: list[Path]) -> int:
+    subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+    return 0
+
+
+def _batch(store: Store) -> int:
+    records = 0
+    for f in store.commitlog.files:
+        buf = store.view(f)
+        pos = 0
+        while True:
+            walk = walk_records(buf, pos)
+            try:
+                records += decode_batch(buf, walk, f.start).num_rows
+            except BatchDecodeError:
+                break
+            if walk.stop != "limit":
+                break
+            pos = walk.end
+        buf.release()
+    return records
+
+
+def _check(store: Store) -> int:
+    return sum(1 for item in store.scan() if item.result.is_message)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("store", nargs="?", type=Path)
+    parser.add_argument("--size-mib", type=int, default=1024)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rmqbench-") as tmp:
+        root: Path = args.store or Path(tmp) / "store"
+        if args.store is None:
+            body = 1000
+            messages = args.size_mib * (1 << 20) // (body + 250)
+            cmd = [sys.executable, "-m", "rmqinspect", "synth", str(root), "--quiet"]
+            cmd += ["--messages", str(messages), "--body-size", str(body), "--seed", "1"]
+            t, _ = _timed(lambda: subprocess.run(cmd, check=True).returncode)
+            print(f"synth: {messages} messages in {t:.1f} s")
+        with Store.open(root) as store:
+            files = [f.path for f in store.commitlog.files]
+            size = sum(f.length for f in store.commitlog.files)
+            _cat(files)  # warm the page cache so every reader sees the same conditions
+            base, _ = _timed(lambda: _cat(files))
+            print(f"commitlog: {len(files)} files, {size / 2**20:.0f} MiB")
+            print(f"{'reader':<8}{'seconds':>10}{'MiB/s':>10}{'records':>12}{'x cat':>8}")
+            print(f"{'cat':<8}{base:>10.2f}{size / 2**20 / base:>10.0f}{'':>12}{1.0:>8.1f}")
+            for name, fn in (("batch", _batch), ("check", _check)):
+                t, n = _timed(lambda fn=fn: fn(store))  # type: ignore[misc]
+                print(f"{name:<8}{t:>10.2f}{size / 2**20 / t:>10.0f}{n:>12}{t / base:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
