@@ -161,3 +161,16 @@ def test_profile_detection_on_corpus(conformance_dir: Path, conformance5_dir: Pa
         conformance5_dir / "stores" / "clean5", StoreOptions(profile=Profile.V5_1)
     ) as store:
         assert store.profile.profile is Profile.V5_1 and store.profile.explicit
+
+
+def test_abort_and_lock_markers(conformance_dir: Path, conformance5_dir: Path) -> None:
+    with Store.open(conformance_dir / "stores" / "crash") as store:
+        marker = store.abort_marker()
+        assert marker is not None and marker.pid is None and marker.size == 0
+        lock = store.lock_marker()
+        assert lock is not None and lock.as_written
+    with Store.open(conformance5_dir / "stores" / "crash5") as store:
+        marker = store.abort_marker()
+        assert marker is not None and marker.pid is not None and marker.pid > 0
+    with Store.open(conformance_dir / "stores" / "clean") as store:
+        assert store.abort_marker() is None

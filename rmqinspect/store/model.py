@@ -18,6 +18,7 @@ from types import TracebackType
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
+from rmqinspect.format.markers import AbortMarker, LockMarker, decode_abort, decode_lock
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.files import FileQueue, LayoutProblem, MappedFiles, StoreFile, list_family
 
@@ -145,6 +146,16 @@ class Store:
     def abort_content(self) -> bytes:
         """5.x writes the broker PID into ``abort``; 4.9 leaves it empty."""
         return self.abort_path.read_bytes() if self.abort_path.is_file() else b""
+
+    def abort_marker(self) -> AbortMarker | None:
+        return decode_abort(self.abort_content()) if self.abort_present else None
+
+    def lock_marker(self) -> LockMarker | None:
+        path = self.root / "lock"
+        if not path.is_file():
+            return None
+        with open(path, "rb") as fh:
+            return decode_lock(fh.read(64))
 
     @property
     def checkpoint_path(self) -> Path:
