@@ -1,0 +1,162 @@
+"""Reading ``<store>/config/*.json`` the way the broker's ``ConfigManager.load()`` does (spec 11.1).
+
+The broker reads ``<name>``; when it is missing, empty, unreadable or fails to decode it reads
+``<name>.bak``. A ``.bak`` that is non-empty but fails to decode (or cannot be read) makes
+``load()`` return false and the broker refuses to start; a missing or empty ``.bak`` lets it start
+with an empty table. This module reports which file would win and why, and never raises on bad
+file content. Files are only ever opened for reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from rmqinspect.errors import DecodeError, StoreError
+from rmqinspect.format.config import (
+    ConsumerOffsetTable,
+    DelayOffsetTable,
+    SubscriptionGroupTable,
+    TopicConfigTable,
+    UntypedConfig,
+    parse_consumer_offsets,
+    parse_delay_offsets,
+    parse_subscription_groups,
+    parse_topics,
+    parse_untyped,
+)
+from rmqinspect.format.fastjson import loads
+
+ConfigValue = (
+    ConsumerOffsetTable
+    | DelayOffsetTable
+    | TopicConfigTable
+    | SubscriptionGroupTable
+    | UntypedConfig
+)
+Source = Literal["main", "bak", "none"]
+FileState = Literal["missing", "empty", "unreadable", "invalid", "ok"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFileSpec:
+    name: str
+    description: str
+    parse: Callable[[Any], ConfigValue]
+
+
+CONFIG_FILES: Mapping[str, ConfigFileSpec] = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            ConfigFileSpec(
+                "consumerOffset.json",
+                "committed consumer offsets per topic@group and queue",
+                parse_consumer_offsets,
+            ),
+            ConfigFileSpec(
+                "delayOffset.json",
+                "SCHEDULE_TOPIC_XXXX progress per delay level",
+                parse_delay_offsets,
+            ),
+            ConfigFileSpec("topics.json", "topic configurations", parse_topics),
+            ConfigFileSpec(
+                "subscriptionGroup.json",
+                "consumer group configurations",
+                parse_subscription_groups,
+            ),
+            ConfigFileSpec(
+                "consumerFilter.json", "consumer filter data (not modelled)", parse_untyped
+            ),
+            ConfigFileSpec(
+                "lmqConsumerOffset.json",
+                "consumer offsets with the LMQ table (enableLmq)",
+                parse_consumer_offsets,
+            ),
+        )
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFileResult:
+    """What the broker would load for one config file, plus what an investigator wants beside it.
+
+    ``value`` is what the broker ends up with (None when it starts empty or refuses to start);
+    ``bak_value`` is the parsed ``.bak`` whatever the outcome. ``main_error``/``bak_error`` are
+    one-line messages naming the file (and the byte offset for syntax errors) when that file is
+    ``unreadable`` or ``invalid``. ``bak_differs`` is true when both files parse to different
+    values. ``tmp_present`` flags a ``<name>.tmp`` left by a 4.9 broker that died mid-persist.
+    """
+
+    name: str
+    path: Path
+    source: Source
+    value: ConfigValue | None
+    bak_value: ConfigValue | None
+    main_state: FileState
+    bak_state: FileState
+    main_error: str | None
+    bak_error: str | None
+    broker_starts: bool
+    bak_differs: bool
+    tmp_present: bool
+
+
+def load_config_file(config_dir: Path, name: str) -> ConfigFileResult:
+    """Apply ``ConfigManager.load()`` to ``config_dir/name``; ``name`` must be in CONFIG_FILES."""
+    spec = CONFIG_FILES.get(name)
+    if spec is None:
+        raise ValueError(f"unknown config file {name!r}; known: {', '.join(CONFIG_FILES)}")
+    path = config_dir / name
+    main_state, main_value, main_error = _load(path, spec)
+    bak_state, bak_value, bak_error = _load(path.with_name(name + ".bak"), spec)
+
+    source: Source
+    if main_value is not None:
+        source, value, starts = "main", main_value, True
+    elif bak_value is not None:
+        source, value, starts = "bak", bak_value, True
+    else:
+        # Only a .bak with content that cannot be loaded stops the broker.
+        source, value, starts = "none", None, bak_state in ("missing", "empty")
+
+    return ConfigFileResult(
+        name=name,
+        path=path,
+        source=source,
+        value=value,
+        bak_value=bak_value,
+        main_state=main_state,
+        bak_state=bak_state,
+        main_error=main_error,
+        bak_error=bak_error,
+        broker_starts=starts,
+        bak_differs=main_value is not None and bak_value is not None and main_value != bak_value,
+        tmp_present=path.with_name(name + ".tmp").exists(),
+    )
+
+
+def load_config_files(config_dir: Path) -> dict[str, ConfigFileResult]:
+    """:func:`load_config_file` for every entry of CONFIG_FILES."""
+    return {name: load_config_file(config_dir, name) for name in CONFIG_FILES}
+
+
+def _load(path: Path, spec: ConfigFileSpec) -> tuple[FileState, ConfigValue | None, str | None]:
+    try:
+        with path.open("rb") as file:
+            data = file.read()
+    except (FileNotFoundError, NotADirectoryError):
+        # Java's File.exists() is false for both.
+        return "missing", None, None
+    except OSError as err:
+        return "unreadable", None, f"{path}: cannot read: {err.strerror or err}"
+    if not data:
+        return "empty", None, None
+    try:
+        return "ok", spec.parse(loads(data)), None
+    except DecodeError as err:
+        return "invalid", None, str(StoreError.from_decode(err, str(path)))
