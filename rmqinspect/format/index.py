@@ -1,0 +1,587 @@
+"""Index files (``index/``): header, hash slots, entries, the broker's query and write paths.
+
+Spec section 7. The slot and entry counts are broker configuration, not file content, so every
+function takes an :class:`IndexGeometry`. Readers work on ``bytes``/``memoryview``/``mmap``
+without copying; an index file is 420 MB with the defaults.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from rmqinspect.errors import DecodeError
+from rmqinspect.format.javahash import index_key_hash
+
+Buffer = bytes | bytearray | memoryview
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+INVALID_INDEX = 0
+DEFAULT_SLOT_NUM = 5_000_000
+DEFAULT_INDEX_NUM = 20_000_000
+MAX_MSGS_NUM_BATCH = 64
+DEFAULT_QUERY_MAX_NUM = 32
+TRANSACTION_TYPE_MASK = 0x0C
+TRANSACTION_ROLLBACK_TYPE = 0x0C
+KEY_SEPARATOR = " "
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_I32 = struct.Struct(">i")
+_I64_MASK = (1 << 64) - 1
+_INT_MAX = 2**31 - 1
+
+
+def _wrap64(value: int) -> int:
+    """Java ``long`` overflow, so corrupt timestamps compute what the broker computes."""
+    value &= _I64_MASK
+    return value - (1 << 64) if value >> 63 else value
+
+
+# --- header and geometry ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IndexHeader:
+    """The 40-byte header, values exactly as stored (``index_count`` is not normalised)."""
+
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int = 0) -> IndexHeader:
+        if len(buf) - offset < INDEX_HEADER_SIZE:
+            raise DecodeError(
+                f"index header needs {INDEX_HEADER_SIZE} bytes, {max(len(buf) - offset, 0)} left",
+                offset,
+            )
+        return cls(*_HEADER.unpack_from(buf, offset))
+
+    def encode(self) -> bytes:
+        return _HEADER.pack(
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    @property
+    def loaded_index_count(self) -> int:
+        """``IndexHeader.load``: a stored count ≤ 0 is taken as 1 (the empty file)."""
+        return self.index_count if self.index_count > 0 else 1
+
+    @property
+    def entry_count(self) -> int:
+        """Entries written: numbering starts at 1, so one less than the next entry number."""
+        return self.loaded_index_count - 1
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """``IndexFile.isTimeMatched``."""
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexGeometry:
+    """``maxHashSlotNum`` and ``maxIndexNum`` of the broker that wrote the file."""
+
+    slot_num: int
+    index_num: int
+
+    def __post_init__(self) -> None:
+        if self.slot_num < 1 or self.index_num < 1:
+            raise ValueError(
+                f"index geometry must be positive, got {self.slot_num}/{self.index_num}"
+            )
+
+    @property
+    def file_size(self) -> int:
+        return (
+            INDEX_HEADER_SIZE + self.slot_num * HASH_SLOT_SIZE + self.index_num * INDEX_ENTRY_SIZE
+        )
+
+    @property
+    def entries_base(self) -> int:
+        return INDEX_HEADER_SIZE + self.slot_num * HASH_SLOT_SIZE
+
+    def slot_position(self, slot: int) -> int:
+        return INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE
+
+    def entry_position(self, number: int) -> int:
+        return self.entries_base + number * INDEX_ENTRY_SIZE
+
+    def slot_of(self, key: str) -> int:
+        return index_key_hash(key) % self.slot_num
+
+    @classmethod
+    def infer(
+        cls, file_size: int, slot_num: int | None = None, index_num: int | None = None
+    ) -> IndexGeometry:
+        """The geometry of a file of ``file_size`` bytes (spec 7.1).
+
+        Explicit values win and must fit the size. Without them: the broker defaults if the file
+        has their size, otherwise the default ratio ``index_num = 4 * slot_num``.
+        """
+        body = file_size - INDEX_HEADER_SIZE
+        if slot_num is not None and index_num is not None:
+            candidate = (slot_num, index_num)
+        elif slot_num is not None:
+            rest = body - slot_num * HASH_SLOT_SIZE
+            candidate = (slot_num, rest // INDEX_ENTRY_SIZE if rest % INDEX_ENTRY_SIZE == 0 else 0)
+        elif index_num is not None:
+            rest = body - index_num * INDEX_ENTRY_SIZE
+            candidate = (rest // HASH_SLOT_SIZE if rest % HASH_SLOT_SIZE == 0 else 0, index_num)
+        elif file_size == cls(DEFAULT_SLOT_NUM, DEFAULT_INDEX_NUM).file_size:
+            candidate = (DEFAULT_SLOT_NUM, DEFAULT_INDEX_NUM)
+        else:
+            per_slot = HASH_SLOT_SIZE + 4 * INDEX_ENTRY_SIZE
+            slots = body // per_slot if body % per_slot == 0 else 0
+            candidate = (slots, 4 * slots)
+        if candidate[0] >= 1 and candidate[1] >= 1:
+            geometry = cls(*candidate)
+            if geometry.file_size == file_size:
+                return geometry
+        raise DecodeError(
+            f"no index geometry fits a {file_size}-byte file "
+            f"(maxHashSlotNum={slot_num}, maxIndexNum={index_num}); pass both explicitly",
+            0,
+        )
+
+
+# --- slots and entries ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    number: int
+    key_hash: int
+    phy_offset: int
+    time_diff: int  # seconds after the header's beginTimestamp
+    prev_index: int
+
+
+def read_slot(buf: Buffer, geometry: IndexGeometry, slot: int) -> int:
+    """The entry number stored in hash slot ``slot`` (0 = empty)."""
+    if not 0 <= slot < geometry.slot_num:
+        raise DecodeError(f"slot {slot} outside 0..{geometry.slot_num - 1}")
+    pos = geometry.slot_position(slot)
+    if pos + HASH_SLOT_SIZE > len(buf):
+        raise DecodeError(f"slot {slot} lies past the end of a {len(buf)}-byte buffer", pos)
+    return int(_I32.unpack_from(buf, pos)[0])
+
+
+def read_entry(buf: Buffer, geometry: IndexGeometry, number: int) -> IndexEntry:
+    if not 0 <= number < geometry.index_num:
+        raise DecodeError(f"entry {number} outside 0..{geometry.index_num - 1}")
+    pos = geometry.entry_position(number)
+    if pos + INDEX_ENTRY_SIZE > len(buf):
+        raise DecodeError(f"entry {number} lies past the end of a {len(buf)}-byte buffer", pos)
+    return IndexEntry(number, *_ENTRY.unpack_from(buf, pos))
+
+
+ChainProblemKind = Literal[
+    "bad_slot_value",  # slot value negative or not below indexCount
+    "prev_out_of_range",  # prev negative or not below indexCount
+    "self_loop",  # prev == the entry itself (the broker stops here too)
+    "cycle",  # prev points back to an entry already walked
+    "forward_link",  # prev points to a newer entry: putKey never writes that
+    "truncated",  # the entry lies past the end of the buffer
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ChainProblem:
+    kind: ChainProblemKind
+    entry: int  # the entry (or, for bad_slot_value, the slot) where the walk stopped
+    target: int  # the offending slot/prev value
+    offset: int  # byte offset in the buffer of the value that was rejected
+
+    def describe(self) -> str:
+        where = "slot" if self.kind == "bad_slot_value" else "entry"
+        return f"{self.kind.replace('_', ' ')} at {where} {self.entry} (value {self.target})"
+
+
+class ChainWalk:
+    """Entries of one hash bucket, newest to oldest; ``problem`` is set once iteration ends on
+    a corrupt link. Every link must point to an older entry, so a walk takes at most
+    ``indexCount`` steps whatever the file holds."""
+
+    def __init__(
+        self, buf: Buffer, geometry: IndexGeometry, header: IndexHeader, slot: int
+    ) -> None:
+        self._buf = buf
+        self._geometry = geometry
+        self._header = header
+        self._slot = slot
+        self.problem: ChainProblem | None = None
+
+    def __iter__(self) -> Iterator[IndexEntry]:
+        self.problem = None
+        geometry, count = self._geometry, self._header.loaded_index_count
+        limit = min(count, geometry.index_num)
+        head = read_slot(self._buf, geometry, self._slot)
+        if head == INVALID_INDEX:
+            return
+        if not 0 < head < limit:
+            self.problem = ChainProblem(
+                "bad_slot_value", self._slot, head, geometry.slot_position(self._slot)
+            )
+            return
+        seen: set[int] = set()
+        number = head
+        while True:
+            pos = geometry.entry_position(number)
+            if pos + INDEX_ENTRY_SIZE > len(self._buf):
+                self.problem = ChainProblem("truncated", number, number, pos)
+                return
+            entry = IndexEntry(number, *_ENTRY.unpack_from(self._buf, pos))
+            yield entry
+            seen.add(number)
+            prev = entry.prev_index
+            if prev == INVALID_INDEX:
+                return
+            kind: ChainProblemKind | None = None
+            if not 0 < prev < limit:
+                kind = "prev_out_of_range"
+            elif prev == number:
+                kind = "self_loop"
+            elif prev in seen:
+                kind = "cycle"
+            elif prev > number:
+                kind = "forward_link"
+            if kind is not None:
+                self.problem = ChainProblem(kind, number, prev, pos + 16)
+                return
+            number = prev
+
+
+def walk_chain(buf: Buffer, geometry: IndexGeometry, header: IndexHeader, slot: int) -> ChainWalk:
+    """Iterate the bucket ``slot``; check ``.problem`` of the result after iterating."""
+    return ChainWalk(buf, geometry, header, slot)
+
+
+# --- the broker's query path ------------------------------------------------------------------
+
+
+def _select_into(
+    found: list[int],
+    buf: Buffer,
+    geometry: IndexGeometry,
+    header: IndexHeader,
+    key: str,
+    max_num: int,
+    begin: int,
+    end: int,
+) -> None:
+    """``IndexFile.selectPhyOffset`` appending to the caller's list, as the broker does.
+
+    Bytes past a short buffer read as zeros, because the broker maps the configured size and
+    so extends the file; a read past the configured size stops the walk (the broker catches
+    the IndexOutOfBoundsException and keeps what it found).
+    """
+    size = len(buf)
+    file_size = geometry.file_size
+    count = header.loaded_index_count
+    key_hash = index_key_hash(key)
+    slot_pos = geometry.slot_position(key_hash % geometry.slot_num)
+    slot_value = _I32.unpack_from(buf, slot_pos)[0] if slot_pos + 4 <= size else 0
+    if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
+        return
+    # A corrupt chain can cycle; the broker then loops until max_num hits, or forever if the
+    # cycle yields none. Revisiting an entry with no hit since the last visit means "forever".
+    since_hit: set[int] = set()
+    number = slot_value
+    while len(found) < max_num:
+        pos = geometry.entry_position(number)
+        if pos + INDEX_ENTRY_SIZE > file_size:
+            return
+        if pos + INDEX_ENTRY_SIZE <= size:
+            hash_read, phy_read, time_diff, prev = _ENTRY.unpack_from(buf, pos)
+        else:
+            tail = bytes(buf[pos:size]) if pos < size else b""
+            hash_read, phy_read, time_diff, prev = _ENTRY.unpack(
+                tail.ljust(INDEX_ENTRY_SIZE, b"\0")
+            )
+        if time_diff < 0:
+            return
+        time_read = _wrap64(header.begin_timestamp + time_diff * 1000)
+        if hash_read == key_hash and begin <= time_read <= end:
+            found.append(phy_read)
+            since_hit.clear()
+        if prev <= INVALID_INDEX or prev > count or prev == number or time_read < begin:
+            return
+        if number in since_hit:
+            return
+        since_hit.add(number)
+        number = prev
+
+
+def select_phy_offsets(
+    buf: Buffer, geometry: IndexGeometry, key: str, max_num: int, begin: int, end: int
+) -> list[int]:
+    """``IndexFile.selectPhyOffset`` for one file; ``key`` is the full ``topic#key`` string.
+
+    Hits match on the key hash only (collisions included), newest first.
+    """
+    found: list[int] = []
+    _select_into(found, buf, geometry, IndexHeader.decode(buf), key, max_num, begin, end)
+    return found
+
+
+def query_offsets(
+    files: Sequence[tuple[IndexHeader, Buffer]],
+    geometry: IndexGeometry,
+    key: str,
+    max_num: int,
+    begin: int,
+    end: int,
+    max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
+) -> list[int]:
+    """``IndexService.queryOffset``: ``files`` in load order (sorted by name, oldest first),
+    each with the header the broker loaded; ``key`` is the full ``topic#key`` string."""
+    max_num = min(max_num, max_msgs_num_batch)
+    found: list[int] = []
+    for header, buf in reversed(files):
+        if header.is_time_matched(begin, end):
+            _select_into(found, buf, geometry, header, key, max_num, begin, end)
+        if header.begin_timestamp < begin or len(found) >= max_num:
+            break
+    return found
+
+
+# --- statistics -------------------------------------------------------------------------------
+
+_ENTRY_DTYPE = np.dtype(
+    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotStatistics:
+    slot_num: int
+    entries: int  # entries the header claims and the buffer holds (numbers 1..entries)
+    used_slots: int  # slots pointing at a written entry
+    bad_slots: int  # non-zero slots pointing outside 1..indexCount-1
+    broken_links: int  # entries whose prev is neither 0 nor an older entry
+    unreachable_entries: int  # written entries no chain reaches (overwritten or cut-off links)
+    max_chain: int
+    mean_chain: float  # over used slots
+    chain_histogram: dict[int, int] = field(default_factory=dict)  # length -> number of slots
+
+
+def slot_statistics(buf: Buffer, geometry: IndexGeometry, header: IndexHeader) -> SlotStatistics:
+    """Bucket occupancy and chain lengths, vectorised over numpy views of ``buf``.
+
+    Chain lengths come from pointer jumping over the prev links (O(entries · log chain)), and
+    only links to strictly older entries are followed, so corrupt files cannot loop.
+    """
+    size = len(buf)
+    slot_count = max(0, min(geometry.slot_num, (size - INDEX_HEADER_SIZE) // HASH_SLOT_SIZE))
+    heads = np.zeros(0, dtype=np.int64)
+    if slot_count:
+        heads = np.frombuffer(buf, ">i4", slot_count, INDEX_HEADER_SIZE).astype(np.int64)
+    fits = max(0, (size - geometry.entries_base) // INDEX_ENTRY_SIZE - 1)
+    entries = max(0, min(header.entry_count, geometry.index_num - 1, fits))
+    # Index 0 is the chain terminator: rank 0, links to itself.
+    # int32 suffices (entry numbers are i32) and halves the working set on 20M-entry files.
+    nxt = np.zeros(entries + 1, dtype=np.int32)
+    if entries:
+        table = np.frombuffer(buf, _ENTRY_DTYPE, entries, geometry.entry_position(1))
+        nxt[1:] = table["prev"]
+        del table
+    nonzero = int(np.count_nonzero(nxt))
+    nxt[(nxt < 0) | (nxt >= np.arange(entries + 1, dtype=np.int32))] = 0
+    broken = nonzero - int(np.count_nonzero(nxt))
+    rank = np.ones(entries + 1, dtype=np.int32)
+    rank[0] = 0
+    while nxt.any():
+        rank += rank[nxt]
+        nxt = nxt[nxt]
+    del nxt
+    valid = (heads > 0) & (heads <= entries)
+    lengths: npt.NDArray[np.int32] = rank[heads[valid]]
+    used = int(lengths.size)
+    histogram = np.bincount(lengths) if used else np.zeros(0, dtype=np.int64)
+    total = int(lengths.sum()) if used else 0
+    return SlotStatistics(
+        slot_num=geometry.slot_num,
+        entries=entries,
+        used_slots=used,
+        bad_slots=int(np.count_nonzero((heads != 0) & ~valid)),
+        broken_links=broken,
+        unreachable_entries=max(0, entries - total),
+        max_chain=int(lengths.max()) if used else 0,
+        mean_chain=total / used if used else 0.0,
+        chain_histogram={int(n): int(c) for n, c in enumerate(histogram) if c},
+    )
+
+
+# --- the broker's write path ------------------------------------------------------------------
+
+
+class IndexFileBuilder:
+    """An in-memory ``IndexFile``: ``put_key`` writes the same bytes, in the same order, as the
+    broker's mapped buffer receives them (header fields are written in place as they change)."""
+
+    def __init__(self, geometry: IndexGeometry, end_phy_offset: int = 0, end_timestamp: int = 0):
+        """``new IndexFile(name, slots, indexNum, endPhyOffset, endTimestamp)``."""
+        self.geometry = geometry
+        self._buf = bytearray(geometry.file_size)
+        self._begin_timestamp = 0
+        self._end_timestamp = 0
+        self._begin_phy_offset = 0
+        self._end_phy_offset = 0
+        self._hash_slot_count = 0
+        self._index_count = 1
+        if end_phy_offset > 0:
+            self._set_long(16, "_begin_phy_offset", end_phy_offset)
+            self._set_long(24, "_end_phy_offset", end_phy_offset)
+        if end_timestamp > 0:
+            self._set_long(0, "_begin_timestamp", end_timestamp)
+            self._set_long(8, "_end_timestamp", end_timestamp)
+
+    @classmethod
+    def new_rolled(cls, previous: IndexFileBuilder) -> IndexFileBuilder:
+        """The file ``getAndCreateLastIndexFile`` creates after ``previous`` (spec 7.5)."""
+        return cls(previous.geometry, previous._end_phy_offset, previous._end_timestamp)
+
+    @classmethod
+    def from_bytes(cls, buf: Buffer, geometry: IndexGeometry) -> IndexFileBuilder:
+        """Continue an existing file, as ``IndexFile.load`` does before the broker appends."""
+        if len(buf) > geometry.file_size:
+            raise DecodeError(f"index file of {len(buf)} bytes exceeds {geometry.file_size}")
+        header = IndexHeader.decode(buf)
+        builder = cls(geometry)
+        builder._buf[: len(buf)] = buf
+        builder._begin_timestamp = header.begin_timestamp
+        builder._end_timestamp = header.end_timestamp
+        builder._begin_phy_offset = header.begin_phy_offset
+        builder._end_phy_offset = header.end_phy_offset
+        builder._hash_slot_count = header.hash_slot_count
+        builder._index_count = header.loaded_index_count
+        return builder
+
+    def _set_long(self, pos: int, attr: str, value: int) -> None:
+        setattr(self, attr, value)
+        struct.pack_into(">q", self._buf, pos, value)
+
+    @property
+    def header(self) -> IndexHeader:
+        """The broker's in-memory header (``index_count`` ≥ 1 even before the first put)."""
+        return IndexHeader(
+            self._begin_timestamp,
+            self._end_timestamp,
+            self._begin_phy_offset,
+            self._end_phy_offset,
+            self._hash_slot_count,
+            self._index_count,
+        )
+
+    @property
+    def is_full(self) -> bool:
+        return self._index_count >= self.geometry.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """``IndexFile.putKey``; False when full. ``key`` is the full ``topic#key`` string."""
+        if self.is_full:
+            return False
+        geometry = self.geometry
+        key_hash = index_key_hash(key)
+        slot_pos = geometry.slot_position(key_hash % geometry.slot_num)
+        slot_value = _I32.unpack_from(self._buf, slot_pos)[0]
+        if slot_value <= INVALID_INDEX or slot_value > self._index_count:
+            slot_value = INVALID_INDEX
+        # Negative differences clamp to 0, so floor division gives Java's truncating result.
+        time_diff = (_wrap64(store_timestamp - self._begin_timestamp)) // 1000
+        if self._begin_timestamp <= 0 or time_diff < 0:
+            time_diff = 0
+        time_diff = min(time_diff, _INT_MAX)
+        entry_pos = geometry.entry_position(self._index_count)
+        _ENTRY.pack_into(self._buf, entry_pos, key_hash, phy_offset, time_diff, slot_value)
+        _I32.pack_into(self._buf, slot_pos, self._index_count)
+        # After the entry: the first entry's timeDiff used the previous begin (spec 7.3).
+        if self._index_count <= 1:
+            self._set_long(16, "_begin_phy_offset", phy_offset)
+            self._set_long(0, "_begin_timestamp", store_timestamp)
+        if slot_value == INVALID_INDEX:
+            self._hash_slot_count += 1
+            _I32.pack_into(self._buf, 32, self._hash_slot_count)
+        self._index_count += 1
+        _I32.pack_into(self._buf, 36, self._index_count)
+        self._set_long(24, "_end_phy_offset", phy_offset)
+        self._set_long(8, "_end_timestamp", store_timestamp)
+        return True
+
+    def flush(self) -> None:
+        """``IndexFile.flush``: rewrite the whole header (stores indexCount 1 in a file that
+        never got a key, where the bytes still hold 0)."""
+        self._buf[:INDEX_HEADER_SIZE] = self.header.encode()
+
+    @property
+    def buffer(self) -> memoryview:
+        """A read-only view of the file bytes (no copy)."""
+        return memoryview(self._buf).toreadonly()
+
+    def to_bytes(self) -> bytes:
+        return bytes(self._buf)
+
+
+def index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
+    """The strings ``IndexService.buildIndex`` puts for a message, in order (spec 7.4)."""
+    result = []
+    if uniq_key is not None:
+        result.append(f"{topic}#{uniq_key}")
+    if keys:
+        result.extend(f"{topic}#{k}" for k in keys.split(KEY_SEPARATOR) if k)
+    return result
+
+
+class IndexWriter:
+    """``IndexService.buildIndex`` over in-memory files: rolls to a new file when the last one is
+    full. New files are appended to ``files``; naming them is the caller's business."""
+
+    def __init__(self, geometry: IndexGeometry, files: Sequence[IndexFileBuilder] = ()) -> None:
+        if geometry.index_num < 2:
+            raise ValueError("an index file needs maxIndexNum >= 2 to hold any entry")
+        self.geometry = geometry
+        self.files: list[IndexFileBuilder] = list(files)
+
+    def _last_file(self) -> IndexFileBuilder:
+        """``getAndCreateLastIndexFile``."""
+        if not self.files:
+            self.files.append(IndexFileBuilder(self.geometry))
+        elif self.files[-1].is_full:
+            self.files.append(IndexFileBuilder.new_rolled(self.files[-1]))
+        return self.files[-1]
+
+    def dispatch(
+        self,
+        topic: str,
+        phy_offset: int,
+        store_timestamp: int,
+        sys_flag: int,
+        uniq_key: str | None,
+        keys: str | None,
+    ) -> None:
+        """Index one message the way the dispatcher does (``topic`` is the stored topic)."""
+        current = self._last_file()
+        if phy_offset < current.header.end_phy_offset:
+            return
+        if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+            return
+        for key in index_keys(topic, uniq_key, keys):
+            while not current.put_key(key, phy_offset, store_timestamp):
+                current = self._last_file()
