@@ -2,13 +2,12 @@
 
 Everything here is read, never inferred from names alone: the commitlog end is found by walking
 records forward from where the consume queues end, queue bounds follow the broker's load rules,
-and each config file is parsed the way ``ConfigManager.load`` would (main file, else ``.bak``).
+and each config file is judged by ``ConfigManager.load``'s rule (main file, else ``.bak``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +15,15 @@ from rmqinspect.analysis.queues import QueueBounds, all_queue_bounds
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.checkpoint import Checkpoint, decode_checkpoint
+from rmqinspect.format.config import (
+    ConsumerOffsetTable,
+    DelayOffsetTable,
+    SubscriptionGroupTable,
+    TopicConfigTable,
+    UntypedConfig,
+)
 from rmqinspect.format.index import IndexHeader
+from rmqinspect.store.configfiles import ConfigFileResult, load_config_files
 from rmqinspect.store.files import FileQueue, LayoutProblem
 from rmqinspect.store.model import Store, UnsupportedLayout
 
@@ -71,14 +78,23 @@ class CheckpointSummary:
 
 @dataclass(frozen=True, slots=True)
 class ConfigFileSummary:
+    """Which copy of one config file the broker's ``ConfigManager.load`` would use, and why."""
+
     name: str
-    present: bool  # the main file exists
-    bak_present: bool
-    tmp_present: bool  # 4.9 persist crashed between writing .tmp and renaming it
-    source: str | None  # "main", "bak", or None (the broker would start with an empty table)
-    parsed: bool
-    entries: int | None  # top-level table size when parsed
-    note: str = ""
+    source: str  # "main", "bak", or "none" (the broker starts with an empty table or refuses)
+    main_state: str  # missing, empty, unreadable, invalid, ok
+    bak_state: str
+    main_error: str | None
+    bak_error: str | None
+    broker_starts: bool  # False: a non-empty .bak that does not decode stops the broker
+    bak_differs: bool  # both parse, to different values
+    tmp_present: bool  # 4.9 persist died between writing .tmp and renaming it
+    entries: int | None  # size of the table that would be loaded
+    problems: tuple[str, ...] = ()
+
+    @property
+    def on_disk(self) -> bool:
+        return self.main_state != "missing" or self.bak_state != "missing" or self.tmp_present
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,16 +115,12 @@ class Inventory:
     problems: tuple[LayoutProblem, ...] = field(default_factory=tuple)
 
 
-ConfigSummarizer = Callable[[Path], ConfigFileSummary]
-
-
-def build_inventory(store: Store, config_summarizer: ConfigSummarizer | None = None) -> Inventory:
+def build_inventory(store: Store) -> Inventory:
     bounds = all_queue_bounds(store)
     problems: list[LayoutProblem] = list(store.problems)
     for qid in store.queue_dirs:
         problems.extend(store.consume_queue(qid.topic, qid.queue_id).problems)
     det = store.profile
-    summarize = config_summarizer or summarize_config_file
     return Inventory(
         root=str(store.root),
         profile=det.profile.value,
@@ -121,7 +133,7 @@ def build_inventory(store: Store, config_summarizer: ConfigSummarizer | None = N
         topics=tuple(_topics(bounds)),
         index_files=tuple(_index_files(store)),
         checkpoint=checkpoint_summary(store.checkpoint_path),
-        config_files=tuple(summarize(p) for p in _config_paths(store.config_dir)),
+        config_files=tuple(_config_files(store.config_dir)),
         unsupported=tuple(store.unsupported),
         problems=tuple(problems),
     )
@@ -276,39 +288,35 @@ def checkpoint_summary(path: Path) -> CheckpointSummary:
         return CheckpointSummary(str(path), True, None, err.message)
 
 
-_KNOWN_CONFIGS = (
-    "topics.json",
-    "subscriptionGroup.json",
-    "consumerOffset.json",
-    "delayOffset.json",
-    "consumerFilter.json",
-    "lmqConsumerOffset.json",
-)
+def _config_files(config_dir: Path) -> list[ConfigFileSummary]:
+    return [_config_summary(r) for r in load_config_files(config_dir).values()]
 
 
-def _config_paths(config_dir: Path) -> list[Path]:
-    names = set(_KNOWN_CONFIGS)
-    if config_dir.is_dir():
-        for entry in os.scandir(config_dir):
-            base = entry.name
-            for suffix in (".bak", ".tmp"):
-                base = base.removesuffix(suffix)
-            if entry.is_file() and base.endswith(".json"):
-                names.add(base)
-    return [config_dir / n for n in sorted(names)]
-
-
-def summarize_config_file(path: Path) -> ConfigFileSummary:
-    bak = path.with_name(path.name + ".bak")
-    tmp = path.with_name(path.name + ".tmp")
-    present = path.is_file()
+def _config_summary(r: ConfigFileResult) -> ConfigFileSummary:
+    entries: int | None = None
+    problems: tuple[str, ...] = ()
+    value = r.value
+    if isinstance(value, ConsumerOffsetTable):
+        entries = len(value.offset_table) + len(value.lmq_offset_table or {})
+        problems = value.problems
+    elif isinstance(value, DelayOffsetTable):
+        entries, problems = len(value.offset_table), value.problems
+    elif isinstance(value, TopicConfigTable):
+        entries, problems = len(value.topic_config_table), value.problems
+    elif isinstance(value, SubscriptionGroupTable):
+        entries, problems = len(value.subscription_group_table), value.problems
+    elif isinstance(value, UntypedConfig):
+        entries = len(value.document)
     return ConfigFileSummary(
-        name=path.name,
-        present=present,
-        bak_present=bak.is_file(),
-        tmp_present=tmp.is_file(),
-        source="main" if present else ("bak" if bak.is_file() else None),
-        parsed=False,
-        entries=None,
-        note="",
+        name=r.name,
+        source=r.source,
+        main_state=r.main_state,
+        bak_state=r.bak_state,
+        main_error=r.main_error,
+        bak_error=r.bak_error,
+        broker_starts=r.broker_starts,
+        bak_differs=r.bak_differs,
+        tmp_present=r.tmp_present,
+        entries=entries,
+        problems=problems,
     )

@@ -8,7 +8,7 @@ Bounds follow the broker's load path rather than file names: ``maxOffsetInQueue`
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
@@ -167,12 +167,39 @@ class UnitView:
     status: UnitStatus
     detail: str = ""
     message: cl.MessageRecord | None = field(default=None, compare=False)
+    expected_tags_code: int | None = None  # what dispatch computes from the record, if checked
+
+    @property
+    def tags_code_ok(self) -> bool | None:
+        if self.expected_tags_code is None or self.tags_code_kind is TagsCodeKind.EXT_ADDRESS:
+            return None
+        return self.expected_tags_code == self.tags_code
 
 
 def resolve_unit(
+    store: Store,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    unit: tuple[int, int, int],
+    *,
+    check_tags: bool = False,
+) -> UnitView:
+    """What one unit points to: the decoded message, or why there is none. ``check_tags``
+    also recomputes the tagsCode dispatch would write for the record (tag hash or, for
+    ``SCHEDULE_TOPIC_XXXX``, the delivery time)."""
+    view = _resolve(store, topic, queue_id, queue_offset, unit)
+    if check_tags and view.message is not None:
+        opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+        checked = store.check_at(view.phy_offset, opts)
+        if checked.is_message:
+            return replace(view, expected_tags_code=checked.tags_code)
+    return view
+
+
+def _resolve(
     store: Store, topic: str, queue_id: int, queue_offset: int, unit: tuple[int, int, int]
 ) -> UnitView:
-    """What one unit points to: the decoded message, or why there is none."""
     phy, size, tags = unit
     kind = tags_code_kind(tags, topic)
     if phy == 0 and size == PRE_BLANK_SIZE and tags == 0:
@@ -273,3 +300,61 @@ def _file_units(
         return rows
     finally:
         buf.release()
+
+
+# --- the ``consumequeue`` command ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueListing:
+    bounds: QueueBounds
+    start: int
+    stop: int  # exclusive queue offset where the listing ends (before --limit)
+    stale_after_end: int  # non-zero units on disk after maxOffset (left by truncation)
+
+
+def queue_listing(
+    store: Store, topic: str, queue_id: int, start: int | None, show_all: bool
+) -> QueueListing:
+    """Which units to list: from ``start`` (default: the first unit on disk) to the broker's
+    max offset, or to the end of the files with ``show_all``."""
+    qid = QueueId(topic, queue_id)
+    if qid not in store.queue_dirs:
+        raise StoreError(f"no consume queue {qid}", str(store.root / "consumequeue" / topic))
+    bounds = queue_bounds(store, qid)
+    queue = store.consume_queue(topic, queue_id)
+    end_on_disk = max((f.start + f.length for f in queue.files), default=0) // CQ_STORE_UNIT_SIZE
+    stale = _nonzero_units_after(store, queue, bounds.max_offset)
+    first = bounds.first_unit if start is None else start
+    stop = end_on_disk if show_all else bounds.max_offset
+    return QueueListing(bounds, first, stop, stale)
+
+
+def _nonzero_units_after(store: Store, queue: FileQueue, max_offset: int) -> int:
+    total = 0
+    for f in queue.files:
+        first = f.start // CQ_STORE_UNIT_SIZE
+        count = f.length // CQ_STORE_UNIT_SIZE
+        if first + count <= max_offset:
+            continue
+        skip = max(max_offset - first, 0)
+        buf = store.view(f)
+        try:
+            units = units_array(buf)[skip:]
+            nonzero = (units["phy_offset"] != 0) | (units["size"] != 0) | (units["tags_code"] != 0)
+            total += int(np.count_nonzero(nonzero))
+            del units, nonzero
+        finally:
+            buf.release()
+    return total
+
+
+def list_units(
+    store: Store, listing: QueueListing, topic: str, queue_id: int, limit: int | None
+) -> Iterator[UnitView]:
+    count = listing.stop - listing.start
+    if count <= 0:
+        return
+    n = count if limit is None else min(count, limit)
+    for qoff, unit in iter_units(store, topic, queue_id, listing.start, n):
+        yield resolve_unit(store, topic, queue_id, qoff, unit, check_tags=True)

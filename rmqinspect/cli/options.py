@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from rmqinspect.format.profile import Profile
+from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import OutputFormat
 from rmqinspect.store.model import Store, StoreOptions
 
@@ -98,3 +101,41 @@ def open_store(
         root,
         store_options(commitlog_file_size, cq_file_size, index_slots, index_entries, profile),
     )
+
+
+BodyOpt = Annotated[
+    BodyFormat,
+    typer.Option(
+        "--body",
+        case_sensitive=False,
+        help="How to show bodies: text (UTF-8, else base64), hex, base64 or none.",
+    ),
+]
+LimitOpt = Annotated[
+    int | None, typer.Option("--limit", "-n", min=0, help="Stop after this many results.")
+]
+
+
+def parse_time(text: str, option: str) -> int:
+    """Epoch milliseconds, or ISO 8601 (a time without a zone is UTC)."""
+    value = text.strip()
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is neither epoch milliseconds nor an ISO 8601 time", param_hint=option
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def parse_optional_time(text: str | None, option: str) -> int | None:
+    return None if text is None else parse_time(text, option)
+
+
+def progress_wanted(fmt: OutputFormat) -> bool:
+    """Progress bars only for humans: a table on a terminal."""
+    return fmt is OutputFormat.TABLE and sys.stdout.isatty()

@@ -94,7 +94,7 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
             for f in inv.index_files
         ],
         "checkpoint": checkpoint,
-        "config_files": [to_jsonable(f) for f in inv.config_files],
+        "config_files": [to_jsonable(f) for f in inv.config_files if f.on_disk],
         "unsupported": [to_jsonable(u) for u in inv.unsupported],
         "problems": [to_jsonable(p) for p in inv.problems],
     }
@@ -197,35 +197,39 @@ def inventory_tables(inv: Inventory) -> list[Table]:
         tables.append(idx)
 
     cfg = Table(title="Config files", title_justify="left")
-    for col in ("file", "main", ".bak", ".tmp", "used", "entries", "note"):
+    for col in ("file", "main", ".bak", "broker uses", "entries", "note"):
         cfg.add_column(col)
     for cf in inv.config_files:
-        if not (cf.present or cf.bak_present or cf.tmp_present):
+        if not cf.on_disk:
             continue
+        notes = [e for e in (cf.main_error, cf.bak_error) if e]
+        if cf.bak_differs:
+            notes.append(".bak parses to different values (the previous generation)")
+        if cf.tmp_present:
+            notes.append(".tmp left by an interrupted 4.9 persist")
+        if not cf.broker_starts:
+            notes.append("the broker refuses to start: .bak cannot be decoded")
+        notes.extend(cf.problems)
+        used = {"main": "main file", "bak": "FALLBACK to .bak", "none": "nothing (empty table)"}
         cfg.add_row(
             cf.name,
-            _yes(cf.present),
-            _yes(cf.bak_present),
-            _yes(cf.tmp_present),
-            cf.source or "none (empty table)",
+            cf.main_state,
+            cf.bak_state,
+            used.get(cf.source, cf.source),
             "" if cf.entries is None else str(cf.entries),
-            cf.note,
+            "; ".join(notes),
         )
     tables.append(cfg)
 
     if inv.unsupported or inv.problems:
-        notes = Table(title="Not supported / problems", title_justify="left")
-        notes.add_column("kind")
-        notes.add_column("path")
-        notes.add_column("what")
+        issues = Table(title="Not supported / problems", title_justify="left")
+        issues.add_column("kind")
+        issues.add_column("path")
+        issues.add_column("what")
         for u in inv.unsupported:
-            notes.add_row(f"unsupported: {u.kind}", u.path, u.note)
+            issues.add_row(f"unsupported: {u.kind}", u.path, u.note)
         for p in inv.problems:
             fatal = " (the broker fails to load)" if p.broker_fails_to_load else ""
-            notes.add_row(p.kind, p.path, p.message + fatal)
-        tables.append(notes)
+            issues.add_row(p.kind, p.path, p.message + fatal)
+        tables.append(issues)
     return tables
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else ""

@@ -1,0 +1,193 @@
+"""Index files opened for reading: geometry resolution, headers, and ``index`` command data.
+
+The slot and entry counts are broker configuration, not file content. They come from the
+command line, else from the file size (defaults or the default 1:4 ratio), else from the
+content: the first entry's physical offset equals the header's ``beginPhyOffset`` and the last
+entry's equals ``endPhyOffset``, which pins down where the entry table starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from rmqinspect.errors import DecodeError, StoreError
+from rmqinspect.format.index import (
+    HASH_SLOT_SIZE,
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER_SIZE,
+    IndexEntry,
+    IndexGeometry,
+    IndexHeader,
+    SlotStatistics,
+    read_entry,
+    slot_statistics,
+)
+from rmqinspect.store.files import StoreFile
+from rmqinspect.store.model import Store
+
+CONTENT_INFERENCE_MAX_BYTES = 64 << 20  # beyond this, ask for --index-slots/--index-entries
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFileInfo:
+    """One index file: its header and geometry, or why it cannot be used."""
+
+    file: StoreFile
+    header: IndexHeader | None
+    geometry: IndexGeometry | None
+    geometry_basis: str  # "given", "file size", "content"
+    error: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.header is not None and self.geometry is not None and self.error is None
+
+
+def open_index_files(store: Store) -> list[IndexFileInfo]:
+    """Every file under ``index/`` in the broker's load order (by name)."""
+    return [describe_index_file(store, f) for f in store.index_files]
+
+
+def describe_index_file(store: Store, f: StoreFile) -> IndexFileInfo:
+    try:
+        header = IndexHeader.decode(store.maps.read(f, 0, INDEX_HEADER_SIZE))
+    except DecodeError as err:
+        return IndexFileInfo(f, None, None, "", f"{f.path}: {err.message}")
+    try:
+        geometry, basis = resolve_geometry(store, f, header)
+    except DecodeError as err:
+        return IndexFileInfo(f, header, None, "", f"{f.path}: {err.message}")
+    return IndexFileInfo(f, header, geometry, basis)
+
+
+def resolve_geometry(store: Store, f: StoreFile, header: IndexHeader) -> tuple[IndexGeometry, str]:
+    slots, entries = store.options.index_slot_num, store.options.index_num
+    if slots is not None or entries is not None:
+        return IndexGeometry.infer(f.length, slots, entries), "given"
+    try:
+        return IndexGeometry.infer(f.length), "file size"
+    except DecodeError:
+        pass
+    geometry = _infer_from_content(store, f, header)
+    if geometry is None:
+        raise DecodeError(
+            f"cannot tell maxHashSlotNum/maxIndexNum of a {f.length}-byte index file; "
+            "pass --index-slots and --index-entries",
+            0,
+        )
+    return geometry, "content"
+
+
+def _infer_from_content(store: Store, f: StoreFile, header: IndexHeader) -> IndexGeometry | None:
+    """The slot count whose entry table holds ``beginPhyOffset`` in entry 1 and
+    ``endPhyOffset`` in the last entry, with every slot head hashing to its own slot."""
+    count = header.loaded_index_count
+    if count <= 1 or f.length > CONTENT_INFERENCE_MAX_BYTES:
+        return None
+    body = f.length - INDEX_HEADER_SIZE
+    buf = store.view(f)
+    try:
+        words = np.frombuffer(buf, ">u4", body // 4, INDEX_HEADER_SIZE).astype(np.int64)
+        found: IndexGeometry | None = None
+        for slots in range(1, body // HASH_SLOT_SIZE):
+            rest = body - slots * HASH_SLOT_SIZE
+            if rest % INDEX_ENTRY_SIZE or rest // INDEX_ENTRY_SIZE < count:
+                continue
+            if _phy_at(words, slots, 1) != header.begin_phy_offset:
+                continue
+            if _phy_at(words, slots, count - 1) != header.end_phy_offset:
+                continue
+            candidate = IndexGeometry(slots, rest // INDEX_ENTRY_SIZE)
+            if _heads_consistent(words, candidate, count):
+                found = candidate
+                break
+        del words
+        return found
+    finally:
+        buf.release()
+
+
+def _phy_at(words: np.ndarray, slots: int, number: int) -> int:
+    """The i64 phyOffset of entry ``number`` read from 32-bit words after the header."""
+    w = slots + (number * INDEX_ENTRY_SIZE + 4) // 4
+    if w + 1 >= len(words):
+        return -1
+    value = (int(words[w]) << 32) | int(words[w + 1])
+    return value - (1 << 64) if value >> 63 else value
+
+
+def _heads_consistent(words: np.ndarray, geometry: IndexGeometry, count: int) -> bool:
+    heads = words[: geometry.slot_num]
+    used = np.flatnonzero(heads)
+    if used.size == 0 or int(heads.max()) >= count:
+        return False
+    entry_words = geometry.slot_num + heads[used] * (INDEX_ENTRY_SIZE // 4)
+    if int(entry_words.max()) >= len(words):
+        return False
+    key_hash = words[entry_words]
+    return bool(np.all(key_hash % geometry.slot_num == used))
+
+
+# --- the ``index`` command ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFileReport:
+    info: IndexFileInfo
+    statistics: SlotStatistics | None
+
+
+def index_reports(store: Store, name: str | None = None) -> list[IndexFileReport]:
+    """Header and slot statistics of every index file, or of the one named ``name``."""
+    infos = open_index_files(store)
+    if name is not None:
+        infos = [i for i in infos if i.file.name == name or str(i.file.path) == name]
+        if not infos:
+            raise StoreError(f"no index file named {name}", str(store.root / "index"))
+    out = []
+    for info in infos:
+        stats = None
+        if info.usable:
+            assert info.geometry is not None and info.header is not None
+            buf = store.view(info.file)
+            try:
+                stats = slot_statistics(buf, info.geometry, info.header)
+            finally:
+                buf.release()
+        out.append(IndexFileReport(info, stats))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntryRow:
+    file: str
+    entry: IndexEntry
+    slot: int  # the bucket keyHash maps to
+    store_timestamp: int  # beginTimestamp + timeDiff * 1000, as the query path computes it
+
+
+def iter_entries(store: Store, info: IndexFileInfo) -> Iterator[IndexEntryRow]:
+    """Entries 1..indexCount-1 of one file, in write order."""
+    if not info.usable:
+        return
+    assert info.geometry is not None and info.header is not None
+    geometry, header = info.geometry, info.header
+    last = min(header.loaded_index_count, geometry.index_num)
+    buf = store.view(info.file)
+    try:
+        for number in range(1, last):
+            try:
+                entry = read_entry(buf, geometry, number)
+            except DecodeError:
+                return
+            yield IndexEntryRow(
+                info.file.name,
+                entry,
+                entry.key_hash % geometry.slot_num if entry.key_hash >= 0 else -1,
+                header.begin_timestamp + entry.time_diff * 1000,
+            )
+    finally:
+        buf.release()

@@ -1,0 +1,67 @@
+"""``rmqinspect consumequeue STORE TOPIC QUEUE_ID``: units and the message each points to."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rmqinspect.analysis.queues import list_units, queue_listing
+from rmqinspect.cli.common import handle_errors
+from rmqinspect.cli.options import (
+    BodyOpt,
+    CommitlogSizeOpt,
+    CqSizeOpt,
+    FormatOpt,
+    IndexEntriesOpt,
+    IndexSlotsOpt,
+    LimitOpt,
+    ProfileOpt,
+    StoreArg,
+    open_store,
+)
+from rmqinspect.render.message import BodyFormat
+from rmqinspect.render.output import resolve_format, warn
+from rmqinspect.render.queues import render_queue_listing
+
+
+@handle_errors
+def consumequeue(
+    store: StoreArg,
+    topic: Annotated[str, typer.Argument(help="Topic (directory name under consumequeue/).")],
+    queue_id: Annotated[int, typer.Argument(help="Queue id.")],
+    from_offset: Annotated[
+        int | None,
+        typer.Option("--from", min=0, help="First queue offset (default: first unit on disk)."),
+    ] = None,
+    limit: LimitOpt = None,
+    show_all: Annotated[
+        bool,
+        typer.Option("--all", help="Also list units after maxOffset (stale or zero units)."),
+    ] = False,
+    body: BodyOpt = BodyFormat.NONE,
+    format: FormatOpt = None,
+    commitlog_file_size: CommitlogSizeOpt = None,
+    cq_file_size: CqSizeOpt = None,
+    index_slots: IndexSlotsOpt = None,
+    index_entries: IndexEntriesOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """List a consume queue's units, each with the message it points to or why it points nowhere.
+
+    Example: rmqinspect consumequeue STORE TopicA 0 --from 100 --limit 20
+    """
+    fmt = resolve_format(format)
+    with open_store(
+        store, commitlog_file_size, cq_file_size, index_slots, index_entries, profile
+    ) as st:
+        listing = queue_listing(st, topic, queue_id, from_offset, show_all)
+        bad = render_queue_listing(
+            listing, list_units(st, listing, topic, queue_id, limit), fmt, body
+        )
+    if bad:
+        warn(f"{bad} listed unit(s) do not lead to their message")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("consumequeue")(consumequeue)

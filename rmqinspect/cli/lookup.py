@@ -1,0 +1,179 @@
+"""``rmqinspect lookup STORE``: where is message X (by id, key, queue offset, offset or time)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rmqinspect.analysis.lookup import (
+    LONG_MAX,
+    KeyQuery,
+    LookupResult,
+    default_max_num,
+    known_topics,
+    lookup_key,
+    lookup_msg_id,
+    lookup_phy_offset,
+    lookup_queue_offset,
+    lookup_time,
+    parse_queue_ref,
+)
+from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
+from rmqinspect.cli.options import (
+    BodyOpt,
+    CommitlogSizeOpt,
+    CqSizeOpt,
+    FormatOpt,
+    IndexEntriesOpt,
+    IndexSlotsOpt,
+    LimitOpt,
+    ProfileOpt,
+    StoreArg,
+    open_store,
+    parse_optional_time,
+    parse_time,
+    progress_wanted,
+)
+from rmqinspect.render.lookup import render_lookup
+from rmqinspect.render.message import BodyFormat
+from rmqinspect.render.output import progress_bar, resolve_format
+from rmqinspect.store.model import Store
+
+_MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--phy-offset", "--time")
+
+
+@handle_errors
+def lookup(
+    store: StoreArg,
+    msg_id: Annotated[
+        str | None,
+        typer.Option("--msg-id", help="offsetMsgId: decode it and read the record it points to."),
+    ] = None,
+    uniq_key: Annotated[
+        str | None,
+        typer.Option("--uniq-key", help="Client message id (UNIQ_KEY), via the index."),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Business key (KEYS), via the index; needs --topic."),
+    ] = None,
+    queue_offset: Annotated[
+        str | None,
+        typer.Option("--queue-offset", help="TOPIC:QUEUE_ID:OFFSET, via the consume queue."),
+    ] = None,
+    phy_offset: Annotated[
+        int | None, typer.Option("--phy-offset", help="Read the record at this physical offset.")
+    ] = None,
+    time_range: Annotated[
+        str | None,
+        typer.Option("--time", help="FROM..TO store time (ms or ISO 8601); needs --topic."),
+    ] = None,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Topic of the key.")] = None,
+    begin: Annotated[
+        str | None, typer.Option("--begin", help="Index time window start (ms or ISO 8601).")
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--end", help="Index time window end (ms or ISO 8601).")
+    ] = None,
+    max_num: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num", min=1, help="Index hits asked for (default: 64 for keys, 32 for ids)."
+        ),
+    ] = None,
+    scan: Annotated[
+        bool,
+        typer.Option("--scan", help="Walk the whole commitlog instead of using the index."),
+    ] = False,
+    limit: LimitOpt = None,
+    body: BodyOpt = BodyFormat.TEXT,
+    format: FormatOpt = None,
+    commitlog_file_size: CommitlogSizeOpt = None,
+    cq_file_size: CqSizeOpt = None,
+    index_slots: IndexSlotsOpt = None,
+    index_entries: IndexEntriesOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Find messages: exactly one of --msg-id, --uniq-key, --key, --queue-offset, --phy-offset,
+    --time. Exits 0 when something is found, 1 when nothing is.
+
+    Examples:
+      rmqinspect lookup STORE --msg-id 0A01020300002A9F000000000000792E
+      rmqinspect lookup STORE --key ORDER-42 --topic TopicA
+      rmqinspect lookup STORE --queue-offset TopicA:0:17
+    """
+    given = [
+        name
+        for name, value in zip(
+            _MODES, (msg_id, uniq_key, key, queue_offset, phy_offset, time_range), strict=True
+        )
+        if value is not None
+    ]
+    if len(given) != 1:
+        raise fail(f"give exactly one of {', '.join(_MODES)} (got {len(given)})")
+    if (key is not None or time_range is not None) and topic is None:
+        raise fail(f"{given[0]} needs --topic")
+    fmt = resolve_format(format)
+    with open_store(
+        store, commitlog_file_size, cq_file_size, index_slots, index_entries, profile
+    ) as st:
+        total = sum(f.length for f in st.commitlog.files)
+        with progress_bar(total, "scanning commitlog", progress_wanted(fmt)) as advance:
+            if msg_id is not None:
+                result = lookup_msg_id(st, msg_id)
+            elif phy_offset is not None:
+                result = lookup_phy_offset(st, phy_offset)
+            elif queue_offset is not None:
+                result = _queue_offset(st, queue_offset)
+            elif time_range is not None:
+                assert topic is not None
+                start, stop = _time_range(time_range)
+                result = lookup_time(
+                    st, topic, start, stop, limit=limit, scan=scan, progress=advance
+                )
+            else:
+                uniq = uniq_key is not None
+                text = uniq_key if uniq_key is not None else key
+                assert text is not None
+                topics = (topic,) if topic is not None else tuple(known_topics(st))
+                q = KeyQuery(
+                    text,
+                    topics,
+                    uniq,
+                    max_num or default_max_num(uniq),
+                    parse_optional_time(begin, "--begin") or 0,
+                    _or_max(parse_optional_time(end, "--end")),
+                )
+                result = lookup_key(st, q, scan=scan, progress=advance)
+                if limit is not None and len(result.hits) > limit:
+                    del result.hits[limit:]
+                    result.truncated = True
+            render_lookup(result, fmt, body)
+    if not result.found:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def _or_max(value: int | None) -> int:
+    return LONG_MAX if value is None else value
+
+
+def _queue_offset(st: Store, text: str) -> LookupResult:
+    try:
+        topic, queue_id, offset = parse_queue_ref(text)
+    except ValueError as err:
+        raise fail(f"--queue-offset: {err}") from None
+    return lookup_queue_offset(st, topic, queue_id, offset)
+
+
+def _time_range(text: str) -> tuple[int, int]:
+    start, sep, stop = text.partition("..")
+    if not sep:
+        raise fail(f"--time expects FROM..TO, got {text!r}")
+    begin = parse_time(start, "--time") if start.strip() else 0
+    end = parse_time(stop, "--time") if stop.strip() else LONG_MAX
+    return begin, end
+
+
+def register(app: typer.Typer) -> None:
+    app.command("lookup")(lookup)

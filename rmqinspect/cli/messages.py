@@ -1,0 +1,81 @@
+"""``rmqinspect messages STORE``: stream messages in commitlog order, filtered."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rmqinspect.analysis.messages import MessageFilter, stream_messages
+from rmqinspect.cli.common import handle_errors
+from rmqinspect.cli.options import (
+    BodyOpt,
+    CommitlogSizeOpt,
+    CqSizeOpt,
+    FormatOpt,
+    IndexEntriesOpt,
+    IndexSlotsOpt,
+    LimitOpt,
+    ProfileOpt,
+    StoreArg,
+    open_store,
+    parse_optional_time,
+    progress_wanted,
+)
+from rmqinspect.render.message import BodyFormat, render_message_stream
+from rmqinspect.render.output import progress_bar, resolve_format
+
+
+@handle_errors
+def messages(
+    store: StoreArg,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    queue_id: Annotated[
+        int | None, typer.Option("--queue-id", "-q", help="Only this queue id.")
+    ] = None,
+    from_offset: Annotated[
+        int | None, typer.Option("--from", min=0, help="First physical offset (inclusive).")
+    ] = None,
+    to_offset: Annotated[
+        int | None, typer.Option("--to", min=0, help="Last physical offset (exclusive).")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Store time from (epoch ms or ISO 8601; no zone = UTC)."),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Store time up to, inclusive (ms or ISO 8601).")
+    ] = None,
+    limit: LimitOpt = None,
+    body: BodyOpt = BodyFormat.TEXT,
+    format: FormatOpt = None,
+    commitlog_file_size: CommitlogSizeOpt = None,
+    cq_file_size: CqSizeOpt = None,
+    index_slots: IndexSlotsOpt = None,
+    index_entries: IndexEntriesOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Stream messages in commitlog order; bad records are reported on stderr and skipped.
+
+    Example: rmqinspect messages STORE --topic TopicA --since 2024-05-01T10:00 --limit 20
+    """
+    flt = MessageFilter(
+        topic=topic,
+        queue_id=queue_id,
+        from_offset=from_offset,
+        to_offset=to_offset,
+        since=parse_optional_time(since, "--since"),
+        until=parse_optional_time(until, "--until"),
+        limit=limit,
+    )
+    fmt = resolve_format(format)
+    with open_store(
+        store, commitlog_file_size, cq_file_size, index_slots, index_entries, profile
+    ) as st:
+        total = sum(f.length for f in st.commitlog.files)
+        with progress_bar(total, "scanning commitlog", progress_wanted(fmt)) as advance:
+            render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("messages")(messages)

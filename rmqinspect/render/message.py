@@ -1,0 +1,215 @@
+"""A decoded message as JSON (stable field names) and as rich tables.
+
+The body is emitted in a form its exact bytes can be recovered from: ``body_encoding`` says how
+``body`` is written. ``text`` falls back to ``base64`` for a body that is not valid UTF-8, so the
+JSON never loses bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from rich.table import Table
+
+from rmqinspect.analysis.messages import ScanEvent, ScanStop
+from rmqinspect.format.commitlog import MessageRecord
+from rmqinspect.format.ids import encode_offset_msg_id
+from rmqinspect.render.output import OutputFormat, print_jsonl, print_table, warn
+from rmqinspect.render.values import iso_ms, time_cell
+
+BODY_PREVIEW_CHARS = 48
+
+
+class BodyFormat(enum.StrEnum):
+    TEXT = "text"
+    HEX = "hex"
+    BASE64 = "base64"
+    NONE = "none"
+
+
+def encode_body(body: bytes | None, fmt: BodyFormat) -> tuple[str, str | None]:
+    """(body_encoding, body) for JSON; ``text`` degrades to ``base64`` for non-UTF-8 bytes."""
+    if body is None or fmt is BodyFormat.NONE:
+        return "none", None
+    if fmt is BodyFormat.TEXT:
+        try:
+            return "text", body.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64", base64.b64encode(body).decode("ascii")
+    if fmt is BodyFormat.HEX:
+        return "hex", body.hex()
+    return "base64", base64.b64encode(body).decode("ascii")
+
+
+def decode_body(encoding: str, body: str | None) -> bytes | None:
+    """The inverse of :func:`encode_body` (for consumers of the JSON and for tests)."""
+    if body is None or encoding == "none":
+        return None
+    if encoding == "text":
+        return body.encode("utf-8")
+    if encoding == "hex":
+        return bytes.fromhex(body)
+    if encoding == "base64":
+        return base64.b64decode(body)
+    raise ValueError(f"unknown body_encoding {encoding!r}")
+
+
+def msg_id(record: MessageRecord) -> str:
+    """The offsetMsgId as ``MessageDecoder.createMessageId`` builds it: store host + the record's
+    own PHYSICALOFFSET field."""
+    return encode_offset_msg_id(record.store_host, record.physical_offset)
+
+
+def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> dict[str, Any]:
+    encoding, text = encode_body(record.body, body)
+    out: dict[str, Any] = {
+        "physical_offset": record.position,
+        "store_size": record.store_size,
+        "version": record.version,
+        "topic": record.topic,
+        "queue_id": record.queue_id,
+        "queue_offset": record.queue_offset,
+        "sys_flag": record.sys_flag,
+        "transaction": record.transaction_name,
+        "flag": record.flag,
+        "body_crc": record.body_crc,
+        "body_crc_ok": record.body_crc_ok,
+        "born_timestamp": record.born_timestamp,
+        "born_time": iso_ms(record.born_timestamp),
+        "born_host": str(record.born_host),
+        "store_timestamp": record.store_timestamp,
+        "store_time": iso_ms(record.store_timestamp),
+        "store_host": str(record.store_host),
+        "reconsume_times": record.reconsume_times,
+        "prepared_transaction_offset": record.prepared_transaction_offset,
+        "properties": dict(sorted(record.properties.items())),
+        "tags": record.tags,
+        "keys": record.keys,
+        "uniq_key": record.uniq_key,
+        "msg_id": msg_id(record),
+        "body_length": record.body_length,
+        "compression": record.compression,
+        "body_encoding": encoding,
+        "body": text,
+    }
+    if record.physical_offset != record.position:
+        # The PHYSICALOFFSET field disagrees with where the record sits: worth seeing.
+        out["physical_offset_field"] = record.physical_offset
+    return out
+
+
+def body_preview(body: bytes | None, limit: int = BODY_PREVIEW_CHARS) -> str:
+    if body is None:
+        return ""
+    try:
+        text = body.decode("utf-8")
+        shown = text if len(text) <= limit else text[:limit] + "…"
+        return shown.encode("unicode_escape").decode("ascii") if not text.isprintable() else shown
+    except UnicodeDecodeError:
+        head = body[: limit // 2].hex()
+        return f"0x{head}{'…' if len(body) > limit // 2 else ''}"
+
+
+def messages_table(records: Iterable[MessageRecord], title: str) -> Table:
+    """One row per message: where it is, what it is, and a body preview."""
+    table = Table(title=title, title_justify="left")
+    for col in ("phy offset", "topic", "queue", "q offset", "store time", "tags", "keys", "body"):
+        table.add_column(col, justify="right" if "offset" in col or col == "queue" else "left")
+    for r in records:
+        table.add_row(
+            str(r.position),
+            r.topic,
+            str(r.queue_id),
+            str(r.queue_offset),
+            iso_ms(r.store_timestamp) or str(r.store_timestamp),
+            r.tags or "",
+            " ".join(r.keys),
+            body_preview(r.body),
+        )
+    return table
+
+
+def message_detail_table(record: MessageRecord, title: str) -> Table:
+    """Every field of one message, then its properties and body."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    crc = {True: "ok", False: "MISMATCH", None: "not read"}[record.body_crc_ok]
+    rows: list[tuple[str, str]] = [
+        ("physical offset", str(record.position)),
+        ("msg id (offsetMsgId)", msg_id(record)),
+        ("uniq key", record.uniq_key or ""),
+        ("topic / queue", f"{record.topic} / {record.queue_id}"),
+        ("queue offset", str(record.queue_offset)),
+        ("store size", f"{record.store_size} ({record.version})"),
+        ("sys flag", f"{record.sys_flag} ({record.transaction_name})"),
+        ("flag", str(record.flag)),
+        ("born", f"{time_cell(record.born_timestamp)} from {record.born_host}"),
+        ("stored", f"{time_cell(record.store_timestamp)} on {record.store_host}"),
+        ("reconsume times", str(record.reconsume_times)),
+        ("prepared tx offset", str(record.prepared_transaction_offset)),
+        ("tags", record.tags or ""),
+        ("keys", " ".join(record.keys)),
+        ("body crc", f"{record.body_crc} ({crc})"),
+    ]
+    if record.physical_offset != record.position:
+        rows.append(("PHYSICALOFFSET field", f"{record.physical_offset} (differs!)"))
+    if record.compression:
+        rows.append(("compression", record.compression))
+    for k, v in sorted(record.properties.items()):
+        rows.append((f"property {k}", v))
+    rows.append((f"body ({record.body_length} bytes)", body_preview(record.body, 400)))
+    for k, v in rows:
+        table.add_row(k, v)
+    return table
+
+
+TABLE_BATCH_ROWS = 500  # a streamed table is printed in batches so memory stays bounded
+
+
+def print_json_array(rows: Iterable[dict[str, Any]]) -> int:
+    """A JSON array written element by element (a scan can be far larger than memory)."""
+    n = 0
+    out = sys.stdout
+    out.write("[")
+    for row in rows:
+        out.write(",\n  " if n else "\n  ")
+        out.write(json.dumps(row, ensure_ascii=False))
+        n += 1
+    out.write("\n]\n" if n else "]\n")
+    return n
+
+
+def render_message_stream(
+    events: Iterable[ScanEvent], fmt: OutputFormat, body: BodyFormat, title: str
+) -> int:
+    """Messages to stdout in ``fmt``; unreadable spots to stderr as warnings. Returns the count."""
+
+    def messages() -> Iterator[MessageRecord]:
+        for ev in events:
+            if isinstance(ev, ScanStop):
+                if not ev.end_of_data:
+                    warn(f"{ev.file}: byte {ev.position}: {ev.reason}: {ev.detail}".rstrip(": "))
+                continue
+            yield ev
+
+    if fmt is OutputFormat.JSON:
+        return print_json_array(message_json(r, body) for r in messages())
+    if fmt is OutputFormat.JSONL:
+        return print_jsonl(message_json(r, body) for r in messages())
+    count = 0
+    batch: list[MessageRecord] = []
+    for rec in messages():
+        batch.append(rec)
+        count += 1
+        if len(batch) >= TABLE_BATCH_ROWS:
+            print_table(messages_table(batch, title if count == len(batch) else ""))
+            batch = []
+    if batch or not count:
+        print_table(messages_table(batch, title if count == len(batch) else ""))
+    return count

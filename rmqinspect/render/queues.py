@@ -1,0 +1,107 @@
+"""Rendering of ``consumequeue`` listings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from rich.table import Table
+
+from rmqinspect.analysis.queues import QueueListing, UnitStatus, UnitView
+from rmqinspect.render.inventory import queue_json
+from rmqinspect.render.message import TABLE_BATCH_ROWS, BodyFormat, body_preview, message_json
+from rmqinspect.render.output import OutputFormat, key_value_table, print_jsonl, print_table, warn
+from rmqinspect.render.values import iso_ms
+
+
+def unit_json(u: UnitView, body: BodyFormat) -> dict[str, Any]:
+    return {
+        "queue_offset": u.queue_offset,
+        "phy_offset": u.phy_offset,
+        "size": u.size,
+        "tags_code": u.tags_code,
+        "tags_code_kind": u.tags_code_kind.value,
+        "expected_tags_code": u.expected_tags_code,
+        "tags_code_ok": u.tags_code_ok,
+        "status": u.status.value,
+        "detail": u.detail or None,
+        "message": None if u.message is None else message_json(u.message, body),
+    }
+
+
+def render_queue_listing(
+    listing: QueueListing, units: Iterable[UnitView], fmt: OutputFormat, body: BodyFormat
+) -> int:
+    """Returns how many units were not FOUND (the caller reports it)."""
+    b = listing.bounds
+    if listing.stale_after_end:
+        warn(
+            f"{b.topic}/{b.queue_id}: {listing.stale_after_end} non-zero units lie after "
+            f"maxOffset {b.max_offset} (stale after a truncation?); --all lists them"
+        )
+    bad = 0
+
+    def counted() -> Iterator[UnitView]:
+        nonlocal bad
+        for u in units:
+            if u.status is not UnitStatus.FOUND:
+                bad += 1
+            yield u
+
+    if fmt is OutputFormat.JSONL:
+        print_jsonl(unit_json(u, body) for u in counted())
+        return bad
+    if fmt is OutputFormat.JSON:
+        out = sys.stdout
+        head = {"queue": queue_json(b), "stale_units_after_end": listing.stale_after_end}
+        out.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "units": [')
+        for i, u in enumerate(counted()):
+            out.write(",\n  " if i else "\n  ")
+            out.write(json.dumps(unit_json(u, body), ensure_ascii=False))
+        out.write("\n]}\n")
+        return bad
+    print_table(
+        key_value_table(
+            f"Consume queue {b.topic}/{b.queue_id}",
+            [
+                ("offsets (min..max)", f"[{b.min_offset}, {b.max_offset}) = {b.message_count}"),
+                ("first unit on disk", b.first_unit),
+                ("files", f"{b.file_count} ({b.bytes} bytes)"),
+                ("pre-blank units", b.pre_blank_units),
+                ("note", b.min_note),
+            ],
+        )
+    )
+    batch: list[UnitView] = []
+    first = True
+    for u in counted():
+        batch.append(u)
+        if len(batch) >= TABLE_BATCH_ROWS:
+            print_table(_units_table(batch, first))
+            first, batch = False, []
+    if batch or first:
+        print_table(_units_table(batch, first))
+    return bad
+
+
+def _units_table(units: list[UnitView], with_title: bool) -> Table:
+    table = Table(title="Units" if with_title else None, title_justify="left")
+    for col in ("q offset", "phy offset", "size", "tagsCode", "status", "message"):
+        table.add_column(
+            col, justify="right" if col in ("q offset", "phy offset", "size") else "left"
+        )
+    for u in units:
+        tags = str(u.tags_code)
+        if u.tags_code_ok is False:
+            tags += f" (expected {u.expected_tags_code})"
+        if u.message is not None and u.status is UnitStatus.FOUND:
+            m = u.message
+            what = f"{iso_ms(m.store_timestamp)} keys={' '.join(m.keys)} {body_preview(m.body, 24)}"
+        else:
+            what = u.detail
+        table.add_row(
+            str(u.queue_offset), str(u.phy_offset), str(u.size), tags, u.status.value, what
+        )
+    return table
