@@ -1,0 +1,55 @@
+"""``checkpoint``: the three (4.9) or five (5.x) checkpoint fields and what recovery derives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqinspect.errors import DecodeError, StoreError
+from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    path: str
+    checkpoint: Checkpoint
+    min_timestamp: int  # getMinTimestamp: abnormal recovery starts at the file before this
+    min_timestamp_index: int  # getMinTimestampIndex (messageIndexSafe=true)
+    notes: tuple[str, ...]
+
+
+def checkpoint_path(target: Path) -> Path:
+    """A store directory means its ``checkpoint`` file; anything else is the file itself."""
+    return target / "checkpoint" if target.is_dir() else target
+
+
+def read_checkpoint(target: Path) -> CheckpointReport:
+    path = checkpoint_path(target)
+    if not path.is_file():
+        raise StoreError("no checkpoint file (the broker would start from all zeros)", str(path))
+    with open(path, "rb") as fh:
+        data = fh.read(2 * CHECKPOINT_FILE_SIZE)
+    try:
+        cp = decode_checkpoint(data)
+    except DecodeError as err:
+        raise StoreError.from_decode(err, str(path)) from None
+    notes: list[str] = []
+    if cp.size_anomaly:
+        notes.append(cp.size_anomaly)
+    if cp.nonzero_tail:
+        notes.append("bytes after the fields are not all zero: the broker never writes there")
+    if cp.physic_msg_timestamp == 0 or cp.logics_msg_timestamp == 0:
+        notes.append(
+            "a zero timestamp makes getMinTimestamp 0: an abnormal recovery would check every "
+            "commitlog file from the first"
+        )
+    if cp.index_msg_timestamp == 0:
+        notes.append(
+            "indexMsgTimestamp 0: after a crash every index file would be deleted at load "
+            "(no index file has filled up yet, or the checkpoint was lost)"
+        )
+    if cp.master_flushed_offset or cp.confirm_phy_offset:
+        notes.append("masterFlushedOffset/confirmPhyOffset are set: written by a 5.x broker")
+    return CheckpointReport(
+        str(path), cp, cp.min_timestamp(), cp.min_timestamp_index(), tuple(notes)
+    )

@@ -1,0 +1,148 @@
+"""Rendering of the ``index`` command: per-file header, geometry, slot and chain statistics."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from rich.table import Table
+
+from rmqinspect.analysis.indexes import IndexEntryRow, IndexFileReport
+from rmqinspect.render.message import TABLE_BATCH_ROWS
+from rmqinspect.render.output import OutputFormat, print_jsonl, print_table, to_jsonable
+from rmqinspect.render.values import iso_ms, time_cell
+
+
+def index_report_json(r: IndexFileReport) -> dict[str, Any]:
+    info, h, g, s = r.info, r.info.header, r.info.geometry, r.statistics
+    header = None
+    if h is not None:
+        header = {
+            "begin_timestamp": h.begin_timestamp,
+            "begin_time": iso_ms(h.begin_timestamp),
+            "end_timestamp": h.end_timestamp,
+            "end_time": iso_ms(h.end_timestamp),
+            "begin_phy_offset": h.begin_phy_offset,
+            "end_phy_offset": h.end_phy_offset,
+            "hash_slot_count": h.hash_slot_count,
+            "index_count": h.index_count,
+            "entries": h.entry_count,
+        }
+    stats = None
+    if s is not None and g is not None:
+        stats = to_jsonable(s)
+        stats["slot_occupancy"] = s.used_slots / g.slot_num
+        stats["entry_fill"] = s.entries / max(g.index_num - 1, 1)
+    return {
+        "file": str(info.file.path),
+        "name": info.file.name,
+        "bytes": info.file.length,
+        "geometry": None
+        if g is None
+        else {"slots": g.slot_num, "entries": g.index_num, "basis": info.geometry_basis},
+        "header": header,
+        "statistics": stats,
+        "error": info.error,
+    }
+
+
+def entry_json(e: IndexEntryRow) -> dict[str, Any]:
+    return {
+        "file": e.file,
+        "entry": e.entry.number,
+        "key_hash": e.entry.key_hash,
+        "slot": e.slot,
+        "phy_offset": e.entry.phy_offset,
+        "time_diff": e.entry.time_diff,
+        "store_timestamp": e.store_timestamp,
+        "prev": e.entry.prev_index,
+    }
+
+
+def render_index(
+    reports: list[IndexFileReport], entries: Iterable[IndexEntryRow] | None, fmt: OutputFormat
+) -> None:
+    if fmt is OutputFormat.JSON:
+        head = json.dumps({"files": [index_report_json(r) for r in reports]}, ensure_ascii=False)
+        if entries is None:
+            sys.stdout.write(head + "\n")
+            return
+        sys.stdout.write(head[:-1] + ', "entries": [')
+        for i, e in enumerate(entries):
+            sys.stdout.write(",\n  " if i else "\n  ")
+            sys.stdout.write(json.dumps(entry_json(e)))
+        sys.stdout.write("\n]}\n")
+        return
+    if fmt is OutputFormat.JSONL:
+        if entries is None:
+            print_jsonl(index_report_json(r) for r in reports)
+        else:
+            print_jsonl(entry_json(e) for e in entries)
+        return
+    print_table(_files_table(reports))
+    if entries is None:
+        return
+    batch: list[IndexEntryRow] = []
+    first = True
+    for e in entries:
+        batch.append(e)
+        if len(batch) >= TABLE_BATCH_ROWS:
+            print_table(_entries_table(batch, first))
+            first, batch = False, []
+    if batch or first:
+        print_table(_entries_table(batch, first))
+
+
+def _files_table(reports: list[IndexFileReport]) -> Table:
+    t = Table(title="Index files", title_justify="left")
+    for col in ("file", "slots/entries", "entries used", "time span", "phy offsets", "chains"):
+        t.add_column(col)
+    for r in reports:
+        h, g, s = r.info.header, r.info.geometry, r.statistics
+        geo = "" if g is None else f"{g.slot_num}/{g.index_num} ({r.info.geometry_basis})"
+        if h is None:
+            t.add_row(r.info.file.name, geo, r.info.error or "", "", "", "")
+            continue
+        chains = r.info.error or ""
+        if s is not None:
+            chains = (
+                f"{s.used_slots} slots used ({100 * s.used_slots / s.slot_num:.1f}%), "
+                f"max {s.max_chain}, mean {s.mean_chain:.2f}"
+            )
+            bad = []
+            if s.bad_slots:
+                bad.append(f"{s.bad_slots} bad slots")
+            if s.broken_links:
+                bad.append(f"{s.broken_links} broken links")
+            if s.unreachable_entries:
+                bad.append(f"{s.unreachable_entries} unreachable entries")
+            if bad:
+                chains += "; " + ", ".join(bad)
+        t.add_row(
+            r.info.file.name,
+            geo,
+            str(h.entry_count),
+            f"{time_cell(h.begin_timestamp)} .. {time_cell(h.end_timestamp)}",
+            f"{h.begin_phy_offset}..{h.end_phy_offset}",
+            chains,
+        )
+    return t
+
+
+def _entries_table(rows: list[IndexEntryRow], with_title: bool) -> Table:
+    t = Table(title="Entries" if with_title else None, title_justify="left")
+    for col in ("file", "entry", "keyHash", "slot", "phy offset", "store time", "prev"):
+        t.add_column(col, justify="left" if col == "file" else "right")
+    for e in rows:
+        t.add_row(
+            e.file,
+            str(e.entry.number),
+            str(e.entry.key_hash),
+            str(e.slot),
+            str(e.entry.phy_offset),
+            iso_ms(e.store_timestamp) or str(e.store_timestamp),
+            str(e.entry.prev_index),
+        )
+    return t
