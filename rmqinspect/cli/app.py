@@ -32,9 +32,29 @@ def _root(
 
 def _register_commands() -> None:
     # Imported here so that each command module can import ``app`` helpers without a cycle.
-    from rmqinspect.cli import info, synth
+    from rmqinspect.cli import (
+        checkpoint,
+        consumequeue,
+        decode_id,
+        index,
+        info,
+        lookup,
+        messages,
+        offsets,
+        synth,
+    )
 
-    for module in (info, synth):
+    for module in (
+        info,
+        messages,
+        consumequeue,
+        index,
+        checkpoint,
+        offsets,
+        lookup,
+        decode_id,
+        synth,
+    ):
         module.register(app)
 
 
