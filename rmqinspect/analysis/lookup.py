@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from rmqinspect.analysis.indexes import IndexFileInfo, open_index_files
-from rmqinspect.analysis.queues import UnitStatus, queue_bounds, resolve_unit, unit_at
+from rmqinspect.analysis.inventory import commitlog_summary
+from rmqinspect.analysis.queues import (
+    UnitStatus,
+    all_queue_bounds,
+    queue_bounds,
+    resolve_unit,
+    unit_at,
+)
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.host import HostAddress
@@ -266,9 +273,6 @@ def _scan_records(
 
 def readable_end_offset(store: Store) -> int:
     """Where valid records end (walking forward from the consume queues' end, CRC unchecked)."""
-    from rmqinspect.analysis.inventory import commitlog_summary
-    from rmqinspect.analysis.queues import all_queue_bounds
-
     return commitlog_summary(store, all_queue_bounds(store)).max_offset
 
 
@@ -510,7 +514,9 @@ def parse_queue_ref(text: str) -> tuple[str, int, int]:
         raise ValueError(f"queue id and offset must be integers in {text!r}") from None
 
 
-def lookup_queue_offset(store: Store, topic: str, queue_id: int, offset: int) -> LookupResult:
+def lookup_queue_offset(
+    store: Store, topic: str, queue_id: int, offset: int, progress: Progress | None = None
+) -> LookupResult:
     result = LookupResult(
         Mode.QUEUE_OFFSET, {"topic": topic, "queue_id": queue_id, "queue_offset": offset}
     )
@@ -518,6 +524,7 @@ def lookup_queue_offset(store: Store, topic: str, queue_id: int, offset: int) ->
     if qid not in store.queue_dirs:
         result.warnings.append(f"no consume queue directory for {qid}")
         result.rejected.append(Rejected(-1, f"no consume queue {qid} on disk"))
+        _find_undispatched(store, result, topic, queue_id, offset, progress)
         return result
     bounds = queue_bounds(store, qid)
     if not bounds.min_offset <= offset < bounds.max_offset:
@@ -529,19 +536,53 @@ def lookup_queue_offset(store: Store, topic: str, queue_id: int, offset: int) ->
         unit = unit_at(store, topic, queue_id, offset)
     except StoreError as err:
         result.rejected.append(Rejected(-1, err.message))
+        if offset >= bounds.max_offset:
+            _find_undispatched(store, result, topic, queue_id, offset, progress)
         return result
     view = resolve_unit(store, topic, queue_id, offset, unit)
     result.query["unit"] = {"phy_offset": view.phy_offset, "size": view.size, "tags_code": unit[2]}
     if view.status is UnitStatus.FOUND and view.message is not None:
         result.hits.append(Hit(view.message, Via.CONSUME_QUEUE))
-    else:
-        why = f"unit points nowhere: {view.status.value}"
-        result.rejected.append(
-            Rejected(
-                view.phy_offset, f"{why} ({view.detail})" if view.detail else why, view.message
-            )
-        )
+        return result
+    why = f"unit points nowhere: {view.status.value}"
+    result.rejected.append(
+        Rejected(view.phy_offset, f"{why} ({view.detail})" if view.detail else why, view.message)
+    )
+    if offset >= bounds.max_offset:
+        _find_undispatched(store, result, topic, queue_id, offset, progress)
     return result
+
+
+def _find_undispatched(
+    store: Store,
+    result: LookupResult,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    progress: Progress | None,
+) -> None:
+    """Look for the record in the commitlog after the consume queues' end: messages the broker
+    stored but had not dispatched (it dispatches them when it restarts)."""
+    bounds = all_queue_bounds(store)
+    start = max((b.last_phy_offset for b in bounds), default=-1)
+    if start < 0 or store.commitlog.find(start) is None:
+        start = max(store.commitlog.min_offset, 0)
+    end = commitlog_summary(store, bounds).max_offset
+    if start >= end:
+        return
+    result.tail_scanned = (start, end)
+    for rec in _scan_records(store, start, end, progress):
+        if (rec.topic, rec.queue_id, rec.queue_offset) == (topic, queue_id, offset) and (
+            rec.enters_consume_queue
+        ):
+            result.hits.append(
+                Hit(
+                    rec,
+                    Via.TAIL_SCAN,
+                    ("not in the consume queue on disk: stored after the last dispatched record",),
+                )
+            )
+            return
 
 
 # --- store time ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from rmqinspect.analysis.lookup import (
     LONG_MAX,
     KeyQuery,
     LookupResult,
+    Progress,
     default_max_num,
     known_topics,
     lookup_key,
@@ -125,7 +126,7 @@ def lookup(
             elif phy_offset is not None:
                 result = lookup_phy_offset(st, phy_offset)
             elif queue_offset is not None:
-                result = _queue_offset(st, queue_offset)
+                result = _queue_offset(st, queue_offset, advance)
             elif time_range is not None:
                 assert topic is not None
                 start, stop = _time_range(time_range)
@@ -158,12 +159,12 @@ def _or_max(value: int | None) -> int:
     return LONG_MAX if value is None else value
 
 
-def _queue_offset(st: Store, text: str) -> LookupResult:
+def _queue_offset(st: Store, text: str, progress: Progress) -> LookupResult:
     try:
         topic, queue_id, offset = parse_queue_ref(text)
     except ValueError as err:
         raise fail(f"--queue-offset: {err}") from None
-    return lookup_queue_offset(st, topic, queue_id, offset)
+    return lookup_queue_offset(st, topic, queue_id, offset, progress)
 
 
 def _time_range(text: str) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from rich.table import Table
 from rmqinspect.analysis.indexes import IndexEntryRow, IndexFileReport
 from rmqinspect.render.message import TABLE_BATCH_ROWS
 from rmqinspect.render.output import OutputFormat, print_jsonl, print_table, to_jsonable
-from rmqinspect.render.values import iso_ms, time_cell
+from rmqinspect.render.values import iso_ms
 
 
 def index_report_json(r: IndexFileReport) -> dict[str, Any]:
@@ -97,8 +97,9 @@ def render_index(
 
 def _files_table(reports: list[IndexFileReport]) -> Table:
     t = Table(title="Index files", title_justify="left")
-    for col in ("file", "slots/entries", "entries used", "time span", "phy offsets", "chains"):
-        t.add_column(col)
+    t.add_column("file", no_wrap=True)
+    for col in ("slots/entries", "entries used", "store times", "phy offsets", "chains"):
+        t.add_column(col, overflow="fold")
     for r in reports:
         h, g, s = r.info.header, r.info.geometry, r.statistics
         geo = "" if g is None else f"{g.slot_num}/{g.index_num} ({r.info.geometry_basis})"
@@ -124,7 +125,7 @@ def _files_table(reports: list[IndexFileReport]) -> Table:
             r.info.file.name,
             geo,
             str(h.entry_count),
-            f"{time_cell(h.begin_timestamp)} .. {time_cell(h.end_timestamp)}",
+            f"{iso_ms(h.begin_timestamp)} .. {iso_ms(h.end_timestamp)}",
             f"{h.begin_phy_offset}..{h.end_phy_offset}",
             chains,
         )

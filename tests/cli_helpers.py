@@ -1,0 +1,74 @@
+"""Shared helpers of the CLI tests: invoke the real typer app and build small real stores."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner, Result
+
+from rmqinspect.cli.app import app
+from rmqinspect.format.host import HostAddress
+from rmqinspect.format.profile import Profile
+from rmqinspect.synth.writer import MessageSpec, StoreLayout, StoreWriter
+
+SMALL_LAYOUT = StoreLayout(
+    profile=Profile.V4_9,
+    commitlog_file_size=64 * 1024,
+    cq_file_size=50 * 20,
+    index_slot_num=64,
+    index_num=400,
+)
+SMALL_OPTS = ["--index-slots", "64", "--index-entries", "400"]
+
+
+def run(*args: str | Path) -> Result:
+    """``rmqinspect ARGS`` through typer's runner; stdout and stderr stay separate."""
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def run_json(*args: str | Path) -> Any:
+    result = run(*args, "--format", "json")
+    assert result.exit_code in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def run_jsonl(*args: str | Path) -> list[Any]:
+    result = run(*args, "--format", "jsonl")
+    assert result.exit_code in (0, 1), result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines() if line]
+
+
+def build_store(
+    root: Path,
+    specs: Sequence[MessageSpec],
+    layout: StoreLayout = SMALL_LAYOUT,
+    *,
+    crash: bool = False,
+    consumer_offsets: dict[str, dict[int, int]] | None = None,
+    previous_offsets: dict[str, dict[int, int]] | None = None,
+) -> Path:
+    with StoreWriter(root, layout, crash=crash) as w:
+        for spec in specs:
+            w.put(spec)
+        if consumer_offsets is not None:
+            w.set_consumer_offsets(consumer_offsets, previous_offsets)
+    return root
+
+
+def orders(n: int, topic: str = "Orders", queues: int = 2) -> list[MessageSpec]:
+    """``n`` messages spread over ``queues`` queues, each with a key, a tag and a UNIQ_KEY."""
+    return [
+        MessageSpec(
+            topic=topic,
+            queue_id=i % queues,
+            body=f"order {i}".encode(),
+            tags="TagA" if i % 2 else "TagB",
+            keys=f"ORDER-{i}",
+            uniq_key=f"0A000001{i:024X}",
+            born_host=HostAddress(bytes([192, 168, 0, 1]), 40000 + i),
+        )
+        for i in range(n)
+    ]
