@@ -1,0 +1,278 @@
+"""``recover --apply-to DIR``: write what the broker leaves on disk after a restart, elsewhere.
+
+The store is copied into DIR (files the restart deletes are simply not copied), then DIR is
+changed the way the restarted broker changes its own store:
+
+* commitlog files past the recovered end are not copied; in the cut file the bytes past the end
+  are zeroed. The broker leaves them in place until it overwrites them (truncation only moves
+  in-memory positions, §1.3) and never reads them; zeroing them keeps a second restart, and the
+  other rmqinspect commands, from seeing the discarded records again (STORE keeps the evidence);
+* consume queues get the units the dispatch writes, files the broker creates are created at full
+  size, and the stale units past each queue's last write position are zeroed. The broker never
+  reads them, but its next ``ConsumeQueue.recover`` would, and then truncate them again; zeroing
+  them makes a second restart of DIR a true no-op;
+* index files the dispatch writes (continued or new) are written byte for byte; new ones are named
+  by the current wall clock, as the broker names them;
+* the checkpoint gets what the clean shutdown after the restart persists, and ``abort`` is gone.
+
+The inspected store is only read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqinspect.analysis.recover import (
+    RecoverOptions,
+    RecoveryOutcome,
+    RecoveryReport,
+    analyze_recovery,
+    run_recovery,
+)
+from rmqinspect.errors import StoreError
+
+_CHUNK = 1 << 20
+_ZEROS = bytes(_CHUNK)
+_STAGING = ".rmqinspect-index-staging"
+
+
+class ApplyRefused(Exception):
+    """The broker would not start, so there is no post-restart state to write."""
+
+
+@dataclass
+class ApplyReport:
+    directory: str
+    copied_files: int = 0
+    copied_bytes: int = 0
+    deleted_files: list[str] = field(default_factory=list)  # relative paths not copied
+    written_files: list[str] = field(default_factory=list)  # files changed or created
+    index_files_written: list[str] = field(default_factory=list)
+    checkpoint_written: bool = False
+    abort_removed: bool = False
+    verification_noop: bool = False  # `recover DIR` predicts no change
+    verification_differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def check_destination(store: Path, dest: Path) -> None:
+    """Refuse a non-empty DIR, a DIR inside the store and the store itself."""
+    s, d = store.resolve(), dest.resolve()
+    if d == s or s in d.parents:
+        raise StoreError("--apply-to must be outside the inspected store", str(dest))
+    if d.exists() and (not d.is_dir() or any(d.iterdir())):
+        raise StoreError("--apply-to needs a new or empty directory", str(dest))
+
+
+def apply_recovery(
+    store: Path,
+    dest: Path,
+    options: RecoverOptions | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[RecoveryReport, ApplyReport]:
+    opts = options or RecoverOptions()
+    check_destination(store, dest)
+    created_dest = not dest.exists()
+    dest.mkdir(parents=True, exist_ok=True)
+    staging = dest / _STAGING
+    staging.mkdir()
+    try:
+        outcome = run_recovery(store, opts, progress, index_out=staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created_dest:
+            dest.rmdir()
+        raise
+    report = outcome.report
+    if not report.broker_starts:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created_dest:
+            dest.rmdir()
+        reasons = "; ".join(f.message for f in report.load_failures)
+        raise ApplyRefused(f"the broker would refuse to start ({reasons}): nothing to apply")
+    applied = ApplyReport(str(dest))
+    skip = _paths_deleted(store, outcome)
+    _copy_store(store, dest, skip, applied)
+    _apply_queues(store, dest, outcome, applied)
+    last = report.commitlog.last_file if report.commitlog is not None else None
+    if last is not None:
+        path = dest / "commitlog" / last.name
+        if _zero_tail(path, last.wrote_position, path.stat().st_size):
+            applied.written_files.append(str(path.relative_to(dest)))
+            applied.notes.append(
+                f"zeroed commitlog/{last.name} past position {last.wrote_position} (the recovered "
+                "end); the broker leaves those bytes until it overwrites them"
+            )
+    for name in outcome.index_written:
+        (dest / "index").mkdir(exist_ok=True)
+        os.replace(staging / name, dest / "index" / name)
+        applied.index_files_written.append(name)
+    shutil.rmtree(staging, ignore_errors=True)
+    if outcome.checkpoint_after is not None:
+        (dest / "checkpoint").write_bytes(outcome.checkpoint_after)
+        applied.checkpoint_written = True
+    applied.abort_removed = report.abort_present
+    if report.index is not None and report.index.files_created:
+        applied.notes.append(
+            "new index files are named by this machine's clock; the broker would use its own"
+        )
+    _verify(dest, opts, outcome, applied)
+    return report, applied
+
+
+def _paths_deleted(store: Path, outcome: RecoveryOutcome) -> set[Path]:
+    """Store paths the restart deletes (relative), plus ``abort``."""
+    skip = {Path("abort")}
+    skip.update(Path("commitlog") / n for n in outcome.commitlog_deleted)
+    skip.update(Path("index") / n for n in outcome.index_deleted)
+    report = outcome.report
+    for q in report.consume_queues:
+        base = Path("consumequeue") / q.topic / str(q.queue_id)
+        skip.update(base / n for n in q.files_deleted)
+    return skip
+
+
+def _copy_store(store: Path, dest: Path, skip: set[Path], applied: ApplyReport) -> None:
+    for dirpath, dirnames, filenames in os.walk(store):
+        dirnames.sort()
+        rel_dir = Path(dirpath).relative_to(store)
+        (dest / rel_dir).mkdir(parents=True, exist_ok=True)
+        for name in sorted(filenames):
+            rel = rel_dir / name
+            src = Path(dirpath) / name
+            if rel in skip:
+                if rel != Path("abort") or src.exists():
+                    applied.deleted_files.append(str(rel))
+                continue
+            if src.is_symlink() or not src.is_file():
+                continue
+            applied.copied_bytes += _copy_sparse(src, dest / rel)
+            applied.copied_files += 1
+            shutil.copymode(src, dest / rel)
+
+
+def _copy_sparse(src: Path, dst: Path) -> int:
+    """Copy keeping zero runs as holes (preallocated commitlog tails stay cheap)."""
+    size = 0
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        while chunk := fi.read(_CHUNK):
+            if chunk == _ZEROS[: len(chunk)]:
+                fo.seek(len(chunk), os.SEEK_CUR)
+            else:
+                fo.write(chunk)
+            size += len(chunk)
+        fo.truncate(size)
+    return size
+
+
+def _apply_queues(store: Path, dest: Path, outcome: RecoveryOutcome, applied: ApplyReport) -> None:
+    size = int(str(outcome.report.options["cq_file_size"]))
+    for qid, q in outcome.queues.items():
+        qdir = dest / "consumequeue" / qid.topic / str(qid.queue_id)
+        if not q.files:
+            if q.existed and qdir.is_dir() and not any(qdir.iterdir()):
+                qdir.rmdir()  # ConsumeQueue.destroy removes the emptied directory
+            continue
+        for i, f in enumerate(q.files):
+            path = qdir / f.name
+            changed = False
+            if f.disk is None:
+                qdir.mkdir(parents=True, exist_ok=True)
+                with open(path, "wb") as fo:
+                    fo.truncate(size)
+                changed = True
+            if f.ov:
+                with open(path, "r+b") as fo:
+                    fo.seek(f.ov_start)
+                    fo.write(f.ov)
+                changed = True
+            if i == len(q.files) - 1 and _zero_tail(path, f.wrote, size):
+                changed = True
+            if changed:
+                applied.written_files.append(str(path.relative_to(dest)))
+
+
+def _zero_tail(path: Path, start: int, size: int) -> bool:
+    """Zero ``[start, size)`` of ``path`` if anything there is non-zero; True if it wrote."""
+    wrote = False
+    with open(path, "r+b") as fo:
+        pos = start
+        while pos < size:
+            fo.seek(pos)
+            chunk = fo.read(min(_CHUNK, size - pos))
+            if not chunk:
+                break
+            if chunk != _ZEROS[: len(chunk)]:
+                fo.seek(pos)
+                fo.write(_ZEROS[: len(chunk)])
+                wrote = True
+            pos += len(chunk)
+    return wrote
+
+
+def _verify(
+    dest: Path, opts: RecoverOptions, outcome: RecoveryOutcome, applied: ApplyReport
+) -> None:
+    """Run the emulation on DIR: a restart there must change nothing."""
+    before = outcome.report
+    after = analyze_recovery(
+        dest,
+        RecoverOptions(
+            profile=opts.profile,
+            check_crc=opts.check_crc,
+            message_index_enable=opts.message_index_enable,
+            message_index_safe=opts.message_index_safe,
+            force_verify_prop_crc=opts.force_verify_prop_crc,
+            delay_levels=opts.delay_levels,
+            commitlog_file_size=opts.commitlog_file_size,
+            cq_file_size=opts.cq_file_size,
+            index_slots=opts.index_slots,
+            index_entries=opts.index_entries,
+            lost_limit=0,
+            master=opts.master,
+        ),
+    )
+    diffs = noop_differences(after)
+    b, a = before.commitlog, after.commitlog
+    if b is not None and a is not None and a.max_offset != b.max_offset:
+        diffs.append(f"commitlog end {a.max_offset} != {b.max_offset}")
+    want = {(q.topic, q.queue_id): q.max_offset_after_dispatch for q in before.consume_queues}
+    for q in after.consume_queues:
+        expected = want.get((q.topic, q.queue_id), 0)
+        if q.max_offset_after_dispatch != expected:
+            diffs.append(
+                f"{q.topic}/{q.queue_id} max offset {q.max_offset_after_dispatch} != {expected}"
+            )
+    applied.verification_differences = diffs
+    applied.verification_noop = not diffs
+
+
+def noop_differences(report: RecoveryReport) -> list[str]:
+    """What a restart of this store would change; empty for a clean no-op."""
+    diffs: list[str] = []
+    if not report.broker_starts:
+        diffs.append("the broker would not start")
+    if report.recovery_path != "normal":
+        diffs.append(f"recovery path is {report.recovery_path}")
+    c = report.commitlog
+    if c is not None and (c.deleted_files or c.deleted_at_load):
+        diffs.append(f"commitlog files deleted: {c.deleted_files + c.deleted_at_load}")
+    if report.index is not None and (report.index.deleted_files or report.index.entries_written):
+        diffs.append("index files deleted or written")
+    for q in report.consume_queues:
+        if (
+            q.units_truncated
+            or q.units_dropped_by_cq_recover
+            or q.units_written_at_load
+            or q.units_written_after_start
+            or q.files_deleted
+            or q.files_created
+        ):
+            diffs.append(f"consume queue {q.topic}/{q.queue_id} changes")
+    if report.lost_messages.count or report.lost_messages.damaged_records:
+        diffs.append(f"{report.lost_messages.count} messages lost")
+    return diffs

@@ -1,0 +1,201 @@
+"""Rendering of ``recover``: the stable JSON document, or rich tables for people."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from rmqinspect.analysis.apply import ApplyReport
+from rmqinspect.analysis.recover import QueueReport, RecoveryReport
+from rmqinspect.render.output import (
+    OutputFormat,
+    key_value_table,
+    print_json,
+    print_table,
+    to_jsonable,
+)
+from rmqinspect.render.values import size_cell, time_cell
+
+
+def recover_json(report: RecoveryReport, applied: ApplyReport | None = None) -> dict[str, Any]:
+    """The documented JSON schema (``schema_version`` 1): the report's fields, a top-level
+    ``loses_data`` verdict (the exit-code rule) and, with ``--apply-to``, an ``apply`` section."""
+    doc: dict[str, Any] = to_jsonable(report)
+    doc["loses_data"] = report.loses_data
+    doc["apply"] = to_jsonable(applied) if applied is not None else None
+    return doc
+
+
+def render_recover(
+    report: RecoveryReport, fmt: OutputFormat, applied: ApplyReport | None = None
+) -> None:
+    if fmt is OutputFormat.TABLE:
+        for table in recover_tables(report, applied):
+            print_table(table)
+    else:
+        print_json(recover_json(report, applied))
+
+
+def _changed(q: QueueReport) -> bool:
+    return bool(
+        q.units_truncated
+        or q.units_dropped_by_cq_recover
+        or q.units_written_at_load
+        or q.units_written_after_start
+        or q.files_deleted
+        or q.files_created
+        or q.max_offset_on_disk != q.max_offset_after_dispatch
+        or q.min_offset_after_start != q.min_offset_after_load
+    )
+
+
+def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -> list[Table]:
+    tables = [_summary(report)]
+    if report.load_failures:
+        t = Table(title="Why the broker refuses to start", title_justify="left")
+        for col in ("kind", "path", "message"):
+            t.add_column(col)
+        for f in report.load_failures:
+            t.add_row(f.kind, f.path, f.message)
+        tables.append(t)
+    changed = [q for q in report.consume_queues if _changed(q)]
+    if report.consume_queues:
+        t = Table(
+            title=f"Consume queues changed by the restart ({len(changed)} of "
+            f"{len(report.consume_queues)})",
+            title_justify="left",
+        )
+        for col in (
+            "queue",
+            "on disk",
+            "after load",
+            "after dispatch",
+            "truncated",
+            "rebuilt",
+            "files deleted",
+            "files created",
+        ):
+            t.add_column(col, justify="right" if col not in ("queue",) else "left")
+        for q in changed:
+            t.add_row(
+                f"{q.topic}/{q.queue_id}",
+                str(q.max_offset_on_disk),
+                f"[{q.min_offset_after_load}, {q.max_offset_after_load})",
+                f"[{q.min_offset_after_start}, {q.max_offset_after_dispatch})",
+                str(q.units_truncated + q.units_dropped_by_cq_recover),
+                str(q.units_written_at_load + q.units_written_after_start),
+                ", ".join(q.files_deleted),
+                ", ".join(q.files_created),
+            )
+        tables.append(t)
+    if report.index is not None:
+        idx = report.index
+        rows: list[tuple[str, Any]] = [
+            (
+                "geometry",
+                f"{idx.geometry['slots']} slots / {idx.geometry['entries']} entries "
+                f"({idx.geometry_source})",
+            ),
+            ("files before", len(idx.files_before)),
+            ("deleted at load", ", ".join(idx.deleted_files) or "none"),
+            ("why", idx.deleted_reason),
+            ("new files", f"{idx.files_created} (named by the wall clock at restart)"),
+            ("entries written", idx.entries_written),
+        ]
+        for r in idx.unfindable_ranges:
+            rows.append(("keys unfindable", f"offsets {r.start}..{r.end} ({r.reason})"))
+        for r in idx.stale_ranges:
+            rows.append(("stale entries", f"offsets {r.start}..{r.end} ({r.reason})"))
+        tables.append(key_value_table("Index", rows))
+    lost = report.lost_messages
+    if lost.messages:
+        t = Table(
+            title=f"Messages the restart destroys ({lost.listed} of {lost.count} listed)",
+            title_justify="left",
+        )
+        for col in ("queue", "queue offset", "physical offset", "msg id", "keys", "stored"):
+            t.add_column(col)
+        for m in lost.messages:
+            keys = " ".join(([m.uniq_key] if m.uniq_key else []) + m.keys)
+            t.add_row(
+                f"{m.topic}/{m.queue_id}",
+                str(m.queue_offset),
+                str(m.physical_offset),
+                m.msg_id,
+                keys,
+                time_cell(m.store_timestamp),
+            )
+        tables.append(t)
+    if applied is not None:
+        rows = [
+            ("directory", applied.directory),
+            ("files copied", f"{applied.copied_files} ({size_cell(applied.copied_bytes)})"),
+            ("not copied (deleted by the restart)", len(applied.deleted_files)),
+            ("consume-queue files written", len(applied.written_files)),
+            ("index files written", ", ".join(applied.index_files_written) or "none"),
+            ("abort removed", applied.abort_removed),
+            ("restart of the copy is a no-op", applied.verification_noop),
+        ]
+        rows.extend(("difference", d) for d in applied.verification_differences)
+        rows.extend(("note", n) for n in applied.notes)
+        tables.append(key_value_table("Applied", rows))
+    return tables
+
+
+def _summary(report: RecoveryReport) -> Table:
+    rows: list[tuple[str, Any]] = [
+        ("profile", f"{report.profile} ({'; '.join(report.profile_reasons)})"),
+        ("broker starts", "yes" if report.broker_starts else "NO"),
+        (
+            "last exit ok",
+            f"{report.last_exit_ok} ({report.last_exit_source}; abort file "
+            f"{'present' if report.abort_present else 'absent'})",
+        ),
+        ("recovery path", report.recovery_path),
+    ]
+    if report.start_file is not None:
+        s = report.start_file
+        rows.append(("start file", f"{s.name}: {s.reason}"))
+    if report.max_phy_offset_of_consume_queue is not None:
+        rows.append(("max CQ physical offset", report.max_phy_offset_of_consume_queue))
+    c = report.commitlog
+    if c is not None:
+        rows.extend(
+            [
+                ("commitlog min offset", c.min_offset),
+                ("commitlog end (max offset)", f"{c.max_offset} ({c.end_reason})"),
+                ("scanned", size_cell(c.scanned_bytes)),
+            ]
+        )
+        if c.last_valid_record is not None:
+            r = c.last_valid_record
+            rows.append(
+                (
+                    "last valid record",
+                    f"{r.offset} ({r.size} B, {r.topic}/{r.queue_id} offset {r.queue_offset})",
+                )
+            )
+        if c.first_bad_record is not None:
+            b = c.first_bad_record
+            rows.append(("first bad record", f"{b.offset} in {b.file}: {b.reason} {b.detail}"))
+        rows.append(("discarded data", size_cell(c.discarded_bytes)))
+        rows.append(("commitlog files deleted", ", ".join(c.deleted_files) or "none"))
+        if c.deleted_at_load:
+            rows.append(("deleted at load (zero length)", ", ".join(c.deleted_at_load)))
+        if c.last_file is not None:
+            rows.append(("last file", f"{c.last_file.name} at {c.last_file.wrote_position}"))
+    rows.append(("consume queues truncated to the end", report.cq_truncation))
+    if report.reput is not None:
+        rp = report.reput
+        text = f"{rp.start_offset} -> {rp.end_offset}, {rp.dispatched_records} records ({rp.rule})"
+        if rp.stop_offset is not None:
+            text += f"; stopped at {rp.stop_offset}: {rp.stop_reason}"
+        rows.append(("reput after start", text))
+    lost = report.lost_messages
+    rows.append(("messages destroyed", lost.count))
+    if lost.damaged_records:
+        rows.append(("damaged records discarded", lost.damaged_records))
+    rows.append(("verdict", "the restart loses data" if report.loses_data else "nothing is lost"))
+    rows.extend(("warning", w) for w in report.warnings)
+    return key_value_table("Restart recovery", rows)
