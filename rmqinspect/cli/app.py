@@ -41,6 +41,7 @@ def _register_commands() -> None:
         lookup,
         messages,
         offsets,
+        recover,
         synth,
     )
 
@@ -53,6 +54,7 @@ def _register_commands() -> None:
         offsets,
         lookup,
         decode_id,
+        recover,
         synth,
     ):
         module.register(app)
