@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +36,7 @@ from rmqinspect.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqinspect.format.commitlog import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
+    CRC32_RESERVED_LEN,
     DEFAULT_DELAY_LEVELS,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
@@ -113,6 +115,8 @@ _DISPATCH_CHUNK = 1 << 15
 _WRITE_BATCH = 16 << 20
 # System topics whose broker-created config has more queues than the store may show.
 _SYSTEM_TOPIC_QUEUES = {SCHEDULE_TOPIC: 18}
+# Transaction types that get a queue offset and a consume-queue unit (NOT and COMMIT).
+_QUEUE_TYPES = frozenset((TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
 
 IndexNamer = Callable[[int, int], str]
 """Names a new index file from the store timestamp of the message whose dispatch created it and
@@ -210,8 +214,9 @@ class MessageSpec:
     dispatch: bool = True  # False: the reput service has not reached this message (crash)
 
 
-@dataclass(frozen=True, slots=True)
-class PutResult:
+class PutResult(NamedTuple):
+    """Where :meth:`StoreWriter.put` stored a message."""
+
     physical_offset: int
     size: int
     topic: str  # as stored (SCHEDULE_TOPIC_XXXX for a rewritten delay message)
@@ -269,6 +274,12 @@ def _hashmap_order(names: tuple[str, ...]) -> tuple[int, ...]:
             capacity *= 2
     mask = capacity - 1
     return tuple(sorted(range(len(names)), key=lambda i: (spreads[i] & mask, i)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _hashmap_prefixes(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``(name, name + 0x01)`` in ``HashMap`` iteration order, for encoding properties."""
+    return tuple((names[i], names[i] + "\x01") for i in _hashmap_order(names))
 
 
 def java_map_order(names: Iterable[str], capacity: int) -> list[str]:
@@ -351,7 +362,11 @@ def offset_file_name(offset: int) -> str:
 
 
 class _CommitLog:
-    """Commitlog files: the write position, BLANK records and rolling (§2.3)."""
+    """Commitlog files: the write position, BLANK records and rolling (§2.3).
+
+    Records are encoded straight into a staging buffer (``reserve``, write at ``used``, then
+    ``commit``) that is written out in large ``pwrite`` calls.
+    """
 
     def __init__(self, directory: Path, file_size: int, start: int) -> None:
         self.directory = directory
@@ -360,10 +375,10 @@ class _CommitLog:
         self.position = 0  # write position inside the current file
         self.files: list[str] = []
         self.data_bytes = 0
+        self.buffer = bytearray(min(_WRITE_BATCH, file_size))
+        self.view = memoryview(self.buffer)
+        self.used = 0  # staged bytes; buffer[0] belongs at file position position - used
         self._fd: int | None = None
-        self._parts: list[bytes] = []
-        self._pending = 0
-        self._pending_at = 0
 
     @property
     def end(self) -> int:
@@ -377,43 +392,50 @@ class _CommitLog:
         return self._fd
 
     def reserve(self, length: int) -> int | None:
-        """Make room for a record of ``length`` bytes; returns the BLANK's offset if the current
-        file had to be closed with one (``msgLen + 8 > remaining``)."""
+        """Make room for a record of ``length`` bytes at ``buffer[used:]``; returns the BLANK's
+        offset if the current file had to be closed with one (``msgLen + 8 > remaining``)."""
         if length + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             raise ValueError(f"a {length}-byte record cannot fit a {self.file_size}-byte file")
-        self._open_current()
+        blank_at = None
+        if self._fd is None:
+            self._open_current()
         remaining = self.file_size - self.position
-        if length + END_FILE_MIN_BLANK_LENGTH <= remaining:
-            return None
-        blank_at = self.end
-        self.append(_BLANK.pack(remaining, BLANK_MAGIC_CODE))
-        self.flush()
-        assert self._fd is not None
-        os.close(self._fd)
-        self._fd = None
-        self.file_start += self.file_size
-        self.position = 0
-        self._open_current()
+        if length + END_FILE_MIN_BLANK_LENGTH > remaining:
+            blank_at = self.end
+            self._stage(_BLANK.pack(remaining, BLANK_MAGIC_CODE))
+            self.flush()
+            assert self._fd is not None
+            os.close(self._fd)
+            self._fd = None
+            self.file_start += self.file_size
+            self.position = 0
+            self._open_current()
+        if self.used + length > len(self.buffer):
+            self.flush()
+            if length > len(self.buffer):
+                self.buffer = bytearray(length)
+                self.view = memoryview(self.buffer)
         return blank_at
 
-    def append(self, data: bytes) -> None:
-        if not self._parts:
-            self._pending_at = self.position
-        self._parts.append(data)
-        self._pending += len(data)
-        self.position += len(data)
-        self.data_bytes += len(data)
-        if self._pending >= _WRITE_BATCH:
+    def commit(self, length: int) -> None:
+        """The record reserved last is now in ``buffer[used:used + length]``."""
+        self.used += length
+        self.position += length
+        self.data_bytes += length
+
+    def _stage(self, data: bytes) -> None:
+        if self.used + len(data) > len(self.buffer):
             self.flush()
+        self.view[self.used : self.used + len(data)] = data
+        self.commit(len(data))
 
     def flush(self) -> None:
-        if self._parts:
-            os.pwrite(self._open_current(), b"".join(self._parts), self._pending_at)
-            self._parts = []
-            self._pending = 0
+        if self.used:
+            os.pwrite(self._open_current(), self.view[: self.used], self.position - self.used)
+            self.used = 0
 
     def close(self, preallocate_next: bool) -> None:
-        """Write what is pending; with ``preallocate_next`` leave the all-zero next file that
+        """Write what is staged; with ``preallocate_next`` leave the all-zero next file that
         ``AllocateMappedFileService`` had already created (a crash keeps it)."""
         self.flush()
         if self._fd is not None:
@@ -663,14 +685,9 @@ class _Clock:
 @dataclass(frozen=True, slots=True)
 class _TopicInfo:
     version: int
-    length: int  # topic bytes
+    magic: int
+    fixed_length: int  # record length with IPv4 hosts and empty body and properties
     tail: bytes  # TOPICLENGTH (i8 or i16) + topic bytes
-
-
-@dataclass(slots=True)
-class _TopicUse:
-    max_queue_id: int = -1
-    multi_tag: bool = False
 
 
 def _strip_property(raw: bytes, name: bytes) -> bytes:
@@ -742,10 +759,17 @@ class StoreWriter:
         self._queues: dict[tuple[str, int], _ConsumeQueue] = {}
         self._queue_ids: dict[tuple[str, int], int] = {}
         self._topics: dict[str, _TopicInfo] = {}
-        self._topic_use: dict[str, _TopicUse] = {}
-        self._hosts: dict[HostAddress, bytes] = {}
+        self._used_queues: set[tuple[str, int]] = set()
+        self._multi_tag_topics: set[str] = set()
+        # Encoded hosts by object identity (hashing the dataclass costs more than encoding it);
+        # each entry keeps its host alive, so the id cannot be reused by another object.
+        self._hosts: dict[int, tuple[HostAddress, bytes, bool]] = {}
+        self._default_store_host = layout.store_host
+        self._append_prop_crc = layout.append_prop_crc
+        self._index_enabled = layout.message_index_enable
         self._tag_codes: dict[str, int] = {}
         self._store_timestamps = array("q")
+        self._last_offset = -1
         self._dispatch_stopped = False
         self._closed = False
         self._summary: StoreSummary | None = None
@@ -755,7 +779,7 @@ class StoreWriter:
         self._d_size = array("q")
         self._d_tags = array("q")
         self._d_ts = array("q")
-        self._d_queue = array("q")  # queue number, -1 when the message enters no consume queue
+        self._d_queue = array("q")  # queue number, 0 when the message enters no consume queue
         self._d_qoff = array("q")
         self._d_keys: list[str] = []
         self._d_owner = array("q")
@@ -800,7 +824,8 @@ class StoreWriter:
         previous: Mapping[str, Mapping[int, int]] | None = None,
     ) -> None:
         """``consumerOffset.json`` content (``"topic@group"`` -> queue -> next offset) and the
-        previous generation kept in ``.bak`` (default: the same)."""
+        previous generation kept in ``.bak`` (default: the same). Entries are written in the
+        order given (a broker writes its ConcurrentHashMap order, see :func:`java_map_order`)."""
         current = {k: dict(v) for k, v in table.items()}
         older = current if previous is None else {k: dict(v) for k, v in previous.items()}
         for key in current:
@@ -829,6 +854,15 @@ class StoreWriter:
     def message_count(self) -> int:
         return len(self._store_timestamps)
 
+    @property
+    def last_offset(self) -> int:
+        """Physical offset of the last record put (-1 before the first)."""
+        return self._last_offset
+
+    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
+        """The queue offset the next message of each (topic, queue) would get."""
+        return dict(self._next_offsets)
+
     # --- the append path --------------------------------------------------------------------------
 
     def put_many(self, specs: Iterable[MessageSpec]) -> int:
@@ -839,32 +873,24 @@ class StoreWriter:
         return count
 
     def put(self, spec: MessageSpec) -> PutResult:
-        if self._closed:
-            raise ValueError("the store writer is closed")
-        if spec.dispatch and self._dispatch_stopped:
-            raise ValueError("dispatch stopped at an earlier message; the reput never skips one")
+        if self._closed or (spec.dispatch and self._dispatch_stopped):
+            raise ValueError(
+                "the store writer is closed"
+                if self._closed
+                else "dispatch stopped at an earlier message; the reput never skips one"
+            )
         topic = spec.topic
         queue_id = spec.queue_id
         sys_flag = spec.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
         tran = sys_flag & TRANSACTION_TYPE_MASK
+        enters_queue = tran in _QUEUE_TYPES
         raw = spec.properties
         if isinstance(raw, bytes):
-            if spec.tags is not None or spec.keys is not None or spec.uniq_key is not None:
-                raise ValueError("raw properties bytes exclude tags, keys and uniq_key")
-            if spec.delay_level:
-                raise ValueError("raw properties bytes are stored as given: no delay rewrite")
-            properties = raw
-            if self.layout.append_prop_crc:
-                properties = _strip_property(properties, b"__CRC32#")
-            parsed = props.parse_properties(properties.decode("utf-8", "replace"))
-            tags = parsed.get(props.TAGS)
-            delay = parsed.get(props.DELAY)
-            uniq = parsed.get(props.UNIQ_KEY)
-            keys = parsed.get(props.KEYS)
+            properties, tags, delay, uniq, keys = self._raw_properties(spec, raw)
         else:
             pairs = self._pairs(spec)
             delay = pairs.get(props.DELAY)
-            if delay is not None and tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            if delay is not None and enters_queue:
                 topic, queue_id = self._rewrite_delay(pairs, topic, queue_id, delay)
                 delay = pairs[props.DELAY]
             properties = self._encode_pairs(pairs)
@@ -875,27 +901,29 @@ class StoreWriter:
             keys = pairs.get(props.KEYS) or None
 
         info = self._topics.get(topic) or self._topic_info(topic)
-        use = self._topic_use.get(topic)
-        if use is None:
-            use = self._topic_use[topic] = _TopicUse()
-        use.max_queue_id = max(use.max_queue_id, queue_id)
-        use.multi_tag = use.multi_tag or bool(sys_flag & MULTI_TAGS_FLAG)
         key = (topic, queue_id)
-        if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+        self._used_queues.add(key)
+        if sys_flag & MULTI_TAGS_FLAG:
+            self._multi_tag_topics.add(topic)
+        if enters_queue:
             queue_offset = self._next_offsets.get(key, 0)
             self._next_offsets[key] = queue_offset + 1
         else:
             queue_offset = 0
         store_ts = self._clock() if spec.store_timestamp is None else spec.store_timestamp
         born_ts = store_ts if spec.born_timestamp is None else spec.born_timestamp
-        born_host = spec.born_host
-        store_host = self.layout.store_host if spec.store_host is None else spec.store_host
-        if born_host.is_v6:
+        born = spec.born_host
+        cached = self._hosts.get(id(born))
+        born_host, born6 = cached[1:] if cached and cached[0] is born else self._host(born)
+        store = self._default_store_host if spec.store_host is None else spec.store_host
+        cached = self._hosts.get(id(store))
+        store_host, store6 = cached[1:] if cached and cached[0] is store else self._host(store)
+        if born6:
             sys_flag |= BORNHOST_V6_FLAG
-        if store_host.is_v6:
+        if store6:
             sys_flag |= STOREHOSTADDRESS_V6_FLAG
 
-        crc_tail = self.layout.append_prop_crc
+        crc_tail = self._append_prop_crc
         if crc_tail:
             if properties and not properties.endswith(b"\x02"):
                 properties += b"\x02"
@@ -906,12 +934,24 @@ class StoreWriter:
         if props_length > 32767:
             raise ValueError(f"properties of {props_length} bytes exceed 32767")
         body = spec.body
-        length = calc_msg_length(sys_flag, len(body), info.length, props_length, info.version)
-        blank_at = self._log.reserve(length)
-        physical_offset = self._log.end
-        head = _HEADS[born_host.is_v6, store_host.is_v6].pack(
+        length = (
+            info.fixed_length
+            + (12 if born6 else 0)
+            + (12 if store6 else 0)
+            + len(body)
+            + props_length
+        )
+        log = self._log
+        blank_at = log.reserve(length)
+        physical_offset = log.file_start + log.position
+        view = log.view
+        start = at = log.used
+        head = _HEADS[born6, store6]
+        head.pack_into(
+            view,
+            at,
             length,
-            MESSAGE_MAGIC_CODE_V2 if info.version == 2 else MESSAGE_MAGIC_CODE,
+            info.magic,
             zlib.crc32(body) & _BODY_CRC_MASK,
             queue_id,
             spec.flag,
@@ -919,42 +959,85 @@ class StoreWriter:
             physical_offset,
             sys_flag,
             born_ts,
-            self._host(born_host),
+            born_host,
             store_ts,
-            self._host(store_host),
+            store_host,
             spec.reconsume_times,
             spec.prepared_transaction_offset,
             len(body),
         )
-        props_head = _I16.pack(props_length)
+        at += head.size
+        view[at : at + len(body)] = body
+        at += len(body)
+        tail = info.tail
+        view[at : at + len(tail)] = tail
+        at += len(tail)
+        _I16.pack_into(view, at, props_length)
+        at += 2
+        view[at : at + len(properties)] = properties
         if crc_tail:
-            crc = zlib.crc32(head)
-            crc = zlib.crc32(body, crc)
-            crc = zlib.crc32(info.tail, crc)
-            crc = zlib.crc32(props_head, crc)
-            crc = zlib.crc32(properties[: -len(_PROP_CRC_TAIL_HEAD)], crc) & _BODY_CRC_MASK
-            properties += encode_prop_crc_digits(crc).encode("ascii") + b"\x02"
-        self._log.append(b"".join((head, body, info.tail, props_head, properties)))
+            # The CRC covers the finished record minus its last 20 bytes (§3.2).
+            end = start + length
+            crc = zlib.crc32(view[start : end - CRC32_RESERVED_LEN]) & _BODY_CRC_MASK
+            view[end - 11 : end] = encode_prop_crc_digits(crc).encode("ascii") + b"\x02"
+        log.commit(length)
         self._store_timestamps.append(store_ts)
+        self._last_offset = physical_offset
 
-        if spec.dispatch:
-            self._queue_dispatch(
-                topic,
-                queue_id,
-                tran,
-                physical_offset,
-                length,
-                store_ts,
-                queue_offset,
-                tags,
-                delay,
-                uniq,
-                keys,
-            )
-        else:
+        if not spec.dispatch:
             self._dispatch_stopped = True
+        else:
+            # What CommitLogDispatcherBuildConsumeQueue / BuildIndex receive, buffered.
+            ordinal = self._dispatched
+            self._dispatched = ordinal + 1
+            self._d_phy.append(physical_offset)
+            self._d_size.append(length)
+            self._d_ts.append(store_ts)
+            if enters_queue:
+                self._d_queue.append(self._queue_ids.get(key) or self._queue_number(key))
+                self._d_qoff.append(queue_offset)
+                if delay is None or topic != SCHEDULE_TOPIC:
+                    code = self._tag_codes.get(tags, 0) if tags else 0
+                    self._d_tags.append(code or self._tags_code(topic, tags, delay, store_ts))
+                else:
+                    self._d_tags.append(self._tags_code(topic, tags, delay, store_ts))
+                self._logics_timestamp = store_ts
+            else:
+                self._d_queue.append(0)
+                self._d_qoff.append(0)
+                self._d_tags.append(0)
+            if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
+                index_keys = self._d_keys
+                before = len(index_keys)
+                if uniq is not None:
+                    index_keys.append(f"{topic}#{uniq}")
+                if keys:
+                    index_keys.extend([f"{topic}#{k}" for k in keys.split(" ") if k])
+                if len(index_keys) > before:
+                    self._d_owner.extend([ordinal] * (len(index_keys) - before))
+            if len(self._d_phy) >= _DISPATCH_CHUNK:
+                self._flush_dispatch()
         return PutResult(
             physical_offset, length, topic, queue_id, queue_offset, store_ts, info.version, blank_at
+        )
+
+    def _raw_properties(
+        self, spec: MessageSpec, raw: bytes
+    ) -> tuple[bytes, str | None, str | None, str | None, str | None]:
+        """Stored properties given verbatim, and what the dispatcher reads from them."""
+        if spec.tags is not None or spec.keys is not None or spec.uniq_key is not None:
+            raise ValueError("raw properties bytes exclude tags, keys and uniq_key")
+        if spec.delay_level:
+            raise ValueError("raw properties bytes are stored as given: no delay rewrite")
+        if self._append_prop_crc:
+            raw = _strip_property(raw, b"__CRC32#")
+        parsed = props.parse_properties(raw.decode("utf-8", "replace"))
+        return (
+            raw,
+            parsed.get(props.TAGS),
+            parsed.get(props.DELAY),
+            parsed.get(props.UNIQ_KEY),
+            parsed.get(props.KEYS),
         )
 
     def _pairs(self, spec: MessageSpec) -> dict[str, str]:
@@ -993,14 +1076,17 @@ class StoreWriter:
         return SCHEDULE_TOPIC, level - 1
 
     def _encode_pairs(self, pairs: dict[str, str]) -> bytes:
+        """``messageProperties2String`` of a ``HashMap`` holding ``pairs``."""
+        if not pairs:
+            return b""
         names = tuple(pairs)
-        values = [pairs[n] for n in names]
-        if any("\x01" in s or "\x02" in s for s in (*names, *values)):
+        prefixes = _hashmap_prefixes(names)
+        text = "\x02".join([prefix + pairs[name] for name, prefix in prefixes])
+        count = len(names)
+        if text.count("\x01") != count or text.count("\x02") != count - 1:
             raise ValueError("property names and values cannot contain 0x01 or 0x02")
-        order = _hashmap_order(names)
-        text = "".join([f"{names[i]}\x01{values[i]}\x02" for i in order])
-        if text and not self._trailing:
-            text = text[:-1]
+        if self._trailing:
+            text += "\x02"
         return text.encode("utf-8")
 
     def _topic_info(self, topic: str) -> _TopicInfo:
@@ -1009,68 +1095,34 @@ class StoreWriter:
         if self._v2_enabled and java_length > 127:
             if len(encoded) > 32767:
                 raise ValueError("topic longer than 32767 bytes")
-            info = _TopicInfo(2, len(encoded), _I16.pack(len(encoded)) + encoded)
+            tail = _I16.pack(len(encoded)) + encoded
+            info = _TopicInfo(
+                2, MESSAGE_MAGIC_CODE_V2, calc_msg_length(0, 0, len(encoded), 0, 2), tail
+            )
         else:
             if len(encoded) > 127:
                 raise ValueError(f"topic of {len(encoded)} bytes needs a V2 record (5.x)")
-            info = _TopicInfo(1, len(encoded), bytes([len(encoded)]) + encoded)
+            tail = bytes([len(encoded)]) + encoded
+            info = _TopicInfo(
+                1, MESSAGE_MAGIC_CODE, calc_msg_length(0, 0, len(encoded), 0, 1), tail
+            )
         self._topics[topic] = info
         return info
 
-    def _host(self, host: HostAddress) -> bytes:
-        encoded = self._hosts.get(host)
-        if encoded is None:
-            encoded = self._hosts[host] = host.encode()
-        return encoded
+    def _host(self, host: HostAddress) -> tuple[bytes, bool]:
+        if len(self._hosts) >= 4096:
+            self._hosts.clear()
+        self._hosts[id(host)] = (host, host.encode(), host.is_v6)
+        return host.encode(), host.is_v6
 
     # --- dispatch ---------------------------------------------------------------------------------
-
-    def _queue_dispatch(
-        self,
-        topic: str,
-        queue_id: int,
-        tran: int,
-        physical_offset: int,
-        size: int,
-        store_ts: int,
-        queue_offset: int,
-        tags: str | None,
-        delay: str | None,
-        uniq: str | None,
-        keys: str | None,
-    ) -> None:
-        ordinal = self._dispatched
-        self._dispatched += 1
-        self._d_phy.append(physical_offset)
-        self._d_size.append(size)
-        self._d_ts.append(store_ts)
-        if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            self._d_queue.append(self._queue_number(topic, queue_id))
-            self._d_qoff.append(queue_offset)
-            self._d_tags.append(self._tags_code(topic, tags, delay, store_ts))
-            self._logics_timestamp = store_ts
-        else:
-            self._d_queue.append(-1)
-            self._d_qoff.append(0)
-            self._d_tags.append(0)
-        if self.layout.message_index_enable and tran != TRANSACTION_ROLLBACK_TYPE:
-            if uniq is not None:
-                self._d_keys.append(f"{topic}#{uniq}")
-                self._d_owner.append(ordinal)
-            if keys:
-                for k in keys.split(props.KEY_SEPARATOR):
-                    if k:
-                        self._d_keys.append(f"{topic}#{k}")
-                        self._d_owner.append(ordinal)
-        if len(self._d_phy) >= _DISPATCH_CHUNK:
-            self._flush_dispatch()
 
     def _tags_code(self, topic: str, tags: str | None, delay: str | None, store_ts: int) -> int:
         """tagsCode as ``checkMessageAndReturnSize`` computes it for the dispatcher (§5.2)."""
         code = 0
         if tags:
-            cached = self._tag_codes.get(tags)
-            code = self._tag_codes[tags] = java_hash(tags) if cached is None else cached
+            code = self._tag_codes.get(tags, 0) or java_hash(tags)
+            self._tag_codes[tags] = code
         if topic == SCHEDULE_TOPIC and delay is not None:
             level = java_parse_int(delay)
             if level is None:
@@ -1080,14 +1132,13 @@ class StoreWriter:
                 code = store_ts + self._delay_table.get(level, 1000)
         return code
 
-    def _queue_number(self, topic: str, queue_id: int) -> int:
-        key = (topic, queue_id)
-        number = self._queue_ids.get(key)
-        if number is None:
-            number = self._queue_ids[key] = len(self._queue_ids)
-            self._queues[key] = _ConsumeQueue(
-                self._cq_dir / topic / str(queue_id), self.layout.cq_unit_file_size
-            )
+    def _queue_number(self, key: tuple[str, int]) -> int:
+        """A new consume queue's number (from 1; 0 marks "no consume queue")."""
+        number = self._queue_ids[key] = len(self._queue_ids) + 1
+        topic, queue_id = key
+        self._queues[key] = _ConsumeQueue(
+            self._cq_dir / topic / str(queue_id), self.layout.cq_unit_file_size
+        )
         return number
 
     def _flush_dispatch(self) -> None:
@@ -1097,7 +1148,7 @@ class StoreWriter:
         phy = np.frombuffer(self._d_phy, dtype=np.int64)
         ts = np.frombuffer(self._d_ts, dtype=np.int64)
         queue = np.frombuffer(self._d_queue, dtype=np.int64)
-        entering = np.flatnonzero(queue >= 0)
+        entering = np.flatnonzero(queue)
         if entering.size:
             units = np.empty(entering.size, dtype=CQ_UNIT_DTYPE)
             units["phy_offset"] = phy[entering]
@@ -1109,7 +1160,7 @@ class StoreWriter:
             bounds = np.flatnonzero(np.diff(queue_of[order])) + 1
             queues = list(self._queues.values())
             for group in np.split(order, bounds):
-                queues[int(queue_of[group[0]])].append(units[group], int(qoff[group[0]]))
+                queues[int(queue_of[group[0]]) - 1].append(units[group], int(qoff[group[0]]))
         if self.layout.message_index_enable:
             self._index.add_chunk(
                 self._d_first, ts, phy, self._d_keys, np.frombuffer(self._d_owner, np.int64)
@@ -1193,22 +1244,19 @@ class StoreWriter:
         config.mkdir()
         version = self._data_version()
         offsets = self._consumer_offsets or ({}, {})
-        for name, table in (
-            ("consumerOffset.json.bak", offsets[1]),
-            ("consumerOffset.json", offsets[0]),
+        for name, table in zip(
+            ("consumerOffset.json", "consumerOffset.json.bak"), offsets, strict=True
         ):
-            ordered = {k: table[k] for k in java_map_order(table, 1024)}
-            text = encode_consumer_offsets(ConsumerOffsetTable(ordered, None, version))
+            text = encode_consumer_offsets(ConsumerOffsetTable(table, None, version))
             (config / name).write_text(text, encoding="utf-8")
         levels = {level: 0 for level in self._delay_table}
         delays = self._delay_offsets or (levels, levels)
-        for name, delay_table in (
-            ("delayOffset.json.bak", delays[1]),
-            ("delayOffset.json", delays[0]),
+        for name, delay_table in zip(
+            ("delayOffset.json", "delayOffset.json.bak"), delays, strict=True
         ):
-            text = encode_delay_offsets(
-                DelayOffsetTable(dict(sorted(delay_table.items())), version)
-            )
+            # ConcurrentHashMap<Integer, Long>: small integer keys iterate in ascending order.
+            ordered = dict(sorted(delay_table.items()))
+            text = encode_delay_offsets(DelayOffsetTable(ordered, version))
             (config / name).write_text(text, encoding="utf-8")
         topics = TopicConfigTable(self._topic_table(), version)
         (config / "topics.json").write_text(encode_topics(topics), encoding="utf-8")
@@ -1222,22 +1270,25 @@ class StoreWriter:
     def _topic_table(self) -> dict[str, TopicConfig]:
         table = dict(self._topic_configs)
         attributes: dict[str, str] | None = None if self._profile is Profile.V4_9 else {}
-        for topic, use in self._topic_use.items():
+        queue_counts: dict[str, int] = {}
+        for topic, queue_id in sorted(self._used_queues):
+            queue_counts[topic] = max(queue_counts.get(topic, 1), queue_id + 1)
+        for topic, count in queue_counts.items():
             if topic in table:
                 continue
-            queues = max(use.max_queue_id + 1, _SYSTEM_TOPIC_QUEUES.get(topic, 1))
+            queues = max(count, _SYSTEM_TOPIC_QUEUES.get(topic, 1))
             table[topic] = TopicConfig(
                 topic_name=topic,
                 read_queue_nums=queues,
                 write_queue_nums=queues,
-                topic_filter_type="MULTI_TAG" if use.multi_tag else "SINGLE_TAG",
+                topic_filter_type="MULTI_TAG" if topic in self._multi_tag_topics else "SINGLE_TAG",
                 attributes=attributes,
             )
         return {name: table[name] for name in java_map_order(table, 2048)}
 
     def _group_table(self) -> dict[str, SubscriptionGroupConfig]:
         groups = list(self._groups)
-        for topic in self._topic_use:
+        for topic in sorted({topic for topic, _ in self._used_queues}):
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
                 if group not in groups:
