@@ -154,7 +154,7 @@ class BadRecord:
 
 
 @dataclass
-class LastFile:
+class FilePosition:
     name: str
     wrote_position: int
 
@@ -173,7 +173,8 @@ class CommitlogReport:
     discarded_bytes: int  # data (non-zero) bytes past E that the broker ignores or deletes
     deleted_files: list[str]
     deleted_at_load: list[str]  # 5.x: a zero-length last file is deleted by load()
-    last_file: LastFile | None
+    last_file: FilePosition | None
+    files_after: list[FilePosition]  # every file kept, with its write position after load
     confirm_offset: int | None  # 5.x: start of the last valid record (checkpoint byte 32)
 
 
@@ -667,7 +668,6 @@ class _IndexState:
         self.full_flushed_end_ts: int | None = None  # checkpoint indexMsgTimestamp updates
         self.indexed_min: int | None = None
         self.written: list[str] = []
-        self._names: set[str] = set()
 
     def _full(self, f: _IdxFile) -> bool:
         return f.header.loaded_index_count >= self.geometry.index_num
@@ -706,13 +706,14 @@ class _IndexState:
         return f
 
     def _new_name(self) -> str:
+        """``yyyyMMddHHmmssSSS`` of now (local time, as the broker names it); when the clock is
+        behind the existing names, the next number after the newest, so the load order holds."""
         ms = int(time.time() * 1000)
-        while True:
-            name = datetime.fromtimestamp(ms / 1000).strftime("%Y%m%d%H%M%S") + f"{ms % 1000:03d}"
-            if name not in self._names and all(name > (x.name or "") for x in self.files):
-                self._names.add(name)
-                return name
-            ms += 1
+        name = datetime.fromtimestamp(ms / 1000).strftime("%Y%m%d%H%M%S") + f"{ms % 1000:03d}"
+        newest = max((x.name for x in self.files if x.name is not None), default="")
+        if name <= newest:
+            name = f"{int(newest) + 1:017d}" if newest.isdigit() else newest + "1"
+        return name
 
     def _builder(self, f: _IdxFile) -> IndexFileBuilder | None:
         if self.out_dir is None:
@@ -1429,7 +1430,8 @@ class _Emulator:
             discarded_bytes=data_bytes,
             deleted_files=list(self.cl_deleted),
             deleted_at_load=self.cl_deleted_at_load,
-            last_file=LastFile(last_file.name, last_file.wrote) if last_file else None,
+            last_file=FilePosition(last_file.name, last_file.wrote) if last_file else None,
+            files_after=[FilePosition(f.name, f.wrote) for f in self.cl_files],
             confirm_offset=confirm,
         )
         report.consume_queues = [

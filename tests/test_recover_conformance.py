@@ -1,0 +1,260 @@
+"""``recover`` against what the real 4.9.8 and 5.3.3 brokers did to the same stores.
+
+Every scenario of both corpora: the predicted report must equal the recorded outcome field by
+field, and ``--apply-to`` must leave the consume queues, index headers and checkpoint the broker
+left after ``start()`` and ``shutdown()``.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqinspect.analysis.apply import apply_recovery
+from rmqinspect.analysis.recover import RecoverOptions, RecoveryReport, run_recovery
+from rmqinspect.format.index import IndexHeader
+from rmqinspect.format.profile import Profile
+from tests.corpus import expected, input_store, jsonl, scenarios
+
+CORPORA = {"conformance": Profile.V4_9, "conformance5": Profile.V5_3}
+BASE = {"conformance": "clean", "conformance5": "clean5"}
+
+
+def _cases() -> list[tuple[str, str]]:
+    from tests.conftest import SHARED
+
+    return [
+        (corpus, s)
+        for corpus in CORPORA
+        if (SHARED / corpus / "expected").is_dir()
+        for s in scenarios(SHARED / corpus)
+    ]
+
+
+CASES = _cases() or [("conformance", "missing")]
+
+
+def _root(corpus: str, request: pytest.FixtureRequest) -> Path:
+    fixture = "conformance_dir" if corpus == "conformance" else "conformance5_dir"
+    root: Path = request.getfixturevalue(fixture)
+    return root
+
+
+def _options(corpus: str, meta: dict[str, Any], profile: Profile | None) -> RecoverOptions:
+    cfg = meta["storeConfig"]
+    return RecoverOptions(
+        profile=profile,
+        check_crc=cfg["checkCRCOnRecover"],
+        message_index_safe=cfg["messageIndexSafe"],
+        force_verify_prop_crc=cfg.get("forceVerifyPropCRC", False),
+        index_slots=cfg["maxHashSlotNum"],
+        index_entries=cfg["maxIndexNum"],
+        commitlog_file_size=cfg["mappedFileSizeCommitLog"],
+        cq_file_size=cfg["mappedFileSizeConsumeQueue"],
+    )
+
+
+def _queues(report: RecoveryReport) -> dict[str, dict[str, int]]:
+    return {
+        f"{q.topic}/{q.queue_id}": {
+            "rawEndUnitBefore": q.max_offset_on_disk,
+            "minOffsetAfterLoad": q.min_offset_after_load,
+            "maxOffsetAfterLoad": q.max_offset_after_load,
+            "minOffsetAfterStart": q.min_offset_after_start,
+            "maxOffsetAfterStart": q.max_offset_after_dispatch,
+        }
+        for q in report.consume_queues
+    }
+
+
+@pytest.mark.parametrize("auto_profile", [False, True], ids=["explicit", "auto"])
+@pytest.mark.parametrize(("corpus", "scenario"), CASES)
+def test_report_matches_broker(
+    corpus: str, scenario: str, auto_profile: bool, request: pytest.FixtureRequest
+) -> None:
+    root = _root(corpus, request)
+    meta = expected(root, scenario)
+    s = meta["summary"]
+    profile = None if auto_profile else CORPORA[corpus]
+    outcome = run_recovery(input_store(root, scenario), _options(corpus, meta, profile))
+    report = outcome.report
+    if auto_profile and scenario not in ("empty_store", "single_message"):
+        assert report.profile == CORPORA[corpus].value
+    assert report.broker_starts is s["loadResult"]
+    assert report.last_exit_ok is s["lastExitOK"] is meta["lastExitOK"]
+    assert report.recovery_path == s["recoveryPath"]
+    assert meta["recoveryPath"].startswith(s["recoveryPath"])
+    c = report.commitlog
+    assert c is not None
+    assert c.max_offset == s["commitlogEndOffsetAfterRecovery"]
+    assert c.min_offset == s["minPhyOffset"]
+    assert c.files_before == s["commitlogFilesBefore"]
+    assert c.deleted_files == s["commitlogFilesDeletedByRecovery"]
+    last = s["lastCommitlogFileAfterRecovery"]
+    if last is None:
+        assert c.last_file is None
+    else:
+        assert c.last_file is not None
+        assert (c.last_file.name, c.last_file.wrote_position) == (
+            last["name"],
+            last["wrotePosition"],
+        )
+    loaded = meta["afterLoad"]["commitlog"]
+    assert [(f.name, f.wrote_position) for f in c.files_after] == [
+        (f["name"], f["wrotePosition"]) for f in loaded["mappedFiles"]
+    ]
+    if "confirmOffsetField" in loaded:
+        assert c.confirm_offset == loaded["confirmOffsetField"]
+    assert _queues(report) == s["consumeQueues"]
+    by_name = {f"{q.topic}/{q.queue_id}": q for q in report.consume_queues}
+    for cq in meta["afterLoad"]["consumeQueues"]:
+        key = f"{cq['topic']}/{cq['queueId']}"
+        if key in by_name:
+            assert by_name[key].max_physic_offset_after_load == cq["maxPhysicOffset"], key
+        else:  # in-memory queues the broker creates without files
+            assert cq["maxPhysicOffset"] == -1 and not cq["files"], key
+    idx = report.index
+    assert idx is not None
+    assert idx.files_before == s["indexFilesBefore"]
+    assert idx.deleted_files == s["indexFilesDestroyedAtLoad"]
+    assert idx.files_created == len(s["indexFilesCreatedDuringRecoveryOrStart"])
+    created = [
+        h
+        for h in meta["afterStart"]["indexFiles"]
+        if h["name"] in s["indexFilesCreatedDuringRecoveryOrStart"]
+    ]
+    assert [
+        (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.index_count)
+        for h in idx.new_files
+    ] == [
+        (
+            h["beginTimestamp"],
+            h["endTimestamp"],
+            h["beginPhyOffset"],
+            h["endPhyOffset"],
+            h["indexCount"],
+        )
+        for h in created
+    ]
+    after = meta["afterShutdown"]["checkpoint"]
+    cp = report.checkpoint
+    assert cp is not None
+    assert cp.after_shutdown["physic_msg_timestamp"] == after["physicMsgTimestamp"]
+    assert cp.after_shutdown["logics_msg_timestamp"] == after["logicsMsgTimestamp"]
+    assert cp.after_shutdown["index_msg_timestamp"] == after["indexMsgTimestamp"]
+    if "confirmPhyOffset" in after:
+        assert cp.after_shutdown["confirm_phy_offset"] == after["confirmPhyOffset"]
+
+
+@pytest.mark.parametrize(("corpus", "scenario"), CASES)
+def test_lost_messages_are_the_intact_records_past_the_end(
+    corpus: str, scenario: str, request: pytest.FixtureRequest
+) -> None:
+    """Damaged copies of the clean store lose exactly the clean store's records after the cut
+    (less the damaged one); crashes and clean stores lose nothing."""
+    root = _root(corpus, request)
+    meta = expected(root, scenario)
+    report = run_recovery(
+        input_store(root, scenario), _options(corpus, meta, CORPORA[corpus])
+    ).report
+    c = report.commitlog
+    assert c is not None
+    lost = sorted(m.physical_offset for m in report.lost_messages.messages)
+    kind = meta["mutation"]["kind"]
+    if kind in ("none", "process_crash", "consume_queue_dir_deleted"):
+        assert lost == [] and report.lost_messages.damaged_records == 0
+        assert report.loses_data is False
+        return
+    clean = [
+        line["offset"]
+        for line in jsonl(root, BASE[corpus], "prescan")
+        if line["kind"] == "msg" and line["offset"] > c.max_offset
+    ]
+    assert lost == clean
+    assert report.lost_messages.count == len(clean)
+    assert report.lost_messages.damaged_records == 1
+    assert report.loses_data is True
+
+
+@pytest.mark.parametrize(("corpus", "scenario"), CASES)
+def test_apply_to_leaves_what_the_broker_left(
+    corpus: str, scenario: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The consume-queue units in [min, max) of every queue after start, the index headers and
+    the checkpoint in DIR equal the broker's; a restart of DIR is then a no-op."""
+    root = _root(corpus, request)
+    meta = expected(root, scenario)
+    dest = tmp_path / "after"
+    report, applied = apply_recovery(
+        input_store(root, scenario), dest, _options(corpus, meta, CORPORA[corpus])
+    )
+    assert applied.verification_noop, applied.verification_differences
+    cq_size = meta["storeConfig"]["mappedFileSizeConsumeQueue"]
+    units: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    for line in jsonl(root, scenario, "messages"):
+        key = (line["topic"], line["queueId"])
+        path = dest / "consumequeue" / key[0] / str(key[1])
+        pos = line["cqIndex"] * 20
+        data = (path / f"{pos - pos % cq_size:020d}").read_bytes()[pos % cq_size :][:20]
+        units.setdefault(key, []).append(struct.unpack(">qiq", data))
+        assert units[key][-1] == (line["cqPhyOffset"], line["cqSize"], line["cqTagsCode"]), line
+    expected_files = {
+        f["name"]: f["wrotePosition"]
+        for cq in meta["afterStart"]["consumeQueues"]
+        for f in cq["files"]
+        if cq["files"]
+    }
+    for cq in meta["afterStart"]["consumeQueues"]:
+        qdir = dest / "consumequeue" / cq["topic"] / str(cq["queueId"])
+        on_disk = sorted(p.name for p in qdir.iterdir()) if qdir.is_dir() else []
+        assert on_disk == [f["name"] for f in cq["files"]], (cq["topic"], cq["queueId"])
+    assert expected_files is not None
+    disk_cl = (
+        sorted(p.name for p in (dest / "commitlog").iterdir())
+        if (dest / "commitlog").is_dir()
+        else []
+    )
+    assert disk_cl == meta["afterStart"]["commitlog"]["filesOnDisk"]
+    kept = [
+        n
+        for n in meta["summary"]["indexFilesBefore"]
+        if n not in meta["summary"]["indexFilesDestroyedAtLoad"]
+    ]
+    index_dir = dest / "index"
+    names = sorted(p.name for p in index_dir.iterdir()) if index_dir.is_dir() else []
+    assert names[: len(kept)] == kept
+    headers = [IndexHeader.decode((index_dir / n).read_bytes()) for n in names]
+    want = meta["afterStart"]["indexFiles"]
+    assert [
+        (
+            h.begin_phy_offset,
+            h.end_phy_offset,
+            h.begin_timestamp,
+            h.end_timestamp,
+            h.index_count,
+            h.hash_slot_count,
+        )
+        for h in headers
+    ] == [
+        (
+            w["beginPhyOffset"],
+            w["endPhyOffset"],
+            w["beginTimestamp"],
+            w["endTimestamp"],
+            w["indexCount"],
+            w["hashSlotCount"],
+        )
+        for w in want
+    ]
+    cp = (dest / "checkpoint").read_bytes()
+    after = meta["afterShutdown"]["checkpoint"]
+    assert struct.unpack_from(">qqq", cp) == (
+        after["physicMsgTimestamp"],
+        after["logicsMsgTimestamp"],
+        after["indexMsgTimestamp"],
+    )
+    assert not (dest / "abort").exists()
+    assert report.broker_starts
