@@ -46,9 +46,18 @@ class IndexFileInfo:
         return self.header is not None and self.geometry is not None and self.error is None
 
 
-def open_index_files(store: Store) -> list[IndexFileInfo]:
-    """Every file under ``index/`` in the broker's load order (by name)."""
-    return [describe_index_file(store, f) for f in store.index_files]
+def open_index_files(store: Store, files: list[StoreFile] | None = None) -> list[IndexFileInfo]:
+    """Every file under ``index/`` (or ``files``) in the broker's load order (by name). A file
+    whose geometry cannot be told on its own (an empty one) takes that of a same-size sibling."""
+    infos = [describe_index_file(store, f) for f in (store.index_files if files is None else files)]
+    known = {i.file.length: i.geometry for i in infos if i.geometry is not None}
+    out = []
+    for i in infos:
+        geometry = known.get(i.file.length)
+        if i.geometry is None and i.header is not None and geometry is not None:
+            i = IndexFileInfo(i.file, i.header, geometry, "same size as the other files")
+        out.append(i)
+    return out
 
 
 def describe_index_file(store: Store, f: StoreFile) -> IndexFileInfo:

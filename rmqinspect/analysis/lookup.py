@@ -12,9 +12,11 @@ result says so and suggests ``--scan``, a full commitlog walk.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from rmqinspect.analysis.indexes import IndexFileInfo, open_index_files
 from rmqinspect.analysis.inventory import commitlog_summary
@@ -25,6 +27,7 @@ from rmqinspect.analysis.queues import (
     resolve_unit,
     unit_at,
 )
+from rmqinspect.analysis.recover import RecoverOptions, run_recovery
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.host import HostAddress
@@ -38,6 +41,7 @@ from rmqinspect.format.index import (
     walk_chain,
 )
 from rmqinspect.format.javahash import index_key
+from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId, Store
 
 LONG_MAX = 2**63 - 1
@@ -129,11 +133,14 @@ class LookupResult:
 
 
 class OpenIndex:
-    """Usable index files with read-only views; the geometry is the broker's one configuration."""
+    """Usable index files with read-only views; the geometry is the broker's one configuration.
 
-    def __init__(self, store: Store) -> None:
+    ``files`` replaces the store's own ``index/`` listing (the post-restart set, see
+    :func:`restarted_index`)."""
+
+    def __init__(self, store: Store, files: list[StoreFile] | None = None) -> None:
         self.store = store
-        self.infos = open_index_files(store)
+        self.infos = open_index_files(store, files)
         self.report_base = IndexReport(files_total=len(self.infos))
         self._stack = contextlib.ExitStack()
         self.files: list[tuple[IndexFileInfo, IndexHeader, memoryview]] = []
@@ -322,8 +329,25 @@ def lookup_key(
     q: KeyQuery,
     *,
     scan: bool = False,
-    readable_end: int | None = None,
+    limit: int | None = None,
+    restart: RestartedIndex | None = None,
     progress: Progress | None = None,
+) -> LookupResult:
+    """Messages whose key (or UNIQ_KEY) is ``q.key``, oldest first. ``restart`` answers as the
+    broker would after restarting on this store (recovered end, rebuilt index)."""
+    result = _lookup_key(store, q, scan, restart, progress)
+    if limit is not None and len(result.hits) > limit:
+        del result.hits[limit:]
+        result.truncated = True
+    return result
+
+
+def _lookup_key(
+    store: Store,
+    q: KeyQuery,
+    scan: bool,
+    restart: RestartedIndex | None,
+    progress: Progress | None,
 ) -> LookupResult:
     mode = Mode.UNIQ_KEY if q.uniq else Mode.KEY
     result = LookupResult(
@@ -336,7 +360,7 @@ def lookup_key(
             "end": q.end,
         },
     )
-    end = readable_end if readable_end is not None else readable_end_offset(store)
+    end = restart.end if restart is not None else readable_end_offset(store)
     seen: set[int] = set()
     if scan:
         result.scanned = True
@@ -346,7 +370,9 @@ def lookup_key(
                 result.hits.append(Hit(rec, Via.SCAN))
         _sort_hits(result)
         return result
-    with OpenIndex(store) as index:
+    if restart is not None:
+        result.warnings.extend(restart.notes)
+    with OpenIndex(store, None if restart is None else restart.files) as index:
         report = index.new_report()
         result.index = report
         for topic in q.topics:
@@ -363,11 +389,14 @@ def lookup_key(
                     result.hits.append(Hit(record, Via.INDEX))
                 else:
                     result.rejected.append(Rejected(offset, why, record))
-        for offset in report.index_offsets:
-            if offset not in report.broker_offsets and offset not in seen:
-                reason = "not served: no message record there, or past the commitlog's end"
-                if all(r.physical_offset != offset for r in result.rejected):
-                    result.rejected.append(Rejected(offset, reason))
+        for offset in dict.fromkeys(report.index_offsets):
+            if offset in report.broker_offsets or offset in seen:
+                continue
+            if offset >= end:
+                reason = f"not served: at or past the commitlog's end {end}"
+            else:
+                reason = "not served: no readable message record there"
+            result.rejected.append(Rejected(offset, reason))
         _scan_tail(store, q, result, report, end, seen, progress)
     _explain_index(result, report)
     _sort_hits(result)
@@ -423,6 +452,46 @@ def _explain_index(result: LookupResult, report: IndexReport) -> None:
 
 def _sort_hits(result: LookupResult) -> None:
     result.hits.sort(key=lambda h: (h.record.store_timestamp, h.record.position))
+
+
+@dataclass(frozen=True, slots=True)
+class RestartedIndex:
+    """The index and commitlog end a broker restarting on this store would query."""
+
+    end: int  # the recovered commitlog end E: queryMessage serves nothing at or past it
+    files: list[StoreFile]  # kept on-disk files plus the ones the restart writes
+    notes: tuple[str, ...]
+
+
+@contextlib.contextmanager
+def restarted_index(store: Store, progress: Progress | None = None) -> Iterator[RestartedIndex]:
+    """Emulate the restart (``analysis.recover``) with the index files it would write put in a
+    temporary directory, and yield the post-restart view; the store itself is only read."""
+    opts = store.options
+    recover_opts = RecoverOptions(
+        profile=opts.profile,
+        commitlog_file_size=opts.commitlog_file_size,
+        cq_file_size=opts.cq_file_size,
+        index_slots=opts.index_slot_num,
+        index_entries=opts.index_num,
+        lost_limit=0,
+    )
+    with tempfile.TemporaryDirectory(prefix="rmqinspect-index-") as tmp:
+        out = Path(tmp)
+        outcome = run_recovery(store.root, recover_opts, progress, index_out=out)
+        report = outcome.report
+        if report.commitlog is None:
+            raise StoreError("the broker would not start on this store", str(store.root))
+        replaced = set(outcome.index_deleted) | set(outcome.index_written)
+        files = [f for f in store.index_files if f.name not in replaced]
+        for name in outcome.index_written:
+            path = out / name
+            files.append(StoreFile(path, 0, path.stat().st_size))
+        files.sort(key=lambda f: f.name)
+        notes = [f"as after a restart: the commitlog ends at {report.commitlog.max_offset}"]
+        if outcome.index_deleted:
+            notes.append("index files the restart deletes: " + ", ".join(outcome.index_deleted))
+        yield RestartedIndex(report.commitlog.max_offset, files, tuple(notes))
 
 
 def known_topics(store: Store) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 import typer
@@ -19,6 +20,7 @@ from rmqinspect.analysis.lookup import (
     lookup_queue_offset,
     lookup_time,
     parse_queue_ref,
+    restarted_index,
 )
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
@@ -87,6 +89,14 @@ def lookup(
         bool,
         typer.Option("--scan", help="Walk the whole commitlog instead of using the index."),
     ] = False,
+    as_recovered: Annotated[
+        bool,
+        typer.Option(
+            "--as-recovered",
+            help="Key/UNIQ_KEY: answer as the broker would after restarting on this store "
+            "(recovered end, index files deleted and rebuilt); costs a recovery emulation.",
+        ),
+    ] = False,
     limit: LimitOpt = None,
     body: BodyOpt = BodyFormat.TEXT,
     format: FormatOpt = None,
@@ -113,6 +123,8 @@ def lookup(
     ]
     if len(given) != 1:
         raise fail(f"give exactly one of {', '.join(_MODES)} (got {len(given)})")
+    if as_recovered and key is None and uniq_key is None:
+        raise fail("--as-recovered applies to --key and --uniq-key")
     if (key is not None or time_range is not None) and topic is None:
         raise fail(f"{given[0]} needs --topic")
     fmt = resolve_format(format)
@@ -146,10 +158,13 @@ def lookup(
                     parse_optional_time(begin, "--begin") or 0,
                     _or_max(parse_optional_time(end, "--end")),
                 )
-                result = lookup_key(st, q, scan=scan, progress=advance)
-                if limit is not None and len(result.hits) > limit:
-                    del result.hits[limit:]
-                    result.truncated = True
+                with contextlib.ExitStack() as stack:
+                    restart = None
+                    if as_recovered and not scan:
+                        restart = stack.enter_context(restarted_index(st, advance))
+                    result = lookup_key(
+                        st, q, scan=scan, limit=limit, restart=restart, progress=advance
+                    )
             render_lookup(result, fmt, body)
     if not result.found:
         raise typer.Exit(EXIT_FINDINGS)
