@@ -1,0 +1,209 @@
+"""``rmqinspect synth OUT_DIR``: write a synthetic store for demos, tests and benchmarks."""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rmqinspect.cli.common import handle_errors
+from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
+from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
+from rmqinspect.format.profile import Profile
+from rmqinspect.synth import damage
+from rmqinspect.synth.workload import WorkloadConfig, topic_name, write_workload
+from rmqinspect.synth.writer import DEFAULT_COMMITLOG_FILE_SIZE, StoreLayout, StoreSummary
+
+
+class DamageKind(enum.StrEnum):
+    TORN_TAIL = "torn-tail"
+    FLIP_BODY = "flip-body"
+    ZERO_REGION = "zero-region"
+    CQ_AHEAD = "cq-ahead"
+    MISSING_CQ = "missing-cq"
+    STALE_TAIL = "stale-tail"
+
+
+_ZERO_REGION_BYTES = 256
+
+
+def _apply(kind: DamageKind, root: Path, summary: StoreSummary) -> damage.Damage:
+    """The damage helper behind each ``--damage`` choice, aimed at the first queue or the
+    middle of the last commitlog file."""
+    topic = topic_name(0)
+    if kind is DamageKind.TORN_TAIL:
+        return damage.torn_tail(root)
+    if kind is DamageKind.FLIP_BODY:
+        return damage.flip_body_byte(root)
+    if kind is DamageKind.ZERO_REGION:
+        last_start = int(summary.commitlog_files[-1]) if summary.commitlog_files else 0
+        middle = (last_start + summary.commitlog_end) // 2
+        return damage.zero_region(root, middle, middle + _ZERO_REGION_BYTES)
+    if kind is DamageKind.CQ_AHEAD:
+        return damage.cq_ahead_of_commitlog(root, topic, 0)
+    if kind is DamageKind.MISSING_CQ:
+        return damage.remove_cq_dir(root, topic, 0)
+    return damage.stale_bytes_past_write_position(root)
+
+
+def _summary_json(summary: StoreSummary, seconds: float, damages: list[damage.Damage]) -> Any:
+    cp = summary.checkpoint
+    return {
+        "root": str(summary.root),
+        "profile": str(summary.profile),
+        "messages": summary.messages,
+        "dispatched": summary.dispatched,
+        "commitlogFiles": list(summary.commitlog_files),
+        "commitlogEnd": summary.commitlog_end,
+        "dataBytes": summary.data_bytes,
+        "consumeQueues": summary.consume_queues,
+        "indexFiles": list(summary.index_files),
+        "indexEntries": summary.index_entries,
+        "checkpoint": {
+            "physicMsgTimestamp": cp.physic_msg_timestamp,
+            "logicsMsgTimestamp": cp.logics_msg_timestamp,
+            "indexMsgTimestamp": cp.index_msg_timestamp,
+        },
+        "crashed": summary.crashed,
+        "damage": [
+            {
+                "kind": d.kind,
+                "description": d.description,
+                "ranges": [[r.path, r.start, r.end] for r in d.ranges],
+                "removed": list(d.removed),
+                "created": list(d.created),
+            }
+            for d in damages
+        ],
+        "seconds": round(seconds, 3),
+    }
+
+
+def _render(summary: StoreSummary, seconds: float, damages: list[damage.Damage]) -> None:
+    console = Console(highlight=False)
+    table = Table(title=f"synthetic {summary.profile} store at {summary.root}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    rate = summary.data_bytes / seconds / 2**20 if seconds > 0 else 0.0
+    table.add_row("messages", f"{summary.messages} ({summary.dispatched} dispatched)")
+    table.add_row(
+        "commitlog",
+        f"{len(summary.commitlog_files)} files, end {summary.commitlog_end}, "
+        f"{summary.data_bytes} bytes written",
+    )
+    table.add_row(
+        "consume queues",
+        f"{len(summary.consume_queues)} queues, {sum(summary.consume_queues.values())} units",
+    )
+    table.add_row("index", f"{len(summary.index_files)} files, {summary.index_entries} entries")
+    cp = summary.checkpoint
+    table.add_row(
+        "checkpoint",
+        f"physic {cp.physic_msg_timestamp}, logics {cp.logics_msg_timestamp}, "
+        f"index {cp.index_msg_timestamp}",
+    )
+    table.add_row("shutdown", "crash (abort left)" if summary.crashed else "clean")
+    for d in damages:
+        table.add_row("damage", d.description)
+    table.add_row("time", f"{seconds:.2f} s ({rate:.0f} MiB/s)")
+    console.print(table)
+
+
+@handle_errors
+def synth(
+    out_dir: Annotated[
+        Path, typer.Argument(help="New store directory; must not exist or be empty.")
+    ],
+    messages: Annotated[int, typer.Option("--messages", "-n", min=0, help="Messages.")] = 2000,
+    body_size: Annotated[
+        int, typer.Option("--body-size", min=0, help="Typical body size in bytes.")
+    ] = 512,
+    topics: Annotated[int, typer.Option("--topics", min=1, max=702, help="Topics.")] = 3,
+    queues: Annotated[int, typer.Option("--queues", min=1, max=1024, help="Queues per topic.")] = 4,
+    commitlog_file_size: Annotated[
+        int, typer.Option("--commitlog-file-size", min=64, help="mappedFileSizeCommitLog.")
+    ] = DEFAULT_COMMITLOG_FILE_SIZE,
+    cq_file_size: Annotated[
+        int, typer.Option("--cq-file-size", min=20, help="mappedFileSizeConsumeQueue.")
+    ] = DEFAULT_CQ_FILE_SIZE,
+    index_slots: Annotated[
+        int, typer.Option("--index-slots", min=1, help="maxHashSlotNum.")
+    ] = DEFAULT_SLOT_NUM,
+    index_entries: Annotated[
+        int, typer.Option("--index-entries", min=2, help="maxIndexNum.")
+    ] = DEFAULT_INDEX_NUM,
+    profile: Annotated[
+        Profile, typer.Option("--profile", help="Broker line to imitate.")
+    ] = Profile.V4_9,
+    crash: Annotated[
+        bool,
+        typer.Option(
+            "--crash",
+            help="Leave abort, a lagging checkpoint and an undispatched last burst.",
+        ),
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same bytes).")] = 42,
+    plain: Annotated[
+        bool,
+        typer.Option(
+            "--plain", help="Only plain messages: no delay, transaction, retry, IPv6 or V2."
+        ),
+    ] = False,
+    prop_crc: Annotated[
+        bool, typer.Option("--prop-crc", help="enabledAppendPropCRC (profile 5.3 only).")
+    ] = False,
+    damage_kinds: Annotated[
+        list[DamageKind] | None,
+        typer.Option("--damage", help="Damage to apply afterwards (repeatable)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Write a new store directory byte for byte as a broker of --profile would, from a seeded
+    workload (topics TopicA.., keys, tags, UNIQ_KEYs, delay, transaction and retry messages).
+
+    Example: rmqinspect synth /tmp/store --messages 100000 --body-size 1000 --crash
+    """
+    try:
+        layout = StoreLayout(
+            profile=profile,
+            commitlog_file_size=commitlog_file_size,
+            cq_file_size=cq_file_size,
+            index_slot_num=index_slots,
+            index_num=index_entries,
+            append_prop_crc=prop_crc,
+        )
+        config = WorkloadConfig(
+            messages=messages,
+            body_size=body_size,
+            topics=topics,
+            queues=queues,
+            seed=seed,
+            crash=crash,
+            special=not plain,
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    started = time.perf_counter()
+    try:
+        summary = write_workload(out_dir, config, layout)
+        damages = [_apply(kind, out_dir, summary) for kind in damage_kinds or []]
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    seconds = time.perf_counter() - started
+    if quiet:
+        return
+    if as_json:
+        typer.echo(json.dumps(_summary_json(summary, seconds, damages), indent=2))
+    else:
+        _render(summary, seconds, damages)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("synth")(synth)

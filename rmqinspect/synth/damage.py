@@ -1,0 +1,337 @@
+"""Damage helpers for synthetic stores: the failure modes the inspector must explain.
+
+**Every helper mutates the store directory it is given, in place.** They are meant for stores
+the caller made (with :class:`~rmqinspect.synth.writer.StoreWriter`) or copied for the purpose;
+never point them at evidence. Each returns a :class:`Damage` saying what changed, with the byte
+ranges touched, so tests can assert against it.
+
+The kinds mirror the conformance scenarios (``conformance/README.md``): a torn tail, a flipped
+body byte, a zeroed region, consume-queue units past the commitlog end, a missing consume-queue
+directory, stale records after the write position, and the ``abort`` marker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqinspect.format.commitlog import (
+    CheckOptions,
+    MessageRecord,
+    check_message,
+    encode_message,
+)
+from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
+from rmqinspect.format.profile import Profile
+
+_BODY_START_V4V4 = 88  # BODY offset in a record with two IPv4 hosts
+_WALK = CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange:
+    """``[start, end)`` of ``path`` (relative to the store root) that the damage touched."""
+
+    path: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    kind: str
+    description: str
+    ranges: tuple[ByteRange, ...] = ()
+    removed: tuple[str, ...] = ()  # files or directories deleted, relative to the store root
+    created: tuple[str, ...] = ()
+    details: dict[str, int | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    path: Path
+    file_start: int
+    position: int  # inside the file
+    record: MessageRecord
+
+    @property
+    def offset(self) -> int:
+        return self.file_start + self.position
+
+
+def _commitlog_files(root: Path) -> list[Path]:
+    directory = root / "commitlog"
+    files = sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+    if not files:
+        raise ValueError(f"{directory} holds no commitlog file")
+    return files
+
+
+def _messages(root: Path) -> Iterator[_Located]:
+    """Valid messages of every commitlog file from position 0, as a broker's scan finds them
+    (a BLANK or the first invalid record ends a file)."""
+    for path in _commitlog_files(root):
+        data = path.read_bytes()
+        start = int(path.name)
+        pos = 0
+        while pos + 8 <= len(data):
+            result = check_message(data, pos, start, _WALK)
+            if not result.is_message or result.record is None:
+                break
+            yield _Located(path, start, pos, result.record)
+            pos += result.size
+
+
+def _last_message(root: Path) -> _Located:
+    last = None
+    for located in _messages(root):
+        last = located
+    if last is None:
+        raise ValueError(f"{root} has no message to damage")
+    return last
+
+
+def _rel(root: Path, path: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def _body_start(record: MessageRecord) -> int:
+    """Offset of BODY inside the record (§2.2)."""
+    extra = (12 if record.born_host.is_v6 else 0) + (12 if record.store_host.is_v6 else 0)
+    return _BODY_START_V4V4 + extra
+
+
+def _patch(path: Path, position: int, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, position)
+    finally:
+        os.close(fd)
+
+
+def torn_tail(root: str | os.PathLike[str], keep_fraction: float = 0.5) -> Damage:
+    """Zero the end of the last message, keeping its first ``keep_fraction`` (a write the
+    crash interrupted). The body CRC then fails, or the magic if little is kept."""
+    store = Path(root)
+    last = _last_message(store)
+    size = last.record.store_size
+    keep = int(size * keep_fraction)
+    start = last.position + keep
+    end = last.position + size
+    _patch(last.path, start, bytes(end - start))
+    return Damage(
+        "torn_tail",
+        f"zeroed the last {end - start} bytes of the message at {last.offset}",
+        (ByteRange(_rel(store, last.path), start, end),),
+        details={"message_offset": last.offset, "new_valid_end": last.offset},
+    )
+
+
+def flip_body_byte(
+    root: str | os.PathLike[str],
+    *,
+    offset: int | None = None,
+    message_index: int | None = None,
+    byte_in_body: int = 0,
+) -> Damage:
+    """XOR one body byte with 0xFF, in the message at physical ``offset`` or the
+    ``message_index``-th message of the log (default: the middle message of the last file)."""
+    store = Path(root)
+    messages = list(_messages(store))
+    if offset is not None:
+        chosen = [m for m in messages if m.offset == offset]
+        if not chosen:
+            raise ValueError(f"no message starts at physical offset {offset}")
+        target = chosen[0]
+    elif message_index is not None:
+        target = messages[message_index]
+    else:
+        last_file = [m for m in messages if m.path == messages[-1].path]
+        target = last_file[len(last_file) // 2]
+    record = target.record
+    if not 0 <= byte_in_body < record.body_length:
+        raise ValueError(f"message at {target.offset} has a {record.body_length}-byte body")
+    at = target.position + _body_start(record) + byte_in_body
+    with open(target.path, "rb") as f:
+        f.seek(at)
+        old = f.read(1)[0]
+    _patch(target.path, at, bytes([old ^ 0xFF]))
+    return Damage(
+        "flip_body_byte",
+        f"flipped body byte {byte_in_body} of the message at {target.offset}",
+        (ByteRange(_rel(store, target.path), at, at + 1),),
+        details={"message_offset": target.offset, "old": old, "new": old ^ 0xFF},
+    )
+
+
+def zero_region(root: str | os.PathLike[str], start: int, end: int) -> Damage:
+    """Zero the commitlog bytes at physical offsets ``[start, end)``, across files if need be."""
+    store = Path(root)
+    if start >= end:
+        raise ValueError(f"empty region {start}..{end}")
+    ranges = []
+    for path in _commitlog_files(store):
+        file_start = int(path.name)
+        file_end = file_start + path.stat().st_size
+        lo, hi = max(start, file_start), min(end, file_end)
+        if lo < hi:
+            _patch(path, lo - file_start, bytes(hi - lo))
+            ranges.append(ByteRange(_rel(store, path), lo - file_start, hi - file_start))
+    if not ranges:
+        raise ValueError(f"region {start}..{end} lies outside every commitlog file")
+    return Damage("zero_region", f"zeroed physical offsets {start}..{end}", tuple(ranges))
+
+
+def cq_ahead_of_commitlog(
+    root: str | os.PathLike[str], topic: str, queue_id: int, count: int = 3
+) -> Damage:
+    """Append ``count`` units to a consume queue that point past the end of the commitlog, as
+    when the queue was flushed but the commitlog tail was lost."""
+    store = Path(root)
+    directory = store / "consumequeue" / topic / str(queue_id)
+    files = sorted(directory.iterdir()) if directory.is_dir() else []
+    if not files:
+        raise ValueError(f"no consume queue at {directory}")
+    last = files[-1]
+    file_size = last.stat().st_size
+    data = last.read_bytes()
+    used = 0
+    while used + CQ_STORE_UNIT_SIZE <= len(data) and decode_unit(data, used).is_valid:
+        used += CQ_STORE_UNIT_SIZE
+    unit_size = decode_unit(data, used - CQ_STORE_UNIT_SIZE).size if used else 100
+    end = max((m.record.end for m in _messages(store)), default=0)
+    ranges, created = [], []
+    path, position = last, used
+    for i in range(count):
+        if position + CQ_STORE_UNIT_SIZE > file_size:
+            path = directory / f"{int(path.name) + file_size:020d}"
+            with open(path, "xb") as f:
+                f.truncate(file_size)
+            created.append(_rel(store, path))
+            position = 0
+        _patch(path, position, encode_unit(end + i * unit_size, unit_size, 0))
+        ranges.append(ByteRange(_rel(store, path), position, position + CQ_STORE_UNIT_SIZE))
+        position += CQ_STORE_UNIT_SIZE
+    return Damage(
+        "cq_ahead_of_commitlog",
+        f"appended {count} units to {topic}/{queue_id} pointing at and past {end}",
+        tuple(ranges),
+        created=tuple(created),
+        details={"commitlog_end": end},
+    )
+
+
+def remove_cq_dir(root: str | os.PathLike[str], topic: str, queue_id: int) -> Damage:
+    """Delete ``consumequeue/<topic>/<queueId>`` (and the topic directory if it empties)."""
+    store = Path(root)
+    directory = store / "consumequeue" / topic / str(queue_id)
+    if not directory.is_dir():
+        raise ValueError(f"no consume queue at {directory}")
+    removed = tuple(_rel(store, p) for p in sorted(directory.iterdir()))
+    shutil.rmtree(directory)
+    if not any(directory.parent.iterdir()):
+        directory.parent.rmdir()
+    return Damage(
+        "remove_cq_dir",
+        f"deleted consume queue {topic}/{queue_id} ({len(removed)} files)",
+        removed=(*removed, _rel(store, directory)),
+    )
+
+
+def stale_bytes_past_write_position(
+    root: str | os.PathLike[str], mode: str = "copy", count: int = 3
+) -> Damage:
+    """Leave intact-looking old records after the valid end of the log.
+
+    ``copy``: up to ``count`` whole records from the start of the first commitlog file are
+    copied just past the last message, as when a reused file still holds an earlier
+    generation's data; they pass magic and CRC checks but their PHYSICALOFFSET is wrong.
+    ``rewrite``: the last message is rewritten shorter at its own position (a truncated and
+    re-appended tail), so the rest of the old message is garbage and the stale record after it
+    keeps its old, correct-looking position.
+    """
+    store = Path(root)
+    messages = list(_messages(store))
+    if not messages:
+        raise ValueError(f"{store} has no message")
+    last = messages[-1]
+    size = last.path.stat().st_size
+    if mode == "copy":
+        first = messages[0]
+        source = first.path.read_bytes()
+        at = last.position + last.record.store_size
+        taken = 0
+        chunks: list[bytes] = []
+        for m in messages:
+            if m.path != first.path or len(chunks) == count:
+                break
+            if at + taken + m.record.store_size + 8 > size:
+                break
+            chunks.append(source[m.position : m.position + m.record.store_size])
+            taken += m.record.store_size
+        if not chunks:
+            raise ValueError("no room after the last message for a stale record")
+        _patch(last.path, at, b"".join(chunks))
+        return Damage(
+            "stale_bytes_past_write_position",
+            f"copied {len(chunks)} old records ({taken} bytes) past the end at {last.offset}",
+            (ByteRange(_rel(store, last.path), at, at + taken),),
+            details={"valid_end": last.record.end, "records": len(chunks)},
+        )
+    if mode == "rewrite":
+        candidates = [
+            m for m in messages[:-1] if m.path == last.path and m.record.body_length >= 16
+        ]
+        if not candidates:
+            raise ValueError("rewrite needs an earlier message with a body in the last file")
+        victim = candidates[-1]
+        rec = victim.record
+        body = (rec.body or b"")[: rec.body_length // 2]
+        shorter = encode_message(
+            topic=rec.topic,
+            queue_id=rec.queue_id,
+            flag=rec.flag,
+            queue_offset=rec.queue_offset,
+            physical_offset=rec.physical_offset,
+            sys_flag=rec.sys_flag,
+            born_timestamp=rec.born_timestamp,
+            born_host=rec.born_host,
+            store_timestamp=rec.store_timestamp,
+            store_host=rec.store_host,
+            reconsume_times=rec.reconsume_times,
+            prepared_transaction_offset=rec.prepared_transaction_offset,
+            body=body,
+            properties=rec.properties_raw,
+            version=2 if rec.version == "v2" else 1,
+        )
+        if len(shorter) + 8 > rec.store_size:
+            raise ValueError("the rewritten record would not leave a gap before the stale one")
+        _patch(victim.path, victim.position, shorter)
+        new_end = victim.offset + len(shorter)
+        return Damage(
+            "stale_bytes_past_write_position",
+            f"rewrote the message at {victim.offset} {rec.store_size - len(shorter)} bytes "
+            f"shorter; old bytes follow the new end {new_end}",
+            (ByteRange(_rel(store, victim.path), victim.position, victim.position + len(shorter)),),
+            details={"valid_end": new_end, "stale_record_offset": victim.record.end},
+        )
+    raise ValueError(f"unknown stale-bytes mode {mode!r} (copy or rewrite)")
+
+
+def set_abort(root: str | os.PathLike[str], present: bool, content: bytes = b"") -> Damage:
+    """Create ``abort`` (4.9 leaves it empty, 5.x writes the broker PID) or delete it."""
+    store = Path(root)
+    path = store / "abort"
+    if present:
+        path.write_bytes(content)
+        return Damage("set_abort", "created abort", created=("abort",))
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    return Damage(
+        "set_abort",
+        "deleted abort" if existed else "abort was already absent",
+        removed=("abort",) if existed else (),
+    )
