@@ -196,6 +196,7 @@ class QueueReport:
     units_written_after_start: int  # written by the reput service
     pre_blank_units: int  # fillPreBlank placeholders written
     misplaced_units: int  # appended at a position other than their queue offset
+    unreachable_after_start: int  # scanned records of this queue at or past its final max
     files_deleted: list[str]
     files_created: list[str]
 
@@ -303,14 +304,21 @@ class RecoveryReport:
     reput: ReputReport | None
     checkpoint: CheckpointReport | None
     lost_messages: LostReport
+    unreachable_messages: int  # scanned records below E left without a consume-queue unit
+    queues_without_consume_queue: list[str]  # queues the scan saw records of but none exists
     warnings: list[str]
 
     @property
     def loses_data(self) -> bool:
-        """Exit-code rule: the restart discards messages (intact or damaged) or CQ units."""
+        """Exit-code rule: the restart destroys messages (intact or damaged records past the
+        end, or consume-queue units below it that ConsumeQueue.recover drops and nothing
+        rebuilds). Units truncated past the end are covered by the first two."""
         if self.lost_messages.count or self.lost_messages.damaged_records:
             return True
-        return any(q.units_truncated or q.units_dropped_by_cq_recover for q in self.consume_queues)
+        return any(
+            q.units_dropped_by_cq_recover > q.units_written_at_load + q.units_written_after_start
+            for q in self.consume_queues
+        )
 
 
 # --- the emulated state ------------------------------------------------------------------------
@@ -820,6 +828,8 @@ class _Emulator:
         self.cq_deleted_at_load: dict[QueueId, list[str]] = {}
         self.logics_ts: int | None = None
         self.first_dispatched: int | None = None
+        # (topic, queueId) -> [records, highest queue offset] among the recovery scan's records
+        self.scanned_queues: dict[tuple[str, int], list[int]] = {}
         delay_table = tuple(cl.parse_delay_levels(options.delay_levels).items())
         # 4.9.8 loads the delay table after recovery: load-time dispatch hashes SCHEDULE tags.
         load_delays = () if self.profile is Profile.V4_9 else delay_table
@@ -1036,6 +1046,16 @@ class _Emulator:
                     result = check(buf, pos, f.start, opts)
                     if result.success and result.size > 0:
                         last = (f, result)
+                        rec = result.record
+                        if rec is not None and rec.sys_flag & 0xC in _NOT_OR_COMMIT:
+                            key = (rec.topic, rec.queue_id)
+                            seen = self.scanned_queues.get(key)
+                            if seen is None:
+                                self.scanned_queues[key] = [1, rec.queue_offset]
+                            else:
+                                seen[0] += 1
+                                if rec.queue_offset > seen[1]:
+                                    seen[1] = rec.queue_offset
                         if dispatch is not None and (
                             dispatch_above is None
                             or (
@@ -1310,6 +1330,8 @@ class _Emulator:
             reput=None,
             checkpoint=None,
             lost_messages=LostReport(0, 0, False, 0, []),
+            unreachable_messages=0,
+            queues_without_consume_queue=[],
             warnings=self.warnings,
         )
         outcome = RecoveryOutcome(report, [], self.queues, [], [], None)
@@ -1437,6 +1459,12 @@ class _Emulator:
         report.consume_queues = [
             self._queue_report(q) for q in self.queues.values() if q.existed or q.files or q.deleted
         ]
+        report.unreachable_messages = sum(q.unreachable_after_start for q in report.consume_queues)
+        listed = {(q.topic, q.queue_id) for q in report.consume_queues}
+        for (topic, queue_id), _seen in sorted(self.scanned_queues.items()):
+            if (topic, queue_id) not in listed:
+                report.queues_without_consume_queue.append(f"{topic}/{queue_id}")
+                report.unreachable_messages += self._unreachable(topic, queue_id, 0)
         report.index = self._index_report(
             geometry, geometry_source, idx_deleted, index, kept_end, end, last_ok, cp
         )
@@ -1475,9 +1503,18 @@ class _Emulator:
             units_written_after_start=q.written["start"],
             pre_blank_units=q.pre_blank,
             misplaced_units=q.misplaced,
+            unreachable_after_start=self._unreachable(q.qid.topic, q.qid.queue_id, q.max_offset),
             files_deleted=self.cq_deleted_at_load.get(q.qid, []) + q.deleted,
             files_created=list(q.created),
         )
+
+    def _unreachable(self, topic: str, queue_id: int, max_bytes: int) -> int:
+        """Records the recovery scan read whose queue offset is at or past the queue's final max:
+        in the commitlog below E but without a consume-queue unit after the restart."""
+        seen = self.scanned_queues.get((topic, queue_id))
+        if seen is None:
+            return 0
+        return max(0, min(seen[0], seen[1] + 1 - _jdiv(max_bytes, 20)))
 
     def _index_report(
         self,

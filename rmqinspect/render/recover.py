@@ -196,6 +196,12 @@ def _summary(report: RecoveryReport) -> Table:
     rows.append(("messages destroyed", lost.count))
     if lost.damaged_records:
         rows.append(("damaged records discarded", lost.damaged_records))
+    if report.unreachable_messages:
+        rows.append(("scanned messages left without a CQ unit", report.unreachable_messages))
+    if report.queues_without_consume_queue:
+        rows.append(
+            ("queues with no consume queue", ", ".join(report.queues_without_consume_queue))
+        )
     rows.append(("verdict", "the restart loses data" if report.loses_data else "nothing is lost"))
     rows.extend(("warning", w) for w in report.warnings)
     return key_value_table("Restart recovery", rows)
