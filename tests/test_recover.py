@@ -181,7 +181,7 @@ def test_crash_redispatches_the_undispatched_tail(
     # min(physic, logics) - 3 s.
     cp = decode_checkpoint((store / "checkpoint").read_bytes())
     limit = min(cp.physic_msg_timestamp, cp.logics_msg_timestamp) - 3000
-    firsts = {}
+    firsts: dict[int, int] = {}
     for r in results:
         firsts.setdefault(r.physical_offset // CL_SIZE, r.store_timestamp)
     chosen = max((i for i, ts in firsts.items() if ts <= limit), default=0)
