@@ -94,3 +94,19 @@ def test_json_is_an_array_and_tables_render(tmp_path: Path) -> None:
     assert table.exit_code == 0 and "ORDER-1" in table.stdout
     empty = run_json("messages", store, "--topic", "none")
     assert empty == []
+
+
+def test_time_filters_skip_whole_files_without_losing_messages(tmp_path: Path) -> None:
+    specs = [
+        MessageSpec(topic="T", body=bytes([i]) * 9000, store_timestamp=5_000_000 + i * 10)
+        for i in range(40)
+    ]
+    store = build_store(tmp_path / "s", specs)
+    assert len(list((store / "commitlog").iterdir())) >= 5
+    everything = run_jsonl("messages", store, "--body", "none")
+    for since, until in ((5_000_095, 5_000_215), (5_000_000, 5_000_005), (5_000_385, 9_999_999)):
+        want = [d for d in everything if since <= d["store_timestamp"] <= until]
+        got = run_jsonl(
+            "messages", store, "--body", "none", "--since", str(since), "--until", str(until)
+        )
+        assert got == want and want

@@ -101,10 +101,14 @@ def _infer_from_content(store: Store, f: StoreFile, header: IndexHeader) -> Inde
     try:
         words = np.frombuffer(buf, ">u4", body // 4, INDEX_HEADER_SIZE).astype(np.int64)
         found: IndexGeometry | None = None
-        for slots in range(1, body // HASH_SLOT_SIZE):
+        # body - 4 * slots must be a multiple of 20: only every fifth slot count fits.
+        first = next(
+            (s for s in range(1, 6) if (body - s * HASH_SLOT_SIZE) % INDEX_ENTRY_SIZE == 0), 0
+        )
+        for slots in range(first or body, body // HASH_SLOT_SIZE, 5):
             rest = body - slots * HASH_SLOT_SIZE
-            if rest % INDEX_ENTRY_SIZE or rest // INDEX_ENTRY_SIZE < count:
-                continue
+            if rest // INDEX_ENTRY_SIZE < count:
+                break
             if _phy_at(words, slots, 1) != header.begin_phy_offset:
                 continue
             if _phy_at(words, slots, count - 1) != header.end_phy_offset:

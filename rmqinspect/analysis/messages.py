@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from rmqinspect.format import commitlog as cl
+from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import ScanItem, Store
 
 Progress = Callable[[int], None]
@@ -59,9 +60,10 @@ def stream_messages(
         return
     opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=True)
     start = _start(store, flt.from_offset, opts)
+    files = _files_in_time_range(store, flt.since, flt.until)
     emitted = 0
     last = start if start is not None else clq.files[0].start
-    for item in store.scan(start, opts):
+    for item in store.scan(start, opts, files=files):
         if flt.to_offset is not None and item.position >= flt.to_offset:
             return
         if progress is not None and item.position > last:
@@ -78,6 +80,35 @@ def stream_messages(
                     return
         elif not item.result.is_blank:
             yield _stop(store, item)
+
+
+def _files_in_time_range(store: Store, since: int | None, until: int | None) -> list[StoreFile]:
+    """Skip whole files by their first record's store time. Store times rise across the
+    commitlog (taken under the put lock), so a file is before ``since`` when the next file
+    already starts at or before it, and after ``until`` when it starts later."""
+    files = store.commitlog.files
+    if since is None and until is None:
+        return files
+    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+    firsts = [_first_time(store, f, opts) for f in files]
+    keep = []
+    for i, (f, first) in enumerate(zip(files, firsts, strict=True)):
+        nxt = next((t for t in firsts[i + 1 :] if t is not None), None)
+        if since is not None and nxt is not None and nxt <= since:
+            continue
+        if until is not None and first is not None and first > until:
+            break
+        keep.append(f)
+    return keep
+
+
+def _first_time(store: Store, f: StoreFile, opts: cl.CheckOptions) -> int | None:
+    buf = store.view(f)
+    try:
+        res = cl.check_message(buf, 0, f.start, opts)
+    finally:
+        buf.release()
+    return res.record.store_timestamp if res.is_message and res.record is not None else None
 
 
 def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int | None:

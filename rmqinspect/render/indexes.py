@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from rmqinspect.analysis.indexes import IndexEntryRow, IndexFileReport
-from rmqinspect.render.message import TABLE_BATCH_ROWS
+from rmqinspect.render.message import TABLE_BATCH_ROWS, print_plain_jsonl
 from rmqinspect.render.output import OutputFormat, print_jsonl, print_table, to_jsonable
 from rmqinspect.render.values import iso_ms
 
@@ -79,7 +79,7 @@ def render_index(
         if entries is None:
             print_jsonl(index_report_json(r) for r in reports)
         else:
-            print_jsonl(entry_json(e) for e in entries)
+            print_plain_jsonl(entry_json(e) for e in entries)
         return
     print_table(_files_table(reports))
     if entries is None:

@@ -13,12 +13,12 @@ from rmqinspect.render.message import (
     message_detail_table,
     message_json,
     messages_table,
+    print_plain_jsonl,
 )
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
     print_json,
-    print_jsonl,
     print_table,
     warn,
 )
@@ -82,7 +82,7 @@ def render_lookup(result: LookupResult, fmt: OutputFormat, body: BodyFormat) -> 
         print_json(lookup_json(result, body))
         return
     if fmt is OutputFormat.JSONL:
-        print_jsonl(hit_json(h, body) for h in result.hits)
+        print_plain_jsonl(hit_json(h, body) for h in result.hits)
         return
     for table in lookup_tables(result):
         print_table(table)

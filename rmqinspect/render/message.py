@@ -19,7 +19,7 @@ from rich.table import Table
 from rmqinspect.analysis.messages import ScanEvent, ScanStop
 from rmqinspect.format.commitlog import MessageRecord
 from rmqinspect.format.ids import encode_offset_msg_id
-from rmqinspect.render.output import OutputFormat, print_jsonl, print_table, warn
+from rmqinspect.render.output import OutputFormat, print_table, warn
 from rmqinspect.render.values import iso_ms, time_cell
 
 BODY_PREVIEW_CHARS = 48
@@ -172,6 +172,18 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
 TABLE_BATCH_ROWS = 500  # a streamed table is printed in batches so memory stays bounded
 
 
+def print_plain_jsonl(rows: Iterable[dict[str, Any]]) -> int:
+    """JSON Lines of rows that are already plain JSON types (no conversion pass: a scan can
+    emit millions of rows)."""
+    n = 0
+    write = sys.stdout.write
+    for row in rows:
+        write(json.dumps(row, ensure_ascii=False))
+        write("\n")
+        n += 1
+    return n
+
+
 def print_json_array(rows: Iterable[dict[str, Any]]) -> int:
     """A JSON array written element by element (a scan can be far larger than memory)."""
     n = 0
@@ -201,7 +213,7 @@ def render_message_stream(
     if fmt is OutputFormat.JSON:
         return print_json_array(message_json(r, body) for r in messages())
     if fmt is OutputFormat.JSONL:
-        return print_jsonl(message_json(r, body) for r in messages())
+        return print_plain_jsonl(message_json(r, body) for r in messages())
     count = 0
     batch: list[MessageRecord] = []
     for rec in messages():

@@ -11,8 +11,14 @@ from rich.table import Table
 
 from rmqinspect.analysis.queues import QueueListing, UnitStatus, UnitView
 from rmqinspect.render.inventory import queue_json
-from rmqinspect.render.message import TABLE_BATCH_ROWS, BodyFormat, body_preview, message_json
-from rmqinspect.render.output import OutputFormat, key_value_table, print_jsonl, print_table, warn
+from rmqinspect.render.message import (
+    TABLE_BATCH_ROWS,
+    BodyFormat,
+    body_preview,
+    message_json,
+    print_plain_jsonl,
+)
+from rmqinspect.render.output import OutputFormat, key_value_table, print_table, warn
 from rmqinspect.render.values import iso_ms
 
 
@@ -51,7 +57,7 @@ def render_queue_listing(
             yield u
 
     if fmt is OutputFormat.JSONL:
-        print_jsonl(unit_json(u, body) for u in counted())
+        print_plain_jsonl(unit_json(u, body) for u in counted())
         return bad
     if fmt is OutputFormat.JSON:
         out = sys.stdout
