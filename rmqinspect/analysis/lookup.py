@@ -264,8 +264,9 @@ def _look_message(store: Store, offset: int, readable_end: int) -> cl.MessageRec
 def _scan_records(
     store: Store, start: int | None, end: int | None, progress: Progress | None
 ) -> Iterator[cl.MessageRecord]:
-    """Every decodable record in ``[start, end)``, CRC unchecked (forensics wants all)."""
-    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=True)
+    """Every decodable record in ``[start, end)``, CRC unchecked (forensics wants all), without
+    its body: matching needs only the header and properties (see :func:`_with_body`)."""
+    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
     last_pos = start if start is not None else max(store.commitlog.min_offset, 0)
     for item in store.scan(start, opts):
         if end is not None and item.position >= end:
@@ -276,6 +277,10 @@ def _scan_records(
         rec = item.result.record
         if item.result.is_message and rec is not None:
             yield rec
+
+
+def _with_body(store: Store, rec: cl.MessageRecord) -> cl.MessageRecord:
+    return store.read_message(rec.position)
 
 
 def readable_end_offset(store: Store) -> int:
@@ -367,7 +372,7 @@ def _lookup_key(
         for rec in _scan_records(store, None, end, progress):
             if _scan_match(rec, q) and rec.position not in seen:
                 seen.add(rec.position)
-                result.hits.append(Hit(rec, Via.SCAN))
+                result.hits.append(Hit(_with_body(store, rec), Via.SCAN))
         _sort_hits(result)
         return result
     if restart is not None:
@@ -427,7 +432,11 @@ def _scan_tail(
         if _scan_match(rec, q):
             seen.add(rec.position)
             result.hits.append(
-                Hit(rec, Via.TAIL_SCAN, ("after the index's last entry: not indexed yet",))
+                Hit(
+                    _with_body(store, rec),
+                    Via.TAIL_SCAN,
+                    ("after the index's last entry: not indexed yet",),
+                )
             )
 
 
@@ -646,7 +655,7 @@ def _find_undispatched(
         ):
             result.hits.append(
                 Hit(
-                    rec,
+                    _with_body(store, rec),
                     Via.TAIL_SCAN,
                     ("not in the consume queue on disk: stored after the last dispatched record",),
                 )
@@ -674,7 +683,7 @@ def lookup_time(
         result.scanned = True
         for rec in _scan_records(store, None, None, progress):
             if rec.topic == topic and begin <= rec.store_timestamp <= end:
-                result.hits.append(Hit(rec, Via.SCAN))
+                result.hits.append(Hit(_with_body(store, rec), Via.SCAN))
                 if limit is not None and len(result.hits) >= limit:
                     result.truncated = True
                     break
