@@ -277,7 +277,7 @@ def stale_bytes_past_write_position(
         _patch(last.path, at, b"".join(chunks))
         return Damage(
             "stale_bytes_past_write_position",
-            f"copied {len(chunks)} old records ({taken} bytes) past the end at {last.offset}",
+            f"copied {len(chunks)} old records ({taken} bytes) past the end at {last.record.end}",
             (ByteRange(_rel(store, last.path), at, at + taken),),
             details={"valid_end": last.record.end, "records": len(chunks)},
         )
