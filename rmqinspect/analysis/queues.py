@@ -115,16 +115,20 @@ def _min_offset(
     buf = store.view(first)
     try:
         units = units_array(buf)[:readable]
-        pre_blank = int(np.count_nonzero(pre_blank_mask(units)))
+        blank = pre_blank_mask(units)
+        pre_blank = int(np.count_nonzero(blank))
         hits = np.flatnonzero(units["phy_offset"] >= commitlog_min)
         first_hit = int(hits[0]) if hits.size else None
+        blanks_before = 0 if first_hit is None else int(np.count_nonzero(blank[:first_hit]))
         del units
     finally:
         buf.release()
     base = first.start // CQ_STORE_UNIT_SIZE
     if first_hit is not None:
         note = ""
-        if first_hit:
+        if first_hit and blanks_before == first_hit:
+            note = f"units {base}..{base + first_hit - 1} are fillPreBlank placeholders"
+        elif first_hit:
             note = f"units before {base + first_hit} point below the commitlog's first file"
         return base + first_hit, note, pre_blank
     if store.profile.profile is Profile.V4_9:

@@ -40,7 +40,7 @@ def unit_json(u: UnitView, body: BodyFormat) -> dict[str, Any]:
 def render_queue_listing(
     listing: QueueListing, units: Iterable[UnitView], fmt: OutputFormat, body: BodyFormat
 ) -> int:
-    """Returns how many units were not FOUND (the caller reports it)."""
+    """Returns how many units lead nowhere, placeholders aside (the caller reports it)."""
     b = listing.bounds
     if listing.stale_after_end:
         warn(
@@ -52,7 +52,7 @@ def render_queue_listing(
     def counted() -> Iterator[UnitView]:
         nonlocal bad
         for u in units:
-            if u.status is not UnitStatus.FOUND:
+            if u.status not in (UnitStatus.FOUND, UnitStatus.PRE_BLANK):
                 bad += 1
             yield u
 
