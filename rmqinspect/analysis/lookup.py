@@ -699,7 +699,10 @@ def lookup_time(
     for qid in queues:
         bounds = queue_bounds(store, qid)
         first = _first_at_or_after(store, qid, bounds.min_offset, bounds.max_offset, begin)
+        taken = 0
         for qoff in range(first, bounds.max_offset):
+            if limit is not None and taken > limit:
+                break  # times rise along a queue: later units cannot make the first ``limit``
             view = resolve_unit(store, topic, qid.queue_id, qoff, unit_at(store, *_ref(qid), qoff))
             if view.message is None or view.status is not UnitStatus.FOUND:
                 continue
@@ -708,6 +711,7 @@ def lookup_time(
                 break
             if ts >= begin:
                 result.hits.append(Hit(view.message, Via.CONSUME_QUEUE))
+                taken += 1
     _sort_hits(result)
     if limit is not None and len(result.hits) > limit:
         del result.hits[limit:]

@@ -74,7 +74,7 @@ def render_lookup(result: LookupResult, fmt: OutputFormat, body: BodyFormat) -> 
     for w in result.warnings:
         warn(w)
     if not result.found:
-        hint = " ; run again with --scan to walk the whole commitlog" if result.suggest_scan else ""
+        hint = "; run again with --scan to walk the whole commitlog" if result.suggest_scan else ""
         print(f"rmqinspect: nothing found{hint}", file=sys.stderr)
     if result.truncated:
         warn("more messages match: raise --limit to see them")
