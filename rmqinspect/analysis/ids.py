@@ -37,8 +37,8 @@ class UniqKeyReading:
     class_loader_hash: int
     time_offset_ms: int
     counter: int
-    producer_time_ms: int | None
-    time_basis: str  # how producer_time_ms was derived
+    producer_timestamp: int | None
+    time_basis: str  # how producer_timestamp was derived
     warnings: tuple[str, ...]
 
 

@@ -12,29 +12,25 @@ from rmqinspect.render.output import (
     print_jsonl,
     print_table,
 )
-from rmqinspect.render.values import iso_ms, time_cell
-
-_TIMES = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp")
+from rmqinspect.render.values import time_cell, with_times
 
 
 def checkpoint_json(r: CheckpointReport) -> dict[str, Any]:
     cp = r.checkpoint
-    out: dict[str, Any] = {"path": r.path, "file_size": cp.file_size}
-    for name in _TIMES:
-        out[name] = getattr(cp, name)
-        out[name.removesuffix("_timestamp") + "_time"] = iso_ms(getattr(cp, name))
-    out.update(
+    return with_times(
         {
+            "path": r.path,
+            "file_size": cp.file_size,
+            "physic_msg_timestamp": cp.physic_msg_timestamp,
+            "logics_msg_timestamp": cp.logics_msg_timestamp,
+            "index_msg_timestamp": cp.index_msg_timestamp,
             "master_flushed_offset": cp.master_flushed_offset,
             "confirm_phy_offset": cp.confirm_phy_offset,
             "min_timestamp": r.min_timestamp,
-            "min_time": iso_ms(r.min_timestamp),
-            "min_timestamp_index": r.min_timestamp_index,
-            "min_time_index": iso_ms(r.min_timestamp_index),
+            "min_index_timestamp": r.min_timestamp_index,
             "notes": list(r.notes),
         }
     )
-    return out
 
 
 def render_checkpoint(report: CheckpointReport, fmt: OutputFormat) -> None:

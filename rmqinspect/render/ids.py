@@ -14,14 +14,13 @@ from rmqinspect.render.output import (
     to_jsonable,
     warn,
 )
-from rmqinspect.render.values import iso_ms, time_cell
+from rmqinspect.render.values import time_cell, with_times
 
 
 def id_json(d: IdDecoding) -> dict[str, Any]:
     uniq = None
     if d.uniq_key is not None:
-        uniq = to_jsonable(d.uniq_key)
-        uniq["producer_time"] = iso_ms(d.uniq_key.producer_time_ms)
+        uniq = with_times(to_jsonable(d.uniq_key))
     return {
         "id": d.text,
         "ambiguous": d.ambiguous,
@@ -58,7 +57,7 @@ def render_id(d: IdDecoding, fmt: OutputFormat) -> None:
             ("class loader hash", u.class_loader_hash),
             ("ms since month start", u.time_offset_ms),
             ("counter", u.counter),
-            ("producer time", time_cell(u.producer_time_ms)),
+            ("producer time", time_cell(u.producer_timestamp)),
             ("time basis", u.time_basis),
         ]
         rows.extend(("warning", w) for w in u.warnings)

@@ -12,24 +12,24 @@ from rich.table import Table
 from rmqinspect.analysis.indexes import IndexEntryRow, IndexFileReport
 from rmqinspect.render.message import TABLE_BATCH_ROWS, print_plain_jsonl
 from rmqinspect.render.output import OutputFormat, print_jsonl, print_table, to_jsonable
-from rmqinspect.render.values import iso_ms
+from rmqinspect.render.values import iso_ms, with_times
 
 
 def index_report_json(r: IndexFileReport) -> dict[str, Any]:
     info, h, g, s = r.info, r.info.header, r.info.geometry, r.statistics
     header = None
     if h is not None:
-        header = {
-            "begin_timestamp": h.begin_timestamp,
-            "begin_time": iso_ms(h.begin_timestamp),
-            "end_timestamp": h.end_timestamp,
-            "end_time": iso_ms(h.end_timestamp),
-            "begin_phy_offset": h.begin_phy_offset,
-            "end_phy_offset": h.end_phy_offset,
-            "hash_slot_count": h.hash_slot_count,
-            "index_count": h.index_count,
-            "entries": h.entry_count,
-        }
+        header = with_times(
+            {
+                "begin_timestamp": h.begin_timestamp,
+                "end_timestamp": h.end_timestamp,
+                "begin_phy_offset": h.begin_phy_offset,
+                "end_phy_offset": h.end_phy_offset,
+                "hash_slot_count": h.hash_slot_count,
+                "index_count": h.index_count,
+                "entries": h.entry_count,
+            }
+        )
     stats = None
     if s is not None and g is not None:
         stats = to_jsonable(s)
@@ -57,6 +57,7 @@ def entry_json(e: IndexEntryRow) -> dict[str, Any]:
         "phy_offset": e.entry.phy_offset,
         "time_diff": e.entry.time_diff,
         "store_timestamp": e.store_timestamp,
+        "store_time": iso_ms(e.store_timestamp),
         "prev": e.entry.prev_index,
     }
 

@@ -16,7 +16,7 @@ from rmqinspect.render.output import (
     print_table,
     to_jsonable,
 )
-from rmqinspect.render.values import iso_ms, size_cell, time_cell
+from rmqinspect.render.values import size_cell, time_cell, with_times
 
 
 def queue_json(q: QueueBounds) -> dict[str, Any]:
@@ -44,10 +44,15 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
         "error": inv.checkpoint.error,
     }
     if cp is not None:
-        for name in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp"):
-            value = getattr(cp, name)
-            checkpoint[name] = value
-            checkpoint[name + "_iso"] = iso_ms(value)
+        checkpoint.update(
+            with_times(
+                {
+                    "physic_msg_timestamp": cp.physic_msg_timestamp,
+                    "logics_msg_timestamp": cp.logics_msg_timestamp,
+                    "index_msg_timestamp": cp.index_msg_timestamp,
+                }
+            )
+        )
         checkpoint["master_flushed_offset"] = cp.master_flushed_offset
         checkpoint["confirm_phy_offset"] = cp.confirm_phy_offset
         checkpoint["size_anomaly"] = cp.size_anomaly
@@ -65,16 +70,16 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
             "abort_content": inv.abort_content or None,
         },
         "families": [to_jsonable(f) for f in inv.families],
-        "commitlog": {
-            "min_offset": c.min_offset,
-            "max_offset": c.max_offset,
-            "max_offset_basis": c.max_offset_basis,
-            "last_record_offset": c.last_record_offset,
-            "first_store_timestamp": c.first_store_timestamp,
-            "first_store_timestamp_iso": iso_ms(c.first_store_timestamp),
-            "last_store_timestamp": c.last_store_timestamp,
-            "last_store_timestamp_iso": iso_ms(c.last_store_timestamp),
-        },
+        "commitlog": with_times(
+            {
+                "min_offset": c.min_offset,
+                "max_offset": c.max_offset,
+                "max_offset_basis": c.max_offset_basis,
+                "last_record_offset": c.last_record_offset,
+                "first_store_timestamp": c.first_store_timestamp,
+                "last_store_timestamp": c.last_store_timestamp,
+            }
+        ),
         "topics": [
             {
                 "topic": t.topic,
@@ -88,7 +93,7 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
             {
                 "name": f.name,
                 "bytes": f.bytes,
-                "header": to_jsonable(f.header) if f.header is not None else None,
+                "header": with_times(to_jsonable(f.header)) if f.header is not None else None,
                 "error": f.error,
             }
             for f in inv.index_files

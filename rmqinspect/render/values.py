@@ -35,3 +35,13 @@ def size_cell(n: int) -> str:
             return human if unit == "B" else f"{human} ({n})"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def with_times(doc: dict[str, object]) -> dict[str, object]:
+    """JSON convention: every ``*_timestamp`` (epoch ms) gets a ``*_time`` ISO 8601 sibling."""
+    out: dict[str, object] = {}
+    for key, value in doc.items():
+        out[key] = value
+        if key.endswith("_timestamp") and (value is None or isinstance(value, int)):
+            out[key.removesuffix("stamp")] = iso_ms(value)
+    return out
