@@ -82,6 +82,9 @@ def test_key_and_uniq_key_via_the_index(tmp_path: Path) -> None:
     by_uniq = run_json("lookup", store, "--uniq-key", uniq)
     assert [m["physical_offset"] for m in by_uniq["messages"]] == [hit["physical_offset"]]
     assert "Orders" in by_uniq["query"]["topics"]
+    offset_id = hit["msg_id"]
+    confused = run("lookup", store, "--uniq-key", offset_id, "--topic", "Orders")
+    assert confused.exit_code == 1 and "try --msg-id" in confused.stderr
     wrong_topic = run("lookup", store, "--key", "ORDER-5", "--topic", "Other")
     assert wrong_topic.exit_code == 1 and "--scan" in wrong_topic.stderr
 

@@ -404,6 +404,12 @@ def _lookup_key(
             result.rejected.append(Rejected(offset, reason))
         _scan_tail(store, q, result, report, end, seen, progress)
     _explain_index(result, report)
+    if q.uniq and not result.hits and len(q.key) in (32, 56):
+        # msgId vs offsetMsgId: users often hold the other kind of id.
+        result.warnings.append(
+            "no message has this UNIQ_KEY; a 32/56-hex id may also be an offsetMsgId: "
+            "try --msg-id"
+        )
     _sort_hits(result)
     return result
 
