@@ -407,8 +407,7 @@ def _lookup_key(
     if q.uniq and not result.hits and len(q.key) in (32, 56):
         # msgId vs offsetMsgId: users often hold the other kind of id.
         result.warnings.append(
-            "no message has this UNIQ_KEY; a 32/56-hex id may also be an offsetMsgId: "
-            "try --msg-id"
+            "no message has this UNIQ_KEY; a 32/56-hex id may also be an offsetMsgId: try --msg-id"
         )
     _sort_hits(result)
     return result
