@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import struct
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,6 +45,7 @@ from rmqinspect.format.index import (
     IndexHeader,
     index_keys,
 )
+from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.files import LayoutProblem, StoreFile
 from rmqinspect.store.model import QueueId, Store, StoreOptions
@@ -677,6 +679,15 @@ class _IndexState:
         self.indexed_min: int | None = None
         self.written: list[str] = []
 
+    def skip_below(self) -> int:
+        """``buildIndex`` skips records below this offset (the last file's endPhyOffset; a new
+        file inherits it)."""
+        return self.files[-1].header.end_phy_offset if self.files else 0
+
+    def creates_file(self) -> bool:
+        """The next ``buildIndex`` call creates a file (none yet, or the last one is full)."""
+        return not self.files or self._full(self.files[-1])
+
     def _full(self, f: _IdxFile) -> bool:
         return f.header.loaded_index_count >= self.geometry.index_num
 
@@ -741,20 +752,19 @@ class _IndexState:
         self.written.append(f.name)
         f.builder = None
 
-    def build(
-        self, phy: int, topic: str, sys_flag: int, uniq: str | None, keys: str | None, ts: int
-    ) -> None:
+    def build(self, m: _Msg) -> None:
         """``IndexService.buildIndex`` for one dispatched record (§7.4)."""
         f = self._last()
-        if phy < f.header.end_phy_offset:
+        if m.phy < f.header.end_phy_offset:
             return
-        if sys_flag & cl.TRANSACTION_TYPE_MASK == cl.TRANSACTION_ROLLBACK_TYPE:
+        if m.sys_flag & cl.TRANSACTION_TYPE_MASK == cl.TRANSACTION_ROLLBACK_TYPE:
             return
-        for key in index_keys(topic, uniq, keys):
-            while not self._put(f, key, phy, ts):
+        p = m.props
+        for key in index_keys(m.topic, p.get(props.UNIQ_KEY), p.get(props.KEYS)):
+            while not self._put(f, key, m.phy, m.store_ts):
                 f = self._last()
         if self.indexed_min is None:
-            self.indexed_min = phy
+            self.indexed_min = m.phy
 
     def _put(self, f: _IdxFile, key: str, phy: int, ts: int) -> bool:
         """``IndexFile.putKey`` on the header (and on the bytes, when materialising)."""
@@ -777,6 +787,340 @@ class _IndexState:
         for f in self.files:
             if f.builder is not None:
                 self._write_out(f)
+
+
+# --- the record check's fast path --------------------------------------------------------------
+
+_FAST_HEAD = struct.Struct(">iiiiiqqi")  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QOFFSET PHY SYSFLAG
+_I16 = struct.Struct(">h")
+_MIN_RECORD = 91
+_CRC_MASK = 0x7FFFFFFF
+_SCHEDULE = cl.SCHEDULE_TOPIC.encode()
+_topic_names: dict[bytes, str] = {}
+_tag_codes: dict[str, int] = {}
+
+
+class _Msg:
+    """A record the check accepted, as the dispatcher sees it; properties parsed on demand."""
+
+    __slots__ = (
+        "_props",
+        "_raw",
+        "_tags",
+        "phy",
+        "queue_id",
+        "queue_offset",
+        "size",
+        "store_ts",
+        "sys_flag",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        phy: int,
+        size: int,
+        sys_flag: int,
+        store_ts: int,
+        raw: bytes,
+        props_map: dict[str, str] | None = None,
+        tags_code: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.phy = phy
+        self.size = size
+        self.sys_flag = sys_flag
+        self.store_ts = store_ts
+        self._raw = raw
+        self._props = props_map
+        self._tags = tags_code
+
+    @classmethod
+    def of(cls, r: cl.CheckResult) -> _Msg:
+        rec = r.record
+        assert rec is not None
+        return cls(
+            rec.topic,
+            rec.queue_id,
+            rec.queue_offset,
+            rec.physical_offset,
+            rec.store_size,
+            rec.sys_flag,
+            rec.store_timestamp,
+            rec.properties_raw,
+            rec.properties,
+            r.tags_code,
+        )
+
+    @property
+    def props(self) -> dict[str, str]:
+        if self._props is None:
+            self._props = props.parse_properties(self._raw.decode("utf-8", "replace"))
+        return self._props
+
+    @property
+    def tags_code(self) -> int:
+        """The fast path never accepts a SCHEDULE_TOPIC_XXXX record, so this is the tag hash."""
+        if self._tags is None:
+            tags = self.props.get(props.TAGS)
+            if not tags:
+                self._tags = 0
+            else:
+                code = _tag_codes.get(tags)
+                if code is None:
+                    code = _tag_codes[tags] = java_hash(tags)
+                self._tags = code
+        return self._tags
+
+
+def _fast_check(
+    buf: memoryview, pos: int, limit: int, check_crc: bool, accept_v2: bool
+) -> _Msg | None:
+    """The common case of ``checkMessageAndReturnSize``: a well-formed message record that fits
+    its buffer, whose fields add up to TOTALSIZE and whose body CRC matches, outside the
+    schedule topic. Such a record gets ``(TOTALSIZE, true)`` from the broker in every profile
+    (the 5.3.2 bounds checks pass because it fits). Anything else returns None and the caller
+    asks :func:`cl.check_message` for the exact verdict."""
+    if pos + _MIN_RECORD > limit:
+        return None
+    total, magic, body_crc, queue_id, _flag, queue_offset, phy, sys_flag = _FAST_HEAD.unpack_from(
+        buf, pos
+    )
+    end = pos + total
+    if total < _MIN_RECORD or end > limit:
+        return None
+    v2 = magic == cl.MESSAGE_MAGIC_CODE_V2
+    if magic != cl.MESSAGE_MAGIC_CODE and not (v2 and accept_v2):
+        return None
+    born = 20 if sys_flag & cl.BORNHOST_V6_FLAG else 8
+    body_len_at = pos + 68 + born + (20 if sys_flag & cl.STOREHOSTADDRESS_V6_FLAG else 8)
+    body_len = _I32.unpack_from(buf, body_len_at)[0]
+    body_at = body_len_at + 4
+    topic_len_at = body_at + body_len
+    if body_len < 0 or topic_len_at + 2 > end:
+        return None
+    if v2:
+        topic_len = _I16.unpack_from(buf, topic_len_at)[0]
+        topic_at = topic_len_at + 2
+    else:
+        topic_len = buf[topic_len_at]
+        if topic_len > 127:
+            return None
+        topic_at = topic_len_at + 1
+    props_len_at = topic_at + topic_len
+    if topic_len < 0 or props_len_at + 2 > end:
+        return None
+    props_len = _I16.unpack_from(buf, props_len_at)[0]
+    props_at = props_len_at + 2
+    if props_at + max(props_len, 0) != end:
+        return None
+    if check_crc and body_len > 0 and zlib.crc32(buf[body_at:topic_len_at]) & _CRC_MASK != body_crc:
+        return None
+    topic_b = bytes(buf[topic_at:props_len_at])
+    if topic_b == _SCHEDULE:
+        return None
+    topic = _topic_names.get(topic_b)
+    if topic is None:
+        topic = _topic_names[topic_b] = topic_b.decode("utf-8", "replace")
+    return _Msg(
+        topic,
+        queue_id,
+        queue_offset,
+        phy,
+        total,
+        sys_flag,
+        _I64.unpack_from(buf, pos + 48 + born)[0],
+        bytes(buf[props_at:end]) if props_len > 0 else b"",
+    )
+
+
+_V2 = cl.MESSAGE_MAGIC_CODE_V2
+_RUN_RECORDS = 1 << 14
+_I64N = npt.NDArray[np.int64]
+
+
+@dataclass(slots=True)
+class _Run:
+    """Consecutive records from one position that pass :func:`_fast_check`'s conditions (the
+    schedule topic included: its DELAY is judged later), as numpy columns."""
+
+    count: int
+    end: int  # buffer position after the accepted records
+    complete: bool  # the walk stopped only because it reached its record limit
+    positions: _I64N
+    sizes: _I64N
+    queue_ids: _I64N
+    queue_offsets: _I64N
+    phys: _I64N
+    sys_flags: _I64N
+    store_ts: _I64N
+    topic_at: _I64N
+    topic_len: _I64N
+    props_at: _I64N
+    props_len: _I64N
+
+
+def _gather(data: npt.NDArray[np.uint8], at: _I64N, dtype: str) -> _I64N:
+    """Big-endian integers of ``dtype`` read at every offset in ``at``."""
+    width = np.dtype(dtype).itemsize
+    raw = data[at[:, None] + np.arange(width)]
+    return np.ascontiguousarray(raw).view(dtype).reshape(-1).astype(np.int64)
+
+
+_HEAD_DTYPE = np.dtype(
+    {
+        "names": ["total", "magic", "crc", "qid", "qoff", "phy", "sys"],
+        "formats": [">i4", ">i4", ">i4", ">i4", ">i8", ">i8", ">i4"],
+        "offsets": [0, 4, 8, 12, 20, 28, 36],
+        "itemsize": 48,
+    }
+)
+_HEAD2 = struct.Struct(">ii")
+
+
+def _walk(buf: memoryview, pos: int, accept_v2: bool) -> tuple[list[int], bool]:
+    """Follow TOTALSIZE from ``pos`` through message headers (magic and size plausible):
+    the record starts, and whether the record limit (not a header) ended the walk."""
+    limit = len(buf)
+    unpack = _HEAD2.unpack_from
+    v1 = cl.MESSAGE_MAGIC_CODE
+    v2 = _V2 if accept_v2 else v1
+    positions: list[int] = []
+    append = positions.append
+    for _ in range(_RUN_RECORDS):
+        if pos + _MIN_RECORD > limit:
+            return positions, False
+        size, magic = unpack(buf, pos)
+        if (magic != v1 and magic != v2) or size < _MIN_RECORD or pos + size > limit:
+            return positions, False
+        append(pos)
+        pos += size
+    return positions, True
+
+
+def _fast_run(buf: memoryview, pos: int, check_crc: bool, accept_v2: bool) -> _Run:
+    """:func:`_fast_check` for a whole run at once: the TOTALSIZE chain is walked in Python
+    (it is sequential), every other condition is checked with numpy, the CRCs in one pass."""
+    starts, complete = _walk(buf, pos, accept_v2)
+    p = np.array(starts, np.int64)
+    n = len(p)
+    data = np.frombuffer(buf, np.uint8)
+    head = np.ascontiguousarray(data[p[:, None] + np.arange(48)]).view(_HEAD_DTYPE).reshape(-1)
+    ends = p + head["total"].astype(np.int64)
+    sys_flag = head["sys"].astype(np.int64)
+    born = np.where(sys_flag & cl.BORNHOST_V6_FLAG, 20, 8)
+    body_len_at = p + 68 + born + np.where(sys_flag & cl.STOREHOSTADDRESS_V6_FLAG, 20, 8)
+    ok = body_len_at + 4 <= ends
+    body_len = _gather(data, np.where(ok, body_len_at, p), ">i4")
+    body_at = body_len_at + 4
+    topic_len_at = body_at + body_len
+    ok &= (body_len >= 0) & (topic_len_at + 2 <= ends)
+    safe = np.where(ok, topic_len_at, p)
+    v2 = head["magic"] == _V2
+    short = data[safe].astype(np.int8).astype(np.int64)
+    topic_len = np.where(v2, _gather(data, safe, ">i2"), short)
+    topic_at = topic_len_at + np.where(v2, 2, 1)
+    props_len_at = topic_at + topic_len
+    ok &= (topic_len >= 0) & (props_len_at + 2 <= ends)
+    props_len = _gather(data, np.where(ok, props_len_at, p), ">i2")
+    ok &= props_len_at + 2 + np.maximum(props_len, 0) == ends
+    k = n if ok.all() else int(np.argmin(ok))
+    if check_crc and k:
+        stored = head["crc"][:k].tolist()
+        at, lengths = body_at[:k].tolist(), body_len[:k].tolist()
+        crc32 = zlib.crc32
+        for i in range(k):
+            length = lengths[i]
+            if length and crc32(buf[at[i] : at[i] + length]) & _CRC_MASK != stored[i]:
+                k = i
+                break
+    first = p[:k]
+    return _Run(
+        k,
+        int(ends[k - 1]) if k else pos,
+        k == n and complete,
+        first,
+        ends[:k] - first,
+        head["qid"][:k].astype(np.int64),
+        head["qoff"][:k].astype(np.int64),
+        head["phy"][:k].astype(np.int64),
+        sys_flag[:k],
+        _gather(data, first + 48 + born[:k], ">i8"),
+        topic_at[:k],
+        topic_len[:k],
+        props_len_at[:k] + 2,
+        np.maximum(props_len[:k], 0),
+    )
+
+
+def _topic_ids(buf: memoryview, at: _I64N, length: _I64N) -> tuple[_I64N, list[bytes]]:
+    """Topic of every record as an index into a list of distinct topic byte strings.
+
+    Records are grouped by a hash of (length, first 8 bytes, last 8 bytes) with numpy; a group
+    whose members all have the same length and bytes (checked in full) gets one id, any other
+    group is resolved record by record. A run holds few topics: no bytes object per record."""
+    n = len(at)
+    data = np.frombuffer(buf, np.uint8)
+    tids = np.empty(n, np.int64)
+    topics: list[bytes] = []
+    ids: dict[bytes, int] = {}
+    if not n:
+        return tids, topics
+    span = np.arange(8)
+    # Bytes outside the topic (short topics) are masked to zero so they cannot split a group.
+    head_bytes = data[at[:, None] + span] * (span < length[:, None])
+    tail_at = at + length - 8
+    tail_bytes = data[np.maximum(tail_at, 0)[:, None] + span] * (
+        span >= -tail_at[:, None] + at[:, None]
+    )
+    head = np.ascontiguousarray(head_bytes.astype(np.uint8)).view(">u8").reshape(-1)
+    tail = np.ascontiguousarray(tail_bytes.astype(np.uint8)).view(">u8").reshape(-1)
+    with np.errstate(over="ignore"):
+        key = (
+            (head * np.uint64(0x9E3779B97F4A7C15))
+            ^ tail.astype(np.uint64)
+            ^ (length.astype(np.uint64) << np.uint64(48))
+        )
+    order = np.argsort(key, kind="stable")
+    bounds = np.flatnonzero(np.diff(key[order])) + 1
+    for members in np.split(order, bounds):
+        i = int(members[0])
+        size = int(length[i])
+        rows = data[at[members][:, None] + np.arange(size)]
+        if (length[members] == size).all() and (rows == rows[0]).all():
+            tids[members] = ids.setdefault(bytes(rows[0]), len(ids))
+        else:  # a hash collision between different topics: resolve one by one
+            for j in members.tolist():
+                a = int(at[j])
+                tids[j] = ids.setdefault(bytes(buf[a : a + int(length[j])]), len(ids))
+    topics.extend(ids)
+    return tids, topics
+
+
+def _as_i32(value: int) -> int:
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _schedule_tags_code(msg: _Msg, delays: dict[int, int], max_level: int) -> int | None:
+    """The tagsCode ``checkMessageAndReturnSize`` computes for a SCHEDULE_TOPIC_XXXX record
+    (§5.2), or None where a non-integer DELAY makes it fail (the caller then asks
+    :func:`cl.check_message` for the exact verdict)."""
+    p = msg.props
+    tags = p.get(props.TAGS)
+    code = java_hash(tags) if tags else 0
+    delay = p.get(props.DELAY)
+    if delay is None:
+        return code
+    level = cl.java_parse_int(delay)
+    if level is None:
+        return None
+    level = min(level, max_level)
+    return msg.store_ts + delays.get(level, 1000) if level > 0 else code
 
 
 # --- the emulator ------------------------------------------------------------------------------
@@ -828,6 +1172,7 @@ class _Emulator:
         self.cq_deleted_at_load: dict[QueueId, list[str]] = {}
         self.logics_ts: int | None = None
         self.first_dispatched: int | None = None
+        self.dispatch_index: _IndexState | None = None
         # (topic, queueId) -> [records, highest queue offset] among the recovery scan's records
         self.scanned_queues: dict[tuple[str, int], list[int]] = {}
         delay_table = tuple(cl.parse_delay_levels(options.delay_levels).items())
@@ -1025,7 +1370,7 @@ class _Emulator:
     def recover_commitlog(
         self,
         start: StartFile,
-        dispatch: Callable[[cl.CheckResult], None] | None,
+        dispatch: Callable[[_Msg], None] | None,
         dispatch_above: int | None,
     ) -> tuple[int, str, RecordInfo | None, BadRecord | None, int]:
         """The shared scan loop (§10.4): returns E, the end reason, the last valid record, the
@@ -1034,41 +1379,41 @@ class _Emulator:
         f = self.cl_files[idx]
         pos = 0
         scanned = 0
-        last: tuple[_ClFile, cl.CheckResult] | None = None
-        check = cl.check_message
+        last: tuple[_ClFile, int, _Msg] | None = None
         opts = self.recover_check
+        check_crc = opts.check_crc and not opts.force_verify_prop_crc
+        fast_ok = not opts.force_verify_prop_crc and not opts.check_dup_info
+        accept_v2 = self.profile.accepts_v2_magic
+        above = -(1 << 63) if dispatch_above is None else dispatch_above
         while True:
             buf = self.store.view(f.disk)
-            result: cl.CheckResult
+            result: cl.CheckResult | None = None
             begin = pos
             try:
                 while True:
-                    result = check(buf, pos, f.start, opts)
-                    if result.success and result.size > 0:
-                        last = (f, result)
-                        rec = result.record
-                        if rec is not None and rec.sys_flag & 0xC in _NOT_OR_COMMIT:
-                            key = (rec.topic, rec.queue_id)
-                            seen = self.scanned_queues.get(key)
-                            if seen is None:
-                                self.scanned_queues[key] = [1, rec.queue_offset]
-                            else:
-                                seen[0] += 1
-                                if rec.queue_offset > seen[1]:
-                                    seen[1] = rec.queue_offset
-                        if dispatch is not None and (
-                            dispatch_above is None
-                            or (
-                                result.record is not None
-                                and result.record.physical_offset > dispatch_above
-                            )
-                        ):
-                            dispatch(result)
-                        pos += result.size
-                        continue
-                    break
+                    if fast_ok:
+                        run = _fast_run(buf, pos, check_crc, accept_v2)
+                        done = self._take_run(buf, f, run, dispatch, above)
+                        if done:
+                            last = (f, int(run.positions[done - 1]), self._msg(buf, run, done - 1))
+                        if done < run.count:
+                            pos = int(run.positions[done])
+                        else:
+                            pos = run.end
+                            if run.complete:
+                                continue
+                    result = cl.check_message(buf, pos, f.start, opts)
+                    if not (result.success and result.size > 0):
+                        break
+                    msg = _Msg.of(result)
+                    self._scanned(msg)
+                    last = (f, pos, msg)
+                    if dispatch is not None and msg.phy > above:
+                        dispatch(msg)
+                    pos += msg.size
             finally:
                 buf.release()
+            assert result is not None
             scanned += pos - begin
             self.progress(pos - begin)
             if result.success:  # BLANK: the next file, or the end after the last one
@@ -1086,17 +1431,9 @@ class _Emulator:
         end = f.start + pos
         info = None
         if last is not None:
-            lf, lr = last
-            rec = lr.record
-            assert rec is not None
+            lf, lpos, m = last
             info = RecordInfo(
-                rec.position,
-                lr.size,
-                lf.name,
-                rec.topic,
-                rec.queue_id,
-                rec.queue_offset,
-                rec.store_timestamp,
+                lf.start + lpos, m.size, lf.name, m.topic, m.queue_id, m.queue_offset, m.store_ts
             )
         bad = None
         if reason == "bad_record":
@@ -1110,6 +1447,122 @@ class _Emulator:
                 cl.magic_name(result.magic) if result.magic is not None else None,
             )
         return end, reason, info, bad, scanned
+
+    def _msg(self, buf: memoryview, run: _Run, i: int, tags_code: int | None = None) -> _Msg:
+        topic_at = int(run.topic_at[i])
+        topic_b = bytes(buf[topic_at : topic_at + int(run.topic_len[i])])
+        topic = _topic_names.get(topic_b)
+        if topic is None:
+            topic = _topic_names[topic_b] = topic_b.decode("utf-8", "replace")
+        pa, pl = int(run.props_at[i]), int(run.props_len[i])
+        return _Msg(
+            topic,
+            int(run.queue_ids[i]),
+            int(run.queue_offsets[i]),
+            int(run.phys[i]),
+            int(run.sizes[i]),
+            int(run.sys_flags[i]),
+            int(run.store_ts[i]),
+            bytes(buf[pa : pa + pl]),
+            None,
+            tags_code,
+        )
+
+    def _take_run(
+        self,
+        buf: memoryview,
+        f: _ClFile,
+        run: _Run,
+        dispatch: Callable[[_Msg], None] | None,
+        above: int,
+    ) -> int:
+        """Account for the records of ``run`` as the scan loop would, one by one, but with numpy
+        where the outcome is known: returns how many it took (fewer than ``run.count`` when a
+        schedule record's DELAY is not an integer; the broker's check rejects that one)."""
+        count = run.count
+        if not count:
+            return 0
+        tids, topics = _topic_ids(buf, run.topic_at, run.topic_len)
+        # Schedule records: the DELAY property decides the verdict and the tagsCode.
+        sched: dict[int, int] = {}
+        delays = dict(self.recover_check.delay_levels)
+        max_level = self.recover_check.max_delay_level
+        if _SCHEDULE in topics:
+            for i in np.flatnonzero(tids == topics.index(_SCHEDULE)).tolist():
+                code = _schedule_tags_code(self._msg(buf, run, i), delays, max_level)
+                if code is None:
+                    count = i
+                    break
+                sched[i] = code
+        if not count:
+            return 0
+        tids = tids[:count]
+        names = [
+            _topic_names.get(t) or _topic_names.setdefault(t, t.decode("utf-8", "replace"))
+            for t in topics
+        ]
+        qids = run.queue_ids[:count]
+        tt = run.sys_flags[:count] & cl.TRANSACTION_TYPE_MASK
+        cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+        keys = (tids << 32) | (qids & 0xFFFFFFFF)
+        # Per queue: records read and the highest queue offset (scanned_queues).
+        if cq_type.any():
+            k, qo = keys[cq_type], run.queue_offsets[:count][cq_type]
+            order = np.argsort(k, kind="stable")
+            k, qo = k[order], qo[order]
+            starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+            tops = np.maximum.reduceat(qo, starts)
+            sizes = np.diff(np.r_[starts, len(k)])
+            for key, n, top in zip(k[starts].tolist(), sizes.tolist(), tops.tolist(), strict=True):
+                name = (names[key >> 32], _as_i32(key & 0xFFFFFFFF))
+                seen = self.scanned_queues.get(name)
+                if seen is None:
+                    self.scanned_queues[name] = [n, top]
+                else:
+                    seen[0] += n
+                    seen[1] = max(seen[1], top)
+        if dispatch is None:
+            return count
+        phys = run.phys[:count]
+        sel = phys > above
+        if not sel.any():
+            return count
+        first = int(np.argmax(sel))
+        if self.first_dispatched is None:
+            self.first_dispatched = int(phys[first])
+        # A dispatch is a no-op (except for logicsMsgTimestamp) when the queue already holds the
+        # unit (phy + size <= its maxPhysicOffset, which only grows) and the index skips the
+        # record (phy below the last file's endPhyOffset, which only grows).
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        known = [
+            self.queues.get(QueueId(names[key >> 32], _as_i32(key & 0xFFFFFFFF)))
+            for key in uniq.tolist()
+        ]
+        maxp = np.array([-1 if q is None else q.max_physic for q in known], np.int64)[inverse]
+        need = sel & cq_type & (phys + run.sizes[:count] > maxp)
+        index = self.dispatch_index
+        if index is not None:
+            need |= sel & (phys >= index.skip_below())
+            if index.creates_file():
+                need[first] = True  # getAndCreateLastIndexFile creates a file even for a skip
+        for i in np.flatnonzero(need).tolist():
+            dispatch(self._msg(buf, run, i, sched.get(i)))
+        ts = run.store_ts[:count][sel & cq_type]
+        if ts.size:
+            self.logics_ts = int(ts[-1])
+        return count
+
+    def _scanned(self, m: _Msg) -> None:
+        """Per queue: records the recovery scan read, and the highest queue offset among them."""
+        if m.sys_flag & cl.TRANSACTION_TYPE_MASK in _NOT_OR_COMMIT:
+            key = (m.topic, m.queue_id)
+            seen = self.scanned_queues.get(key)
+            if seen is None:
+                self.scanned_queues[key] = [1, m.queue_offset]
+            else:
+                seen[0] += 1
+                if m.queue_offset > seen[1]:
+                    seen[1] = m.queue_offset
 
     def truncate_commitlog(self, end: int) -> None:
         """``truncateDirtyFiles(E)`` on the commitlog (§10.7)."""
@@ -1145,34 +1598,27 @@ class _Emulator:
             self.queues[qid] = q
         return q
 
-    def make_dispatch(
-        self, phase: str, index: _IndexState | None
-    ) -> Callable[[cl.CheckResult], None]:
+    def make_dispatch(self, phase: str, index: _IndexState | None) -> Callable[[_Msg], None]:
+        """``doDispatch``: the consume-queue and index dispatchers (§10.11). Properties are only
+        parsed when a queue or the index will actually write."""
         index_on = self.opts.message_index_enable and index is not None
+        queues: dict[tuple[str, int], _Queue] = {}
 
-        def dispatch(result: cl.CheckResult) -> None:
-            rec = result.record
-            assert rec is not None
+        def dispatch(m: _Msg) -> None:
             if self.first_dispatched is None:
-                self.first_dispatched = rec.physical_offset
-            if rec.sys_flag & cl.TRANSACTION_TYPE_MASK in _NOT_OR_COMMIT:
-                q = self.queue(QueueId(rec.topic, rec.queue_id))
-                q.put(
-                    rec.physical_offset, rec.store_size, result.tags_code, rec.queue_offset, phase
-                )
+                self.first_dispatched = m.phy
+            if m.sys_flag & cl.TRANSACTION_TYPE_MASK in _NOT_OR_COMMIT:
+                key = (m.topic, m.queue_id)
+                q = queues.get(key)
+                if q is None:
+                    q = queues[key] = self.queue(QueueId(m.topic, m.queue_id))
+                if _wrap64(m.phy + m.size) > q.max_physic:
+                    q.put(m.phy, m.size, m.tags_code, m.queue_offset, phase)
                 # putMessagePositionInfoWrapper moves logicsMsgTimestamp even on a skip.
-                self.logics_ts = rec.store_timestamp
+                self.logics_ts = m.store_ts
             if index_on:
                 assert index is not None
-                p = rec.properties
-                index.build(
-                    rec.physical_offset,
-                    rec.topic,
-                    rec.sys_flag,
-                    p.get(props.UNIQ_KEY),
-                    p.get(props.KEYS),
-                    rec.store_timestamp,
-                )
+                index.build(m)
 
         return dispatch
 
@@ -1184,7 +1630,7 @@ class _Emulator:
                 return f
         return None
 
-    def reput(self, start: int, dispatch: Callable[[cl.CheckResult], None]) -> ReputReport:
+    def reput(self, start: int, dispatch: Callable[[_Msg], None]) -> ReputReport:
         """``ReputMessageService.doReput``, called until caught up (§10.11).
 
         Each call reads the readable bytes of the file holding ``reputFromOffset``. The Java
@@ -1198,6 +1644,7 @@ class _Emulator:
         )
         end = self.cl_max_offset
         five = self.profile is not Profile.V4_9
+        accept_v2 = self.profile.accepts_v2_magic
         reput = max(start, self.cl_min_offset)
         dispatched = skipped = 0
         stop_at: int | None = None
@@ -1213,14 +1660,26 @@ class _Emulator:
             try:
                 result_size = f.wrote - pos
                 bpos, read = pos, 0
+                limit = len(region)
                 while read < result_size and (not five or reput < end):
+                    msg = _fast_check(region, bpos, limit, False, accept_v2)
+                    if msg is not None:
+                        if five and reput + msg.size > end:
+                            stuck = True
+                            break
+                        dispatch(msg)
+                        dispatched += 1
+                        reput += msg.size
+                        read += msg.size
+                        bpos += msg.size
+                        continue
                     r = cl.check_message(region, bpos, f.start, self.reput_check)
                     size = r.size
                     if five and reput + size > end:
                         stuck = True
                         break
                     if r.success and size > 0:
-                        dispatch(r)
+                        dispatch(_Msg.of(r))
                         dispatched += 1
                         reput += size
                         read += size
@@ -1274,9 +1733,11 @@ class _Emulator:
                 continue
             buf = self.store.view(disk)
             try:
-                data_bytes += _data_extent(buf, begin)
+                extent = _data_extent(buf, begin)
+                data_bytes += extent
+                stop = begin + extent  # zeros after this hold no record: skip searching them
                 pos = begin
-                while pos + 8 <= len(buf):
+                while pos + 8 <= stop:
                     r = cl.check_message(buf, pos, disk.start, self.intact_check)
                     rec = r.record
                     if r.success and r.size > 0 and rec is not None:
@@ -1290,7 +1751,7 @@ class _Emulator:
                         break
                     if _I32.unpack_from(buf, pos + 4)[0] in _MESSAGE_MAGICS:
                         damaged += 1  # a message header whose record fails the check
-                    nxt = _resync(buf, pos + 1, disk.start, magic_re, self.intact_check)
+                    nxt = _resync(buf, pos + 1, stop, disk.start, magic_re, self.intact_check)
                     if nxt is None:
                         break
                     pos = nxt
@@ -1361,6 +1822,8 @@ class _Emulator:
             lambda name: self.read_disk(by_name[name], 0, geometry.file_size),
         )
 
+        if opts.message_index_enable:
+            self.dispatch_index = index
         # recover(lastExitOK)
         for q in self.queues.values():
             q.recover()
@@ -1380,7 +1843,7 @@ class _Emulator:
                 q.destroy()
         else:
             load_dispatch = self.make_dispatch("load", index)
-            dispatch: Callable[[cl.CheckResult], None] | None
+            dispatch: Callable[[_Msg], None] | None
             above: int | None = None
             if path is RecoveryPath.ABNORMAL:
                 start = self._abnormal_start(cp)
@@ -1702,12 +2165,17 @@ def _data_extent(buf: memoryview, begin: int) -> int:
 
 
 def _resync(
-    buf: memoryview, pos: int, file_start: int, magic_re: re.Pattern[bytes], opts: cl.CheckOptions
+    buf: memoryview,
+    pos: int,
+    stop: int,
+    file_start: int,
+    magic_re: re.Pattern[bytes],
+    opts: cl.CheckOptions,
 ) -> int | None:
-    """The next position after ``pos`` holding an intact record whose PHYSICALOFFSET field names
-    that very position (a record that cannot be stale bytes of another file)."""
+    """The next position in ``(pos, stop)`` holding an intact record whose PHYSICALOFFSET field
+    names that very position (a record that cannot be stale bytes of another file)."""
     while True:
-        m = magic_re.search(buf, pos + 4)
+        m = magic_re.search(buf, pos + 4, stop)
         if m is None:
             return None
         cand = m.start() - 4
