@@ -174,3 +174,16 @@ def test_abort_and_lock_markers(conformance_dir: Path, conformance5_dir: Path) -
         assert marker is not None and marker.pid is not None and marker.pid > 0
     with Store.open(conformance_dir / "stores" / "clean") as store:
         assert store.abort_marker() is None
+
+
+def test_cli_stops_quietly_when_the_reader_goes_away(conformance_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    store = conformance_dir / "stores" / "clean"
+    cmd = f"{sys.executable} -m rmqinspect messages {store} -F jsonl | head -c 100 > /dev/null"
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""

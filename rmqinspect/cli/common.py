@@ -33,6 +33,10 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
+        except BrokenPipeError:
+            # The reader went away (``| head``): stop quietly, like other Unix tools.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(EXIT_OK) from None
         except (StoreError, DecodeError, OSError) as err:
             if os.environ.get("RMQINSPECT_DEBUG") == "1":
                 raise
