@@ -748,7 +748,7 @@ class _IndexState:
         if f.builder is None or self.out_dir is None or f.name is None:
             return
         f.builder.flush()
-        (self.out_dir / f.name).write_bytes(f.builder.to_bytes())
+        _write_sparse(self.out_dir / f.name, f.builder.buffer)
         self.written.append(f.name)
         f.builder = None
 
@@ -1121,6 +1121,20 @@ def _schedule_tags_code(msg: _Msg, delays: dict[int, int], max_level: int) -> in
         return None
     level = min(level, max_level)
     return msg.store_ts + delays.get(level, 1000) if level > 0 else code
+
+
+def _write_sparse(path: Path, data: memoryview) -> None:
+    """Write ``data`` leaving all-zero 1 MiB blocks as holes (an index file is mostly zeros)."""
+    step = 1 << 20
+    zeros = bytes(step)
+    with open(path, "wb") as fh:
+        for at in range(0, len(data), step):
+            block = data[at : at + step]
+            if block == zeros[: len(block)]:
+                fh.seek(len(block), 1)
+            else:
+                fh.write(block)
+        fh.truncate(len(data))
 
 
 # --- the emulator ------------------------------------------------------------------------------
