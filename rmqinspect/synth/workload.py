@@ -16,7 +16,7 @@ small pre-built pool, so the per-message Python work stays small (a 1 GiB store 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -62,8 +62,23 @@ _KIND_THRESHOLDS = (
     (_ROLLBACK, 11796),  # 0.5 %
     (_V2, 15728),  # 6 %, 5.x only
 )
+
+
+def _kind_table(special: bool, v2: bool) -> bytes:
+    """Message kind for each 16-bit roll (a lookup instead of a search per message)."""
+    table = bytearray(65536)
+    if special:
+        low = 0
+        for kind, threshold in _KIND_THRESHOLDS:
+            if kind != _V2 or v2:  # without V2 topics those rolls stay plain messages
+                table[low:threshold] = bytes([kind]) * (threshold - low)
+            low = threshold
+    return bytes(table)
+
+
 _TAGS = ("TagA", "TagB", "TagC", "标签甲", None)
 _DELAY_LEVELS = (17, 18)
+_CARRIED = (props.TAGS, props.KEYS, props.UNIQ_KEY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +153,7 @@ class _Recent:
     """The last plain message, which a retry copies (keys, UNIQ_KEY and tags travel along)."""
 
     topic: str = ""
-    tags: str | None = None
-    keys: str | Sequence[str] | None = None
-    uniq: str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
     store_host: HostAddress | None = None
     offset: int = 0
 
@@ -217,6 +230,7 @@ class _Generator:
             "more": _body_pool(self.draws, size + size // 2),
         }
         self.v2_enabled = config.special and profile.accepts_v2_magic
+        self.kinds = _kind_table(config.special, self.v2_enabled)
         self.state = _State()
         self.clock = config.start_ms
 
@@ -239,21 +253,15 @@ class _Generator:
                     self.state.half_offsets.append(writer.last_offset)
                 elif kind == _NORMAL:
                     recent = self.state.recent
-                    recent.topic, recent.tags, recent.keys = spec.topic, spec.tags, spec.keys
-                    recent.uniq, recent.store_host = spec.uniq_key, spec.store_host
+                    user = spec.properties
+                    assert isinstance(user, dict)
+                    recent.topic, recent.store_host = spec.topic, spec.store_host
+                    recent.properties = user
                     recent.offset = writer.last_offset
 
     def _spec(self, seq: int, w0: int, w1: int, w2: int, w3: int) -> tuple[MessageSpec, int]:
         config = self.config
-        kind = _NORMAL
-        if config.special:
-            roll = w0 & 0xFFFF
-            for candidate, threshold in _KIND_THRESHOLDS:
-                if roll < threshold:
-                    kind = candidate
-                    break
-            if kind == _V2 and not self.v2_enabled:
-                kind = _NORMAL
+        kind = self.kinds[w0 & 0xFFFF]
         self.clock += 1 + ((w0 >> 16) & 1)
         store_ts = self.clock
         born_ts = store_ts - ((w0 >> 17) & 3)
@@ -275,7 +283,13 @@ class _Generator:
         else:
             keys = None
         tags = _TAGS[((w1 >> 8) & 0xFF) % len(_TAGS)]
+        # Insertion order of a producer's message: TAGS and KEYS (Message constructor), user
+        # properties, then UNIQ_KEY at send time.
         user: dict[str, str] = {}
+        if tags is not None:
+            user[props.TAGS] = tags
+        if keys is not None:
+            user[props.KEYS] = keys
         if (w1 >> 16) & 0xFF < 205:
             user[props.WAIT] = "true"
         if (w1 >> 24) & 0xFF < 77:
@@ -284,13 +298,10 @@ class _Generator:
             user["中文属性"] = f"值{seq % 100}"
         user["seq"] = str(seq)
         uniq_roll = (w1 >> 40) & 0xFF
-        uniq: str | None = None
-        if config.special and uniq_roll < 26:
-            uniq = None
-        elif config.special and uniq_roll < 52:
-            uniq = self.producers[1].next_id(born_ts)
-        else:
-            uniq = self.producers[0].next_id(born_ts)
+        if not config.special or uniq_roll >= 52:
+            user[props.UNIQ_KEY] = self.producers[0].next_id(born_ts)
+        elif uniq_roll >= 26:
+            user[props.UNIQ_KEY] = self.producers[1].next_id(born_ts)
 
         # Body: mostly body_size bytes, some shorter, longer or empty.
         body_roll = w2 & 0xFF
@@ -311,9 +322,6 @@ class _Generator:
             topic=topic,
             body=body,
             queue_id=queue_id,
-            tags=tags,
-            keys=keys,
-            uniq_key=uniq,
             properties=user,
             flag=flag,
             born_timestamp=born_ts,
@@ -353,7 +361,11 @@ class _Generator:
             recent = self.state.recent
             spec.topic, spec.queue_id = f"%RETRY%{RETRY_GROUP}", 0
             spec.reconsume_times = 1 + (w3 & 3) % 3
-            spec.tags, spec.keys, spec.uniq_key = recent.tags, recent.keys, recent.uniq
+            # A retry is a copy: the original's tags, keys and UNIQ_KEY travel with it.
+            for name in (props.TAGS, props.KEYS, props.UNIQ_KEY):
+                user.pop(name, None)
+            original = recent.properties
+            user.update((name, original[name]) for name in _CARRIED if name in original)
             user[props.RETRY_TOPIC] = recent.topic or self.topics[0]
             user[props.ORIGIN_MESSAGE_ID] = encode_offset_msg_id(
                 recent.store_host or self.store_hosts[0], recent.offset

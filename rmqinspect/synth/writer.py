@@ -293,43 +293,40 @@ def java_map_order(names: Iterable[str], capacity: int) -> list[str]:
 
 # --- vectorised Java hashing ----------------------------------------------------------------------
 
-_POW31 = np.ones(1, dtype=np.uint64)
-
-
-def _pow31(n: int) -> npt.NDArray[np.uint64]:
-    """31**k mod 2**32 for k < n (uint64 products then wrap modulo 2**64, a multiple of 2**32)."""
-    global _POW31
-    if len(_POW31) < n:
-        table = np.empty(max(n, 2 * len(_POW31)), dtype=np.uint64)
-        table[0] = 1
-        for k in range(1, len(table)):
-            table[k] = (int(table[k - 1]) * 31) & 0xFFFFFFFF
-        _POW31 = table
-    return _POW31
-
 
 def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
-    """``String.hashCode`` of each string (signed), vectorised over their UTF-16 code units."""
+    """``String.hashCode`` of each string (signed), vectorised.
+
+    Strings are grouped by length, each group becomes a (count, length) array of code points,
+    and Horner's rule runs over its columns in uint32, which wraps exactly like Java's int.
+    Characters outside the BMP are two UTF-16 units in Java: such strings (rare) are hashed
+    one by one.
+    """
     count = len(strings)
+    out = np.zeros(count, dtype=np.int64)
     if not count:
-        return np.zeros(0, dtype=np.int64)
-    units = np.frombuffer("".join(strings).encode("utf-16-be", "surrogatepass"), dtype=">u2")
+        return out
     lengths = np.fromiter(map(len, strings), dtype=np.int64, count=count)
-    if int(lengths.sum()) != len(units):  # characters outside the BMP take two code units
-        lengths = np.fromiter(
-            (len(s.encode("utf-16-be", "surrogatepass")) // 2 for s in strings), np.int64, count
-        )
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    owner = np.repeat(np.arange(count), lengths)
-    exponent = ends[owner] - 1 - np.arange(len(units), dtype=np.int64)
-    weighted = units.astype(np.uint64) * _pow31(int(lengths.max()) + 1)[exponent]
-    sums = np.zeros(count, dtype=np.uint64)
-    nonempty = lengths > 0
-    if len(units):
-        sums[nonempty] = np.add.reduceat(weighted, starts[nonempty])
-    low = (sums & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    return np.where(low >= 2**31, low - 2**32, low)
+    order = np.argsort(lengths, kind="stable")
+    bounds = np.flatnonzero(np.diff(lengths[order])) + 1
+    thirty_one = np.uint32(31)
+    for group in np.split(order, bounds):
+        length = int(lengths[group[0]])
+        if length == 0:
+            continue
+        rows = [strings[i] for i in group]
+        codes = np.array(rows, dtype=f"<U{length}").view(np.uint32).reshape(len(rows), length)
+        columns = np.ascontiguousarray(codes.T)
+        h = np.zeros(len(rows), dtype=np.uint32)
+        for column in columns:
+            h *= thirty_one
+            h += column
+        hashes = h.view(np.int32).astype(np.int64)
+        astral = np.flatnonzero((codes > 0xFFFF).any(axis=1))
+        for k in astral:
+            hashes[k] = java_hash(rows[k])
+        out[group] = hashes
+    return out
 
 
 def index_key_hashes(keys: Sequence[str]) -> npt.NDArray[np.int64]:
@@ -364,8 +361,9 @@ def offset_file_name(offset: int) -> str:
 class _CommitLog:
     """Commitlog files: the write position, BLANK records and rolling (§2.3).
 
-    Records are encoded straight into a staging buffer (``reserve``, write at ``used``, then
-    ``commit``) that is written out in large ``pwrite`` calls.
+    Records are encoded straight into a staging buffer (``reserve``, then the caller writes at
+    ``used`` and advances ``used``, ``position`` and ``data_bytes``); the buffer goes out in large
+    ``pwrite`` calls.
     """
 
     def __init__(self, directory: Path, file_size: int, start: int) -> None:
@@ -378,18 +376,18 @@ class _CommitLog:
         self.buffer = bytearray(min(_WRITE_BATCH, file_size))
         self.view = memoryview(self.buffer)
         self.used = 0  # staged bytes; buffer[0] belongs at file position position - used
-        self._fd: int | None = None
+        self.fd: int | None = None
 
     @property
     def end(self) -> int:
         return self.file_start + self.position
 
     def _open_current(self) -> int:
-        if self._fd is None:
+        if self.fd is None:
             name = offset_file_name(self.file_start)
-            self._fd = _create_file(self.directory / name, self.file_size)
+            self.fd = _create_file(self.directory / name, self.file_size)
             self.files.append(name)
-        return self._fd
+        return self.fd
 
     def reserve(self, length: int) -> int | None:
         """Make room for a record of ``length`` bytes at ``buffer[used:]``; returns the BLANK's
@@ -397,16 +395,16 @@ class _CommitLog:
         if length + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             raise ValueError(f"a {length}-byte record cannot fit a {self.file_size}-byte file")
         blank_at = None
-        if self._fd is None:
+        if self.fd is None:
             self._open_current()
         remaining = self.file_size - self.position
         if length + END_FILE_MIN_BLANK_LENGTH > remaining:
             blank_at = self.end
             self._stage(_BLANK.pack(remaining, BLANK_MAGIC_CODE))
             self.flush()
-            assert self._fd is not None
-            os.close(self._fd)
-            self._fd = None
+            assert self.fd is not None
+            os.close(self.fd)
+            self.fd = None
             self.file_start += self.file_size
             self.position = 0
             self._open_current()
@@ -417,17 +415,13 @@ class _CommitLog:
                 self.view = memoryview(self.buffer)
         return blank_at
 
-    def commit(self, length: int) -> None:
-        """The record reserved last is now in ``buffer[used:used + length]``."""
-        self.used += length
-        self.position += length
-        self.data_bytes += length
-
     def _stage(self, data: bytes) -> None:
         if self.used + len(data) > len(self.buffer):
             self.flush()
         self.view[self.used : self.used + len(data)] = data
-        self.commit(len(data))
+        self.used += len(data)
+        self.position += len(data)
+        self.data_bytes += len(data)
 
     def flush(self) -> None:
         if self.used:
@@ -438,9 +432,9 @@ class _CommitLog:
         """Write what is staged; with ``preallocate_next`` leave the all-zero next file that
         ``AllocateMappedFileService`` had already created (a crash keeps it)."""
         self.flush()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
             if preallocate_next:
                 name = offset_file_name(self.file_start + self.file_size)
                 os.close(_create_file(self.directory / name, self.file_size))
@@ -865,161 +859,217 @@ class StoreWriter:
 
     # --- the append path --------------------------------------------------------------------------
 
+    def put(self, spec: MessageSpec) -> PutResult:
+        """Append one message as the broker's append path does; returns where it went."""
+        results: list[PutResult] = []
+        self._append((spec,), results)
+        return results[0]
+
     def put_many(self, specs: Iterable[MessageSpec]) -> int:
+        """``put`` for each message, without building results (the fast path); returns how
+        many were written."""
+        return self._append(specs, None)
+
+    def _append(self, specs: Iterable[MessageSpec], results: list[PutResult] | None) -> int:
+        """The append path for a run of messages.
+
+        One loop with the writer's state in local variables: this is the hot path of large
+        stores, so per-message work is kept to what the record itself needs.
+        """
+        if self._closed:
+            raise ValueError("the store writer is closed")
+        log = self._log
+        file_size = log.file_size
+        next_offsets = self._next_offsets
+        used_queues = self._used_queues
+        topics = self._topics
+        hosts = self._hosts
+        heads = _HEADS
+        crc32 = zlib.crc32
+        i16_pack_into = _I16.pack_into
+        stamps = self._store_timestamps
+        default_store = self._default_store_host
+        crc_tail = self._append_prop_crc
+        index_enabled = self._index_enabled
+        queue_ids = self._queue_ids
+        tag_codes = self._tag_codes
+        d_phy, d_size, d_ts = self._d_phy, self._d_size, self._d_ts
+        d_queue, d_qoff, d_tags = self._d_queue, self._d_qoff, self._d_tags
+        d_keys, d_owner = self._d_keys, self._d_owner
         count = 0
         for spec in specs:
-            self.put(spec)
-            count += 1
-        return count
-
-    def put(self, spec: MessageSpec) -> PutResult:
-        if self._closed or (spec.dispatch and self._dispatch_stopped):
-            raise ValueError(
-                "the store writer is closed"
-                if self._closed
-                else "dispatch stopped at an earlier message; the reput never skips one"
-            )
-        topic = spec.topic
-        queue_id = spec.queue_id
-        sys_flag = spec.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-        tran = sys_flag & TRANSACTION_TYPE_MASK
-        enters_queue = tran in _QUEUE_TYPES
-        raw = spec.properties
-        if isinstance(raw, bytes):
-            properties, tags, delay, uniq, keys = self._raw_properties(spec, raw)
-        else:
-            pairs = self._pairs(spec)
-            delay = pairs.get(props.DELAY)
-            if delay is not None and enters_queue:
-                topic, queue_id = self._rewrite_delay(pairs, topic, queue_id, delay)
-                delay = pairs[props.DELAY]
-            properties = self._encode_pairs(pairs)
-            # The dispatcher reads the stored string back, which drops empty values.
-            tags = pairs.get(props.TAGS) or None
-            delay = delay or None
-            uniq = pairs.get(props.UNIQ_KEY) or None
-            keys = pairs.get(props.KEYS) or None
-
-        info = self._topics.get(topic) or self._topic_info(topic)
-        key = (topic, queue_id)
-        self._used_queues.add(key)
-        if sys_flag & MULTI_TAGS_FLAG:
-            self._multi_tag_topics.add(topic)
-        if enters_queue:
-            queue_offset = self._next_offsets.get(key, 0)
-            self._next_offsets[key] = queue_offset + 1
-        else:
-            queue_offset = 0
-        store_ts = self._clock() if spec.store_timestamp is None else spec.store_timestamp
-        born_ts = store_ts if spec.born_timestamp is None else spec.born_timestamp
-        born = spec.born_host
-        cached = self._hosts.get(id(born))
-        born_host, born6 = cached[1:] if cached and cached[0] is born else self._host(born)
-        store = self._default_store_host if spec.store_host is None else spec.store_host
-        cached = self._hosts.get(id(store))
-        store_host, store6 = cached[1:] if cached and cached[0] is store else self._host(store)
-        if born6:
-            sys_flag |= BORNHOST_V6_FLAG
-        if store6:
-            sys_flag |= STOREHOSTADDRESS_V6_FLAG
-
-        crc_tail = self._append_prop_crc
-        if crc_tail:
-            if properties and not properties.endswith(b"\x02"):
-                properties += b"\x02"
-            properties += _PROP_CRC_TAIL_HEAD
-            props_length = len(properties) + 11  # 10 digits + 0x02 follow
-        else:
-            props_length = len(properties)
-        if props_length > 32767:
-            raise ValueError(f"properties of {props_length} bytes exceed 32767")
-        body = spec.body
-        length = (
-            info.fixed_length
-            + (12 if born6 else 0)
-            + (12 if store6 else 0)
-            + len(body)
-            + props_length
-        )
-        log = self._log
-        blank_at = log.reserve(length)
-        physical_offset = log.file_start + log.position
-        view = log.view
-        start = at = log.used
-        head = _HEADS[born6, store6]
-        head.pack_into(
-            view,
-            at,
-            length,
-            info.magic,
-            zlib.crc32(body) & _BODY_CRC_MASK,
-            queue_id,
-            spec.flag,
-            queue_offset,
-            physical_offset,
-            sys_flag,
-            born_ts,
-            born_host,
-            store_ts,
-            store_host,
-            spec.reconsume_times,
-            spec.prepared_transaction_offset,
-            len(body),
-        )
-        at += head.size
-        view[at : at + len(body)] = body
-        at += len(body)
-        tail = info.tail
-        view[at : at + len(tail)] = tail
-        at += len(tail)
-        _I16.pack_into(view, at, props_length)
-        at += 2
-        view[at : at + len(properties)] = properties
-        if crc_tail:
-            # The CRC covers the finished record minus its last 20 bytes (§3.2).
-            end = start + length
-            crc = zlib.crc32(view[start : end - CRC32_RESERVED_LEN]) & _BODY_CRC_MASK
-            view[end - 11 : end] = encode_prop_crc_digits(crc).encode("ascii") + b"\x02"
-        log.commit(length)
-        self._store_timestamps.append(store_ts)
-        self._last_offset = physical_offset
-
-        if not spec.dispatch:
-            self._dispatch_stopped = True
-        else:
-            # What CommitLogDispatcherBuildConsumeQueue / BuildIndex receive, buffered.
-            ordinal = self._dispatched
-            self._dispatched = ordinal + 1
-            self._d_phy.append(physical_offset)
-            self._d_size.append(length)
-            self._d_ts.append(store_ts)
-            if enters_queue:
-                self._d_queue.append(self._queue_ids.get(key) or self._queue_number(key))
-                self._d_qoff.append(queue_offset)
-                if delay is None or topic != SCHEDULE_TOPIC:
-                    code = self._tag_codes.get(tags, 0) if tags else 0
-                    self._d_tags.append(code or self._tags_code(topic, tags, delay, store_ts))
-                else:
-                    self._d_tags.append(self._tags_code(topic, tags, delay, store_ts))
-                self._logics_timestamp = store_ts
+            if spec.dispatch and self._dispatch_stopped:
+                raise ValueError("dispatch stopped at an earlier message; the reput never skips")
+            topic = spec.topic
+            queue_id = spec.queue_id
+            sys_flag = spec.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+            tran = sys_flag & TRANSACTION_TYPE_MASK
+            enters_queue = tran in _QUEUE_TYPES
+            raw = spec.properties
+            if isinstance(raw, bytes):
+                properties, tags, delay, uniq, keys = self._raw_properties(spec, raw)
             else:
-                self._d_queue.append(0)
-                self._d_qoff.append(0)
-                self._d_tags.append(0)
-            if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
-                index_keys = self._d_keys
-                before = len(index_keys)
-                if uniq is not None:
-                    index_keys.append(f"{topic}#{uniq}")
-                if keys:
-                    index_keys.extend([f"{topic}#{k}" for k in keys.split(" ") if k])
-                if len(index_keys) > before:
-                    self._d_owner.extend([ordinal] * (len(index_keys) - before))
-            if len(self._d_phy) >= _DISPATCH_CHUNK:
-                self._flush_dispatch()
-        return PutResult(
-            physical_offset, length, topic, queue_id, queue_offset, store_ts, info.version, blank_at
-        )
+                if raw and not (
+                    spec.tags or spec.keys or spec.uniq_key or spec.delay_level or crc_tail
+                ):
+                    pairs: Mapping[str, str] = raw  # used as is; copied before any change
+                else:
+                    pairs = self._pairs(spec)
+                delay = pairs.get("DELAY")
+                if delay is not None and enters_queue:
+                    pairs = dict(pairs)
+                    topic, queue_id = self._rewrite_delay(pairs, topic, queue_id, delay)
+                    delay = pairs["DELAY"]
+                properties = self._encode_pairs(pairs)
+                # The dispatcher reads the stored string back, which drops empty values.
+                tags = pairs.get("TAGS") or None
+                delay = delay or None
+                uniq = pairs.get("UNIQ_KEY") or None
+                keys = pairs.get("KEYS") or None
+
+            info = topics.get(topic) or self._topic_info(topic)
+            key = (topic, queue_id)
+            used_queues.add(key)
+            if sys_flag & MULTI_TAGS_FLAG:
+                self._multi_tag_topics.add(topic)
+            if enters_queue:
+                queue_offset = next_offsets.get(key, 0)
+                next_offsets[key] = queue_offset + 1
+            else:
+                queue_offset = 0
+            store_ts = spec.store_timestamp
+            if store_ts is None:
+                store_ts = self._clock()
+            born_ts = spec.born_timestamp
+            if born_ts is None:
+                born_ts = store_ts
+            born = spec.born_host
+            cached = hosts.get(id(born))
+            born_host, born6 = cached[1:] if cached and cached[0] is born else self._host(born)
+            store = spec.store_host or default_store
+            cached = hosts.get(id(store))
+            store_host, store6 = cached[1:] if cached and cached[0] is store else self._host(store)
+            if born6:
+                sys_flag |= BORNHOST_V6_FLAG
+            if store6:
+                sys_flag |= STOREHOSTADDRESS_V6_FLAG
+            if crc_tail:
+                if properties and not properties.endswith(b"\x02"):
+                    properties += b"\x02"
+                properties += _PROP_CRC_TAIL_HEAD
+                props_length = len(properties) + 11  # 10 digits + 0x02 follow
+            else:
+                props_length = len(properties)
+            if props_length > 32767:
+                raise ValueError(f"properties of {props_length} bytes exceed 32767")
+            body = spec.body
+            body_length = len(body)
+            length = info.fixed_length + body_length + props_length
+            if born6:
+                length += 12
+            if store6:
+                length += 12
+
+            # Room in the file (else BLANK and roll) and in the staging buffer.
+            blank_at = None
+            if (
+                log.position + length + END_FILE_MIN_BLANK_LENGTH > file_size
+                or log.used + length > len(log.buffer)
+                or log.fd is None
+            ):
+                blank_at = log.reserve(length)
+            physical_offset = log.file_start + log.position
+            view = log.view
+            start = at = log.used
+            head = heads[born6, store6]
+            head.pack_into(
+                view,
+                at,
+                length,
+                info.magic,
+                crc32(body) & _BODY_CRC_MASK,
+                queue_id,
+                spec.flag,
+                queue_offset,
+                physical_offset,
+                sys_flag,
+                born_ts,
+                born_host,
+                store_ts,
+                store_host,
+                spec.reconsume_times,
+                spec.prepared_transaction_offset,
+                body_length,
+            )
+            at += head.size
+            view[at : at + body_length] = body
+            at += body_length
+            tail = info.tail
+            view[at : at + len(tail)] = tail
+            at += len(tail)
+            i16_pack_into(view, at, props_length)
+            at += 2
+            view[at : at + len(properties)] = properties
+            if crc_tail:
+                # The CRC covers the finished record minus its last 20 bytes (§3.2).
+                end = start + length
+                crc = crc32(view[start : end - CRC32_RESERVED_LEN]) & _BODY_CRC_MASK
+                view[end - 11 : end] = encode_prop_crc_digits(crc).encode("ascii") + b"\x02"
+            log.used = start + length
+            log.position += length
+            log.data_bytes += length
+            stamps.append(store_ts)
+            self._last_offset = physical_offset
+            count += 1
+
+            if not spec.dispatch:
+                self._dispatch_stopped = True
+            else:
+                # What CommitLogDispatcherBuildConsumeQueue / BuildIndex receive, buffered.
+                ordinal = self._dispatched
+                self._dispatched = ordinal + 1
+                d_phy.append(physical_offset)
+                d_size.append(length)
+                d_ts.append(store_ts)
+                if enters_queue:
+                    d_queue.append(queue_ids.get(key) or self._queue_number(key))
+                    d_qoff.append(queue_offset)
+                    code = tag_codes.get(tags, 0) if tags else 0
+                    if not code or delay is not None:
+                        code = self._tags_code(topic, tags, delay, store_ts)
+                    d_tags.append(code)
+                    self._logics_timestamp = store_ts
+                else:
+                    d_queue.append(0)
+                    d_qoff.append(0)
+                    d_tags.append(0)
+                if index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
+                    before = len(d_keys)
+                    if uniq is not None:
+                        d_keys.append(f"{topic}#{uniq}")
+                    if keys:
+                        d_keys.extend([f"{topic}#{k}" for k in keys.split(" ") if k])
+                    if len(d_keys) > before:
+                        d_owner.extend([ordinal] * (len(d_keys) - before))
+                if len(d_phy) >= _DISPATCH_CHUNK:
+                    self._flush_dispatch()
+                    d_phy, d_size, d_ts = self._d_phy, self._d_size, self._d_ts
+                    d_queue, d_qoff, d_tags = self._d_queue, self._d_qoff, self._d_tags
+                    d_keys, d_owner = self._d_keys, self._d_owner
+            if results is not None:
+                results.append(
+                    PutResult(
+                        physical_offset,
+                        length,
+                        topic,
+                        queue_id,
+                        queue_offset,
+                        store_ts,
+                        info.version,
+                        blank_at,
+                    )
+                )
+        return count
 
     def _raw_properties(
         self, spec: MessageSpec, raw: bytes
@@ -1075,7 +1125,7 @@ class StoreWriter:
         pairs[props.REAL_QID] = str(queue_id)
         return SCHEDULE_TOPIC, level - 1
 
-    def _encode_pairs(self, pairs: dict[str, str]) -> bytes:
+    def _encode_pairs(self, pairs: Mapping[str, str]) -> bytes:
         """``messageProperties2String`` of a ``HashMap`` holding ``pairs``."""
         if not pairs:
             return b""
