@@ -44,7 +44,15 @@ def _root(corpus: str, request: pytest.FixtureRequest) -> Path:
 
 
 def _options(corpus: str, meta: dict[str, Any], profile: Profile | None) -> RecoverOptions:
+    """The corpus settings; without a profile, nothing the store itself can tell (profile, file
+    sizes, index geometry) is passed, so detection and inference are tested too."""
     cfg = meta["storeConfig"]
+    if profile is None:
+        return RecoverOptions(
+            check_crc=cfg["checkCRCOnRecover"],
+            message_index_safe=cfg["messageIndexSafe"],
+            force_verify_prop_crc=cfg.get("forceVerifyPropCRC", False),
+        )
     return RecoverOptions(
         profile=profile,
         check_crc=cfg["checkCRCOnRecover"],
@@ -70,7 +78,7 @@ def _queues(report: RecoveryReport) -> dict[str, dict[str, int]]:
     }
 
 
-@pytest.mark.parametrize("auto_profile", [False, True], ids=["explicit", "auto"])
+@pytest.mark.parametrize("auto_profile", [False, True], ids=["explicit", "inferred"])
 @pytest.mark.parametrize(("corpus", "scenario"), CASES)
 def test_report_matches_broker(
     corpus: str, scenario: str, auto_profile: bool, request: pytest.FixtureRequest

@@ -98,8 +98,8 @@ def recover(
 ) -> None:
     """Predict exactly what a broker restart keeps, cuts, deletes and rebuilds.
 
-    Exit status: 0 when the restart loses nothing, 1 when it would discard messages or consume
-    queue entries (or the broker would refuse to start), 2 on unreadable input.
+    Exit status: 0 when the restart loses nothing, 1 when it would discard messages (or the
+    broker would refuse to start), 2 on unreadable input.
 
     Example: rmqinspect recover /data/rocketmq/store --format json
     """
