@@ -865,7 +865,7 @@ class _Msg:
 
     @property
     def tags_code(self) -> int:
-        """The fast path never accepts a SCHEDULE_TOPIC_XXXX record, so this is the tag hash."""
+        """The tag hash; schedule-topic records arrive with their tagsCode already computed."""
         if self._tags is None:
             tags = self.props.get(props.TAGS)
             if not tags:
@@ -1288,7 +1288,7 @@ class _Emulator:
             try:
                 return IndexGeometry.infer(size, o.index_slots, o.index_entries), "file size"
             except ValueError:
-                pass
+                pass  # not the defaults nor the default ratio: try the full files below
             # A rolled (full) file stores indexCount == maxIndexNum: the geometry follows.
             counts = {self._index_header(f).index_count for f in self.store.index_files[:-1]}
             if len(counts) == 1:
