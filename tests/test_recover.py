@@ -566,7 +566,13 @@ def test_wrong_size_file_refuses_to_start(base: Base, tmp_path: Path, profile: P
     assert not report.broker_starts
     assert report.load_failures[0].kind == "wrong_size"
     assert report.load_failures[0].path.endswith(victim.name)
-    assert report.commitlog is None
+    # load() stops at the bad file: the files before it stay mapped, nothing is recovered.
+    assert report.recovery_path == "normal"
+    c = report.commitlog
+    assert c is not None and c.end_reason == "load_failed"
+    assert [f.name for f in c.files_after] == files_of(store)[:1]
+    assert (c.min_offset, c.max_offset) == (0, CL_SIZE)
+    assert report.consume_queues == [] and report.reput is None
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -169,7 +169,7 @@ class CommitlogReport:
     max_offset: int  # the recovered end E (getMaxOffset)
     scan_start_offset: int | None
     scanned_bytes: int
-    end_reason: str  # bad_record | blank_in_last_file | no_files
+    end_reason: str  # bad_record | blank_in_last_file | no_files | load_failed
     last_valid_record: RecordInfo | None
     first_bad_record: BadRecord | None
     discarded_bytes: int  # data (non-zero) bytes past E that the broker ignores or deletes
@@ -1247,9 +1247,13 @@ class _Emulator:
         for f in files:
             if str(f.path) in deleted:
                 self.cl_deleted_at_load.append(f.name)
-        self.cl_files = [
-            _ClFile(f, f.start, self.cl_size) for f in files if str(f.path) not in deleted
-        ]
+        failing = {f.path for f in fails}
+        self.cl_files = []
+        for f in files:
+            if str(f.path) in failing:
+                break  # MappedFileQueue.load stops here; the files before it stay mapped
+            if str(f.path) not in deleted:
+                self.cl_files.append(_ClFile(f, f.start, self.cl_size))
         if self.failures:
             return
         for qid in self.store.queue_dirs:
@@ -1812,7 +1816,11 @@ class _Emulator:
         outcome = RecoveryOutcome(report, [], self.queues, [], [], None)
         self.load()
         if self.failures:
+            # load() returns false before recovery: report the state it leaves (the files
+            # mapped so far at full write position) and the path lastExitOK had chosen.
             report.broker_starts = False
+            report.recovery_path = (RecoveryPath.NORMAL if last_ok else RecoveryPath.ABNORMAL).value
+            report.commitlog = self._commitlog_report([], "load_failed", None, None, 0, 0, None)
             return outcome
         cp, cp_present = self.read_checkpoint()
         files_before = [f.name for f in self.cl_files]
@@ -1909,30 +1917,17 @@ class _Emulator:
             else (LostReport(0, 0, False, 0, []), 0)
         )
         report.lost_messages = lost
-        last_file = self.cl_files[-1] if self.cl_files else None
         five = self.profile is not Profile.V4_9
         confirm = None
         if five and last_valid is not None:
             confirm = last_valid.offset
         elif five and report.start_file is not None:
             confirm = report.start_file.offset
-        report.commitlog = CommitlogReport(
-            file_size=self.cl_size,
-            files_before=files_before + self.cl_deleted_at_load,
-            min_offset=min_offset,
-            max_offset=self.cl_max_offset,
-            scan_start_offset=report.start_file.offset if report.start_file else None,
-            scanned_bytes=scanned,
-            end_reason=end_reason,
-            last_valid_record=last_valid,
-            first_bad_record=bad,
-            discarded_bytes=data_bytes,
-            deleted_files=list(self.cl_deleted),
-            deleted_at_load=self.cl_deleted_at_load,
-            last_file=FilePosition(last_file.name, last_file.wrote) if last_file else None,
-            files_after=[FilePosition(f.name, f.wrote) for f in self.cl_files],
-            confirm_offset=confirm,
+        report.commitlog = self._commitlog_report(
+            files_before, end_reason, last_valid, bad, scanned, data_bytes, confirm
         )
+        if report.start_file is not None:
+            report.commitlog.scan_start_offset = report.start_file.offset
         report.consume_queues = [
             self._queue_report(q) for q in self.queues.values() if q.existed or q.files or q.deleted
         ]
@@ -1952,6 +1947,36 @@ class _Emulator:
         outcome.index_deleted = idx_deleted
         outcome.index_written = index.written
         return outcome
+
+    def _commitlog_report(
+        self,
+        files_before: list[str],
+        end_reason: str,
+        last_valid: RecordInfo | None,
+        bad: BadRecord | None,
+        scanned: int,
+        data_bytes: int,
+        confirm: int | None,
+    ) -> CommitlogReport:
+        last_file = self.cl_files[-1] if self.cl_files else None
+        before = files_before or sorted(f.name for f in self.store.commitlog.files)
+        return CommitlogReport(
+            file_size=self.cl_size,
+            files_before=sorted(set(before) | set(self.cl_deleted_at_load)),
+            min_offset=self.cl_min_offset,
+            max_offset=self.cl_max_offset,
+            scan_start_offset=None,
+            scanned_bytes=scanned,
+            end_reason=end_reason,
+            last_valid_record=last_valid,
+            first_bad_record=bad,
+            discarded_bytes=data_bytes,
+            deleted_files=list(self.cl_deleted),
+            deleted_at_load=self.cl_deleted_at_load,
+            last_file=FilePosition(last_file.name, last_file.wrote) if last_file else None,
+            files_after=[FilePosition(f.name, f.wrote) for f in self.cl_files],
+            confirm_offset=confirm,
+        )
 
     def correct_min_offsets(self) -> None:
         min_phy = self.cl_min_offset
