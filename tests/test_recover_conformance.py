@@ -147,6 +147,18 @@ def test_report_matches_broker(
         )
         for h in created
     ]
+    # Kept index files whose entries reach past the end keep pointing at discarded records
+    # (README: 1,107,222 to 1,126,305 in bad_crc_middle).
+    stale = [
+        (max(c.max_offset, h["beginPhyOffset"]), h["endPhyOffset"])
+        for h in meta["before"]["indexFiles"]
+        if h["name"] not in s["indexFilesDestroyedAtLoad"]
+        and h["indexCount"] > 1
+        and h["endPhyOffset"] >= c.max_offset
+    ]
+    assert [(r.first_offset, r.last_offset) for r in idx.stale_ranges] == stale
+    if scenario == "bad_crc_middle":
+        assert stale == [(1_107_222, 1_126_305)]
     after = meta["afterShutdown"]["checkpoint"]
     cp = report.checkpoint
     assert cp is not None

@@ -215,8 +215,10 @@ class IndexFileInfo:
 
 @dataclass
 class OffsetRange:
-    start: int
-    end: int  # exclusive
+    """Records whose start offset lies in ``[first_offset, last_offset]`` (both inclusive)."""
+
+    first_offset: int
+    last_offset: int
     reason: str
 
 

@@ -104,9 +104,13 @@ def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -
             ("entries written", idx.entries_written),
         ]
         for r in idx.unfindable_ranges:
-            rows.append(("keys unfindable", f"offsets {r.start}..{r.end} ({r.reason})"))
+            rows.append(
+                ("keys unfindable", f"records {r.first_offset}..{r.last_offset} ({r.reason})")
+            )
         for r in idx.stale_ranges:
-            rows.append(("stale entries", f"offsets {r.start}..{r.end} ({r.reason})"))
+            rows.append(
+                ("stale entries", f"records {r.first_offset}..{r.last_offset} ({r.reason})")
+            )
         tables.append(key_value_table("Index", rows))
     lost = report.lost_messages
     if lost.messages:
