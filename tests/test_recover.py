@@ -56,7 +56,7 @@ def options(profile: Profile, **kw: object) -> RecoverOptions:
     return RecoverOptions(profile=profile, index_slots=64, index_entries=400, **kw)  # type: ignore[arg-type]
 
 
-def spec(i: int, *, topics: int = 3, dispatch: bool = True) -> MessageSpec:
+def spec(i: int, *, topics: int = 3, dispatch: bool = True, spacing: int = 20) -> MessageSpec:
     return MessageSpec(
         topic=f"Topic{'ABC'[i % topics]}",
         queue_id=(i // topics) % 2,
@@ -64,7 +64,7 @@ def spec(i: int, *, topics: int = 3, dispatch: bool = True) -> MessageSpec:
         tags=("TagA", "TagB", None)[i % 3],
         keys=f"K{i} ORD-{i // 7}",
         uniq_key=f"{i:032X}",
-        store_timestamp=T0 + i * 20,
+        store_timestamp=T0 + i * spacing,
         dispatch=dispatch,
     )
 
@@ -533,6 +533,31 @@ def test_set_abort_on_a_clean_store(base: Base, tmp_path: Path, profile: Profile
     forced = analyze_recovery(store, options(profile, last_exit_ok=True))
     assert forced.recovery_path == "normal" and forced.last_exit_source == "assume_clean"
     assert forced.index is not None and forced.index.deleted_files == []
+
+
+def test_crash_loses_index_entries_unless_message_index_safe(tmp_path: Path) -> None:
+    """After a crash the partial index file is deleted, and the rebuild starts at the commitlog
+    file the checkpoint's physic/logics time picks. When that file starts after the deleted
+    index file's first entry, the keys in between are never indexed again (§10.10);
+    messageIndexSafe pulls the start back to indexMsgTimestamp and closes the gap."""
+    store = tmp_path / "s"
+    with StoreWriter(store, layout(Profile.V4_9), crash=True) as w:
+        for i in range(396):  # 3 keys a message: two full index files and a nearly full one
+            w.put(spec(i, spacing=40))
+    from rmqinspect.format.index import IndexHeader
+
+    names = sorted(p.name for p in (store / "index").iterdir())
+    partial = IndexHeader.decode((store / "index" / names[-1]).read_bytes())
+    plain = analyze_recovery(store, options(Profile.V4_9))
+    assert plain.index is not None and plain.index.deleted_files == [names[-1]]
+    assert plain.start_file is not None and plain.start_file.offset > partial.begin_phy_offset
+    assert [(r.first_offset, r.last_offset) for r in plain.index.unfindable_ranges] == [
+        (partial.begin_phy_offset, plain.start_file.offset - 1)
+    ]
+    safe = analyze_recovery(store, options(Profile.V4_9, message_index_safe=True))
+    assert safe.start_file is not None and safe.start_file.offset <= partial.begin_phy_offset
+    assert safe.index is not None and safe.index.unfindable_ranges == []
+    assert safe.index.entries_written > plain.index.entries_written
 
 
 # --- load failures -----------------------------------------------------------------------------
