@@ -1757,7 +1757,23 @@ class _Emulator:
                 data_bytes += extent
                 stop = begin + extent  # zeros after this hold no record: skip searching them
                 pos = begin
+                accept_v2 = self.profile.accepts_v2_magic
                 while pos + 8 <= stop:
+                    run = _fast_run(buf, pos, True, accept_v2)
+                    lost, taken = self._lost_in_run(buf, run, queue_max)
+                    count += len(lost)
+                    for i in lost:
+                        if limit is not None and len(listed) >= limit:
+                            break
+                        r = cl.check_message(
+                            buf, int(run.positions[i]), disk.start, self.intact_check
+                        )
+                        assert r.record is not None
+                        listed.append(_lost(r.record, disk.name, where))
+                    if taken:
+                        pos = int(run.positions[taken - 1] + run.sizes[taken - 1])
+                    if taken == run.count and run.complete:
+                        continue
                     r = cl.check_message(buf, pos, disk.start, self.intact_check)
                     rec = r.record
                     if r.success and r.size > 0 and rec is not None:
@@ -1779,6 +1795,38 @@ class _Emulator:
                 buf.release()
         truncated = limit is not None and count > len(listed)
         return LostReport(count, len(listed), truncated, damaged, listed), data_bytes
+
+    def _lost_in_run(
+        self, buf: memoryview, run: _Run, queue_max: dict[QueueId, int]
+    ) -> tuple[list[int], int]:
+        """Which records of an intact run (checked with CRC) are lost, and how many records of
+        the run count as intact (a schedule record with a non-integer DELAY ends it)."""
+        count = run.count
+        if not count:
+            return [], 0
+        tids, topics = _topic_ids(buf, run.topic_at, run.topic_len)
+        if _SCHEDULE in topics:
+            delays = dict(self.intact_check.delay_levels)
+            top = self.intact_check.max_delay_level
+            for i in np.flatnonzero(tids == topics.index(_SCHEDULE)).tolist():
+                if _schedule_tags_code(self._msg(buf, run, i), delays, top) is None:
+                    count = i
+                    break
+        names = [t.decode("utf-8", "replace") for t in topics]
+        tids, qids = tids[:count], run.queue_ids[:count]
+        keys = (tids << 32) | (qids & 0xFFFFFFFF)
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        tops = np.array(
+            [
+                queue_max.get(QueueId(names[k >> 32], _as_i32(k & 0xFFFFFFFF)), 0)
+                for k in uniq.tolist()
+            ],
+            np.int64,
+        )[inverse]
+        tt = run.sys_flags[:count] & cl.TRANSACTION_TYPE_MASK
+        cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+        lost = ~cq_type | (run.queue_offsets[:count] >= tops)
+        return np.flatnonzero(lost).tolist(), count
 
     # the whole restart ------------------------------------------------------------------------
 
