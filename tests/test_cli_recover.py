@@ -141,10 +141,12 @@ def test_flipped_byte_lists_lost_messages_with_limit(clean: Path) -> None:
         "keys",
         "tags",
         "store_timestamp",
+        "store_time",
         "transaction",
         "file",
         "where",
     }
+    assert m["store_time"].endswith("Z")
     assert m["physical_offset"] > doc["commitlog"]["max_offset"]
     # --no-check-crc: the broker keeps the flipped record, nothing is lost.
     doc = recover_json(clean, "--no-check-crc", code=0)

@@ -15,16 +15,26 @@ from rmqinspect.render.output import (
     print_table,
     to_jsonable,
 )
-from rmqinspect.render.values import size_cell, time_cell
+from rmqinspect.render.values import size_cell, time_cell, with_times
 
 
 def recover_json(report: RecoveryReport, applied: ApplyReport | None = None) -> dict[str, Any]:
     """The documented JSON schema (``schema_version`` 1): the report's fields, a top-level
     ``loses_data`` verdict (the exit-code rule) and, with ``--apply-to``, an ``apply`` section."""
-    doc: dict[str, Any] = to_jsonable(report)
+    doc: dict[str, Any] = _timed(to_jsonable(report))
     doc["loses_data"] = report.loses_data
     doc["apply"] = to_jsonable(applied) if applied is not None else None
     return doc
+
+
+def _timed(value: Any) -> Any:
+    """The project's JSON time convention at every depth: each ``*_timestamp`` (epoch ms) gets
+    an ISO 8601 ``*_time`` sibling."""
+    if isinstance(value, dict):
+        return with_times({k: _timed(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_timed(v) for v in value]
+    return value
 
 
 def render_recover(
