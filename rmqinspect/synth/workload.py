@@ -16,29 +16,34 @@ small pre-built pool, so the per-message Python work stays small (a 1 GiB store 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
+import numpy.typing as npt
 
 from rmqinspect.format import properties as props
 from rmqinspect.format.commitlog import (
+    SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    parse_delay_levels,
 )
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import encode_offset_msg_id
-from rmqinspect.format.profile import Profile
 from rmqinspect.synth.writer import (
     DEFAULT_CLOCK_START_MS,
     IndexNamer,
-    MessageSpec,
+    MessageColumns,
     StoreLayout,
     StoreSummary,
     StoreWriter,
+    encode_properties_map,
     java_map_order,
+    properties_template,
+    rewrite_delay,
 )
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -47,7 +52,8 @@ TX_PRODUCER_GROUP = "PID_TX"
 TX_CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 RETRY_GROUP = "groupX"
 DEFAULT_CRASH_FLUSH_LAG_MS = 4500
-_BATCH = 4096
+_BATCH = 8192
+_FIRST_BATCH = 64  # batches double up to _BATCH, so small stores still see retries of earlier ones
 _CONSUMER_OFFSET_TABLE_SLOTS = 1024  # new ConcurrentHashMap<>(512) sizes its table to 1024
 
 # Message kinds, drawn per message.
@@ -79,6 +85,24 @@ def _kind_table(special: bool, v2: bool) -> bytes:
 _TAGS = ("TagA", "TagB", "TagC", "标签甲", None)
 _DELAY_LEVELS = (17, 18)
 _CARRIED = (props.TAGS, props.KEYS, props.UNIQ_KEY)
+# Property names of a plain message for each shape (bit 0 TAGS, 1 KEYS, 2 WAIT, 3 traceId,
+# 4 中文属性, 5 UNIQ_KEY; seq is always there), in the producer's insertion order.
+_SHAPE_NAMES = [
+    tuple(
+        name
+        for bit, name in (
+            (1, props.TAGS),
+            (2, props.KEYS),
+            (4, props.WAIT),
+            (8, "traceId"),
+            (16, "中文属性"),
+            (0, "seq"),
+            (32, props.UNIQ_KEY),
+        )
+        if not bit or shape & bit
+    )
+    for shape in range(64)
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,18 +174,13 @@ class _Producer:
 
 @dataclass(slots=True)
 class _Recent:
-    """The last plain message, which a retry copies (keys, UNIQ_KEY and tags travel along)."""
+    """A plain message of an earlier batch, which retries copy (its keys, UNIQ_KEY and tags
+    travel along; ORIGIN_MESSAGE_ID names its offset)."""
 
     topic: str = ""
     properties: dict[str, str] = field(default_factory=dict)
     store_host: HostAddress | None = None
     offset: int = 0
-
-
-@dataclass(slots=True)
-class _State:
-    half_offsets: list[int] = field(default_factory=list)
-    recent: _Recent = field(default_factory=_Recent)
 
 
 class _Draws:
@@ -170,9 +189,11 @@ class _Draws:
     def __init__(self, seed: int) -> None:
         self._bits = np.random.PCG64(seed)
 
+    def raw(self, count: int, columns: int) -> npt.NDArray[np.uint64]:
+        return self._bits.random_raw(count * columns).reshape(count, columns)
+
     def words(self, count: int, columns: int) -> list[list[int]]:
-        raw = self._bits.random_raw(count * columns).reshape(count, columns)
-        return [col.tolist() for col in raw.T]
+        return [col.tolist() for col in self.raw(count, columns).T]
 
     def bytes(self, count: int) -> bytes:
         words = self._bits.random_raw((count + 7) // 8)
@@ -200,12 +221,21 @@ def _v2_topic(length: int) -> str:
     return head + "x" * (length - len(head))
 
 
-class _Generator:
-    """Turns draws into :class:`MessageSpec` values and feeds them to a writer."""
+def _field(word: npt.NDArray[np.uint64], shift: int, bits: int) -> npt.NDArray[np.int64]:
+    return ((word >> np.uint64(shift)) & np.uint64((1 << bits) - 1)).astype(np.int64)
 
-    def __init__(self, config: WorkloadConfig, profile: Profile) -> None:
+
+class _Generator:
+    """Turns draws into batches of :class:`MessageColumns` for the writer.
+
+    Retries and transaction commits refer to messages of earlier batches, whose offsets the
+    writer has returned (a retry or a commit comes after its original anyway).
+    """
+
+    def __init__(self, config: WorkloadConfig, layout: StoreLayout) -> None:
         self.config = config
-        self.profile = profile
+        self.trailing = layout.profile.properties_trailing_separator
+        self.max_delay_level = max(parse_delay_levels(layout.delay_levels), default=0)
         self.draws = _Draws(config.seed)
         prefix = self.draws.words(1, 4)
         pid, loader = prefix[0][0] & 0xFFFF, prefix[1][0] & 0xFFFFFFFF
@@ -215,166 +245,272 @@ class _Generator:
             _Producer("FD000000000000000000000000000002" + tail),
         )
         self.topics = [topic_name(i) for i in range(config.topics)]
-        self.born_hosts = (
+        # Topic table: the plain topics, then the special ones (ids fixed by position).
+        self.v2_enabled = config.special and layout.profile.accepts_v2_magic
+        self.topic_table = [
+            *self.topics,
+            HALF_TOPIC,
+            TX_TOPIC,
+            f"%RETRY%{RETRY_GROUP}",
+            SCHEDULE_TOPIC,
+            *((_v2_topic(128), _v2_topic(200)) if self.v2_enabled else ()),
+        ]
+        self.topic_ids = {name: n for n, name in enumerate(self.topic_table)}
+        # Host table: born IPv4, born IPv6, store IPv4, store IPv6.
+        self.hosts = (
             HostAddress(bytes([10, 0, 0, 2]), 50001),
             HostAddress(bytes.fromhex("fd000000000000000000000000000002"), 50002),
-        )
-        self.store_hosts = (
             HostAddress(bytes([10, 0, 0, 1]), 10911),
             HostAddress(bytes.fromhex("fd000000000000000000000000000001"), 10911),
         )
         size = config.body_size
-        self.bodies = {
-            "full": _body_pool(self.draws, size),
-            "half": _body_pool(self.draws, size // 2),
-            "more": _body_pool(self.draws, size + size // 2),
-        }
-        self.v2_enabled = config.special and profile.accepts_v2_magic
+        # Body table: the empty body, then pools of the full, half and one-and-a-half size.
+        pools = [_body_pool(self.draws, n) for n in (size, size // 2, size + size // 2)]
+        self.bodies = [b"", *pools[0], *pools[1], *pools[2]]
+        self.pool_size = len(pools[0])
         self.kinds = _kind_table(config.special, self.v2_enabled)
-        self.state = _State()
+        self.templates: dict[int, tuple[str, Callable[[Sequence[str]], tuple[str, ...]]]] = {}
+        self.recent = _Recent()
+        self.half_offsets: list[int] = []
         self.clock = config.start_ms
 
-    def specs(self, writer: StoreWriter) -> Iterator[MessageSpec]:
-        """Yield every message; half-message offsets are read back from ``writer``."""
+    def write(self, writer: StoreWriter) -> None:
         config = self.config
         total = config.messages
         undispatched_from = total - min(config.burst, total // 10) if config.crash else total
-        for base in range(0, total, _BATCH):
-            count = min(_BATCH, total - base)
-            cols = self.draws.words(count, 4)
-            for i in range(count):
-                seq = base + i
-                if seq and seq % config.burst == 0:
-                    self.clock += config.burst_pause_ms
-                spec, kind = self._spec(seq, cols[0][i], cols[1][i], cols[2][i], cols[3][i])
-                spec.dispatch = seq < undispatched_from
-                yield spec
-                if kind == _HALF:
-                    self.state.half_offsets.append(writer.last_offset)
-                elif kind == _NORMAL:
-                    recent = self.state.recent
-                    user = spec.properties
-                    assert isinstance(user, dict)
-                    recent.topic, recent.store_host = spec.topic, spec.store_host
-                    recent.properties = user
-                    recent.offset = writer.last_offset
+        base = 0
+        batch = _FIRST_BATCH
+        while base < total:
+            count = min(batch, total - base)
+            columns, normal_rows = self._batch(base, count, undispatched_from)
+            placed = writer.put_columns(columns)
+            self._remember(columns, placed.physical_offset, normal_rows)
+            base += count
+            batch = min(batch * 2, _BATCH)
 
-    def _spec(self, seq: int, w0: int, w1: int, w2: int, w3: int) -> tuple[MessageSpec, int]:
+    def _remember(
+        self,
+        columns: MessageColumns,
+        offsets: npt.NDArray[np.int64],
+        normal_rows: list[tuple[int, tuple[str, ...], list[str]]],
+    ) -> None:
+        half = self.topic_ids[HALF_TOPIC]
+        self.half_offsets += offsets[np.asarray(columns.topic) == half].tolist()
+        if normal_rows:
+            row, names, values = normal_rows[-1]
+            recent = self.recent
+            recent.topic = columns.topics[int(columns.topic[row])]
+            recent.properties = dict(zip(names, values, strict=True))
+            recent.store_host = columns.hosts[int(columns.store_host[row])]
+            recent.offset = int(offsets[row])
+
+    def _batch(
+        self, base: int, count: int, undispatched_from: int
+    ) -> tuple[MessageColumns, list[tuple[int, tuple[str, ...], list[str]]]]:
+        """``count`` messages from sequence number ``base``: every random choice is drawn with
+        numpy for the whole batch; only the properties are built message by message."""
         config = self.config
-        kind = self.kinds[w0 & 0xFFFF]
-        self.clock += 1 + ((w0 >> 16) & 1)
-        store_ts = self.clock
-        born_ts = store_ts - ((w0 >> 17) & 3)
-        topic_index = ((w0 >> 20) & 0xFFFF) % config.topics
-        queue_id = ((w0 >> 36) & 0xFFFF) % config.queues
-        topic = self.topics[topic_index]
+        raw = self.draws.raw(count, 4)
+        w0, w1, w2, w3 = (raw[:, k] for k in range(4))
+        seqs = np.arange(base, base + count, dtype=np.int64)
+        pause = np.where((seqs % config.burst == 0) & (seqs > 0), config.burst_pause_ms, 0)
+        store_ts = self.clock + np.cumsum(1 + _field(w0, 16, 1) + pause)
+        self.clock = int(store_ts[-1])
+        born_ts = store_ts - _field(w0, 17, 2)
+        special = config.special
+        kinds = np.frombuffer(self.kinds, dtype=np.uint8)[_field(w0, 0, 16)]
+        topic = _field(w0, 20, 16) % config.topics
+        queue_id = _field(w0, 36, 16) % config.queues
+        body_roll = _field(w2, 0, 8)
+        pool_pick = _field(w2, 8, 8) % self.pool_size
+        body = np.where(
+            body_roll < 3,
+            0,
+            1
+            + pool_pick
+            + self.pool_size * np.where(body_roll < 13, 1, np.where(body_roll < 23, 2, 0)),
+        )
+        born_host = ((_field(w2, 16, 8) < 38) & special).astype(np.int64)
+        store_host = 2 + ((_field(w2, 24, 8) < 26) & special).astype(np.int64)
+        flag = np.where(_field(w2, 48, 8) < 26, _field(w2, 32, 16), 0)
+        sys_flag = np.zeros(count, dtype=np.int64)
+        reconsume = np.zeros(count, dtype=np.int64)
+        prepared = np.zeros(count, dtype=np.int64)
 
-        # Keys, tags, properties.
-        key_roll = w1 & 0xFF
-        letter = topic[5:]
-        if key_roll < 64:
-            keys: str | None = f"K{letter}-{seq}"
-        elif key_roll < 115:
-            keys = f"K{letter}-{seq} ORD-{seq // 7}"
-        elif key_roll < 140:
-            keys = f"K{letter}-{seq} ORD-{seq // 7} HOT"
-        elif key_roll < 166:
-            keys = f"订单-{seq} K{letter}-{seq}"
-        else:
-            keys = None
-        tags = _TAGS[((w1 >> 8) & 0xFF) % len(_TAGS)]
-        # Insertion order of a producer's message: TAGS and KEYS (Message constructor), user
-        # properties, then UNIQ_KEY at send time.
-        user: dict[str, str] = {}
-        if tags is not None:
-            user[props.TAGS] = tags
-        if keys is not None:
-            user[props.KEYS] = keys
-        if (w1 >> 16) & 0xFF < 205:
-            user[props.WAIT] = "true"
-        if (w1 >> 24) & 0xFF < 77:
-            user["traceId"] = f"tr-{seq}"
-        if (w1 >> 32) & 0xFF < 26:
-            user["中文属性"] = f"值{seq % 100}"
-        user["seq"] = str(seq)
-        uniq_roll = (w1 >> 40) & 0xFF
-        if not config.special or uniq_roll >= 52:
-            user[props.UNIQ_KEY] = self.producers[0].next_id(born_ts)
-        elif uniq_roll >= 26:
-            user[props.UNIQ_KEY] = self.producers[1].next_id(born_ts)
-
-        # Body: mostly body_size bytes, some shorter, longer or empty.
-        body_roll = w2 & 0xFF
-        pool = self.bodies["full"]
-        if body_roll < 3:
-            body = b""
-        else:
-            if body_roll < 13:
-                pool = self.bodies["half"]
-            elif body_roll < 23:
-                pool = self.bodies["more"]
-            body = pool[((w2 >> 8) & 0xFF) % len(pool)]
-
-        born6 = config.special and (w2 >> 16) & 0xFF < 38
-        store6 = config.special and (w2 >> 24) & 0xFF < 26
-        flag = ((w2 >> 32) & 0xFFFF) if (w2 >> 48) & 0xFF < 26 else 0
-        spec = MessageSpec(
+        kind_of = kinds.tolist()
+        topic_of = topic.tolist()
+        key_rolls = _field(w1, 0, 8).tolist()
+        tag_index = (_field(w1, 8, 8) % len(_TAGS)).tolist()
+        waits = (_field(w1, 16, 8) < 205).tolist()
+        traces = (_field(w1, 24, 8) < 77).tolist()
+        chinese = (_field(w1, 32, 8) < 26).tolist()
+        uniq_rolls = _field(w1, 40, 8).tolist()
+        words = w3.tolist()
+        born_of = born_ts.tolist()
+        topics, producers = self.topics, self.producers
+        properties: list[bytes] = []
+        tags_of: list[str | None] = []
+        delays: list[str | None] = []
+        keys: list[str] = []
+        key_owner: list[int] = []
+        normal_rows: list[tuple[int, tuple[str, ...], list[str]]] = []
+        trailing = self.trailing
+        templates = self.templates
+        for k in range(count):
+            seq = base + k
+            letter = topics[topic_of[k]][5:]
+            key_roll = key_rolls[k]
+            tags = _TAGS[tag_index[k]]
+            # Names in a producer's insertion order: TAGS and KEYS (Message constructor), user
+            # properties, then UNIQ_KEY at send time; the shape bits say which are present.
+            values: list[str] = []
+            shape = 0
+            if tags is not None:
+                values.append(tags)
+                shape = 1
+            if key_roll < 166:
+                if key_roll < 64:
+                    owned = [f"K{letter}-{seq}"]
+                elif key_roll < 115:
+                    owned = [f"K{letter}-{seq}", f"ORD-{seq // 7}"]
+                elif key_roll < 140:
+                    owned = [f"K{letter}-{seq}", f"ORD-{seq // 7}", "HOT"]
+                else:
+                    owned = [f"订单-{seq}", f"K{letter}-{seq}"]
+                values.append(" ".join(owned))
+                shape |= 2
+            else:
+                owned = []
+            if waits[k]:
+                values.append("true")
+                shape |= 4
+            if traces[k]:
+                values.append(f"tr-{seq}")
+                shape |= 8
+            if chinese[k]:
+                values.append(f"值{seq % 100}")
+                shape |= 16
+            values.append(str(seq))
+            uniq_roll = uniq_rolls[k]
+            if not special or uniq_roll >= 52:
+                uniq = producers[0].next_id(born_of[k])
+            elif uniq_roll >= 26:
+                uniq = producers[1].next_id(born_of[k])
+            else:
+                uniq = ""
+            if uniq:
+                values.append(uniq)
+                shape |= 32
+                owned.insert(0, uniq)
+            names = _SHAPE_NAMES[shape]
+            kind = kind_of[k]
+            delay = None
+            if kind == _NORMAL:
+                template = templates.get(shape)
+                if template is None:
+                    template = templates[shape] = properties_template(names, trailing)
+                fmt, order = template
+                properties.append((fmt % order(values)).encode("utf-8"))
+                normal_rows.append((k, names, values))
+            else:
+                user = dict(zip(names, values, strict=True))
+                delay = self._special(
+                    k, kind, words[k], user, topic, queue_id, sys_flag, reconsume, prepared
+                )
+                properties.append(encode_properties_map(user, trailing))
+                tags = user.get("TAGS")
+                carried = user.get("UNIQ_KEY")
+                owned = [carried] if carried else []
+                owned += [key for key in user.get("KEYS", "").split(" ") if key]
+            tags_of.append(tags)
+            delays.append(delay)
+            keys += owned
+            key_owner += [k] * len(owned)
+        columns = MessageColumns(
+            topics=self.topic_table,
             topic=topic,
-            body=body,
             queue_id=queue_id,
-            properties=user,
-            flag=flag,
+            properties=properties,
+            tags=tags_of,
+            delay=delays,
+            keys=keys,
+            key_owner=np.array(key_owner, dtype=np.int64),
+            bodies=self.bodies,
+            body=body,
+            hosts=self.hosts,
+            born_host=born_host,
+            store_host=store_host,
             born_timestamp=born_ts,
             store_timestamp=store_ts,
-            born_host=self.born_hosts[born6],
-            store_host=self.store_hosts[store6],
+            sys_flag=sys_flag,
+            flag=flag,
+            reconsume_times=reconsume,
+            prepared_offset=prepared,
+            dispatch=seqs < undispatched_from,
         )
-        if kind != _NORMAL:
-            self._special(spec, kind, w3)
-        return spec, kind
+        return columns, normal_rows
 
-    def _special(self, spec: MessageSpec, kind: int, w3: int) -> None:
-        user = spec.properties
-        assert isinstance(user, dict)
+    def _special(
+        self,
+        k: int,
+        kind: int,
+        word: int,
+        user: dict[str, str],
+        topic: npt.NDArray[np.int64],
+        queue_id: npt.NDArray[np.int64],
+        sys_flag: npt.NDArray[np.int64],
+        reconsume: npt.NDArray[np.int64],
+        prepared: npt.NDArray[np.int64],
+    ) -> str | None:
+        """Turn message ``k`` into a special kind; returns its ``DELAY`` if it has one."""
+        ids = self.topic_ids
         if kind == _DELAY:
-            spec.delay_level = _DELAY_LEVELS[w3 & 1]
-        elif kind == _HALF:
-            spec.topic, spec.queue_id = HALF_TOPIC, 0
+            level = str(_DELAY_LEVELS[word & 1])
+            user["DELAY"] = level
+            name = self.topic_table[int(topic[k])]
+            new_topic, new_queue = rewrite_delay(
+                user, name, int(queue_id[k]), level, self.max_delay_level
+            )
+            topic[k], queue_id[k] = ids[new_topic], new_queue
+            return user["DELAY"]
+        if kind == _HALF:
+            topic[k], queue_id[k] = ids[HALF_TOPIC], 0
             user[props.TRAN_MSG] = "true"
             user[props.REAL_TOPIC] = TX_TOPIC
             user[props.REAL_QID] = "0"
             user[props.PGROUP] = TX_PRODUCER_GROUP
         elif kind in (_PREPARED, _COMMIT, _ROLLBACK):
-            spec.topic, spec.queue_id = TX_TOPIC, 0
+            topic[k], queue_id[k] = ids[TX_TOPIC], 0
             user[props.TRAN_MSG] = "true"
             user[props.PGROUP] = TX_PRODUCER_GROUP
             if kind == _PREPARED:
-                spec.sys_flag = TRANSACTION_PREPARED_TYPE
+                sys_flag[k] = TRANSACTION_PREPARED_TYPE
             elif kind == _ROLLBACK:
-                spec.sys_flag = TRANSACTION_ROLLBACK_TYPE
+                sys_flag[k] = TRANSACTION_ROLLBACK_TYPE
             else:
-                spec.sys_flag = TRANSACTION_COMMIT_TYPE
-                halves = self.state.half_offsets
+                sys_flag[k] = TRANSACTION_COMMIT_TYPE
+                halves = self.half_offsets
                 if halves:
-                    spec.prepared_transaction_offset = halves[(w3 >> 8) % len(halves)]
+                    prepared[k] = halves[(word >> 8) % len(halves)]
         elif kind == _RETRY:
-            recent = self.state.recent
-            spec.topic, spec.queue_id = f"%RETRY%{RETRY_GROUP}", 0
-            spec.reconsume_times = 1 + (w3 & 3) % 3
+            recent = self.recent
+            topic[k], queue_id[k] = ids[f"%RETRY%{RETRY_GROUP}"], 0
+            reconsume[k] = 1 + (word & 3) % 3
             # A retry is a copy: the original's tags, keys and UNIQ_KEY travel with it.
-            for name in (props.TAGS, props.KEYS, props.UNIQ_KEY):
+            for name in _CARRIED:
                 user.pop(name, None)
             original = recent.properties
             user.update((name, original[name]) for name in _CARRIED if name in original)
             user[props.RETRY_TOPIC] = recent.topic or self.topics[0]
             user[props.ORIGIN_MESSAGE_ID] = encode_offset_msg_id(
-                recent.store_host or self.store_hosts[0], recent.offset
+                recent.store_host or self.hosts[2], recent.offset
             )
             user[props.MAX_RECONSUME_TIMES] = "16"
         elif kind == _V2:
-            length = 128 if w3 & 1 else 200
-            spec.topic = _v2_topic(length)
-            spec.queue_id = (w3 >> 1) & 1 if length == 200 else 0
+            length = 128 if word & 1 else 200
+            topic[k] = ids[_v2_topic(length)]
+            queue_id[k] = (word >> 1) & 1 if length == 200 else 0
+        return None
 
 
 def _consumer_offsets(
@@ -417,7 +553,7 @@ def write_workload(
 ) -> StoreSummary:
     """Generate ``config`` into the new store directory ``root``."""
     layout = layout or StoreLayout()
-    generator = _Generator(config, layout.profile)
+    generator = _Generator(config, layout)
     with StoreWriter(
         root,
         layout,
@@ -425,7 +561,7 @@ def write_workload(
         crash=config.crash,
         flush_lag_ms=config.checkpoint_lag_ms,
     ) as writer:
-        writer.put_many(generator.specs(writer))
+        generator.write(writer)
         current, previous = _consumer_offsets(writer, config, generator.draws)
         writer.set_consumer_offsets(current, previous)
         return writer.close()

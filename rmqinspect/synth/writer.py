@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import errno
 import functools
+import operator
 import os
 import struct
 import zlib
-from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,7 +35,6 @@ from rmqinspect.format import properties as props
 from rmqinspect.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqinspect.format.commitlog import (
     BLANK_MAGIC_CODE,
-    BORNHOST_V6_FLAG,
     CRC32_RESERVED_LEN,
     DEFAULT_DELAY_LEVELS,
     END_FILE_MIN_BLANK_LENGTH,
@@ -43,7 +42,6 @@ from rmqinspect.format.commitlog import (
     MESSAGE_MAGIC_CODE_V2,
     MULTI_TAGS_FLAG,
     SCHEDULE_TOPIC,
-    STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -94,25 +92,40 @@ LOCK_CONTENT = b"lock"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
 _INT_MAX = 2**31 - 1
-_PROP_CRC_TAIL_HEAD = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()
 _I16 = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
 _BODY_CRC_MASK = 0x7FFFFFFF
-# Fixed part of a record up to BODYLENGTH, one struct per (born v6, store v6) combination:
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP BORNHOST
-# STORETIMESTAMP STOREHOST RECONSUMETIMES PREPAREDOFFSET BODYLENGTH.
-_HEADS = {
-    (born6, store6): struct.Struct(f">iiiiiqqiq{20 if born6 else 8}sq{20 if store6 else 8}siqi")
+_HEAD_DTYPES = {
+    (born6, store6): np.dtype(
+        [
+            ("total", ">i4"),
+            ("magic", ">i4"),
+            ("body_crc", ">i4"),
+            ("queue_id", ">i4"),
+            ("flag", ">i4"),
+            ("queue_offset", ">i8"),
+            ("physical_offset", ">i8"),
+            ("sys_flag", ">i4"),
+            ("born_timestamp", ">i8"),
+            ("born_host", f"V{20 if born6 else 8}"),
+            ("store_timestamp", ">i8"),
+            ("store_host", f"V{20 if store6 else 8}"),
+            ("reconsume_times", ">i4"),
+            ("prepared_offset", ">i8"),
+            ("body_length", ">i4"),
+        ]
+    )
     for born6 in (False, True)
     for store6 in (False, True)
 }
+_CRC_TAIL_TEMPLATE = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode() + b"0" * 10 + b"\x02"
 _INDEX_ENTRY_DTYPE = np.dtype(
     [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]
 )
 # Dispatch work is buffered and done with numpy in chunks of this many messages.
 _DISPATCH_CHUNK = 1 << 15
-# Commitlog bytes are gathered into writes of about this size.
-_WRITE_BATCH = 16 << 20
+# put_many() resolves messages and appends them in batches of this many.
+_BATCH = 4096
 # System topics whose broker-created config has more queues than the store may show.
 _SYSTEM_TOPIC_QUEUES = {SCHEDULE_TOPIC: 18}
 # Transaction types that get a queue offset and a consume-queue unit (NOT and COMMIT).
@@ -245,6 +258,51 @@ class StoreSummary:
     crashed: bool
 
 
+@dataclass(slots=True)
+class MessageColumns:
+    """Messages in their stored form, one array per field: the bulk input of
+    :meth:`StoreWriter.put_columns` (generators use it to avoid per-message objects).
+
+    ``topics``, ``hosts`` and ``bodies`` are tables indexed by the per-message ``topic``,
+    ``born_host``/``store_host`` and ``body`` arrays. ``properties`` are the stored properties
+    bytes (without a 5.2+ CRC tail, which the writer appends). ``tags`` and ``delay`` (the
+    ``TAGS`` and ``DELAY`` values) and ``keys`` (``UNIQ_KEY`` then the ``KEYS`` elements, owned by
+    the messages ``key_owner``, in order) are what the dispatcher reads from those properties and
+    must agree with them; :meth:`StoreWriter.put` derives all of them from one map.
+    """
+
+    topics: Sequence[str]
+    topic: npt.NDArray[np.int64]
+    queue_id: npt.NDArray[np.int64]
+    properties: Sequence[bytes]
+    tags: Sequence[str | None]
+    delay: Sequence[str | None]
+    keys: Sequence[str]
+    key_owner: npt.NDArray[np.int64]
+    bodies: Sequence[bytes]
+    body: npt.NDArray[np.int64]
+    hosts: Sequence[HostAddress]
+    born_host: npt.NDArray[np.int64]
+    store_host: npt.NDArray[np.int64]
+    born_timestamp: npt.NDArray[np.int64]
+    store_timestamp: npt.NDArray[np.int64]
+    sys_flag: npt.NDArray[np.int64]  # transaction, compression, multi-tag bits; IPv6 bits derived
+    flag: npt.NDArray[np.int64]
+    reconsume_times: npt.NDArray[np.int64]
+    prepared_offset: npt.NDArray[np.int64]
+    dispatch: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedColumns:
+    """Where :meth:`StoreWriter.put_columns` stored each message."""
+
+    physical_offset: npt.NDArray[np.int64]
+    size: npt.NDArray[np.int64]
+    queue_offset: npt.NDArray[np.int64]
+    blank_offset: dict[int, int]  # message index -> BLANK that closed the file before it
+
+
 # --- Java collection ordering -------------------------------------------------------------------
 
 
@@ -291,11 +349,62 @@ def java_map_order(names: Iterable[str], capacity: int) -> list[str]:
     return [name for _, _, name in ranked]
 
 
+def encode_properties_map(pairs: Mapping[str, str], trailing_separator: bool) -> bytes:
+    """``messageProperties2String`` of a ``HashMap`` holding ``pairs`` (inserted in order):
+    ``name 0x01 value 0x02`` in the map's iteration order, the last 0x02 kept only by the
+    profiles that keep it."""
+    if not pairs:
+        return b""
+    names = tuple(pairs)
+    text = "\x02".join([prefix + pairs[name] for name, prefix in _hashmap_prefixes(names)])
+    count = len(names)
+    if text.count("\x01") != count or text.count("\x02") != count - 1:
+        raise ValueError("property names and values cannot contain 0x01 or 0x02")
+    if trailing_separator:
+        text += "\x02"
+    return text.encode("utf-8")
+
+
+@functools.lru_cache(maxsize=4096)
+def properties_template(
+    names: tuple[str, ...], trailing_separator: bool
+) -> tuple[str, Callable[[Sequence[str]], tuple[str, ...]]]:
+    """For bulk generators: a ``%``-format string and a getter that turn the values of
+    ``names`` (given in insertion order) into what :func:`encode_properties_map` writes.
+    The values are not checked for separators, so only trusted ones may be used."""
+    order = _hashmap_order(names)
+    fmt = "\x02".join(names[i].replace("%", "%%") + "\x01%s" for i in order)
+    getter = operator.itemgetter(*order)
+    if len(order) == 1:
+        only = order[0]
+        return fmt + ("\x02" if trailing_separator else ""), lambda values: (values[only],)
+    return fmt + ("\x02" if trailing_separator else ""), getter
+
+
+def rewrite_delay(
+    pairs: dict[str, str], topic: str, queue_id: int, delay: str, max_level: int
+) -> tuple[str, int]:
+    """The delay-level rewrite (4.9 ``CommitLog.putMessage``, 5.x ``HookUtils``) of a NOT or
+    COMMIT message whose ``DELAY`` is ``delay``: clamp the level, record ``REAL_TOPIC`` and
+    ``REAL_QID`` in ``pairs``, and return the schedule topic and queue (unchanged for level 0)."""
+    level = java_parse_int(delay)
+    if level is None:
+        raise ValueError(f"DELAY property {delay!r} is not an integer")
+    if level <= 0:
+        return topic, queue_id
+    if level > max_level:
+        level = max_level
+        pairs[props.DELAY] = str(level)
+    pairs[props.REAL_TOPIC] = topic
+    pairs[props.REAL_QID] = str(queue_id)
+    return SCHEDULE_TOPIC, level - 1
+
+
 # --- vectorised Java hashing ----------------------------------------------------------------------
 
 
-def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
-    """``String.hashCode`` of each string (signed), vectorised.
+def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
+    """``String.hashCode`` (as uint32) and UTF-16 length of each string, vectorised.
 
     Strings are grouped by length, each group becomes a (count, length) array of code points,
     and Horner's rule runs over its columns in uint32, which wraps exactly like Java's int.
@@ -303,10 +412,11 @@ def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
     one by one.
     """
     count = len(strings)
-    out = np.zeros(count, dtype=np.int64)
-    if not count:
-        return out
+    hashes = np.zeros(count, dtype=np.uint32)
     lengths = np.fromiter(map(len, strings), dtype=np.int64, count=count)
+    units = lengths.copy()
+    if not count:
+        return hashes, units
     order = np.argsort(lengths, kind="stable")
     bounds = np.flatnonzero(np.diff(lengths[order])) + 1
     thirty_one = np.uint32(31)
@@ -316,24 +426,61 @@ def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
             continue
         rows = [strings[i] for i in group]
         codes = np.array(rows, dtype=f"<U{length}").view(np.uint32).reshape(len(rows), length)
-        columns = np.ascontiguousarray(codes.T)
         h = np.zeros(len(rows), dtype=np.uint32)
-        for column in columns:
+        for column in np.ascontiguousarray(codes.T):
             h *= thirty_one
             h += column
-        hashes = h.view(np.int32).astype(np.int64)
-        astral = np.flatnonzero((codes > 0xFFFF).any(axis=1))
-        for k in astral:
-            hashes[k] = java_hash(rows[k])
-        out[group] = hashes
-    return out
+        for k in np.flatnonzero((codes > 0xFFFF).any(axis=1)):
+            h[k] = java_hash(rows[k]) & 0xFFFFFFFF
+            units[group[k]] = len(rows[k].encode("utf-16-le", "surrogatepass")) // 2
+        hashes[group] = h
+    return hashes, units
+
+
+def _signed(hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.int64]:
+    return hashes.view(np.int32).astype(np.int64)
+
+
+def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
+    """``String.hashCode`` of each string (signed), vectorised."""
+    return _signed(_hash_parts(strings)[0])
+
+
+def _key_hash(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``abs(hashCode)`` with ``Integer.MIN_VALUE`` mapped to 0, as ``IndexFile`` stores it."""
+    result = np.abs(hashes)
+    result[result > _INT_MAX] = 0
+    return result
 
 
 def index_key_hashes(keys: Sequence[str]) -> npt.NDArray[np.int64]:
-    """``abs(hashCode)`` with ``Integer.MIN_VALUE`` mapped to 0, as ``IndexFile`` stores it."""
-    hashes = np.abs(java_hashes(keys))
-    hashes[hashes > _INT_MAX] = 0
-    return hashes
+    """The index's key hash of each full ``topic#key`` string."""
+    return _key_hash(java_hashes(keys))
+
+
+def _pow31(exponents: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+    """31**e mod 2**32 for each exponent, by squaring over the exponents' bits."""
+    result = np.ones(len(exponents), dtype=np.uint64)
+    base = np.full(len(exponents), 31, dtype=np.uint64)
+    e = exponents.astype(np.uint64)
+    mask = np.uint64(0xFFFFFFFF)
+    while e.any():
+        odd = (e & np.uint64(1)).astype(bool)
+        result[odd] = (result[odd] * base[odd]) & mask
+        base = (base * base) & mask
+        e >>= np.uint64(1)
+    return result
+
+
+def prefixed_key_hashes(
+    prefixes: Sequence[str], prefix_of: npt.NDArray[np.int64], keys: Sequence[str]
+) -> npt.NDArray[np.int64]:
+    """Index key hashes of ``prefixes[prefix_of[i]] + keys[i]`` without building the strings:
+    ``h(p + k) = h(p) * 31**len(k) + h(k)`` modulo 2**32 (lengths in UTF-16 units)."""
+    key_hashes, key_units = _hash_parts(keys)
+    prefix_hashes = _hash_parts(prefixes)[0].astype(np.uint64)[prefix_of]
+    combined = (prefix_hashes * _pow31(key_units) + key_hashes) & np.uint64(0xFFFFFFFF)
+    return _key_hash(_signed(combined.astype(np.uint32)))
 
 
 # --- files ----------------------------------------------------------------------------------------
@@ -358,13 +505,20 @@ def offset_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-class _CommitLog:
-    """Commitlog files: the write position, BLANK records and rolling (§2.3).
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Records ``first .. end - 1`` of a batch, stored contiguously from ``position`` of the file
+    at ``file_start``; ``blank`` > 0 means a BLANK of that TOTALSIZE follows them."""
 
-    Records are encoded straight into a staging buffer (``reserve``, then the caller writes at
-    ``used`` and advances ``used``, ``position`` and ``data_bytes``); the buffer goes out in large
-    ``pwrite`` calls.
-    """
+    file_start: int
+    position: int
+    first: int
+    end: int
+    blank: int
+
+
+class _CommitLog:
+    """Commitlog files: the write position, BLANK records and rolling (§2.3)."""
 
     def __init__(self, directory: Path, file_size: int, start: int) -> None:
         self.directory = directory
@@ -373,72 +527,75 @@ class _CommitLog:
         self.position = 0  # write position inside the current file
         self.files: list[str] = []
         self.data_bytes = 0
-        self.buffer = bytearray(min(_WRITE_BATCH, file_size))
-        self.view = memoryview(self.buffer)
-        self.used = 0  # staged bytes; buffer[0] belongs at file position position - used
-        self.fd: int | None = None
+        self._fd: int | None = None
+        self._fd_start = -1
 
     @property
     def end(self) -> int:
         return self.file_start + self.position
 
-    def _open_current(self) -> int:
-        if self.fd is None:
-            name = offset_file_name(self.file_start)
-            self.fd = _create_file(self.directory / name, self.file_size)
+    def place(self, lengths: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], list[_Run]]:
+        """Physical offsets for records of ``lengths``: each goes where the last one ended,
+        unless ``msgLen + 8`` exceeds what is left of the file, which a BLANK then closes."""
+        if (lengths + END_FILE_MIN_BLANK_LENGTH > self.file_size).any():
+            big = int(lengths.max())
+            raise ValueError(f"a {big}-byte record cannot fit a {self.file_size}-byte file")
+        count = len(lengths)
+        offsets = np.empty(count, dtype=np.int64)
+        runs: list[_Run] = []
+        first = 0
+        smallest = max(int(lengths.min()), 1) if count else 1
+        while first < count:
+            room = self.file_size - self.position - END_FILE_MIN_BLANK_LENGTH
+            window = lengths[first : first + room // smallest + 1]
+            ends = np.cumsum(window)
+            end = first + int(np.searchsorted(ends, room, side="right"))
+            if end > first:
+                offsets[first:end] = self.file_start + self.position + ends[: end - first]
+                offsets[first:end] -= lengths[first:end]
+            blank = (
+                self.file_size - self.position - int(ends[end - first - 1] if end > first else 0)
+            )
+            runs.append(
+                _Run(self.file_start, self.position, first, end, blank if end < count else 0)
+            )
+            self.position = self.file_size - blank
+            if end < count:
+                self.file_start += self.file_size
+                self.position = 0
+            first = end
+        return offsets, runs
+
+    def write(self, run: _Run, data: bytes | bytearray) -> None:
+        """The bytes of ``run`` (and its BLANK), creating the run's file on first use."""
+        if self._fd_start != run.file_start:
+            self.close_file()
+            name = offset_file_name(run.file_start)
+            self._fd = _create_file(self.directory / name, self.file_size)
+            self._fd_start = run.file_start
             self.files.append(name)
-        return self.fd
-
-    def reserve(self, length: int) -> int | None:
-        """Make room for a record of ``length`` bytes at ``buffer[used:]``; returns the BLANK's
-        offset if the current file had to be closed with one (``msgLen + 8 > remaining``)."""
-        if length + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            raise ValueError(f"a {length}-byte record cannot fit a {self.file_size}-byte file")
-        blank_at = None
-        if self.fd is None:
-            self._open_current()
-        remaining = self.file_size - self.position
-        if length + END_FILE_MIN_BLANK_LENGTH > remaining:
-            blank_at = self.end
-            self._stage(_BLANK.pack(remaining, BLANK_MAGIC_CODE))
-            self.flush()
-            assert self.fd is not None
-            os.close(self.fd)
-            self.fd = None
-            self.file_start += self.file_size
-            self.position = 0
-            self._open_current()
-        if self.used + length > len(self.buffer):
-            self.flush()
-            if length > len(self.buffer):
-                self.buffer = bytearray(length)
-                self.view = memoryview(self.buffer)
-        return blank_at
-
-    def _stage(self, data: bytes) -> None:
-        if self.used + len(data) > len(self.buffer):
-            self.flush()
-        self.view[self.used : self.used + len(data)] = data
-        self.used += len(data)
-        self.position += len(data)
+        assert self._fd is not None
+        if data:
+            os.pwrite(self._fd, data, run.position)
         self.data_bytes += len(data)
+        if run.blank:
+            blank_at = self.file_size - run.blank
+            os.pwrite(self._fd, _BLANK.pack(run.blank, BLANK_MAGIC_CODE), blank_at)
+            self.data_bytes += END_FILE_MIN_BLANK_LENGTH
 
-    def flush(self) -> None:
-        if self.used:
-            os.pwrite(self._open_current(), self.view[: self.used], self.position - self.used)
-            self.used = 0
+    def close_file(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def close(self, preallocate_next: bool) -> None:
-        """Write what is staged; with ``preallocate_next`` leave the all-zero next file that
+        """With ``preallocate_next`` leave the all-zero next file that
         ``AllocateMappedFileService`` had already created (a crash keeps it)."""
-        self.flush()
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-            if preallocate_next:
-                name = offset_file_name(self.file_start + self.file_size)
-                os.close(_create_file(self.directory / name, self.file_size))
-                self.files.append(name)
+        if self._fd is not None and preallocate_next:
+            name = offset_file_name(self._fd_start + self.file_size)
+            os.close(_create_file(self.directory / name, self.file_size))
+            self.files.append(name)
+        self.close_file()
 
 
 class _ConsumeQueue:
@@ -488,7 +645,7 @@ class _IndexFile:
     end_phy_offset: int
     hash_slot_count: int = 0
     index_count: int = 1  # the in-memory counter starts at 1; the file holds 0 until a put
-    slots: npt.NDArray[np.int64] | None = None
+    slots: npt.NDArray[np.int32] | None = None
     blocks: list[tuple[int, bytes]] = field(default_factory=list)
 
 
@@ -518,13 +675,12 @@ class _Index:
         first: int,
         store_timestamps: npt.NDArray[np.int64],
         phy_offsets: npt.NDArray[np.int64],
-        keys: Sequence[str],
+        hashes: npt.NDArray[np.int64],
         owners: npt.NDArray[np.int64],
     ) -> None:
-        """Index the dispatched messages ``first .. first + len(store_timestamps) - 1``;
-        ``keys`` (full ``topic#key`` strings) belong to the messages ``owners``."""
+        """Index the dispatched messages ``first .. first + len(store_timestamps) - 1``; the
+        key hashes ``hashes`` belong to the messages ``owners`` (dispatch ordinals)."""
         end = first + len(store_timestamps)
-        hashes = index_key_hashes(keys)
         total = len(hashes)
         pos = 0
         index_num = self.geometry.index_num
@@ -584,7 +740,7 @@ class _Index:
         """``IndexFile.putKey`` for consecutive keys that all fit in ``f``."""
         count = len(hashes)
         if f.slots is None:
-            f.slots = np.zeros(self.geometry.slot_num, dtype=np.int64)
+            f.slots = np.zeros(self.geometry.slot_num, dtype=np.int32)
         numbers = f.index_count + np.arange(count, dtype=np.int64)
         slots = hashes % self.geometry.slot_num
         order = np.argsort(slots, kind="stable")
@@ -684,6 +840,9 @@ class _TopicInfo:
     tail: bytes  # TOPICLENGTH (i8 or i16) + topic bytes
 
 
+_UNUSED_TOPIC = _TopicInfo(1, MESSAGE_MAGIC_CODE, 0, b"")
+
+
 def _strip_property(raw: bytes, name: bytes) -> bytes:
     """``MessageUtils.deleteProperty``: drop each ``name 0x01 value`` entry and its separator."""
     needle = name + b"\x01"
@@ -696,6 +855,132 @@ def _strip_property(raw: bytes, name: bytes) -> bytes:
             out.append(raw[i:stop])
         i = stop
     return b"".join(out)
+
+
+class _Row(NamedTuple):
+    """One message resolved into its stored form (see :meth:`StoreWriter._resolve`)."""
+
+    topic: str
+    queue_id: int
+    properties: bytes
+    tags: str | None
+    delay: str | None
+    keys: list[str]
+    body: bytes
+    born_host: HostAddress
+    store_host: HostAddress
+    born_timestamp: int
+    store_timestamp: int
+    sys_flag: int
+    flag: int
+    reconsume_times: int
+    prepared_offset: int
+    dispatch: bool
+
+
+def _columns(rows: Sequence[_Row]) -> MessageColumns:
+    """Rows to columns; topics and hosts become tables, each row keeps its own body."""
+    topics: dict[str, int] = {}
+    hosts: dict[HostAddress, int] = {}
+    key_owner: list[int] = []
+    keys: list[str] = []
+    for n, row in enumerate(rows):
+        topics.setdefault(row.topic, len(topics))
+        hosts.setdefault(row.born_host, len(hosts))
+        hosts.setdefault(row.store_host, len(hosts))
+        keys += row.keys
+        key_owner += [n] * len(row.keys)
+
+    def ints(values: Iterable[int]) -> npt.NDArray[np.int64]:
+        return np.fromiter(values, dtype=np.int64, count=len(rows))
+
+    return MessageColumns(
+        topics=list(topics),
+        topic=ints(topics[r.topic] for r in rows),
+        queue_id=ints(r.queue_id for r in rows),
+        properties=[r.properties for r in rows],
+        tags=[r.tags for r in rows],
+        delay=[r.delay for r in rows],
+        keys=keys,
+        key_owner=np.array(key_owner, dtype=np.int64),
+        bodies=[r.body for r in rows],
+        body=np.arange(len(rows), dtype=np.int64),
+        hosts=list(hosts),
+        born_host=ints(hosts[r.born_host] for r in rows),
+        store_host=ints(hosts[r.store_host] for r in rows),
+        born_timestamp=ints(r.born_timestamp for r in rows),
+        store_timestamp=ints(r.store_timestamp for r in rows),
+        sys_flag=ints(r.sys_flag for r in rows),
+        flag=ints(r.flag for r in rows),
+        reconsume_times=ints(r.reconsume_times for r in rows),
+        prepared_offset=ints(r.prepared_offset for r in rows),
+        dispatch=np.fromiter((r.dispatch for r in rows), dtype=bool, count=len(rows)),
+    )
+
+
+def _heads(
+    c: MessageColumns,
+    infos: Sequence[_TopicInfo],
+    length: npt.NDArray[np.int64],
+    offsets: npt.NDArray[np.int64],
+    queue_offset: npt.NDArray[np.int64],
+    sys_flag: npt.NDArray[np.int64],
+    born6: npt.NDArray[np.bool_],
+    store6: npt.NDArray[np.bool_],
+    body_length: npt.NDArray[np.int64],
+) -> list[bytes]:
+    """Each record's fixed part, TOTALSIZE to BODYLENGTH (§2.2), built a host layout at a time."""
+    heads = [b""] * len(length)
+    topic = np.asarray(c.topic, dtype=np.int64)
+    magic = np.array([info.magic for info in infos], dtype=np.int64)[topic]
+    body_crc = np.fromiter(
+        (zlib.crc32(b) & _BODY_CRC_MASK for b in c.bodies), dtype=np.int64, count=len(c.bodies)
+    )[c.body]
+    encoded = [h.encode() for h in c.hosts]
+    host_fields = {
+        size: np.frombuffer(
+            b"".join(e if len(e) == size else bytes(size) for e in encoded), dtype=f"V{size}"
+        )
+        for size in (8, 20)
+    }
+    for (b6, s6), dtype in _HEAD_DTYPES.items():
+        rows = np.flatnonzero((born6 == b6) & (store6 == s6))
+        if not rows.size:
+            continue
+        arr = np.empty(rows.size, dtype=dtype)
+        arr["total"] = length[rows]
+        arr["magic"] = magic[rows]
+        arr["body_crc"] = body_crc[rows]
+        arr["queue_id"] = np.asarray(c.queue_id)[rows]
+        arr["flag"] = np.asarray(c.flag)[rows]
+        arr["queue_offset"] = queue_offset[rows]
+        arr["physical_offset"] = offsets[rows]
+        arr["sys_flag"] = sys_flag[rows]
+        arr["born_timestamp"] = np.asarray(c.born_timestamp)[rows]
+        arr["born_host"] = host_fields[20 if b6 else 8][np.asarray(c.born_host)[rows]]
+        arr["store_timestamp"] = np.asarray(c.store_timestamp)[rows]
+        arr["store_host"] = host_fields[20 if s6 else 8][np.asarray(c.store_host)[rows]]
+        arr["reconsume_times"] = np.asarray(c.reconsume_times)[rows]
+        arr["prepared_offset"] = np.asarray(c.prepared_offset)[rows]
+        arr["body_length"] = body_length[rows]
+        blob = arr.tobytes()
+        size = dtype.itemsize
+        for r, k in enumerate(rows.tolist()):
+            heads[k] = blob[r * size : (r + 1) * size]
+    return heads
+
+
+def _fill_prop_crcs(data: bytearray, lengths: Sequence[int]) -> bytearray:
+    """Write each record's ``__CRC32#`` digits: the masked CRC32 of the record minus its last
+    20 bytes, least significant digit first (§3.2)."""
+    view = memoryview(data)
+    start = 0
+    for length in lengths:
+        end = start + length
+        crc = zlib.crc32(view[start : end - CRC32_RESERVED_LEN]) & _BODY_CRC_MASK
+        view[end - 11 : end - 1] = encode_prop_crc_digits(crc).encode("ascii")
+        start = end
+    return data
 
 
 class StoreWriter:
@@ -755,28 +1040,22 @@ class StoreWriter:
         self._topics: dict[str, _TopicInfo] = {}
         self._used_queues: set[tuple[str, int]] = set()
         self._multi_tag_topics: set[str] = set()
-        # Encoded hosts by object identity (hashing the dataclass costs more than encoding it);
-        # each entry keeps its host alive, so the id cannot be reused by another object.
-        self._hosts: dict[int, tuple[HostAddress, bytes, bool]] = {}
         self._default_store_host = layout.store_host
         self._append_prop_crc = layout.append_prop_crc
         self._index_enabled = layout.message_index_enable
         self._tag_codes: dict[str, int] = {}
-        self._store_timestamps = array("q")
+        self._stamps: list[npt.NDArray[np.int64]] = []  # store timestamps, for the checkpoint
+        self._messages = 0
         self._last_offset = -1
         self._dispatch_stopped = False
         self._closed = False
         self._summary: StoreSummary | None = None
-        # Dispatch buffers (one entry per dispatched message, keys flattened).
-        self._d_first = 0
-        self._d_phy = array("q")
-        self._d_size = array("q")
-        self._d_tags = array("q")
-        self._d_ts = array("q")
-        self._d_queue = array("q")  # queue number, 0 when the message enters no consume queue
-        self._d_qoff = array("q")
-        self._d_keys: list[str] = []
-        self._d_owner = array("q")
+        # Dispatch requests waiting for the next chunk: (phy, size, store time, queue number,
+        # queue offset, tagsCode) arrays, and (key hash, dispatch ordinal) arrays.
+        self._pending: list[tuple[npt.NDArray[np.int64], ...]] = []
+        self._pending_keys: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        self._pending_count = 0
+        self._pending_first = 0
         self._dispatched = 0
         self._logics_timestamp = 0
         self._consumer_offsets: tuple[dict[str, dict[int, int]], dict[str, dict[int, int]]] | None
@@ -846,7 +1125,7 @@ class StoreWriter:
 
     @property
     def message_count(self) -> int:
-        return len(self._store_timestamps)
+        return self._messages
 
     @property
     def last_offset(self) -> int:
@@ -861,215 +1140,278 @@ class StoreWriter:
 
     def put(self, spec: MessageSpec) -> PutResult:
         """Append one message as the broker's append path does; returns where it went."""
-        results: list[PutResult] = []
-        self._append((spec,), results)
-        return results[0]
+        rows = [self._resolve(spec, self._dispatch_stopped)]
+        placed = self.put_columns(_columns(rows))
+        topic, queue_id = rows[0].topic, rows[0].queue_id
+        return PutResult(
+            int(placed.physical_offset[0]),
+            int(placed.size[0]),
+            topic,
+            queue_id,
+            int(placed.queue_offset[0]),
+            rows[0].store_timestamp,
+            self._topics[topic].version,
+            placed.blank_offset.get(0),
+        )
 
     def put_many(self, specs: Iterable[MessageSpec]) -> int:
-        """``put`` for each message, without building results (the fast path); returns how
-        many were written."""
-        return self._append(specs, None)
+        """``put`` for each message, in batches (``last_offset`` moves once per batch);
+        returns how many were written. A message that fails validation stops the call after
+        every message before it was written."""
+        count = 0
+        rows: list[_Row] = []
+        stopped = self._dispatch_stopped
+        try:
+            for spec in specs:
+                row = self._resolve(spec, stopped)
+                stopped = stopped or not row.dispatch
+                rows.append(row)
+                if len(rows) == _BATCH:
+                    count += len(self.put_columns(_columns(rows)).size)
+                    rows = []
+        finally:
+            if rows:
+                count += len(self.put_columns(_columns(rows)).size)
+        return count
 
-    def _append(self, specs: Iterable[MessageSpec], results: list[PutResult] | None) -> int:
-        """The append path for a run of messages.
+    def _resolve(self, spec: MessageSpec, dispatch_stopped: bool) -> _Row:
+        """A message in stored form: the delay rewrite, the properties string, and what the
+        dispatcher will read from it."""
+        if spec.dispatch and dispatch_stopped:
+            raise ValueError("dispatch stopped at an earlier message; the reput never skips one")
+        topic = spec.topic
+        queue_id = spec.queue_id
+        raw = spec.properties
+        if isinstance(raw, bytes):
+            properties, tags, delay, uniq, keys = self._raw_properties(spec, raw)
+        else:
+            if raw and not (
+                spec.tags or spec.keys or spec.uniq_key or spec.delay_level or self._append_prop_crc
+            ):
+                pairs: Mapping[str, str] = raw  # used as is; copied before any change
+            else:
+                pairs = self._pairs(spec)
+            delay = pairs.get(props.DELAY)
+            if delay is not None and spec.sys_flag & TRANSACTION_TYPE_MASK in _QUEUE_TYPES:
+                pairs = dict(pairs)
+                topic, queue_id = self._rewrite_delay(pairs, topic, queue_id, delay)
+                delay = pairs[props.DELAY]
+            properties = self._encode_pairs(pairs)
+            # The dispatcher reads the stored string back, which drops empty values.
+            tags = pairs.get(props.TAGS) or None
+            delay = delay or None
+            uniq = pairs.get(props.UNIQ_KEY) or None
+            keys = pairs.get(props.KEYS) or None
+        index_keys = [] if uniq is None else [uniq]
+        if keys:
+            index_keys += [k for k in keys.split(props.KEY_SEPARATOR) if k]
+        store_ts = self._clock() if spec.store_timestamp is None else spec.store_timestamp
+        return _Row(
+            topic,
+            queue_id,
+            properties,
+            tags,
+            delay,
+            index_keys,
+            spec.body,
+            spec.born_host,
+            spec.store_host or self._default_store_host,
+            store_ts if spec.born_timestamp is None else spec.born_timestamp,
+            store_ts,
+            spec.sys_flag,
+            spec.flag,
+            spec.reconsume_times,
+            spec.prepared_transaction_offset,
+            spec.dispatch,
+        )
 
-        One loop with the writer's state in local variables: this is the hot path of large
-        stores, so per-message work is kept to what the record itself needs.
-        """
+    def put_columns(self, c: MessageColumns) -> PlacedColumns:
+        """Append a batch of messages given as columns (the append path, vectorised)."""
         if self._closed:
             raise ValueError("the store writer is closed")
+        count = len(c.topic)
+        dispatch = np.asarray(c.dispatch, dtype=bool)
+        stops = np.flatnonzero(~dispatch)
+        if dispatch.any() and (
+            self._dispatch_stopped or (stops.size and stops[0] < np.flatnonzero(dispatch)[-1])
+        ):
+            raise ValueError("dispatch stopped at an earlier message; the reput never skips one")
+        topic = np.asarray(c.topic, dtype=np.int64)
+        # Only topics in use are checked (a table entry may not fit this profile's records).
+        used = set(np.unique(topic).tolist())
+        infos = [
+            self._topics.get(t) or self._topic_info(t) if n in used else _UNUSED_TOPIC
+            for n, t in enumerate(c.topics)
+        ]
+        v6 = np.fromiter((h.is_v6 for h in c.hosts), dtype=bool, count=len(c.hosts))
+        born6 = v6[c.born_host]
+        store6 = v6[c.store_host]
+        sys_flag = (
+            (np.asarray(c.sys_flag, dtype=np.int64) & ~0x30) | (born6 * 0x10) | (store6 * 0x20)
+        )
+        properties = list(c.properties)
+        if self._append_prop_crc:
+            # Room for the tail (§3.2), after a 0x02 unless the properties end with one.
+            properties = [
+                (p + b"\x02" if p and p[-1] != 2 else p) + _CRC_TAIL_TEMPLATE for p in properties
+            ]
+        props_length = np.fromiter(map(len, properties), dtype=np.int64, count=count)
+        if (props_length > 32767).any():
+            raise ValueError(f"properties of {int(props_length.max())} bytes exceed 32767")
+        body_lengths = np.fromiter(map(len, c.bodies), dtype=np.int64, count=len(c.bodies))
+        body_length = body_lengths[c.body]
+        fixed = np.array([info.fixed_length for info in infos], dtype=np.int64)[topic]
+        length = fixed + 12 * born6 + 12 * store6 + body_length + props_length
+        tran = sys_flag & TRANSACTION_TYPE_MASK
+        enters = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
+        queue_offset, queue_number = self._queue_offsets(c, enters)
+
+        offsets, runs = self._log.place(length)
+        heads = _heads(
+            c, infos, length, offsets, queue_offset, sys_flag, born6, store6, body_length
+        )
         log = self._log
-        file_size = log.file_size
-        next_offsets = self._next_offsets
-        used_queues = self._used_queues
-        topics = self._topics
-        hosts = self._hosts
-        heads = _HEADS
-        crc32 = zlib.crc32
-        i16_pack_into = _I16.pack_into
-        stamps = self._store_timestamps
-        default_store = self._default_store_host
-        crc_tail = self._append_prop_crc
-        index_enabled = self._index_enabled
-        queue_ids = self._queue_ids
-        tag_codes = self._tag_codes
-        d_phy, d_size, d_ts = self._d_phy, self._d_size, self._d_ts
-        d_queue, d_qoff, d_tags = self._d_queue, self._d_qoff, self._d_tags
-        d_keys, d_owner = self._d_keys, self._d_owner
-        count = 0
-        for spec in specs:
-            if spec.dispatch and self._dispatch_stopped:
-                raise ValueError("dispatch stopped at an earlier message; the reput never skips")
-            topic = spec.topic
-            queue_id = spec.queue_id
-            sys_flag = spec.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-            tran = sys_flag & TRANSACTION_TYPE_MASK
-            enters_queue = tran in _QUEUE_TYPES
-            raw = spec.properties
-            if isinstance(raw, bytes):
-                properties, tags, delay, uniq, keys = self._raw_properties(spec, raw)
-            else:
-                if raw and not (
-                    spec.tags or spec.keys or spec.uniq_key or spec.delay_level or crc_tail
-                ):
-                    pairs: Mapping[str, str] = raw  # used as is; copied before any change
-                else:
-                    pairs = self._pairs(spec)
-                delay = pairs.get("DELAY")
-                if delay is not None and enters_queue:
-                    pairs = dict(pairs)
-                    topic, queue_id = self._rewrite_delay(pairs, topic, queue_id, delay)
-                    delay = pairs["DELAY"]
-                properties = self._encode_pairs(pairs)
-                # The dispatcher reads the stored string back, which drops empty values.
-                tags = pairs.get("TAGS") or None
-                delay = delay or None
-                uniq = pairs.get("UNIQ_KEY") or None
-                keys = pairs.get("KEYS") or None
-
-            info = topics.get(topic) or self._topic_info(topic)
-            key = (topic, queue_id)
-            used_queues.add(key)
-            if sys_flag & MULTI_TAGS_FLAG:
-                self._multi_tag_topics.add(topic)
-            if enters_queue:
-                queue_offset = next_offsets.get(key, 0)
-                next_offsets[key] = queue_offset + 1
-            else:
-                queue_offset = 0
-            store_ts = spec.store_timestamp
-            if store_ts is None:
-                store_ts = self._clock()
-            born_ts = spec.born_timestamp
-            if born_ts is None:
-                born_ts = store_ts
-            born = spec.born_host
-            cached = hosts.get(id(born))
-            born_host, born6 = cached[1:] if cached and cached[0] is born else self._host(born)
-            store = spec.store_host or default_store
-            cached = hosts.get(id(store))
-            store_host, store6 = cached[1:] if cached and cached[0] is store else self._host(store)
-            if born6:
-                sys_flag |= BORNHOST_V6_FLAG
-            if store6:
-                sys_flag |= STOREHOSTADDRESS_V6_FLAG
-            if crc_tail:
-                if properties and not properties.endswith(b"\x02"):
-                    properties += b"\x02"
-                properties += _PROP_CRC_TAIL_HEAD
-                props_length = len(properties) + 11  # 10 digits + 0x02 follow
-            else:
-                props_length = len(properties)
-            if props_length > 32767:
-                raise ValueError(f"properties of {props_length} bytes exceed 32767")
-            body = spec.body
-            body_length = len(body)
-            length = info.fixed_length + body_length + props_length
-            if born6:
-                length += 12
-            if store6:
-                length += 12
-
-            # Room in the file (else BLANK and roll) and in the staging buffer.
-            blank_at = None
-            if (
-                log.position + length + END_FILE_MIN_BLANK_LENGTH > file_size
-                or log.used + length > len(log.buffer)
-                or log.fd is None
-            ):
-                blank_at = log.reserve(length)
-            physical_offset = log.file_start + log.position
-            view = log.view
-            start = at = log.used
-            head = heads[born6, store6]
-            head.pack_into(
-                view,
-                at,
-                length,
-                info.magic,
-                crc32(body) & _BODY_CRC_MASK,
-                queue_id,
-                spec.flag,
-                queue_offset,
-                physical_offset,
-                sys_flag,
-                born_ts,
-                born_host,
-                store_ts,
-                store_host,
-                spec.reconsume_times,
-                spec.prepared_transaction_offset,
-                body_length,
-            )
-            at += head.size
-            view[at : at + body_length] = body
-            at += body_length
-            tail = info.tail
-            view[at : at + len(tail)] = tail
-            at += len(tail)
-            i16_pack_into(view, at, props_length)
-            at += 2
-            view[at : at + len(properties)] = properties
-            if crc_tail:
-                # The CRC covers the finished record minus its last 20 bytes (§3.2).
-                end = start + length
-                crc = crc32(view[start : end - CRC32_RESERVED_LEN]) & _BODY_CRC_MASK
-                view[end - 11 : end] = encode_prop_crc_digits(crc).encode("ascii") + b"\x02"
-            log.used = start + length
-            log.position += length
-            log.data_bytes += length
-            stamps.append(store_ts)
-            self._last_offset = physical_offset
-            count += 1
-
-            if not spec.dispatch:
-                self._dispatch_stopped = True
-            else:
-                # What CommitLogDispatcherBuildConsumeQueue / BuildIndex receive, buffered.
-                ordinal = self._dispatched
-                self._dispatched = ordinal + 1
-                d_phy.append(physical_offset)
-                d_size.append(length)
-                d_ts.append(store_ts)
-                if enters_queue:
-                    d_queue.append(queue_ids.get(key) or self._queue_number(key))
-                    d_qoff.append(queue_offset)
-                    code = tag_codes.get(tags, 0) if tags else 0
-                    if not code or delay is not None:
-                        code = self._tags_code(topic, tags, delay, store_ts)
-                    d_tags.append(code)
-                    self._logics_timestamp = store_ts
-                else:
-                    d_queue.append(0)
-                    d_qoff.append(0)
-                    d_tags.append(0)
-                if index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
-                    before = len(d_keys)
-                    if uniq is not None:
-                        d_keys.append(f"{topic}#{uniq}")
-                    if keys:
-                        d_keys.extend([f"{topic}#{k}" for k in keys.split(" ") if k])
-                    if len(d_keys) > before:
-                        d_owner.extend([ordinal] * (len(d_keys) - before))
-                if len(d_phy) >= _DISPATCH_CHUNK:
-                    self._flush_dispatch()
-                    d_phy, d_size, d_ts = self._d_phy, self._d_size, self._d_ts
-                    d_queue, d_qoff, d_tags = self._d_queue, self._d_qoff, self._d_tags
-                    d_keys, d_owner = self._d_keys, self._d_owner
-            if results is not None:
-                results.append(
-                    PutResult(
-                        physical_offset,
-                        length,
-                        topic,
-                        queue_id,
-                        queue_offset,
-                        store_ts,
-                        info.version,
-                        blank_at,
+        bodies = c.bodies
+        tails = [info.tail for info in infos]
+        body_of = np.asarray(c.body).tolist()
+        topic_of = topic.tolist()
+        lengths = length.tolist()
+        props_heads = props_length.astype(">i2").tobytes()
+        blanks: dict[int, int] = {}
+        for run in runs:
+            parts: list[bytes] = []
+            extend = parts.extend
+            for k in range(run.first, run.end):
+                extend(
+                    (
+                        heads[k],
+                        bodies[body_of[k]],
+                        tails[topic_of[k]],
+                        props_heads[2 * k : 2 * k + 2],
+                        properties[k],
                     )
                 )
-        return count
+            data: bytes | bytearray = b"".join(parts)
+            if self._append_prop_crc:
+                data = _fill_prop_crcs(bytearray(data), lengths[run.first : run.end])
+            log.write(run, data)
+            if run.blank:
+                blanks[run.end] = run.file_start + self._log.file_size - run.blank
+        self._stamps.append(np.asarray(c.store_timestamp, dtype=np.int64))
+        self._messages += count
+        if count:
+            self._last_offset = int(offsets[-1])
+        self._dispatch(c, dispatch, enters, tran, offsets, length, queue_offset, queue_number)
+        return PlacedColumns(offsets, length, queue_offset, blanks)
+
+    def _queue_offsets(
+        self, c: MessageColumns, enters: npt.NDArray[np.bool_]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Queue offsets (NOT/COMMIT messages take the next one of their queue; PREPARED and
+        ROLLBACK get 0) and consume-queue numbers (0: no unit) for a batch."""
+        count = len(c.topic)
+        queue_offset = np.zeros(count, dtype=np.int64)
+        queue_number = np.zeros(count, dtype=np.int64)
+        queue_id = np.asarray(c.queue_id, dtype=np.int64)
+        combined = np.asarray(c.topic, dtype=np.int64) * (int(queue_id.max(initial=0)) + 1)
+        combined += queue_id
+        order = np.argsort(combined, kind="stable")
+        bounds = np.flatnonzero(np.diff(combined[order])) + 1
+        for rows in np.split(order, bounds):
+            if not rows.size:
+                continue
+            key = (c.topics[int(c.topic[rows[0]])], int(queue_id[rows[0]]))
+            self._used_queues.add(key)
+            entering = rows[enters[rows]]
+            if entering.size:
+                base = self._next_offsets.get(key, 0)
+                queue_offset[entering] = base + np.arange(entering.size)
+                self._next_offsets[key] = base + entering.size
+                number = self._queue_ids.get(key) or self._queue_number(key)
+                queue_number[entering] = number
+        for t in np.unique(np.asarray(c.topic)[(np.asarray(c.sys_flag) & MULTI_TAGS_FLAG) != 0]):
+            self._multi_tag_topics.add(c.topics[int(t)])
+        return queue_offset, queue_number
+
+    def _dispatch(
+        self,
+        c: MessageColumns,
+        dispatch: npt.NDArray[np.bool_],
+        enters: npt.NDArray[np.bool_],
+        tran: npt.NDArray[np.int64],
+        offsets: npt.NDArray[np.int64],
+        length: npt.NDArray[np.int64],
+        queue_offset: npt.NDArray[np.int64],
+        queue_number: npt.NDArray[np.int64],
+    ) -> None:
+        """Buffer what the dispatchers receive for the dispatched messages of a batch."""
+        if not dispatch.all():
+            self._dispatch_stopped = True
+        rows = np.flatnonzero(dispatch)
+        if not rows.size:
+            return
+        first = self._dispatched
+        self._dispatched += rows.size
+        store_ts = np.asarray(c.store_timestamp, dtype=np.int64)
+        tags_code = self._tags_codes(c, rows, enters, store_ts)
+        entering = rows[enters[rows]]
+        if entering.size:
+            self._logics_timestamp = int(store_ts[entering[-1]])
+        self._pending.append(
+            (
+                offsets[rows],
+                length[rows],
+                store_ts[rows],
+                queue_number[rows],
+                queue_offset[rows],
+                tags_code,
+            )
+        )
+        if self._index_enabled and len(c.keys):
+            owner = np.asarray(c.key_owner, dtype=np.int64)
+            keep = dispatch[owner] & (tran[owner] != TRANSACTION_ROLLBACK_TYPE)
+            kept = np.flatnonzero(keep)
+            prefixes = [f"{t}#" for t in c.topics]
+            hashes = prefixed_key_hashes(prefixes, np.asarray(c.topic)[owner], c.keys)[kept]
+            ordinals = first + np.searchsorted(rows, owner[kept])
+            self._pending_keys.append((hashes, ordinals))
+        self._pending_count += rows.size
+        if self._pending_count >= _DISPATCH_CHUNK:
+            self._flush_dispatch()
+
+    def _tags_codes(
+        self,
+        c: MessageColumns,
+        rows: npt.NDArray[np.int64],
+        enters: npt.NDArray[np.bool_],
+        store_ts: npt.NDArray[np.int64],
+    ) -> npt.NDArray[np.int64]:
+        """tagsCode as ``checkMessageAndReturnSize`` computes it for the dispatcher (§5.2):
+        the tag hash, or for a schedule-topic message with ``DELAY`` its delivery time."""
+        cache = self._tag_codes
+        for tags in set(c.tags):
+            if tags and tags not in cache:
+                cache[tags] = java_hash(tags)
+        get = cache.get
+        all_codes = np.fromiter(
+            (get(tags, 0) if tags else 0 for tags in c.tags), dtype=np.int64, count=len(c.tags)
+        )
+        all_codes[~enters] = 0
+        schedule = [n for n, t in enumerate(c.topics) if t == SCHEDULE_TOPIC]
+        if schedule:
+            delayed = np.flatnonzero((np.asarray(c.topic) == schedule[0]) & enters)
+            for k in delayed.tolist():
+                delay = c.delay[k]
+                if delay is None:
+                    continue
+                level = java_parse_int(delay)
+                if level is None:
+                    raise ValueError(f"DELAY {delay!r} in {SCHEDULE_TOPIC} is not an integer")
+                level = min(level, self._max_delay_level)
+                if level > 0:
+                    all_codes[k] = int(store_ts[k]) + self._delay_table.get(level, 1000)
+        codes = all_codes[rows]
+        return codes
 
     def _raw_properties(
         self, spec: MessageSpec, raw: bytes
@@ -1112,32 +1454,10 @@ class StoreWriter:
     def _rewrite_delay(
         self, pairs: dict[str, str], topic: str, queue_id: int, delay: str
     ) -> tuple[str, int]:
-        """The delay-level rewrite (4.9 ``CommitLog.putMessage``, 5.x ``HookUtils``)."""
-        level = java_parse_int(delay)
-        if level is None:
-            raise ValueError(f"DELAY property {delay!r} is not an integer")
-        if level <= 0:
-            return topic, queue_id
-        if level > self._max_delay_level:
-            level = self._max_delay_level
-            pairs[props.DELAY] = str(level)
-        pairs[props.REAL_TOPIC] = topic
-        pairs[props.REAL_QID] = str(queue_id)
-        return SCHEDULE_TOPIC, level - 1
+        return rewrite_delay(pairs, topic, queue_id, delay, self._max_delay_level)
 
     def _encode_pairs(self, pairs: Mapping[str, str]) -> bytes:
-        """``messageProperties2String`` of a ``HashMap`` holding ``pairs``."""
-        if not pairs:
-            return b""
-        names = tuple(pairs)
-        prefixes = _hashmap_prefixes(names)
-        text = "\x02".join([prefix + pairs[name] for name, prefix in prefixes])
-        count = len(names)
-        if text.count("\x01") != count or text.count("\x02") != count - 1:
-            raise ValueError("property names and values cannot contain 0x01 or 0x02")
-        if self._trailing:
-            text += "\x02"
-        return text.encode("utf-8")
+        return encode_properties_map(pairs, self._trailing)
 
     def _topic_info(self, topic: str) -> _TopicInfo:
         encoded = topic.encode("utf-8")
@@ -1159,28 +1479,7 @@ class StoreWriter:
         self._topics[topic] = info
         return info
 
-    def _host(self, host: HostAddress) -> tuple[bytes, bool]:
-        if len(self._hosts) >= 4096:
-            self._hosts.clear()
-        self._hosts[id(host)] = (host, host.encode(), host.is_v6)
-        return host.encode(), host.is_v6
-
     # --- dispatch ---------------------------------------------------------------------------------
-
-    def _tags_code(self, topic: str, tags: str | None, delay: str | None, store_ts: int) -> int:
-        """tagsCode as ``checkMessageAndReturnSize`` computes it for the dispatcher (§5.2)."""
-        code = 0
-        if tags:
-            code = self._tag_codes.get(tags, 0) or java_hash(tags)
-            self._tag_codes[tags] = code
-        if topic == SCHEDULE_TOPIC and delay is not None:
-            level = java_parse_int(delay)
-            if level is None:
-                raise ValueError(f"DELAY property {delay!r} in {SCHEDULE_TOPIC} is not an integer")
-            level = min(level, self._max_delay_level)
-            if level > 0:
-                code = store_ts + self._delay_table.get(level, 1000)
-        return code
 
     def _queue_number(self, key: tuple[str, int]) -> int:
         """A new consume queue's number (from 1; 0 marks "no consume queue")."""
@@ -1192,38 +1491,39 @@ class StoreWriter:
         return number
 
     def _flush_dispatch(self) -> None:
-        count = len(self._d_phy)
-        if not count:
+        """Hand the buffered dispatch requests to the consume queues and the index."""
+        if not self._pending:
             return
-        phy = np.frombuffer(self._d_phy, dtype=np.int64)
-        ts = np.frombuffer(self._d_ts, dtype=np.int64)
-        queue = np.frombuffer(self._d_queue, dtype=np.int64)
+        phy, size, ts, queue, qoff, tags = (
+            np.concatenate(col) for col in zip(*self._pending, strict=True)
+        )
         entering = np.flatnonzero(queue)
         if entering.size:
             units = np.empty(entering.size, dtype=CQ_UNIT_DTYPE)
             units["phy_offset"] = phy[entering]
-            units["size"] = np.frombuffer(self._d_size, dtype=np.int64)[entering]
-            units["tags_code"] = np.frombuffer(self._d_tags, dtype=np.int64)[entering]
-            qoff = np.frombuffer(self._d_qoff, dtype=np.int64)[entering]
+            units["size"] = size[entering]
+            units["tags_code"] = tags[entering]
             queue_of = queue[entering]
             order = np.argsort(queue_of, kind="stable")
             bounds = np.flatnonzero(np.diff(queue_of[order])) + 1
             queues = list(self._queues.values())
             for group in np.split(order, bounds):
-                queues[int(queue_of[group[0]]) - 1].append(units[group], int(qoff[group[0]]))
-        if self.layout.message_index_enable:
+                first = int(qoff[entering[group[0]]])
+                queues[int(queue_of[group[0]]) - 1].append(units[group], first)
+        if self._index_enabled:
+            hashes = [h for h, _ in self._pending_keys]
+            owners = [o for _, o in self._pending_keys]
             self._index.add_chunk(
-                self._d_first, ts, phy, self._d_keys, np.frombuffer(self._d_owner, np.int64)
+                self._pending_first,
+                ts,
+                phy,
+                np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.int64),
+                np.concatenate(owners) if owners else np.zeros(0, dtype=np.int64),
             )
-        self._d_first += count
-        self._d_phy = array("q")
-        self._d_size = array("q")
-        self._d_tags = array("q")
-        self._d_ts = array("q")
-        self._d_queue = array("q")
-        self._d_qoff = array("q")
-        self._d_keys = []
-        self._d_owner = array("q")
+        self._pending_first += len(phy)
+        self._pending = []
+        self._pending_keys = []
+        self._pending_count = 0
 
     # --- shutdown ---------------------------------------------------------------------------------
 
@@ -1246,7 +1546,7 @@ class StoreWriter:
         self._summary = StoreSummary(
             root=self.root,
             profile=self._profile,
-            messages=len(self._store_timestamps),
+            messages=self._messages,
             dispatched=self._dispatched,
             commitlog_files=tuple(self._log.files),
             commitlog_end=self._log.end,
@@ -1260,7 +1560,7 @@ class StoreWriter:
         return self._summary
 
     def _checkpoint(self) -> Checkpoint:
-        stamps = np.frombuffer(self._store_timestamps, dtype=np.int64)
+        stamps = np.concatenate(self._stamps) if self._stamps else np.zeros(0, dtype=np.int64)
         physic = 0
         if stamps.size:
             late = np.flatnonzero(stamps > stamps[-1] - self.flush_lag_ms)
@@ -1286,8 +1586,8 @@ class StoreWriter:
     def _data_version(self) -> DataVersion | None:
         if self._profile is Profile.V4_9:
             return None
-        stamps = self._store_timestamps
-        return DataVersion(counter=1, timestamp=stamps[-1] if stamps else 0, state_version=0)
+        last = int(self._stamps[-1][-1]) if self._stamps and len(self._stamps[-1]) else 0
+        return DataVersion(counter=1, timestamp=last, state_version=0)
 
     def _write_config(self) -> None:
         config = self.root / "config"
