@@ -7,6 +7,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,6 +31,7 @@ from rmqinspect.format.commitlog import (
 from rmqinspect.format.config import parse_consumer_offsets, parse_topics
 from rmqinspect.format.consumequeue import PRE_BLANK_UNIT, decode_unit
 from rmqinspect.format.host import HostAddress
+from rmqinspect.format.ids import decode_offset_msg_id
 from rmqinspect.format.index import (
     IndexGeometry,
     IndexHeader,
@@ -38,18 +40,23 @@ from rmqinspect.format.index import (
 )
 from rmqinspect.format.javahash import index_key_hash, java_hash
 from rmqinspect.format.profile import Profile
+from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import (
     MessageSpec,
     StoreLayout,
     StoreWriter,
     _hashmap_order,
+    encode_properties_map,
     index_key_hashes,
     java_hashes,
     java_map_order,
+    prefixed_key_hashes,
+    properties_template,
     utc_index_name,
 )
 
 SMALL = {"commitlog_file_size": 4096, "cq_file_size": 100, "index_slot_num": 7, "index_num": 9}
+SMALL_GEOMETRY = IndexGeometry(SMALL["index_slot_num"], SMALL["index_num"])
 V4 = HostAddress(bytes([10, 1, 2, 3]), 10911)
 V6 = HostAddress(bytes(range(16)), 30911)
 
@@ -250,7 +257,12 @@ def test_writer_then_decoder_round_trip(
     check_dispatch(root, profile, walked.records)
 
 
-def check_dispatch(root: Path, profile: Profile, records: list[MessageRecord]) -> None:
+def check_dispatch(
+    root: Path,
+    profile: Profile,
+    records: list[MessageRecord],
+    geometry: IndexGeometry = SMALL_GEOMETRY,
+) -> None:
     """Consume queues hold exactly the NOT/COMMIT records with the broker's tagsCode, and the
     index answers every key of every non-ROLLBACK record."""
     options = CheckOptions(profile=profile, check_crc=False, read_body=False)
@@ -268,7 +280,6 @@ def check_dispatch(root: Path, profile: Profile, records: list[MessageRecord]) -
     queue_dirs = {(p.parent.name, int(p.name)) for p in (root / "consumequeue").glob("*/*")}
     assert queue_dirs == set(by_queue)
     files = index_files(root)
-    geometry = IndexGeometry(SMALL["index_slot_num"], SMALL["index_num"])
     for rec in records:
         if not rec.is_indexed:
             continue
@@ -641,3 +652,100 @@ def test_vectorised_java_hash(strings: list[str]) -> None:
 
 def test_index_key_hash_of_integer_min_value() -> None:
     assert index_key_hashes(["polygenelubricants", "TopicTest#KEY1"]).tolist() == [0, 1656969516]
+
+
+# --- the batched paths ------------------------------------------------------------------------
+
+
+def store_files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    specs=st.lists(message_specs(), min_size=1, max_size=60),
+    profile=st.sampled_from(list(Profile)),
+    crash_at=st.integers(0, 70),
+)
+def test_put_many_writes_what_put_writes(
+    tmp_path_factory: pytest.TempPathFactory,
+    specs: list[MessageSpec],
+    profile: Profile,
+    crash_at: int,
+) -> None:
+    """One batch of many messages (rolls, several queues, dispatch stopping mid-batch) gives
+    the same bytes as one message at a time."""
+    specs = [s for s in specs if profile.accepts_v2_magic or len(s.topic.encode()) <= 127]
+    for n, spec in enumerate(specs):
+        spec.dispatch = n < crash_at
+    roots = [tmp_path_factory.mktemp("store") / "s" for _ in range(2)]
+    small = layout(profile, index_num=5)
+    with StoreWriter(roots[0], small, crash=crash_at < len(specs)) as writer:
+        for spec in specs:
+            writer.put(spec)
+    with StoreWriter(roots[1], small, crash=crash_at < len(specs)) as writer:
+        assert writer.put_many(specs) == len(specs)
+        assert writer.message_count == len(specs)
+    assert store_files(roots[0]) == store_files(roots[1])
+
+
+def test_workload_columns_agree_with_their_properties(tmp_path: Path) -> None:
+    """The workload hands the writer tags, delays and keys next to the properties bytes; the
+    consume queues and index built from them match what the records themselves say."""
+    for profile in (Profile.V4_9, Profile.V5_3):
+        root = tmp_path / str(profile)
+        config = WorkloadConfig(messages=700, body_size=40, seed=3, burst=100)
+        write_workload(root, config, layout(profile, index_num=50, index_slot_num=17))
+        records = walk(root, profile).records
+        assert len(records) == 700
+        kinds = {r.transaction_type for r in records}
+        assert kinds == {
+            0,
+            TRANSACTION_PREPARED_TYPE,
+            TRANSACTION_COMMIT_TYPE,
+            TRANSACTION_ROLLBACK_TYPE,
+        }
+        assert any(r.topic == SCHEDULE_TOPIC for r in records)
+        assert any(r.born_host.is_v6 for r in records) and any(r.store_host.is_v6 for r in records)
+        assert any(r.version == "v2" for r in records) == (profile is Profile.V5_3)
+        retries = [r for r in records if r.topic.startswith("%RETRY%")]
+        assert retries and all(1 <= r.reconsume_times <= 3 for r in retries)
+        by_offset = {r.physical_offset: r for r in records}
+        for retry in retries[len(retries) // 2 :]:
+            origin = decode_offset_msg_id(retry.properties[props.ORIGIN_MESSAGE_ID])
+            original = by_offset[origin.physical_offset]
+            assert original.uniq_key == retry.uniq_key and original.keys == retry.keys
+        commits = [r for r in records if r.transaction_type == TRANSACTION_COMMIT_TYPE]
+        halves = {r.physical_offset for r in records if r.topic == "RMQ_SYS_TRANS_HALF_TOPIC"}
+        assert {c.prepared_transaction_offset for c in commits[len(commits) // 2 :]} <= halves
+        check_dispatch(root, profile, records, IndexGeometry(17, 50))
+
+
+@given(
+    st.lists(
+        st.sampled_from(["TAGS", "KEYS", "WAIT", "seq", "UNIQ_KEY", "a%b", "x"]),
+        unique=True,
+        min_size=1,
+    ),
+    st.booleans(),
+)
+def test_properties_template_matches_the_map_encoder(names: list[str], trailing: bool) -> None:
+    values = [f"v{i}" for i in range(len(names))]
+    fmt, order = properties_template(tuple(names), trailing)
+    expected = encode_properties_map(dict(zip(names, values, strict=True)), trailing)
+    assert (fmt % order(values)).encode() == expected
+
+
+@given(
+    st.lists(st.text(max_size=6), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 3), st.text(max_size=30)), max_size=30),
+)
+def test_prefixed_key_hashes(prefixes: list[str], keys: list[tuple[int, str]]) -> None:
+    owners = np.array([p % len(prefixes) for p, _ in keys], dtype=np.int64)
+    texts = [k for _, k in keys]
+    full = [prefixes[int(p)] + k for p, k in zip(owners, texts, strict=True)]
+    assert prefixed_key_hashes(prefixes, owners, texts).tolist() == [
+        index_key_hash(s) for s in full
+    ]
