@@ -47,7 +47,6 @@ from rmqinspect.synth.writer import (
     StoreWriter,
     _hashmap_order,
     encode_properties_map,
-    index_key_hashes,
     java_hashes,
     java_map_order,
     prefixed_key_hashes,
@@ -647,11 +646,15 @@ def test_consumer_offsets_are_written_in_the_given_order(tmp_path: Path) -> None
 @given(st.lists(st.text(max_size=40), max_size=30))
 def test_vectorised_java_hash(strings: list[str]) -> None:
     assert java_hashes(strings).tolist() == [java_hash(s) for s in strings]
-    assert index_key_hashes(strings).tolist() == [index_key_hash(s) for s in strings]
+    no_prefix = prefixed_key_hashes([""], np.zeros(len(strings), dtype=np.int64), strings)
+    assert no_prefix.tolist() == [index_key_hash(s) for s in strings]
 
 
 def test_index_key_hash_of_integer_min_value() -> None:
-    assert index_key_hashes(["polygenelubricants", "TopicTest#KEY1"]).tolist() == [0, 1656969516]
+    hashes = prefixed_key_hashes(
+        ["Topic", ""], np.array([0, 1]), ["Test#KEY1", "polygenelubricants"]
+    )
+    assert hashes.tolist() == [1656969516, 0]
 
 
 # --- the batched paths ------------------------------------------------------------------------

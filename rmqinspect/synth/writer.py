@@ -7,10 +7,13 @@ what the reput service would (§10.11) to the consume queues (§5.1, including t
 and to the index (§7.3-7.5, including rollover), and on :meth:`StoreWriter.close` writes the
 checkpoint (§8), ``lock``, ``abort`` (§9) and the ``config/`` JSON files (§11).
 
-Speed matters (a 1 GiB store must take seconds): records are encoded with precompiled structs
-and written in large batches; consume-queue units and index entries are buffered per dispatch
-chunk and built with numpy. Files are created at full size with ``ftruncate`` and only their
-data is written, so zero tails cost no disk space.
+Speed matters (a 1 GiB store must take seconds), so there is one append path and it works on
+batches of messages in columns (:class:`MessageColumns`): lengths, placement and rolling, queue
+offsets, record headers, tag codes and index key hashes are computed with numpy; only the
+properties strings and the final concatenation of each record's parts are per-message Python.
+``put`` and ``put_many`` turn :class:`MessageSpec` values into columns; generators call
+``put_columns`` directly. Files are created at full size with ``ftruncate`` and only their data
+is written, so zero tails cost no disk space.
 """
 
 from __future__ import annotations
@@ -451,11 +454,6 @@ def _key_hash(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     result = np.abs(hashes)
     result[result > _INT_MAX] = 0
     return result
-
-
-def index_key_hashes(keys: Sequence[str]) -> npt.NDArray[np.int64]:
-    """The index's key hash of each full ``topic#key`` string."""
-    return _key_hash(java_hashes(keys))
 
 
 def _pow31(exponents: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
