@@ -18,13 +18,16 @@ is written, so zero tails cost no disk space.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import operator
 import os
 import struct
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -525,7 +528,9 @@ class _CommitLog:
         self.position = 0  # write position inside the current file
         self.files: list[str] = []
         self.data_bytes = 0
-        self._fd: int | None = None
+        self._named_start = -1  # the last file a write was submitted for
+        self._io = _Io()
+        self._fd: int | None = None  # owned by the I/O thread
         self._fd_start = -1
 
     @property
@@ -564,36 +569,65 @@ class _CommitLog:
             first = end
         return offsets, runs
 
-    def write(self, run: _Run, data: bytes | bytearray) -> None:
-        """The bytes of ``run`` (and its BLANK), creating the run's file on first use."""
+    def write(self, run: _Run, data: bytes) -> None:
+        """The bytes of ``run`` (and its BLANK), creating the run's file on first use. The
+        write itself happens on the I/O thread."""
+        if run.file_start != self._named_start:
+            self._named_start = run.file_start
+            self.files.append(offset_file_name(run.file_start))
+        self.data_bytes += len(data) + (END_FILE_MIN_BLANK_LENGTH if run.blank else 0)
+        self._io.submit(lambda: self._write_now(run, data))
+
+    def _write_now(self, run: _Run, data: bytes) -> None:
         if self._fd_start != run.file_start:
-            self.close_file()
+            self._close_file()
             name = offset_file_name(run.file_start)
             self._fd = _create_file(self.directory / name, self.file_size)
             self._fd_start = run.file_start
-            self.files.append(name)
         assert self._fd is not None
         if data:
             os.pwrite(self._fd, data, run.position)
-        self.data_bytes += len(data)
         if run.blank:
             blank_at = self.file_size - run.blank
             os.pwrite(self._fd, _BLANK.pack(run.blank, BLANK_MAGIC_CODE), blank_at)
-            self.data_bytes += END_FILE_MIN_BLANK_LENGTH
 
-    def close_file(self) -> None:
+    def _close_file(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
     def close(self, preallocate_next: bool) -> None:
-        """With ``preallocate_next`` leave the all-zero next file that
+        """Finish the writes; with ``preallocate_next`` leave the all-zero next file that
         ``AllocateMappedFileService`` had already created (a crash keeps it)."""
-        if self._fd is not None and preallocate_next:
-            name = offset_file_name(self._fd_start + self.file_size)
-            os.close(_create_file(self.directory / name, self.file_size))
+        if self._named_start >= 0 and preallocate_next:
+            name = offset_file_name(self._named_start + self.file_size)
             self.files.append(name)
-        self.close_file()
+            self._io.submit(lambda: os.close(_create_file(self.directory / name, self.file_size)))
+        self._io.submit(self._close_file)
+        self._io.drain()
+
+
+class _Io:
+    """File writes on one background thread, in submission order: ``pwrite`` releases the GIL,
+    so the kernel's copying overlaps with encoding the next batch. A failed write is raised by
+    a later ``submit`` or by ``drain``."""
+
+    def __init__(self, depth: int = 4) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synth-io")
+        self._pending: deque[Future[None]] = deque()
+        self._depth = depth
+
+    def submit(self, task: Callable[[], None]) -> None:
+        self._pending.append(self._pool.submit(task))
+        while self._pending and (len(self._pending) > self._depth or self._pending[0].done()):
+            self._pending.popleft().result()
+
+    def drain(self) -> None:
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _ConsumeQueue:
@@ -1076,8 +1110,10 @@ class StoreWriter:
         if exc_type is None:
             self.close()
         else:
-            self._log.close(preallocate_next=False)
             self._closed = True
+            # The error in flight says more than a write that failed after it.
+            with contextlib.suppress(Exception):
+                self._log.close(preallocate_next=False)
 
     # --- configuration ----------------------------------------------------------------------------
 
@@ -1289,9 +1325,9 @@ class StoreWriter:
                         properties[k],
                     )
                 )
-            data: bytes | bytearray = b"".join(parts)
+            data = b"".join(parts)
             if self._append_prop_crc:
-                data = _fill_prop_crcs(bytearray(data), lengths[run.first : run.end])
+                data = bytes(_fill_prop_crcs(bytearray(data), lengths[run.first : run.end]))
             log.write(run, data)
             if run.blank:
                 blanks[run.end] = run.file_start + self._log.file_size - run.blank
