@@ -12,12 +12,14 @@ directory, stale records after the write position, and the ``abort`` marker.
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmqinspect.format.batch import walk_records
 from rmqinspect.format.commitlog import (
     CheckOptions,
     MessageRecord,
@@ -52,14 +54,30 @@ class Damage:
 
 @dataclass(frozen=True, slots=True)
 class _Located:
+    """A message found by following TOTALSIZE; decoded only when a helper needs its fields."""
+
     path: Path
     file_start: int
     position: int  # inside the file
-    record: MessageRecord
+    size: int
 
     @property
     def offset(self) -> int:
         return self.file_start + self.position
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+    @property
+    def record(self) -> MessageRecord:
+        with open(self.path, "rb") as f:
+            f.seek(self.position)
+            data = f.read(self.size)
+        result = check_message(data, 0, self.offset, _WALK)
+        if result.record is None or not result.is_message:
+            raise ValueError(f"no well-formed message at {self.offset}: {result.reason}")
+        return result.record
 
 
 def _commitlog_files(root: Path) -> list[Path]:
@@ -70,28 +88,41 @@ def _commitlog_files(root: Path) -> list[Path]:
     return files
 
 
-def _messages(root: Path) -> Iterator[_Located]:
-    """Valid messages of every commitlog file from position 0, as a broker's scan finds them
-    (a BLANK or the first invalid record ends a file)."""
-    for path in _commitlog_files(root):
-        data = path.read_bytes()
-        start = int(path.name)
+def _file_messages(path: Path) -> list[_Located]:
+    """The messages of one commitlog file from position 0, following TOTALSIZE through
+    well-formed headers until a BLANK or anything else (checksums are not looked at)."""
+    found: list[_Located] = []
+    if not path.stat().st_size:
+        return found
+    start = int(path.name)
+    with (
+        open(path, "rb") as f,
+        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped,
+        memoryview(mapped) as data,
+    ):
         pos = 0
-        while pos + 8 <= len(data):
-            result = check_message(data, pos, start, _WALK)
-            if not result.is_message or result.record is None:
-                break
-            yield _Located(path, start, pos, result.record)
-            pos += result.size
+        while True:
+            walk = walk_records(data, pos)
+            found += [
+                _Located(path, start, p, n)
+                for p, n in zip(walk.positions.tolist(), walk.sizes.tolist(), strict=True)
+            ]
+            if walk.stop != "limit":
+                return found
+            pos = walk.end
+
+
+def _messages(root: Path) -> Iterator[_Located]:
+    for path in _commitlog_files(root):
+        yield from _file_messages(path)
 
 
 def _last_message(root: Path) -> _Located:
-    last = None
-    for located in _messages(root):
-        last = located
-    if last is None:
-        raise ValueError(f"{root} has no message to damage")
-    return last
+    for path in reversed(_commitlog_files(root)):
+        found = _file_messages(path)
+        if found:
+            return found[-1]
+    raise ValueError(f"{root} has no message to damage")
 
 
 def _rel(root: Path, path: Path) -> str:
@@ -117,7 +148,7 @@ def torn_tail(root: str | os.PathLike[str], keep_fraction: float = 0.5) -> Damag
     crash interrupted). The body CRC then fails, or the magic if little is kept."""
     store = Path(root)
     last = _last_message(store)
-    size = last.record.store_size
+    size = last.size
     keep = int(size * keep_fraction)
     start = last.position + keep
     end = last.position + size
@@ -140,16 +171,15 @@ def flip_body_byte(
     """XOR one body byte with 0xFF, in the message at physical ``offset`` or the
     ``message_index``-th message of the log (default: the middle message of the last file)."""
     store = Path(root)
-    messages = list(_messages(store))
     if offset is not None:
-        chosen = [m for m in messages if m.offset == offset]
+        chosen = [m for m in _messages(store) if m.offset == offset]
         if not chosen:
             raise ValueError(f"no message starts at physical offset {offset}")
         target = chosen[0]
     elif message_index is not None:
-        target = messages[message_index]
+        target = list(_messages(store))[message_index]
     else:
-        last_file = [m for m in messages if m.path == messages[-1].path]
+        last_file = _file_messages(_last_message(store).path)
         target = last_file[len(last_file) // 2]
     record = target.record
     if not 0 <= byte_in_body < record.body_length:
@@ -202,7 +232,7 @@ def cq_ahead_of_commitlog(
     while used + CQ_STORE_UNIT_SIZE <= len(data) and decode_unit(data, used).is_valid:
         used += CQ_STORE_UNIT_SIZE
     unit_size = decode_unit(data, used - CQ_STORE_UNIT_SIZE).size if used else 100
-    end = max((m.record.end for m in _messages(store)), default=0)
+    end = _last_message(store).end
     ranges, created = [], []
     path, position = last, used
     for i in range(count):
@@ -254,40 +284,33 @@ def stale_bytes_past_write_position(
     keeps its old, correct-looking position.
     """
     store = Path(root)
-    messages = list(_messages(store))
-    if not messages:
-        raise ValueError(f"{store} has no message")
-    last = messages[-1]
+    last = _last_message(store)
     size = last.path.stat().st_size
     if mode == "copy":
-        first = messages[0]
-        source = first.path.read_bytes()
-        at = last.position + last.record.store_size
+        at = last.position + last.size
         taken = 0
         chunks: list[bytes] = []
-        for m in messages:
-            if m.path != first.path or len(chunks) == count:
+        for m in _file_messages(_commitlog_files(store)[0])[:count]:
+            if at + taken + m.size + 8 > size:
                 break
-            if at + taken + m.record.store_size + 8 > size:
-                break
-            chunks.append(source[m.position : m.position + m.record.store_size])
-            taken += m.record.store_size
+            with open(m.path, "rb") as f:
+                f.seek(m.position)
+                chunks.append(f.read(m.size))
+            taken += m.size
         if not chunks:
             raise ValueError("no room after the last message for a stale record")
         _patch(last.path, at, b"".join(chunks))
         return Damage(
             "stale_bytes_past_write_position",
-            f"copied {len(chunks)} old records ({taken} bytes) past the end at {last.record.end}",
+            f"copied {len(chunks)} old records ({taken} bytes) past the end at {last.end}",
             (ByteRange(_rel(store, last.path), at, at + taken),),
-            details={"valid_end": last.record.end, "records": len(chunks)},
+            details={"valid_end": last.end, "records": len(chunks)},
         )
     if mode == "rewrite":
-        candidates = [
-            m for m in messages[:-1] if m.path == last.path and m.record.body_length >= 16
-        ]
-        if not candidates:
+        earlier = _file_messages(last.path)[:-1]
+        victim = next((m for m in reversed(earlier) if m.record.body_length >= 16), None)
+        if victim is None:
             raise ValueError("rewrite needs an earlier message with a body in the last file")
-        victim = candidates[-1]
         rec = victim.record
         body = (rec.body or b"")[: rec.body_length // 2]
         shorter = encode_message(
@@ -316,7 +339,7 @@ def stale_bytes_past_write_position(
             f"rewrote the message at {victim.offset} {rec.store_size - len(shorter)} bytes "
             f"shorter; old bytes follow the new end {new_end}",
             (ByteRange(_rel(store, victim.path), victim.position, victim.position + len(shorter)),),
-            details={"valid_end": new_end, "stale_record_offset": victim.record.end},
+            details={"valid_end": new_end, "stale_record_offset": victim.end},
         )
     raise ValueError(f"unknown stale-bytes mode {mode!r} (copy or rewrite)")
 
