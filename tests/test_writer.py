@@ -42,6 +42,7 @@ from rmqinspect.format.javahash import index_key_hash, java_hash
 from rmqinspect.format.profile import Profile
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import (
+    MessageColumns,
     MessageSpec,
     StoreLayout,
     StoreWriter,
@@ -404,9 +405,59 @@ def test_record_exactly_filling_minus_eight_stays(tmp_path: Path) -> None:
     assert filler.physical_offset + filler.size == 4096 - 8
 
 
-def test_record_too_large_for_a_file(tmp_path: Path) -> None:
-    with StoreWriter(tmp_path / "s", layout()) as writer, pytest.raises(ValueError, match="fit"):
-        writer.put(MessageSpec(topic="T", body=bytes(4096)))
+def test_record_too_large_for_a_file_changes_nothing(tmp_path: Path) -> None:
+    with StoreWriter(tmp_path / "s", layout()) as writer:
+        with pytest.raises(ValueError, match="fit"):
+            writer.put(MessageSpec(topic="T", body=bytes(4096)))
+        assert writer.put(MessageSpec(topic="T")).queue_offset == 0
+        assert writer.message_count == 1
+
+
+def two_messages(**changes: object) -> MessageColumns:
+    ints = np.array([0, 0], dtype=np.int64)
+    values: dict[str, object] = {
+        "topics": ["T"],
+        "topic": ints,
+        "queue_id": np.array([0, 1], dtype=np.int64),
+        "properties": [b"KEYS\x01a b", b""],
+        "tags": [None, None],
+        "delay": [None, None],
+        "keys": ["a", "b"],
+        "key_owner": ints,
+        "bodies": [b"x"],
+        "body": ints,
+        "hosts": [V4],
+        "born_host": ints,
+        "store_host": ints,
+        "born_timestamp": ints + 5,
+        "store_timestamp": ints + 5,
+        "sys_flag": ints,
+        "flag": ints,
+        "reconsume_times": ints,
+        "prepared_offset": ints,
+        "dispatch": np.array([True, True]),
+    }
+    values.update(changes)
+    return MessageColumns(**values)  # type: ignore[arg-type]
+
+
+def test_put_columns(tmp_path: Path) -> None:
+    with StoreWriter(tmp_path / "s", layout()) as writer:
+        for bad, message in (
+            ({"flag": np.zeros(3, dtype=np.int64)}, "column flag"),
+            ({"key_owner": np.array([0])}, "key owners"),
+            ({"key_owner": np.array([1, 0])}, "non-decreasing"),
+            ({"dispatch": np.array([False, True])}, "dispatch stopped"),
+        ):
+            with pytest.raises(ValueError, match=message):
+                writer.put_columns(two_messages(**bad))
+        placed = writer.put_columns(two_messages())
+        assert placed.queue_offset.tolist() == [0, 0]
+        assert placed.physical_offset.tolist() == [0, placed.size[0]]
+    records = walk(tmp_path / "s", Profile.V4_9).records
+    assert [r.queue_id for r in records] == [0, 1]
+    files = index_files(tmp_path / "s")
+    assert query_offsets(files, SMALL_GEOMETRY, "T#b", 32, 0, 2**62) == [0]
 
 
 def test_consume_queue_rolls_and_pre_blank_fill(tmp_path: Path) -> None:

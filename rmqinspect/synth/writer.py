@@ -950,6 +950,33 @@ def _columns(rows: Sequence[_Row]) -> MessageColumns:
     )
 
 
+def _check_columns(c: MessageColumns, count: int) -> None:
+    per_message = (
+        "queue_id",
+        "properties",
+        "tags",
+        "delay",
+        "body",
+        "born_host",
+        "store_host",
+        "born_timestamp",
+        "store_timestamp",
+        "sys_flag",
+        "flag",
+        "reconsume_times",
+        "prepared_offset",
+        "dispatch",
+    )
+    for name in per_message:
+        if len(getattr(c, name)) != count:
+            raise ValueError(f"column {name} has {len(getattr(c, name))} values for {count}")
+    owner = np.asarray(c.key_owner)
+    if len(owner) != len(c.keys):
+        raise ValueError(f"{len(c.keys)} keys but {len(owner)} key owners")
+    if len(owner) and (owner.min() < 0 or owner.max() >= count or (np.diff(owner) < 0).any()):
+        raise ValueError("key owners must be message indexes in non-decreasing order")
+
+
 def _heads(
     c: MessageColumns,
     infos: Sequence[_TopicInfo],
@@ -1264,6 +1291,7 @@ class StoreWriter:
         if self._closed:
             raise ValueError("the store writer is closed")
         count = len(c.topic)
+        _check_columns(c, count)
         dispatch = np.asarray(c.dispatch, dtype=bool)
         stops = np.flatnonzero(~dispatch)
         if dispatch.any() and (
@@ -1296,11 +1324,11 @@ class StoreWriter:
         body_length = body_lengths[c.body]
         fixed = np.array([info.fixed_length for info in infos], dtype=np.int64)[topic]
         length = fixed + 12 * born6 + 12 * store6 + body_length + props_length
+        # place() checks that every record fits a file before any state changes.
+        offsets, runs = self._log.place(length)
         tran = sys_flag & TRANSACTION_TYPE_MASK
         enters = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
         queue_offset, queue_number = self._queue_offsets(c, enters)
-
-        offsets, runs = self._log.place(length)
         heads = _heads(
             c, infos, length, offsets, queue_offset, sys_flag, born6, store6, body_length
         )
