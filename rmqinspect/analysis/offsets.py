@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from rmqinspect.analysis.queues import QueueBounds, queue_bounds
+from rmqinspect.format.commitlog import SCHEDULE_TOPIC
 from rmqinspect.format.config import (
-    SCHEDULE_TOPIC,
     ConsumerOffsetTable,
     DelayOffsetTable,
     delay_level_to_queue_id,

@@ -21,7 +21,6 @@ from rmqinspect.errors import DecodeError
 from rmqinspect.format.fastjson import FrozenKey, dumps, quote
 
 TOPIC_GROUP_SEPARATOR = "@"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 PERM_PRIORITY = 8
 PERM_READ = 4

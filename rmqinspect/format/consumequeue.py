@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.errors import DecodeError
+from rmqinspect.format.commitlog import SCHEDULE_TOPIC
 
 CQ_STORE_UNIT_SIZE = 20
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE
@@ -96,7 +97,7 @@ def tags_code_kind(tags_code: int, topic: str) -> TagsCodeKind:
     """What a unit's tagsCode means: a tag hash, a delay delivery time, or an ext address."""
     if is_ext_address(tags_code):
         return TagsCodeKind.EXT_ADDRESS
-    if topic == "SCHEDULE_TOPIC_XXXX" and tags_code > 2**31:
+    if topic == SCHEDULE_TOPIC and tags_code > 2**31:
         return TagsCodeKind.DELIVER_TIME
     if tags_code == 0:
         return TagsCodeKind.NONE
