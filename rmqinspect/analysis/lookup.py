@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -201,8 +202,7 @@ class OpenIndex:
         out = []
         for info, header, view in self.files:
             walk = walk_chain(view, self.geometry, header, slot)
-            for _ in walk:
-                pass
+            deque(walk, maxlen=0)  # walk the whole chain: its problem is known only at the end
             if walk.problem is not None:
                 out.append(f"{info.file.path}: {walk.problem.describe()}")
         return out

@@ -262,6 +262,17 @@ _TOPIC_FIELDS = frozenset(
 )
 
 
+def _own_name(cfg: dict[Any, Any], field: str, key: str, path: _Path, problems: list[str]) -> str:
+    """The entry's own name field, which should repeat its table key; the key wins if absent."""
+    own = _opt(cfg, field, path, _string)
+    if own is None:
+        problems.append(f"{_fmt_path(path)}: no {field}; using the table key")
+        return key
+    if own != key:
+        problems.append(f"{_fmt_path(path)}: {field} {quote(own)} differs from its key")
+    return own
+
+
 def parse_topics(obj: Any) -> TopicConfigTable:
     doc = _root(obj)
     problems: list[str] = []
@@ -270,14 +281,7 @@ def parse_topics(obj: Any) -> TopicConfigTable:
         name = _string_key(key, ("topicConfigTable",), problems)
         path: _Path = ("topicConfigTable", name)
         cfg = _object(value, path)
-        topic_name = _opt(cfg, "topicName", path, _string)
-        if topic_name is None:
-            problems.append(f"{_fmt_path(path)}: no topicName; using the table key")
-            topic_name = name
-        elif topic_name != name:
-            problems.append(
-                f"{_fmt_path(path)}: topicName {quote(topic_name)} differs from its key"
-            )
+        topic_name = _own_name(cfg, "topicName", name, path, problems)
         filter_type = _opt(cfg, "topicFilterType", path, _string)
         if filter_type is not None and filter_type not in TOPIC_FILTER_TYPES:
             problems.append(f"{_fmt_path(path)}: unknown topicFilterType {quote(filter_type)}")
@@ -324,14 +328,7 @@ def parse_subscription_groups(obj: Any) -> SubscriptionGroupTable:
         name = _string_key(key, ("subscriptionGroupTable",), problems)
         path: _Path = ("subscriptionGroupTable", name)
         cfg = _object(value, path)
-        group_name = _opt(cfg, "groupName", path, _string)
-        if group_name is None:
-            problems.append(f"{_fmt_path(path)}: no groupName; using the table key")
-            group_name = name
-        elif group_name != name:
-            problems.append(
-                f"{_fmt_path(path)}: groupName {quote(group_name)} differs from its key"
-            )
+        group_name = _own_name(cfg, "groupName", name, path, problems)
         table[name] = SubscriptionGroupConfig(
             group_name=group_name,
             consume_enable=_field(cfg, "consumeEnable", path, _bool, True),
