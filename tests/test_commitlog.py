@@ -9,6 +9,7 @@ import pytest
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.host import HostAddress
+from rmqinspect.format.javamath import java_parse_int
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.properties import encode_properties, parse_properties
 
@@ -202,11 +203,11 @@ def test_dup_info_check() -> None:
 
 
 def test_java_parse_int() -> None:
-    assert cl.java_parse_int("17") == 17
-    assert cl.java_parse_int("+3") == 3
-    assert cl.java_parse_int("-2") == -2
+    assert java_parse_int("17") == 17
+    assert java_parse_int("+3") == 3
+    assert java_parse_int("-2") == -2
     for bad in ("", "+", " 1", "1.0", "2147483648", "x"):
-        assert cl.java_parse_int(bad) is None
+        assert java_parse_int(bad) is None
 
 
 def test_properties_parser_matches_java_rules() -> None:

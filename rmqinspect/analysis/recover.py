@@ -46,6 +46,7 @@ from rmqinspect.format.index import (
     index_keys,
 )
 from rmqinspect.format.javahash import java_hash
+from rmqinspect.format.javamath import jdiv, jmod, wrap32, wrap64
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.files import LayoutProblem, StoreFile
 from rmqinspect.store.model import QueueId, Store, StoreOptions
@@ -54,27 +55,8 @@ SCHEMA_VERSION = 1
 _UNIT = struct.Struct(">qiq")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_I64_MASK = (1 << 64) - 1
 _CHUNK_UNITS = 1 << 16  # consume-queue units read per chunk (1.25 MiB)
 _NOT_OR_COMMIT = (cl.TRANSACTION_NOT_TYPE, cl.TRANSACTION_COMMIT_TYPE)
-
-
-def _wrap64(value: int) -> int:
-    """Java ``long`` arithmetic: corrupt units make the broker overflow, so must we."""
-    value &= _I64_MASK
-    return value - (1 << 64) if value >> 63 else value
-
-
-def _jmod(a: int, b: int) -> int:
-    """Java ``%``: the sign follows the dividend."""
-    r = abs(a) % b
-    return -r if a < 0 else r
-
-
-def _jdiv(a: int, b: int) -> int:
-    """Java ``/`` on longs: truncates toward zero."""
-    q = abs(a) // b
-    return -q if a < 0 else q
 
 
 class RecoveryPath(StrEnum):
@@ -464,7 +446,7 @@ class _Queue:
         while True:
             count, last = self.valid_run(f, 0, self.size)
             if last is not None:
-                self.max_physic = _wrap64(last[0] + last[1])
+                self.max_physic = wrap64(last[0] + last[1])
             valid_bytes = count * CQ_STORE_UNIT_SIZE
             if valid_bytes == self.size and idx + 1 < len(self.files):
                 idx += 1
@@ -484,7 +466,7 @@ class _Queue:
         for f in self.files:
             if f.start + self.size > offset:
                 if offset >= f.start:
-                    f.wrote = _jmod(offset, self.size)
+                    f.wrote = jmod(offset, self.size)
                 else:
                     removed.append(f)
         for f in removed:
@@ -508,13 +490,13 @@ class _Queue:
 
     def put(self, phy: int, size: int, tags_code: int, cq_offset: int, phase: str) -> None:
         """``putMessagePositionInfo`` (§5.1), including its skip and append-at-current quirks."""
-        if _wrap64(phy + size) <= self.max_physic:
+        if wrap64(phy + size) <= self.max_physic:
             return  # "Maybe try to build consume queue repeatedly"
-        expect = _wrap64(cq_offset * CQ_STORE_UNIT_SIZE)
+        expect = wrap64(cq_offset * CQ_STORE_UNIT_SIZE)
         f = self._last_file_for(expect)
         if f.first_create and cq_offset != 0 and f.wrote == 0:
             self.min_logic = expect
-            until = _jmod(expect, self.size)
+            until = jmod(expect, self.size)
             for _ in range(0, until, CQ_STORE_UNIT_SIZE):
                 if f.wrote + CQ_STORE_UNIT_SIZE <= self.size:
                     self.write(f, f.wrote, PRE_BLANK_UNIT)
@@ -526,7 +508,7 @@ class _Queue:
                 return  # "Build consume queue repeatedly"
             if expect != current:
                 self.misplaced += 1  # "[BUG]logic queue order maybe wrong": appended anyway
-        self.max_physic = _wrap64(phy + size)
+        self.max_physic = wrap64(phy + size)
         if f.wrote + CQ_STORE_UNIT_SIZE <= self.size:
             self.write(f, f.wrote, _UNIT.pack(phy, size, tags_code))
             f.wrote += CQ_STORE_UNIT_SIZE
@@ -538,7 +520,7 @@ class _Queue:
         if self.files and self.files[-1].wrote < self.size:
             return self.files[-1]
         first = not self.files
-        start = expect - _jmod(expect, self.size) if first else self.files[-1].start + self.size
+        start = expect - jmod(expect, self.size) if first else self.files[-1].start + self.size
         f = CqFile(start, None, 0, first_create=first)
         self.files.append(f)
         self.created.append(f.name)
@@ -558,14 +540,14 @@ class _Queue:
                 self._drop(f)
                 continue
             kept = 1
-            self.max_physic = _wrap64(phy + size)
+            self.max_physic = wrap64(phy + size)
             for _, units in self.chunks(f, CQ_STORE_UNIT_SIZE, self.size):
                 offs, sizes = units["phy_offset"], units["size"]
                 ok = (offs >= 0) & (sizes > 0) & (offs < phy_offset)
                 bad = np.flatnonzero(~ok)
                 n = int(bad[0]) if bad.size else len(units)
                 if n:
-                    self.max_physic = _wrap64(int(offs[n - 1]) + int(sizes[n - 1]))
+                    self.max_physic = wrap64(int(offs[n - 1]) + int(sizes[n - 1]))
                 kept += n
                 if n < len(units):
                     break
@@ -1104,25 +1086,12 @@ def _topic_ids(buf: memoryview, at: _I64N, length: _I64N) -> tuple[_I64N, list[b
     return tids, topics
 
 
-def _as_i32(value: int) -> int:
-    return value - (1 << 32) if value >= 1 << 31 else value
-
-
-def _schedule_tags_code(msg: _Msg, delays: dict[int, int], max_level: int) -> int | None:
-    """The tagsCode ``checkMessageAndReturnSize`` computes for a SCHEDULE_TOPIC_XXXX record
-    (§5.2), or None where a non-integer DELAY makes it fail (the caller then asks
-    :func:`cl.check_message` for the exact verdict)."""
+def _schedule_tags_code(msg: _Msg, delays: dict[int, int]) -> int | None:
+    """:func:`cl.dispatch_tags_code` of a SCHEDULE_TOPIC_XXXX record."""
     p = msg.props
-    tags = p.get(props.TAGS)
-    code = java_hash(tags) if tags else 0
-    delay = p.get(props.DELAY)
-    if delay is None:
-        return code
-    level = cl.java_parse_int(delay)
-    if level is None:
-        return None
-    level = min(level, max_level)
-    return msg.store_ts + delays.get(level, 1000) if level > 0 else code
+    return cl.dispatch_tags_code(
+        msg.topic, p.get(props.TAGS), p.get(props.DELAY), msg.store_ts, delays
+    )
 
 
 def _write_sparse(path: Path, data: memoryview) -> None:
@@ -1328,8 +1297,8 @@ class _Emulator:
         candidates: list[StartCandidate] = []
         for i in range(len(self.cl_files) - 1, -1, -1):
             f = self.cl_files[i]
-            head = self.read_disk(f.disk, 0, 68 + 8)
-            magic = _I32.unpack_from(head, 4)[0]
+            head = self.read_disk(f.disk, 0, cl.store_timestamp_pos(cl.BORNHOST_V6_FLAG) + 8)
+            magic = _I32.unpack_from(head, cl.MAGIC_POS)[0]
             ok_magic = magic == cl.MESSAGE_MAGIC_CODE or (
                 magic == cl.MESSAGE_MAGIC_CODE_V2 and self.profile.accepts_v2_magic
             )
@@ -1340,8 +1309,8 @@ class _Emulator:
                     )
                 )
                 continue
-            sys_flag = _I32.unpack_from(head, 36)[0]
-            ts = _I64.unpack_from(head, 56 if not sys_flag & cl.BORNHOST_V6_FLAG else 68)[0]
+            sys_flag = _I32.unpack_from(head, cl.SYSFLAG_POS)[0]
+            ts = _I64.unpack_from(head, cl.store_timestamp_pos(sys_flag))[0]
             if ts == 0:
                 candidates.append(StartCandidate(f.name, ts, False, "first store timestamp is 0"))
                 continue
@@ -1506,10 +1475,9 @@ class _Emulator:
         # Schedule records: the DELAY property decides the verdict and the tagsCode.
         sched: dict[int, int] = {}
         delays = dict(self.recover_check.delay_levels)
-        max_level = self.recover_check.max_delay_level
         if _SCHEDULE in topics:
             for i in np.flatnonzero(tids == topics.index(_SCHEDULE)).tolist():
-                code = _schedule_tags_code(self._msg(buf, run, i), delays, max_level)
+                code = _schedule_tags_code(self._msg(buf, run, i), delays)
                 if code is None:
                     count = i
                     break
@@ -1534,7 +1502,7 @@ class _Emulator:
             tops = np.maximum.reduceat(qo, starts)
             sizes = np.diff(np.r_[starts, len(k)])
             for key, n, top in zip(k[starts].tolist(), sizes.tolist(), tops.tolist(), strict=True):
-                name = (names[key >> 32], _as_i32(key & 0xFFFFFFFF))
+                name = (names[key >> 32], wrap32(key & 0xFFFFFFFF))
                 seen = self.scanned_queues.get(name)
                 if seen is None:
                     self.scanned_queues[name] = [n, top]
@@ -1555,7 +1523,7 @@ class _Emulator:
         # record (phy below the last file's endPhyOffset, which only grows).
         uniq, inverse = np.unique(keys, return_inverse=True)
         known = [
-            self.queues.get(QueueId(names[key >> 32], _as_i32(key & 0xFFFFFFFF)))
+            self.queues.get(QueueId(names[key >> 32], wrap32(key & 0xFFFFFFFF)))
             for key in uniq.tolist()
         ]
         maxp = np.array([-1 if q is None else q.max_physic for q in known], np.int64)[inverse]
@@ -1590,7 +1558,7 @@ class _Emulator:
         for f in self.cl_files:
             if f.start + self.cl_size > end:
                 if end >= f.start:
-                    f.wrote = _jmod(end, self.cl_size)
+                    f.wrote = jmod(end, self.cl_size)
                 else:
                     self.cl_deleted.append(f.name)
                     continue
@@ -1632,7 +1600,7 @@ class _Emulator:
                 q = queues.get(key)
                 if q is None:
                     q = queues[key] = self.queue(QueueId(m.topic, m.queue_id))
-                if _wrap64(m.phy + m.size) > q.max_physic:
+                if wrap64(m.phy + m.size) > q.max_physic:
                     q.put(m.phy, m.size, m.tags_code, m.queue_offset, phase)
                 # putMessagePositionInfoWrapper moves logicsMsgTimestamp even on a skip.
                 self.logics_ts = m.store_ts
@@ -1671,7 +1639,7 @@ class _Emulator:
         stop_reason: str | None = None
         while reput < end:
             f = self._find_cl(reput)
-            pos = _jmod(reput, self.cl_size)
+            pos = jmod(reput, self.cl_size)
             if f is None or not 0 <= pos < f.wrote:
                 break  # getData returns null: this round ends, and so would every later one
             buf = self.store.view(f.disk)
@@ -1705,7 +1673,7 @@ class _Emulator:
                         read += size
                         bpos += size
                     elif r.success:
-                        reput = reput + self.cl_size - _jmod(reput, self.cl_size)
+                        reput = reput + self.cl_size - jmod(reput, self.cl_size)
                         read = result_size
                     elif size > 0:
                         skipped += 1
@@ -1807,9 +1775,8 @@ class _Emulator:
         tids, topics = _topic_ids(buf, run.topic_at, run.topic_len)
         if _SCHEDULE in topics:
             delays = dict(self.intact_check.delay_levels)
-            top = self.intact_check.max_delay_level
             for i in np.flatnonzero(tids == topics.index(_SCHEDULE)).tolist():
-                if _schedule_tags_code(self._msg(buf, run, i), delays, top) is None:
+                if _schedule_tags_code(self._msg(buf, run, i), delays) is None:
                     count = i
                     break
         names = [t.decode("utf-8", "replace") for t in topics]
@@ -1818,7 +1785,7 @@ class _Emulator:
         uniq, inverse = np.unique(keys, return_inverse=True)
         tops = np.array(
             [
-                queue_max.get(QueueId(names[k >> 32], _as_i32(k & 0xFFFFFFFF)), 0)
+                queue_max.get(QueueId(names[k >> 32], wrap32(k & 0xFFFFFFFF)), 0)
                 for k in uniq.tolist()
             ],
             np.int64,
@@ -1943,7 +1910,7 @@ class _Emulator:
             self.failures.append(failed.failure)
             report.broker_starts = False
         for q in self.queues.values():
-            q.after_load = (_jdiv(q.min_logic, 20), _jdiv(q.max_offset, 20), q.max_physic)
+            q.after_load = (jdiv(q.min_logic, 20), jdiv(q.max_offset, 20), q.max_physic)
         min_offset = self.cl_min_offset
 
         # start(): the reput service, then (4.9) recoverTopicQueueTable again.
@@ -1960,7 +1927,7 @@ class _Emulator:
                 self.correct_min_offsets()
         index.finish()
 
-        queue_max = {qid: _jdiv(q.max_offset, 20) for qid, q in self.queues.items()}
+        queue_max = {qid: jdiv(q.max_offset, 20) for qid, q in self.queues.items()}
         lost, data_bytes = (
             self.lost_messages(end, deleted_disks, queue_max)
             if self.cl_files or (deleted_disks)
@@ -2043,12 +2010,12 @@ class _Emulator:
             queue_id=q.qid.queue_id,
             existed=q.existed,
             files_before=q.files_before,
-            max_offset_on_disk=_jdiv(q.max_on_disk, 20),
+            max_offset_on_disk=jdiv(q.max_on_disk, 20),
             min_offset_after_load=min_load,
             max_offset_after_load=max_load,
             max_physic_offset_after_load=phys_load,
-            min_offset_after_start=_jdiv(q.min_logic, 20),
-            max_offset_after_dispatch=_jdiv(q.max_offset, 20),
+            min_offset_after_start=jdiv(q.min_logic, 20),
+            max_offset_after_dispatch=jdiv(q.max_offset, 20),
             units_dropped_by_cq_recover=q.dropped_by_recover,
             units_truncated=q.truncated,
             units_written_at_load=q.written["load"],
@@ -2066,7 +2033,7 @@ class _Emulator:
         seen = self.scanned_queues.get((topic, queue_id))
         if seen is None:
             return 0
-        return max(0, min(seen[0], seen[1] + 1 - _jdiv(max_bytes, 20)))
+        return max(0, min(seen[0], seen[1] + 1 - jdiv(max_bytes, 20)))
 
     def _index_report(
         self,

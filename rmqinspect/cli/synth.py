@@ -13,12 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from rmqinspect.cli.common import handle_errors
+from rmqinspect.format.commitlog import DEFAULT_COMMITLOG_FILE_SIZE
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from rmqinspect.format.profile import Profile
 from rmqinspect.synth import damage
 from rmqinspect.synth.workload import WorkloadConfig, topic_name, write_workload
-from rmqinspect.synth.writer import DEFAULT_COMMITLOG_FILE_SIZE, StoreLayout, StoreSummary
+from rmqinspect.synth.writer import StoreLayout, StoreSummary
 
 
 class DamageKind(enum.StrEnum):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmqinspect.errors import DecodeError
+from rmqinspect.format.javamath import wrap64
 from rmqinspect.format.profile import Profile
 
 Buffer = bytes | bytearray | memoryview
@@ -21,12 +22,6 @@ MIN_TIMESTAMP_MARGIN_MS = 3000
 
 _THREE = struct.Struct(">qqq")
 _FIVE = struct.Struct(">qqqqq")
-_I64_MASK = (1 << 64) - 1
-
-
-def _wrap64(value: int) -> int:
-    value &= _I64_MASK
-    return value - (1 << 64) if value >> 63 else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +49,7 @@ class Checkpoint:
     def min_timestamp(self) -> int:
         """``StoreCheckpoint.getMinTimestamp``: the 3 s safety margin, floored at 0."""
         low = min(self.physic_msg_timestamp, self.logics_msg_timestamp)
-        return max(0, _wrap64(low - MIN_TIMESTAMP_MARGIN_MS))
+        return max(0, wrap64(low - MIN_TIMESTAMP_MARGIN_MS))
 
     def min_timestamp_index(self) -> int:
         """``StoreCheckpoint.getMinTimestampIndex``: the index time gets no margin."""

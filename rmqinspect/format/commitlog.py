@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -20,6 +21,7 @@ from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javahash import java_hash
+from rmqinspect.format.javamath import java_parse_int, java_split, wrap64
 from rmqinspect.format.profile import Profile
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, topic length is an i8
@@ -44,17 +46,91 @@ COMPRESSION_TYPE_MASK = 0x700
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30  # mappedFileSizeCommitLog
 
-# Fixed header up to and including BORNTIMESTAMP: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG
-# QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP.
-_HEAD = struct.Struct(">iiiiiqqiq")
-_HEAD_SIZE = _HEAD.size  # 48
+# --- record layout (§2.2): every position below derives from these two field lists ------------
+#
+# A record is FIXED_HEAD, the born host, STORETIMESTAMP, the store host, MID_FIELDS, the body,
+# the topic length (i8 in V1, i16 in V2), the topic, PROPERTIESLENGTH (i16) and the properties.
+# Hosts are 4 (IPv4) or 16 (IPv6) address bytes plus an i32 port, chosen by sysFlag bits.
+FIXED_HEAD = struct.Struct(">iiiiiqqiq")
+FIXED_FIELDS = (
+    "total_size",
+    "magic",
+    "body_crc",
+    "queue_id",
+    "flag",
+    "queue_offset",
+    "physical_offset",
+    "sys_flag",
+    "born_timestamp",
+)
+MID_FIELDS_STRUCT = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLENGTH
+MID_FIELDS = ("reconsume_times", "prepared_transaction_offset", "body_length")
+
+
+def _positions(fmt: str, names: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    at = 0
+    for name, code in zip(names, fmt.lstrip(">"), strict=True):
+        out[name] = at
+        at += struct.calcsize(">" + code)
+    return out
+
+
+FIXED_POS = _positions(FIXED_HEAD.format, FIXED_FIELDS)
+TOTALSIZE_POS = FIXED_POS["total_size"]  # 0
+MAGIC_POS = FIXED_POS["magic"]  # 4
+BODYCRC_POS = FIXED_POS["body_crc"]  # 8
+QUEUEID_POS = FIXED_POS["queue_id"]  # 12
+FLAG_POS = FIXED_POS["flag"]  # 16
+QUEUEOFFSET_POS = FIXED_POS["queue_offset"]  # 20
+PHYSICALOFFSET_POS = FIXED_POS["physical_offset"]  # 28
+SYSFLAG_POS = FIXED_POS["sys_flag"]  # 36
+BORNTIMESTAMP_POS = FIXED_POS["born_timestamp"]  # 40
+BORNHOST_POS = FIXED_HEAD.size  # 48
+STORETIMESTAMP_SIZE = 8
+# Relative to the end of the store host:
+MID_POS = _positions(MID_FIELDS_STRUCT.format, MID_FIELDS)
+RECONSUMETIMES_REL = MID_POS["reconsume_times"]  # 0
+PREPARED_REL = MID_POS["prepared_transaction_offset"]  # 4
+BODYLENGTH_REL = MID_POS["body_length"]  # 12
+BODY_REL = MID_FIELDS_STRUCT.size  # 16
+IPV4_HOST_SIZE = 8
+IPV6_HOST_SIZE = 20
+
+
+def born_host_size(sys_flag: int) -> int:
+    return IPV6_HOST_SIZE if sys_flag & BORNHOST_V6_FLAG else IPV4_HOST_SIZE
+
+
+def store_host_size(sys_flag: int) -> int:
+    return IPV6_HOST_SIZE if sys_flag & STOREHOSTADDRESS_V6_FLAG else IPV4_HOST_SIZE
+
+
+def store_timestamp_pos(sys_flag: int) -> int:
+    """STORETIMESTAMP: 56 for an IPv4 born host, 68 for IPv6."""
+    return BORNHOST_POS + born_host_size(sys_flag)
+
+
+def mid_fields_pos(sys_flag: int) -> int:
+    """Where RECONSUMETIMES starts (the end of the store host): 72 for IPv4/IPv4."""
+    return store_timestamp_pos(sys_flag) + STORETIMESTAMP_SIZE + store_host_size(sys_flag)
+
+
+def topic_length_size(magic: int) -> int:
+    """The topic length is an i8 in V1 records and an i16 in V2 records."""
+    return 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
+
+
+# Fixed parts of ``calMsgLength``: everything but the hosts, body, topic and properties.
+_FIXED_LENGTH = BORNHOST_POS + STORETIMESTAMP_SIZE + BODY_REL + 2  # 48 + 8 + 16 + PROPLEN(2)
+
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _PORT = struct.Struct(">i")
-_MID = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDOFFSET BODYLENGTH
 
 _TRANSACTION_NAMES = {
     TRANSACTION_NOT_TYPE: "not",
@@ -78,19 +154,43 @@ def calc_msg_length(
     sys_flag: int, body_length: int, topic_length: int, properties_length: int, version: int = 1
 ) -> int:
     """``calMsgLength``: the length a record must have given its variable parts."""
-    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-    topic_len_size = 2 if version == 2 else 1
     return (
-        72
-        + born
-        + store
+        _FIXED_LENGTH
+        + born_host_size(sys_flag)
+        + store_host_size(sys_flag)
         + max(body_length, 0)
-        + topic_len_size
+        + (2 if version == 2 else 1)
         + topic_length
-        + 2
         + max(properties_length, 0)
     )
+
+
+MIN_RECORD_SIZE = calc_msg_length(0, 0, 0, 0)  # 91: an empty V1 record with IPv4 hosts
+
+
+def dispatch_tags_code(
+    topic: str,
+    tags: str | None,
+    delay: str | None,
+    store_timestamp: int,
+    delay_levels: Mapping[int, int],
+) -> int | None:
+    """The tagsCode ``checkMessageAndReturnSize`` computes for dispatch (§5.2): the tag hash,
+    or for a ``SCHEDULE_TOPIC_XXXX`` record with ``DELAY`` its delivery time
+    (``computeDeliverTimestamp``, 1 s for a level missing from the table). None where a
+    non-integer DELAY makes the broker's check fail. ``delay_levels`` is the parsed
+    ``messageDelayLevel`` ({level: ms}); an empty table means levels are not loaded yet (4.9
+    during ``load()``), so every level clamps to 0 and the tag hash stays."""
+    code = java_hash(tags) if tags else 0
+    if topic != SCHEDULE_TOPIC or delay is None:
+        return code
+    level = java_parse_int(delay)
+    if level is None:
+        return None
+    level = min(level, max(delay_levels, default=0))
+    if level <= 0:
+        return code
+    return wrap64(store_timestamp + delay_levels.get(level, 1000))
 
 
 def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
@@ -102,17 +202,6 @@ def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
             raise DecodeError(f"bad messageDelayLevel element {item!r}")
         table[i + 1] = int(item[:-1]) * units[item[-1]]
     return table
-
-
-def java_parse_int(text: str) -> int | None:
-    """``Integer.parseInt``: optional sign, decimal digits, 32-bit range; None where Java throws."""
-    body = text[1:] if text[:1] in ("+", "-") else text
-    if not body or not all(c.isdecimal() for c in body):
-        return None
-    value = int(text)
-    if not -(2**31) <= value < 2**31:
-        return None
-    return value
 
 
 @dataclass(slots=True)
@@ -283,7 +372,7 @@ class _Reader:
 
 
 def _decode_host(buf: bytes | memoryview, start: int, v6: bool) -> HostAddress:
-    n = 16 if v6 else 4
+    n = IPV6_HOST_SIZE - 4 if v6 else IPV4_HOST_SIZE - 4
     return HostAddress(bytes(buf[start : start + n]), _PORT.unpack_from(buf, start + n)[0])
 
 
@@ -352,27 +441,26 @@ def check_message(
 
     tags_code = 0
     if parsed.properties_length > 0:
-        tags = rec.properties.get(props.TAGS)
-        if tags:
-            tags_code = java_hash(tags)
-        delay = rec.properties.get(props.DELAY)
-        if rec.topic == SCHEDULE_TOPIC and delay is not None:
-            level = java_parse_int(delay)
-            if level is None:
-                return _failed(
-                    total_size,
-                    magic,
-                    CheckReason.PARSE_EXCEPTION,
-                    f"DELAY property {delay!r} is not an integer",
-                    rec,
-                )
-            level = min(level, opts.max_delay_level)
-            if level > 0:
-                delays = dict(opts.delay_levels)
-                tags_code = rec.store_timestamp + delays.get(level, 1000)
+        p = rec.properties
+        code = dispatch_tags_code(
+            rec.topic,
+            p.get(props.TAGS),
+            p.get(props.DELAY),
+            rec.store_timestamp,
+            dict(opts.delay_levels),
+        )
+        if code is None:
+            return _failed(
+                total_size,
+                magic,
+                CheckReason.PARSE_EXCEPTION,
+                f"DELAY property {p[props.DELAY]!r} is not an integer",
+                rec,
+            )
+        tags_code = code
     if opts.check_dup_info:
         dup = rec.properties.get(props.DUP_INFO)
-        if dup is None or len(_java_split(dup, "_")) != 2:
+        if dup is None or len(java_split(dup, "_")) != 2:
             return _failed(
                 total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec
             )
@@ -420,16 +508,6 @@ def _failed(
     record: MessageRecord | None = None,
 ) -> CheckResult:
     return CheckResult(-1, False, reason, total_size, magic, record, 0, detail)
-
-
-def _java_split(text: str, sep: str) -> list[str]:
-    """``String.split`` with a literal separator: trailing empty strings are dropped."""
-    if not text:
-        return [""]
-    parts = text.split(sep)
-    while parts and parts[-1] == "":
-        parts.pop()
-    return parts
 
 
 @dataclass(slots=True)
@@ -481,7 +559,7 @@ def _parse(
     try:
         if total_size < 0:
             raise _Stop(f"negative TOTALSIZE {total_size}")
-        start = r.take(_HEAD_SIZE, "fixed header")
+        start = r.take(FIXED_HEAD.size, "fixed header")
         (
             _,
             _,
@@ -492,16 +570,20 @@ def _parse(
             rec.physical_offset,
             rec.sys_flag,
             rec.born_timestamp,
-        ) = _HEAD.unpack_from(buf, start)
-        born_len = 20 if rec.sys_flag & BORNHOST_V6_FLAG else 8
+        ) = FIXED_HEAD.unpack_from(buf, start)
+        born_len = born_host_size(rec.sys_flag)
         _fits_scratch(born_len, total_size, "born host")
-        rec.born_host = _decode_host(buf, r.take(born_len, "born host"), born_len == 20)
+        rec.born_host = _decode_host(buf, r.take(born_len, "born host"), born_len == IPV6_HOST_SIZE)
         rec.store_timestamp = _I64.unpack_from(buf, r.take(8, "store timestamp"))[0]
-        store_len = 20 if rec.sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+        store_len = store_host_size(rec.sys_flag)
         _fits_scratch(store_len, total_size, "store host")
-        rec.store_host = _decode_host(buf, r.take(store_len, "store host"), store_len == 20)
-        (rec.reconsume_times, rec.prepared_transaction_offset, rec.body_length) = _MID.unpack_from(
-            buf, r.take(_MID.size, "reconsume/prepared/body length")
+        rec.store_host = _decode_host(
+            buf, r.take(store_len, "store host"), store_len == IPV6_HOST_SIZE
+        )
+        (rec.reconsume_times, rec.prepared_transaction_offset, rec.body_length) = (
+            MID_FIELDS_STRUCT.unpack_from(
+                buf, r.take(MID_FIELDS_STRUCT.size, "reconsume/prepared/body length")
+            )
         )
         if rec.body_length > 0:
             if read_body:
@@ -675,7 +757,7 @@ def encode_message(
     total = calc_msg_length(sys_flag, len(body), len(topic_bytes), len(props_bytes), version)
     magic = MESSAGE_MAGIC_CODE_V2 if version == 2 else MESSAGE_MAGIC_CODE
     out = bytearray(total)
-    _HEAD.pack_into(
+    FIXED_HEAD.pack_into(
         out,
         0,
         total,
@@ -688,12 +770,12 @@ def encode_message(
         sys_flag,
         born_timestamp,
     )
-    at = _HEAD_SIZE
+    at = FIXED_HEAD.size
     for part in (born_host.encode(), _I64.pack(store_timestamp), store_host.encode()):
         out[at : at + len(part)] = part
         at += len(part)
-    _MID.pack_into(out, at, reconsume_times, prepared_transaction_offset, len(body))
-    at += _MID.size
+    MID_FIELDS_STRUCT.pack_into(out, at, reconsume_times, prepared_transaction_offset, len(body))
+    at += MID_FIELDS_STRUCT.size
     out[at : at + len(body)] = body
     at += len(body)
     if version == 2:

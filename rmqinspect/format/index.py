@@ -16,7 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.errors import DecodeError
+from rmqinspect.format.commitlog import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
 from rmqinspect.format.javahash import index_key_hash
+from rmqinspect.format.javamath import INT_MAX, wrap64
+from rmqinspect.format.properties import KEY_SEPARATOR
 
 Buffer = bytes | bytearray | memoryview
 
@@ -28,21 +31,10 @@ DEFAULT_SLOT_NUM = 5_000_000
 DEFAULT_INDEX_NUM = 20_000_000
 MAX_MSGS_NUM_BATCH = 64
 DEFAULT_QUERY_MAX_NUM = 32
-TRANSACTION_TYPE_MASK = 0x0C
-TRANSACTION_ROLLBACK_TYPE = 0x0C
-KEY_SEPARATOR = " "
 
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _I32 = struct.Struct(">i")
-_I64_MASK = (1 << 64) - 1
-_INT_MAX = 2**31 - 1
-
-
-def _wrap64(value: int) -> int:
-    """Java ``long`` overflow, so corrupt timestamps compute what the broker computes."""
-    value &= _I64_MASK
-    return value - (1 << 64) if value >> 63 else value
 
 
 # --- header and geometry ----------------------------------------------------------------------
@@ -317,7 +309,7 @@ def _select_into(
             )
         if time_diff < 0:
             return
-        time_read = _wrap64(header.begin_timestamp + time_diff * 1000)
+        time_read = wrap64(header.begin_timestamp + time_diff * 1000)
         if hash_read == key_hash and begin <= time_read <= end:
             found.append(phy_read)
             since_hit.clear()
@@ -505,10 +497,10 @@ class IndexFileBuilder:
         if slot_value <= INVALID_INDEX or slot_value > self._index_count:
             slot_value = INVALID_INDEX
         # Negative differences clamp to 0, so floor division gives Java's truncating result.
-        time_diff = (_wrap64(store_timestamp - self._begin_timestamp)) // 1000
+        time_diff = (wrap64(store_timestamp - self._begin_timestamp)) // 1000
         if self._begin_timestamp <= 0 or time_diff < 0:
             time_diff = 0
-        time_diff = min(time_diff, _INT_MAX)
+        time_diff = min(time_diff, INT_MAX)
         entry_pos = geometry.entry_position(self._index_count)
         _ENTRY.pack_into(self._buf, entry_pos, key_hash, phy_offset, time_diff, slot_value)
         _I32.pack_into(self._buf, slot_pos, self._index_count)

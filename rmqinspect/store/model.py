@@ -17,13 +17,13 @@ from types import TracebackType
 
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
+from rmqinspect.format.javamath import java_parse_int
 from rmqinspect.format.markers import AbortMarker, LockMarker, decode_abort, decode_lock
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.files import FileQueue, LayoutProblem, MappedFiles, StoreFile, list_family
 
-DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
-CHECKPOINT_FILE_SIZE = 4096
 _INDEX_NAME = re.compile(r"^\d{17}$")
 
 
@@ -105,7 +105,10 @@ class Store:
                 str(path),
             )
         commitlog = list_family(
-            path / "commitlog", opts.commitlog_file_size, "commitlog", DEFAULT_COMMITLOG_FILE_SIZE
+            path / "commitlog",
+            opts.commitlog_file_size,
+            "commitlog",
+            cl.DEFAULT_COMMITLOG_FILE_SIZE,
         )
         store = cls(
             root=path,
@@ -360,7 +363,7 @@ def _discover_queues(directory: Path) -> dict[QueueId, Path]:
 
 
 def _is_java_int(text: str) -> bool:
-    return cl.java_parse_int(text) is not None
+    return java_parse_int(text) is not None
 
 
 def _list_index(directory: Path) -> list[StoreFile]:

@@ -42,6 +42,7 @@ from rmqinspect.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqinspect.format.commitlog import (
     BLANK_MAGIC_CODE,
     CRC32_RESERVED_LEN,
+    DEFAULT_COMMITLOG_FILE_SIZE,
     DEFAULT_DELAY_LEVELS,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
@@ -53,8 +54,8 @@ from rmqinspect.format.commitlog import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     calc_msg_length,
+    dispatch_tags_code,
     encode_prop_crc_digits,
-    java_parse_int,
     parse_delay_levels,
 )
 from rmqinspect.format.config import (
@@ -86,9 +87,9 @@ from rmqinspect.format.index import (
     IndexHeader,
 )
 from rmqinspect.format.javahash import java_hash
+from rmqinspect.format.javamath import INT_MAX, java_parse_int
 from rmqinspect.format.profile import Profile
 
-DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
 DEFAULT_STORE_HOST = HostAddress(bytes([10, 0, 0, 1]), 10911)
 DEFAULT_BORN_HOST = HostAddress(bytes([10, 0, 0, 2]), 50001)
 DEFAULT_CLOCK_START_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
@@ -97,7 +98,6 @@ CHECKPOINT_NAME = "checkpoint"
 LOCK_CONTENT = b"lock"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
-_INT_MAX = 2**31 - 1
 _I16 = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
 _BODY_CRC_MASK = 0x7FFFFFFF
@@ -455,7 +455,7 @@ def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
 def _key_hash(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """``abs(hashCode)`` with ``Integer.MIN_VALUE`` mapped to 0, as ``IndexFile`` stores it."""
     result = np.abs(hashes)
-    result[result > _INT_MAX] = 0
+    result[result > INT_MAX] = 0
     return result
 
 
@@ -791,7 +791,7 @@ class _Index:
             f.begin_timestamp = int(ts[0])
             f.begin_phy_offset = int(phy[0])
             begin[1:] = f.begin_timestamp
-        diff = np.where(begin <= 0, 0, np.clip((ts - begin) // 1000, 0, _INT_MAX))
+        diff = np.where(begin <= 0, 0, np.clip((ts - begin) // 1000, 0, INT_MAX))
         entries = np.empty(count, dtype=_INDEX_ENTRY_DTYPE)
         entries["key_hash"] = hashes
         entries["phy_offset"] = phy
@@ -1463,15 +1463,12 @@ class StoreWriter:
         if schedule:
             delayed = np.flatnonzero((np.asarray(c.topic) == schedule[0]) & enters)
             for k in delayed.tolist():
-                delay = c.delay[k]
-                if delay is None:
-                    continue
-                level = java_parse_int(delay)
-                if level is None:
-                    raise ValueError(f"DELAY {delay!r} in {SCHEDULE_TOPIC} is not an integer")
-                level = min(level, self._max_delay_level)
-                if level > 0:
-                    all_codes[k] = int(store_ts[k]) + self._delay_table.get(level, 1000)
+                code = dispatch_tags_code(
+                    SCHEDULE_TOPIC, c.tags[k], c.delay[k], int(store_ts[k]), self._delay_table
+                )
+                if code is None:
+                    raise ValueError(f"DELAY {c.delay[k]!r} in {SCHEDULE_TOPIC} is not an integer")
+                all_codes[k] = code
         codes = all_codes[rows]
         return codes
 
