@@ -25,6 +25,7 @@ from rmqinspect.analysis.recover import (
 from rmqinspect.format.checkpoint import decode_checkpoint
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.profile import Profile
+from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import (
     DEFAULT_STORE_HOST,
@@ -52,8 +53,11 @@ def layout(profile: Profile) -> StoreLayout:
     )
 
 
-def options(profile: Profile, **kw: object) -> RecoverOptions:
-    return RecoverOptions(profile=profile, index_slots=64, index_entries=400, **kw)  # type: ignore[arg-type]
+def recover(root: Path, profile: Profile, **kw: object) -> RecoveryReport:
+    """The recovery report with the test layout's index geometry and ``kw`` as broker switches."""
+    store_options = StoreOptions(profile=profile, index_slot_num=64, index_num=400)
+    with Store.open(root, store_options) as opened:
+        return analyze_recovery(opened, RecoverOptions(**kw))  # type: ignore[arg-type]
 
 
 def spec(i: int, *, topics: int = 3, dispatch: bool = True, spacing: int = 20) -> MessageSpec:
@@ -135,7 +139,7 @@ def files_of(store: Path) -> list[str]:
 def test_clean_restart_changes_nothing(base: Base, tmp_path: Path, profile: Profile) -> None:
     store = tmp_path / "s"
     results = base.copy(profile, "clean", store)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     files = files_of(store)
     assert len(files) >= 5
     assert report.broker_starts and report.last_exit_ok
@@ -166,7 +170,7 @@ def test_crash_redispatches_the_undispatched_tail(
     store = tmp_path / "s"
     results = base.copy(profile, "crash", store)
     before = files_of(store)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert report.recovery_path == "abnormal" and not report.last_exit_ok
     c = report.commitlog
     assert c is not None and c.max_offset == end_of(results)
@@ -206,7 +210,7 @@ def test_removing_abort_from_a_crash_differs_per_version(
     store = tmp_path / "s"
     results = base.copy(profile, "crash", store)
     damage.set_abort(store, present=False)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert report.recovery_path == "normal"
     tail = results[-UNDISPATCHED:]
     tail_counts = counts(tail)
@@ -247,7 +251,7 @@ def test_torn_tail(base: Base, tmp_path: Path, profile: Profile, abort: bool) ->
     results = base.copy(profile, "clean", store)
     d = damage.torn_tail(store)
     damage.set_abort(store, present=abort)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert report.recovery_path == ("abnormal" if abort else "normal")
     c = report.commitlog
     assert (
@@ -272,7 +276,7 @@ def test_flip_body_byte_in_last_file_loses_everything_after(
     results = base.copy(profile, "clean", store)
     d = damage.flip_body_byte(store)
     damage.set_abort(store, present=True)
-    report = analyze_recovery(store, options(profile, lost_limit=5))
+    report = recover(store, profile, lost_limit=5)
     cut = int(d.details["message_offset"])
     c = report.commitlog
     assert c is not None and c.max_offset == cut
@@ -299,7 +303,7 @@ def test_flip_body_byte_in_last_file_loses_everything_after(
         )
         assert q.max_offset_after_dispatch == kept, key
     # checkCRCOnRecover=false: the flip goes unnoticed and nothing is lost.
-    relaxed = analyze_recovery(store, options(profile, check_crc=False))
+    relaxed = recover(store, profile, check_crc=False)
     assert relaxed.commitlog is not None and relaxed.commitlog.max_offset == end_of(results)
     assert relaxed.lost_messages.count == 0 and not relaxed.loses_data
 
@@ -320,7 +324,7 @@ def test_flip_in_third_from_last_file_after_clean_shutdown(
         if r.physical_offset >= third + 4096 and r.physical_offset < third + CL_SIZE
     )
     d = damage.flip_body_byte(store, message_index=index)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     c = report.commitlog
     assert c is not None
     if profile is Profile.V5_3:
@@ -350,7 +354,7 @@ def test_zero_region_resynchronises_past_the_hole(
     assert len(in_last) >= 8
     r3, r5 = in_last[2], in_last[4]
     damage.zero_region(store, r3.physical_offset + 20, r5.physical_offset + 10)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     c = report.commitlog
     assert c is not None and c.max_offset == r3.physical_offset
     lost = sorted(m.physical_offset for m in report.lost_messages.messages)
@@ -366,11 +370,11 @@ def test_zeroed_first_record_moves_the_crash_start_file_back(
     """A file whose first record has no magic never matches isMappedFileMatchedRecover."""
     store = tmp_path / "s"
     base.copy(profile, "crash", store)
-    probe = analyze_recovery(store, options(profile))
+    probe = recover(store, profile)
     assert probe.start_file is not None and probe.start_file.index >= 1
     start = probe.start_file.offset
     damage.zero_region(store, start, start + 8)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert report.start_file is not None
     assert report.start_file.offset < start
     assert report.start_file.candidates[-2].name == probe.start_file.name
@@ -385,7 +389,7 @@ def test_cq_ahead_of_commitlog_is_truncated(base: Base, tmp_path: Path, profile:
     store = tmp_path / "s"
     results = base.copy(profile, "clean", store)
     damage.cq_ahead_of_commitlog(store, "TopicA", 0, count=3)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert report.recovery_path == "normal"
     assert report.cq_truncation
     assert report.max_phy_offset_of_consume_queue is not None
@@ -407,7 +411,7 @@ def test_removed_cq_dir_is_not_rebuilt_after_clean_shutdown(
     store = tmp_path / "s"
     results = base.copy(profile, "clean", store)
     damage.remove_cq_dir(store, "TopicB", 1)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert "TopicB/1" not in queues(report)
     assert report.queues_without_consume_queue == ["TopicB/1"]
     # The scanned files' TopicB/1 records have no unit after the restart.
@@ -427,7 +431,7 @@ def test_removed_cq_dir_is_partly_rebuilt_after_crash(
     store = tmp_path / "s"
     results = base.copy(profile, "crash", store)
     damage.remove_cq_dir(store, "TopicB", 1)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert report.start_file is not None
     mine = [r for r in results if (r.topic, r.queue_id) == ("TopicB", 1)]
     rebuilt = [r for r in mine if r.physical_offset >= report.start_file.offset]
@@ -453,7 +457,7 @@ def test_only_queue_removed(base: Base, tmp_path: Path, profile: Profile) -> Non
     results = base.copy(profile, "single", store)
     damage.remove_cq_dir(store, "TopicA", 0)
     damage.remove_cq_dir(store, "TopicA", 1)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert report.max_phy_offset_of_consume_queue == -1
     got = queues(report)
     if profile is Profile.V5_1:
@@ -481,7 +485,7 @@ def test_stale_copies_past_the_end_pass_the_check(
     store = tmp_path / "s"
     results = base.copy(profile, "clean", store)
     d = damage.stale_bytes_past_write_position(store, mode="copy", count=2)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     rng = d.ranges[0]
     c = report.commitlog
     assert c is not None
@@ -499,7 +503,7 @@ def test_rewritten_tail_cuts_and_loses_the_old_last_message(
     store = tmp_path / "s"
     results = base.copy(profile, "clean", store)
     d = damage.stale_bytes_past_write_position(store, mode="rewrite")
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     c = report.commitlog
     assert c is not None and c.max_offset == d.details["valid_end"]
     stale = int(d.details["stale_record_offset"])
@@ -515,7 +519,7 @@ def test_set_abort_on_a_clean_store(base: Base, tmp_path: Path, profile: Profile
     store = tmp_path / "s"
     results = base.copy(profile, "clean", store)
     damage.set_abort(store, present=True, content=b"" if profile is Profile.V4_9 else b"4242")
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert report.recovery_path == "abnormal"
     assert report.commitlog is not None and report.commitlog.max_offset == end_of(results)
     assert report.index is not None
@@ -530,7 +534,7 @@ def test_set_abort_on_a_clean_store(base: Base, tmp_path: Path, profile: Profile
     assert report.index.deleted_files == stale and stale
     assert not report.loses_data
     # Assuming a clean exit instead restores the normal path, whatever abort says.
-    forced = analyze_recovery(store, options(profile, last_exit_ok=True))
+    forced = recover(store, profile, last_exit_ok=True)
     assert forced.recovery_path == "normal" and forced.last_exit_source == "assume_clean"
     assert forced.index is not None and forced.index.deleted_files == []
 
@@ -548,13 +552,13 @@ def test_crash_loses_index_entries_unless_message_index_safe(tmp_path: Path) -> 
 
     names = sorted(p.name for p in (store / "index").iterdir())
     partial = IndexHeader.decode((store / "index" / names[-1]).read_bytes())
-    plain = analyze_recovery(store, options(Profile.V4_9))
+    plain = recover(store, Profile.V4_9)
     assert plain.index is not None and plain.index.deleted_files == [names[-1]]
     assert plain.start_file is not None and plain.start_file.offset > partial.begin_phy_offset
     assert [(r.first_offset, r.last_offset) for r in plain.index.unfindable_ranges] == [
         (partial.begin_phy_offset, plain.start_file.offset - 1)
     ]
-    safe = analyze_recovery(store, options(Profile.V4_9, message_index_safe=True))
+    safe = recover(store, Profile.V4_9, message_index_safe=True)
     assert safe.start_file is not None and safe.start_file.offset <= partial.begin_phy_offset
     assert safe.index is not None and safe.index.unfindable_ranges == []
     assert safe.index.entries_written > plain.index.entries_written
@@ -569,7 +573,7 @@ def test_zero_length_last_commitlog_file(base: Base, tmp_path: Path, profile: Pr
     results = base.copy(profile, "crash", store)
     last = store / "commitlog" / files_of(store)[-1]
     last.write_bytes(b"")
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     if profile is Profile.V4_9:
         assert not report.broker_starts
         assert [f.kind for f in report.load_failures] == ["zero_length"]
@@ -587,7 +591,7 @@ def test_wrong_size_file_refuses_to_start(base: Base, tmp_path: Path, profile: P
     victim = store / "commitlog" / files_of(store)[1]
     with open(victim, "r+b") as fh:
         fh.truncate(CL_SIZE // 2)
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     assert not report.broker_starts
     assert report.load_failures[0].kind == "wrong_size"
     assert report.load_failures[0].path.endswith(victim.name)
@@ -619,7 +623,7 @@ def test_empty_last_cq_file_breaks_5x_correct_min_offset(
         for i in range(0, CQ_SIZE, 20)
     )
     last.write_bytes(fill)  # the previous file full, so the empty one is the queue's end
-    report = analyze_recovery(store, options(profile))
+    report = recover(store, profile)
     if profile is Profile.V4_9:
         assert report.broker_starts
     else:
@@ -643,7 +647,7 @@ def test_reput_skips_a_length_mismatch_and_appends_at_current(base: Base, tmp_pa
     with open(path, "r+b") as fh:
         fh.seek(victim.physical_offset)
         fh.write(struct.pack(">i", victim.size + 40))
-    report = analyze_recovery(store, options(Profile.V4_9))
+    report = recover(store, Profile.V4_9)
     assert report.reput is not None and report.reput.skipped_records == 1
     key = f"{victim.topic}/{victim.queue_id}"
     q = queues(report)[key]
@@ -656,8 +660,8 @@ def test_lost_limit_caps_the_list_not_the_count(base: Base, tmp_path: Path) -> N
     store = tmp_path / "s"
     base.copy(Profile.V4_9, "clean", store)
     damage.flip_body_byte(store)
-    full = analyze_recovery(store, options(Profile.V4_9, lost_limit=None))
-    capped = analyze_recovery(store, options(Profile.V4_9, lost_limit=0))
+    full = recover(store, Profile.V4_9, lost_limit=None)
+    capped = recover(store, Profile.V4_9, lost_limit=0)
     assert full.lost_messages.count > 10
     assert capped.lost_messages.count == full.lost_messages.count
     assert capped.lost_messages.messages == [] and capped.lost_messages.truncated

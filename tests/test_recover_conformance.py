@@ -14,9 +14,15 @@ from typing import Any
 import pytest
 
 from rmqinspect.analysis.apply import apply_recovery
-from rmqinspect.analysis.recover import RecoverOptions, RecoveryReport, run_recovery
+from rmqinspect.analysis.recover import (
+    RecoverOptions,
+    RecoveryOutcome,
+    RecoveryReport,
+    run_recovery,
+)
 from rmqinspect.format.index import IndexHeader
 from rmqinspect.format.profile import Profile
+from rmqinspect.store.model import Store, StoreOptions
 from tests.corpus import expected, input_store, jsonl, scenarios
 
 CORPORA = {"conformance": Profile.V4_9, "conformance5": Profile.V5_3}
@@ -43,26 +49,36 @@ def _root(corpus: str, request: pytest.FixtureRequest) -> Path:
     return root
 
 
-def _options(corpus: str, meta: dict[str, Any], profile: Profile | None) -> RecoverOptions:
-    """The corpus settings; without a profile, nothing the store itself can tell (profile, file
-    sizes, index geometry) is passed, so detection and inference are tested too."""
+def _options(meta: dict[str, Any]) -> RecoverOptions:
+    """The corpus's broker switches."""
     cfg = meta["storeConfig"]
-    if profile is None:
-        return RecoverOptions(
-            check_crc=cfg["checkCRCOnRecover"],
-            message_index_safe=cfg["messageIndexSafe"],
-            force_verify_prop_crc=cfg.get("forceVerifyPropCRC", False),
-        )
     return RecoverOptions(
-        profile=profile,
         check_crc=cfg["checkCRCOnRecover"],
         message_index_safe=cfg["messageIndexSafe"],
         force_verify_prop_crc=cfg.get("forceVerifyPropCRC", False),
-        index_slots=cfg["maxHashSlotNum"],
-        index_entries=cfg["maxIndexNum"],
+    )
+
+
+def _store_options(meta: dict[str, Any], profile: Profile | None) -> StoreOptions:
+    """Without a profile, nothing the store itself can tell (profile, file sizes, index
+    geometry) is passed, so detection and inference are tested too."""
+    if profile is None:
+        return StoreOptions()
+    cfg = meta["storeConfig"]
+    return StoreOptions(
+        profile=profile,
+        index_slot_num=cfg["maxHashSlotNum"],
+        index_num=cfg["maxIndexNum"],
         commitlog_file_size=cfg["mappedFileSizeCommitLog"],
         cq_file_size=cfg["mappedFileSizeConsumeQueue"],
     )
+
+
+def _recover(
+    root: Path, scenario: str, corpus: str, meta: dict[str, Any], profile: Profile | None
+) -> RecoveryOutcome:
+    with Store.open(input_store(root, scenario), _store_options(meta, profile)) as store:
+        return run_recovery(store, _options(meta))
 
 
 def _queues(report: RecoveryReport) -> dict[str, dict[str, int]]:
@@ -87,7 +103,7 @@ def test_report_matches_broker(
     meta = expected(root, scenario)
     s = meta["summary"]
     profile = None if auto_profile else CORPORA[corpus]
-    outcome = run_recovery(input_store(root, scenario), _options(corpus, meta, profile))
+    outcome = _recover(root, scenario, corpus, meta, profile)
     report = outcome.report
     if auto_profile and scenario not in ("empty_store", "single_message"):
         assert report.profile == CORPORA[corpus].value
@@ -177,9 +193,7 @@ def test_lost_messages_are_the_intact_records_past_the_end(
     (less the damaged one); crashes and clean stores lose nothing."""
     root = _root(corpus, request)
     meta = expected(root, scenario)
-    report = run_recovery(
-        input_store(root, scenario), _options(corpus, meta, CORPORA[corpus])
-    ).report
+    report = _recover(root, scenario, corpus, meta, CORPORA[corpus]).report
     c = report.commitlog
     assert c is not None
     lost = sorted(m.physical_offset for m in report.lost_messages.messages)
@@ -208,9 +222,9 @@ def test_apply_to_leaves_what_the_broker_left(
     root = _root(corpus, request)
     meta = expected(root, scenario)
     dest = tmp_path / "after"
-    report, applied = apply_recovery(
-        input_store(root, scenario), dest, _options(corpus, meta, CORPORA[corpus])
-    )
+    profile = CORPORA[corpus]
+    with Store.open(input_store(root, scenario), _store_options(meta, profile)) as store:
+        report, applied = apply_recovery(store, dest, _options(meta))
     assert applied.verification_noop, applied.verification_differences
     cq_size = meta["storeConfig"]["mappedFileSizeConsumeQueue"]
     units: dict[tuple[str, int], list[tuple[int, int, int]]] = {}

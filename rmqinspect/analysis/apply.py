@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rmqinspect.analysis.recover import (
@@ -34,6 +34,7 @@ from rmqinspect.analysis.recover import (
     run_recovery,
 )
 from rmqinspect.errors import StoreError
+from rmqinspect.store.model import Store
 
 _CHUNK = 1 << 20
 _ZEROS = bytes(_CHUNK)
@@ -69,19 +70,20 @@ def check_destination(store: Path, dest: Path) -> None:
 
 
 def apply_recovery(
-    store: Path,
+    opened: Store,
     dest: Path,
     options: RecoverOptions | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[RecoveryReport, ApplyReport]:
     opts = options or RecoverOptions()
+    store = opened.root
     check_destination(store, dest)
     created_dest = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
     staging = dest / _STAGING
     staging.mkdir()
     try:
-        outcome = run_recovery(store, opts, progress, index_out=staging)
+        outcome = run_recovery(opened, opts, progress, index_out=staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if created_dest:
@@ -120,7 +122,7 @@ def apply_recovery(
         applied.notes.append(
             "new index files are named by this machine's clock; the broker would use its own"
         )
-    _verify(dest, opts, outcome, applied)
+    _verify(dest, opened, opts, outcome, applied)
     return report, applied
 
 
@@ -215,27 +217,22 @@ def _zero_tail(path: Path, start: int, size: int) -> bool:
 
 
 def _verify(
-    dest: Path, opts: RecoverOptions, outcome: RecoveryOutcome, applied: ApplyReport
+    dest: Path,
+    opened: Store,
+    opts: RecoverOptions,
+    outcome: RecoveryOutcome,
+    applied: ApplyReport,
 ) -> None:
-    """Run the emulation on DIR: a restart there must change nothing."""
+    """Run the emulation on DIR with the same settings: a restart there must change nothing."""
     before = outcome.report
-    after = analyze_recovery(
-        dest,
-        RecoverOptions(
-            profile=opts.profile,
-            check_crc=opts.check_crc,
-            message_index_enable=opts.message_index_enable,
-            message_index_safe=opts.message_index_safe,
-            force_verify_prop_crc=opts.force_verify_prop_crc,
-            delay_levels=opts.delay_levels,
-            commitlog_file_size=opts.commitlog_file_size,
-            cq_file_size=opts.cq_file_size,
-            index_slots=opts.index_slots,
-            index_entries=opts.index_entries,
-            lost_limit=0,
-            master=opts.master,
-        ),
+    settings = replace(
+        opened.options,
+        profile=opened.profile.profile,
+        commitlog_file_size=opened.commitlog.file_size,
+        cq_file_size=opened.cq_file_size,
     )
+    with Store.open(dest, settings) as again:
+        after = analyze_recovery(again, replace(opts, lost_limit=0))
     diffs = noop_differences(after)
     b, a = before.commitlog, after.commitlog
     if b is not None and a is not None and a.max_offset != b.max_offset:

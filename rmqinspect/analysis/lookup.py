@@ -481,18 +481,10 @@ class RestartedIndex:
 def restarted_index(store: Store, progress: Progress | None = None) -> Iterator[RestartedIndex]:
     """Emulate the restart (``analysis.recover``) with the index files it would write put in a
     temporary directory, and yield the post-restart view; the store itself is only read."""
-    opts = store.options
-    recover_opts = RecoverOptions(
-        profile=opts.profile,
-        commitlog_file_size=opts.commitlog_file_size,
-        cq_file_size=opts.cq_file_size,
-        index_slots=opts.index_slot_num,
-        index_entries=opts.index_num,
-        lost_limit=0,
-    )
+    recover_opts = RecoverOptions(lost_limit=0)
     with tempfile.TemporaryDirectory(prefix="rmqinspect-index-") as tmp:
         out = Path(tmp)
-        outcome = run_recovery(store.root, recover_opts, progress, index_out=out)
+        outcome = run_recovery(store, recover_opts, progress, index_out=out)
         report = outcome.report
         if report.commitlog is None:
             raise StoreError("the broker would not start on this store", str(store.root))

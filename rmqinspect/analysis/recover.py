@@ -49,7 +49,7 @@ from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.javamath import jdiv, jmod, wrap32, wrap64
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.files import LayoutProblem, StoreFile
-from rmqinspect.store.model import QueueId, Store, StoreOptions
+from rmqinspect.store.model import QueueId, Store
 
 SCHEMA_VERSION = 1
 _UNIT = struct.Struct(">qiq")
@@ -66,19 +66,15 @@ class RecoveryPath(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RecoverOptions:
-    """Broker settings and emulation switches (defaults are the broker's defaults)."""
+    """Broker settings and emulation switches (defaults are the broker's defaults). The store
+    settings (profile, file sizes, index geometry) are those the :class:`Store` was opened with."""
 
-    profile: Profile | None = None  # None: detected from the store
     last_exit_ok: bool | None = None  # None: from the abort file
     check_crc: bool = True  # checkCRCOnRecover
     message_index_enable: bool = True
     message_index_safe: bool = False
     force_verify_prop_crc: bool = False  # 5.2+
     delay_levels: str = cl.DEFAULT_DELAY_LEVELS
-    commitlog_file_size: int | None = None
-    cq_file_size: int | None = None
-    index_slots: int | None = None
-    index_entries: int | None = None
     lost_limit: int | None = 1000  # messages listed (the count is always complete)
     master: bool = True  # brokerId 0: the reput skips an unreadable region instead of stalling
 
@@ -1254,14 +1250,14 @@ class _Emulator:
     # step 2: index load -----------------------------------------------------------------------
 
     def index_geometry(self) -> tuple[IndexGeometry, str]:
-        o = self.opts
+        slots, entries = self.store.options.index_slot_num, self.store.options.index_num
         sizes = [f.length for f in self.store.index_files]
         size = max(set(sizes), key=sizes.count) if sizes else None
-        if o.index_slots is not None and o.index_entries is not None:
-            return IndexGeometry(o.index_slots, o.index_entries), "options"
+        if slots is not None and entries is not None:
+            return IndexGeometry(slots, entries), "options"
         if size is not None:
             try:
-                return IndexGeometry.infer(size, o.index_slots, o.index_entries), "file size"
+                return IndexGeometry.infer(size, slots, entries), "file size"
             except ValueError:
                 pass  # not the defaults nor the default ratio: try the full files below
             # A rolled (full) file stores indexCount == maxIndexNum: the geometry follows.
@@ -1275,9 +1271,7 @@ class _Emulator:
                 f"index geometry of {size}-byte files could not be inferred; pass --index-slots "
                 "and --index-entries (rollover predictions use the defaults)"
             )
-        return IndexGeometry(
-            o.index_slots or DEFAULT_SLOT_NUM, o.index_entries or DEFAULT_INDEX_NUM
-        ), ("defaults")
+        return IndexGeometry(slots or DEFAULT_SLOT_NUM, entries or DEFAULT_INDEX_NUM), ("defaults")
 
     def _index_header(self, f: StoreFile) -> IndexHeader:
         data = self.read_disk(f, 0, INDEX_HEADER_SIZE)
@@ -2157,35 +2151,26 @@ def _options_dict(o: RecoverOptions, cl_size: int, cq_size: int) -> dict[str, ob
 
 
 def run_recovery(
-    root: str | Path,
+    store: Store,
     options: RecoverOptions | None = None,
     progress: Callable[[int], None] | None = None,
     index_out: Path | None = None,
 ) -> RecoveryOutcome:
-    """Emulate the restart of the store at ``root``; the store is only read.
+    """Emulate the restart of ``store``; the store is only read.
 
     ``index_out``: a directory that receives byte-exact copies of the index files the restart
     writes (new ones named by the current wall clock, as the broker would), for ``--apply-to``.
     """
-    opts = options or RecoverOptions()
-    store_opts = StoreOptions(
-        commitlog_file_size=opts.commitlog_file_size,
-        cq_file_size=opts.cq_file_size,
-        index_slot_num=opts.index_slots,
-        index_num=opts.index_entries,
-        profile=opts.profile,
-    )
-    with Store.open(root, store_opts) as store:
-        return _Emulator(store, opts, progress, index_out).run()
+    return _Emulator(store, options or RecoverOptions(), progress, index_out).run()
 
 
 def analyze_recovery(
-    root: str | Path,
+    store: Store,
     options: RecoverOptions | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> RecoveryReport:
-    """The recovery report for the store at ``root`` (see :func:`run_recovery`)."""
-    return run_recovery(root, options, progress).report
+    """The recovery report for ``store`` (see :func:`run_recovery`)."""
+    return run_recovery(store, options, progress).report
 
 
 def _read_length(buf: memoryview, pos: int, r: cl.CheckResult) -> int:

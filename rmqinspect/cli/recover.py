@@ -18,6 +18,7 @@ from rmqinspect.cli.options import (
     IndexEntriesOpt,
     IndexSlotsOpt,
     StoreArg,
+    open_store,
     progress_wanted,
 )
 from rmqinspect.format.profile import Profile
@@ -106,25 +107,26 @@ def recover(
     if assume_clean and assume_crash:
         raise typer.BadParameter("give at most one of --assume-clean and --assume-crash")
     options = RecoverOptions(
-        profile=None if profile is ProfileChoice.AUTO else Profile(profile.value),
         last_exit_ok=True if assume_clean else False if assume_crash else None,
         check_crc=not no_check_crc,
         message_index_safe=message_index_safe,
-        commitlog_file_size=commitlog_file_size,
-        cq_file_size=cq_file_size,
-        index_slots=index_slots,
-        index_entries=index_entries,
         lost_limit=lost_limit,
     )
     fmt = resolve_format(None if format is None else OutputFormat(format.value))
     total = _commitlog_bytes(store)
-    with progress_bar(total, "recovering", progress_wanted(fmt)) as advance:
+    chosen = None if profile is ProfileChoice.AUTO else Profile(profile.value)
+    with (
+        open_store(
+            store, commitlog_file_size, cq_file_size, index_slots, index_entries, chosen
+        ) as opened,
+        progress_bar(total, "recovering", progress_wanted(fmt)) as advance,
+    ):
         if apply_to is None:
-            report = analyze_recovery(store, options, advance)
+            report = analyze_recovery(opened, options, advance)
             applied = None
         else:
             try:
-                report, applied = apply_recovery(store, apply_to, options, advance)
+                report, applied = apply_recovery(opened, apply_to, options, advance)
             except ApplyRefused as refused:
                 print(f"rmqinspect: error: {refused}", file=sys.stderr)
                 raise typer.Exit(EXIT_FINDINGS) from None
