@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqinspect.analysis.recover import (
+from rmqinspect.analysis.recovery import (
     QueueReport,
     RecoverOptions,
     RecoveryReport,
@@ -697,7 +697,8 @@ def sample_log(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 def test_fast_path_never_disagrees_with_check_message(
     sample_log: bytes, flips: list[tuple[int, int]], profile: Profile, check_crc: bool
 ) -> None:
-    from rmqinspect.analysis.recover import _fast_check, _fast_run
+    from rmqinspect.analysis.recovery._fastpath import fast_check as _fast_check
+    from rmqinspect.analysis.recovery._fastpath import fast_run as _fast_run
     from rmqinspect.format import commitlog as cl
 
     data = bytearray(sample_log)

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from rmqinspect.analysis.apply import apply_recovery
-from rmqinspect.analysis.recover import (
+from rmqinspect.analysis.recovery import (
     RecoverOptions,
     RecoveryOutcome,
     RecoveryReport,
+    apply_recovery,
     run_recovery,
 )
 from rmqinspect.format.index import IndexHeader

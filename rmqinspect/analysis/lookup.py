@@ -28,7 +28,7 @@ from rmqinspect.analysis.queues import (
     resolve_unit,
     unit_at,
 )
-from rmqinspect.analysis.recover import RecoverOptions, run_recovery
+from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.host import HostAddress
@@ -479,7 +479,7 @@ class RestartedIndex:
 
 @contextlib.contextmanager
 def restarted_index(store: Store, progress: Progress | None = None) -> Iterator[RestartedIndex]:
-    """Emulate the restart (``analysis.recover``) with the index files it would write put in a
+    """Emulate the restart (``analysis.recovery``) with the index files it would write put in a
     temporary directory, and yield the post-restart view; the store itself is only read."""
     recover_opts = RecoverOptions(lost_limit=0)
     with tempfile.TemporaryDirectory(prefix="rmqinspect-index-") as tmp:

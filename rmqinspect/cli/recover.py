@@ -9,8 +9,12 @@ from typing import Annotated
 
 import typer
 
-from rmqinspect.analysis.apply import ApplyRefused, apply_recovery
-from rmqinspect.analysis.recover import RecoverOptions, analyze_recovery
+from rmqinspect.analysis.recovery import (
+    ApplyRefused,
+    RecoverOptions,
+    analyze_recovery,
+    apply_recovery,
+)
 from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, handle_errors
 from rmqinspect.cli.options import (
     CommitlogSizeOpt,

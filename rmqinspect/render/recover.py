@@ -6,8 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from rmqinspect.analysis.apply import ApplyReport
-from rmqinspect.analysis.recover import QueueReport, RecoveryReport
+from rmqinspect.analysis.recovery import ApplyReport, QueueReport, RecoveryReport
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
