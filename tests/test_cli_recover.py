@@ -97,6 +97,7 @@ def test_clean_store_exits_0_with_the_documented_schema(clean: Path) -> None:
         "truncated": False,
         "damaged_records": 0,
         "messages": [],
+        "by_where": {},
     }
     assert doc["commitlog"]["min_offset"] == 0
     queue = doc["consume_queues"][0]

@@ -238,7 +238,13 @@ def test_removing_abort_from_a_crash_differs_per_version(
             assert q.units_written_at_load == tail_counts.get(key, 0)
     want = {Profile.V4_9: 0, Profile.V5_1: UNDISPATCHED, Profile.V5_3: 1}[profile]
     assert report.unreachable_messages == want
-    assert not report.loses_data
+    # Intact messages the restarted broker cannot serve are loss (issue: "a consume queue that
+    # nothing rebuilds is loss"): each is listed with where=no_queue_unit.
+    unserved = [m for m in report.lost_messages.messages if m.where == "no_queue_unit"]
+    assert len(unserved) == report.lost_messages.count == want
+    if want:
+        assert {m.physical_offset for m in unserved} <= {r.physical_offset for r in tail}
+    assert report.loses_data is (want > 0)
 
 
 # --- damage helpers --------------------------------------------------------------------------
@@ -414,12 +420,13 @@ def test_removed_cq_dir_is_not_rebuilt_after_clean_shutdown(
     report = recover(store, profile)
     assert "TopicB/1" not in queues(report)
     assert report.queues_without_consume_queue == ["TopicB/1"]
-    # The scanned files' TopicB/1 records have no unit after the restart.
-    start = report.start_file.offset if report.start_file else 0
-    assert report.unreachable_messages == sum(
-        1 for r in results if (r.topic, r.queue_id) == ("TopicB", 1) and r.physical_offset >= start
-    )
-    assert not report.loses_data
+    # Nothing rebuilds the queue: every TopicB/1 message on disk is lost to consumers.
+    mine = {r.physical_offset for r in results if (r.topic, r.queue_id) == ("TopicB", 1)}
+    assert report.unreachable_messages == len(mine) == report.lost_messages.count
+    lost = report.lost_messages.messages
+    assert {m.physical_offset for m in lost} == mine
+    assert {m.where for m in lost} == {"no_queue_unit"}
+    assert report.loses_data
 
 
 @pytest.mark.parametrize("profile", PROFILES)

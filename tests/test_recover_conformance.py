@@ -190,7 +190,8 @@ def test_lost_messages_are_the_intact_records_past_the_end(
     corpus: str, scenario: str, request: pytest.FixtureRequest
 ) -> None:
     """Damaged copies of the clean store lose exactly the clean store's records after the cut
-    (less the damaged one); crashes and clean stores lose nothing."""
+    (less the damaged one); crashes and clean stores lose nothing; a deleted queue that the
+    broker does not rebuild loses every message of that queue."""
     root = _root(corpus, request)
     meta = expected(root, scenario)
     report = _recover(root, scenario, corpus, meta, CORPORA[corpus]).report
@@ -198,9 +199,22 @@ def test_lost_messages_are_the_intact_records_past_the_end(
     assert c is not None
     lost = sorted(m.physical_offset for m in report.lost_messages.messages)
     kind = meta["mutation"]["kind"]
-    if kind in ("none", "process_crash", "consume_queue_dir_deleted"):
+    if kind in ("none", "process_crash"):
         assert lost == [] and report.lost_messages.damaged_records == 0
         assert report.loses_data is False
+        return
+    if kind == "consume_queue_dir_deleted":
+        topic, queue_id = meta["mutation"]["deleted"].split("/")[1:]
+        assert list(meta["afterStart"]["knownQueuesWithoutConsumeQueue"]) == [f"{topic}/{queue_id}"]
+        gone = sorted(
+            line["cqPhyOffset"]
+            for line in jsonl(root, BASE[corpus], "messages")
+            if (line["topic"], line["queueId"]) == (topic, int(queue_id))
+        )
+        assert lost == gone and len(gone) == 287
+        assert {m.where for m in report.lost_messages.messages} == {"no_queue_unit"}
+        assert report.queues_without_consume_queue == [f"{topic}/{queue_id}"]
+        assert report.loses_data is True
         return
     clean = [
         line["offset"]

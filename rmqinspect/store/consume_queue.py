@@ -122,6 +122,33 @@ class ConsumeQueue:
                 break
         return count, last
 
+    def unit_offsets(self, queue_offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The physical offset stored in the unit of each queue offset (ascending, all within
+        ``[minOffset, maxOffset)``), read through the overlay; -1 where no file holds it."""
+        out = np.full(len(queue_offsets), -1, np.int64)
+        if not len(queue_offsets) or not self.files:
+            return out
+        at = queue_offsets * CQ_STORE_UNIT_SIZE
+        starts = np.array([f.start for f in self.files], np.int64)
+        which = np.searchsorted(starts, at, side="right") - 1
+        for i in np.unique(which[which >= 0]).tolist():
+            f = self.files[i]
+            sel = np.flatnonzero(which == i)
+            rel = at[sel] - f.start
+            inside = rel + CQ_STORE_UNIT_SIZE <= min(f.wrote, self.file_size)
+            sel, rel = sel[inside], rel[inside]
+            # Read spans of at most one chunk, so scattered offsets never read a whole file.
+            span = _CHUNK_UNITS * CQ_STORE_UNIT_SIZE
+            k = 0
+            while k < len(sel):
+                lo = int(rel[k])
+                end = k + int(np.searchsorted(rel[k:], lo + span, side="left"))
+                hi = int(rel[end - 1]) + CQ_STORE_UNIT_SIZE
+                units = np.frombuffer(self.read(f, lo, hi), CQ_UNIT_DTYPE)
+                out[sel[k:end]] = units["phy_offset"][(rel[k:end] - lo) // CQ_STORE_UNIT_SIZE]
+                k = end
+        return out
+
     @property
     def max_offset(self) -> int:
         """``getMaxOffsetInQueue`` in bytes: the last file's start + read position."""

@@ -219,6 +219,9 @@ def noop_differences(report: RecoveryReport) -> list[str]:
             or q.files_created
         ):
             diffs.append(f"consume queue {q.topic}/{q.queue_id} changes")
-    if report.lost_messages.count or report.lost_messages.damaged_records:
-        diffs.append(f"{report.lost_messages.count} messages lost")
+    lost = report.lost_messages
+    # Messages no unit serves stay unserved across restarts: only what a restart destroys counts.
+    destroyed = lost.count - lost.by_where.get("no_queue_unit", 0)
+    if destroyed or lost.damaged_records:
+        diffs.append(f"{destroyed} messages destroyed, {lost.damaged_records} damaged records")
     return diffs

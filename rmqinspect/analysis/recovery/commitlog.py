@@ -148,7 +148,6 @@ def scan(
                 if not (result.success and result.size > 0):
                     break
                 msg = DispatchedRecord.of(result)
-                dispatcher.count_scanned(msg)
                 last = (f, pos, msg)
                 if dispatch and msg.phy > above:
                     dispatcher.dispatch(msg, "load")

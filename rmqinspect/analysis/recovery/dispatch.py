@@ -3,8 +3,7 @@
 
 :class:`Dispatcher` takes records one at a time or a whole run at once; for a run it works out
 with numpy which records would change anything (a queue that lacks the unit, an index that has
-not passed the offset) and hands only those over, one by one, in order. It also counts, per
-queue, the records the recovery scan read, for the "left without a consume-queue unit" figures.
+not passed the offset) and hands only those over, one by one, in order.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from rmqinspect.analysis.recovery.report import ReputReport
 from rmqinspect.analysis.recovery.state import BrokerState, DispatchedRecord
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
-from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
-from rmqinspect.format.javamath import jdiv, jmod, wrap32, wrap64
+from rmqinspect.format.javamath import jmod, wrap32, wrap64
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.model import QueueId
 
@@ -31,8 +29,6 @@ class Dispatcher:
     def __init__(self, state: BrokerState, index: IndexService | None) -> None:
         self.state = state
         self.index = index if state.options.message_index_enable else None
-        # (topic, queueId) -> [records, highest queue offset] read by the recovery scan
-        self.scanned: dict[tuple[str, int], list[int]] = {}
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     def dispatch(self, m: DispatchedRecord, phase: str) -> None:
@@ -52,18 +48,6 @@ class Dispatcher:
         if self.index is not None:
             self.index.build(m)
 
-    def count_scanned(self, m: DispatchedRecord) -> None:
-        """Per queue: records the recovery scan read, and the highest queue offset among them."""
-        if m.sys_flag & cl.TRANSACTION_TYPE_MASK in _NOT_OR_COMMIT:
-            key = (m.topic, m.queue_id)
-            seen = self.scanned.get(key)
-            if seen is None:
-                self.scanned[key] = [1, m.queue_offset]
-            else:
-                seen[0] += 1
-                if m.queue_offset > seen[1]:
-                    seen[1] = m.queue_offset
-
     def take_run(
         self,
         buf: memoryview,
@@ -72,11 +56,10 @@ class Dispatcher:
         above: int,
         delays: dict[int, int],
     ) -> int:
-        """Account for the records of ``run`` as the scan loop would, one by one, but with numpy
-        where the outcome is known, dispatching (when ``phase`` is given) the records whose
-        physical offset is above ``above``. Returns how many records it took: fewer than
-        ``run.count`` when a schedule record's DELAY is not an integer (the broker's check
-        rejects that one)."""
+        """Take the records of ``run`` as the scan loop would, one by one, but with numpy where
+        the outcome is known, dispatching (when ``phase`` is given) the records whose physical
+        offset is above ``above``. Returns how many records it took: fewer than ``run.count``
+        when a schedule record's DELAY is not an integer (the broker's check rejects that one)."""
         count = run.count
         if not count:
             return 0
@@ -96,16 +79,14 @@ class Dispatcher:
                 sched[i] = code
         if not count:
             return 0
+        if phase is None:
+            return count
         tids = tids[:count]
         names = [fast.topic_name(t) for t in topics]
         qids = run.queue_ids[:count]
         tt = run.sys_flags[:count] & cl.TRANSACTION_TYPE_MASK
         cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
         keys = (tids << 32) | (qids & 0xFFFFFFFF)
-        if cq_type.any():
-            self._count_run(keys[cq_type], run.queue_offsets[:count][cq_type], names)
-        if phase is None:
-            return count
         phys = run.phys[:count]
         sel = phys > above
         if not sel.any():
@@ -135,29 +116,6 @@ class Dispatcher:
         if ts.size:
             state.logics_timestamp = int(ts[-1])
         return count
-
-    def _count_run(self, keys: fast.I64N, queue_offsets: fast.I64N, names: list[str]) -> None:
-        order = np.argsort(keys, kind="stable")
-        k, qo = keys[order], queue_offsets[order]
-        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-        tops = np.maximum.reduceat(qo, starts)
-        sizes = np.diff(np.r_[starts, len(k)])
-        for key, n, top in zip(k[starts].tolist(), sizes.tolist(), tops.tolist(), strict=True):
-            name = (names[key >> 32], wrap32(key & 0xFFFFFFFF))
-            seen = self.scanned.get(name)
-            if seen is None:
-                self.scanned[name] = [n, top]
-            else:
-                seen[0] += n
-                seen[1] = max(seen[1], top)
-
-    def unreachable(self, topic: str, queue_id: int, max_bytes: int) -> int:
-        """Records the recovery scan read whose queue offset is at or past the queue's final
-        max: in the commitlog below E but without a consume-queue unit after the restart."""
-        seen = self.scanned.get((topic, queue_id))
-        if seen is None:
-            return 0
-        return max(0, min(seen[0], seen[1] + 1 - jdiv(max_bytes, CQ_STORE_UNIT_SIZE)))
 
 
 def record_of(

@@ -30,7 +30,7 @@ from rmqinspect.analysis.recovery.commitlog import (
 )
 from rmqinspect.analysis.recovery.dispatch import Dispatcher, reput
 from rmqinspect.analysis.recovery.index_service import IndexService, index_report, load_index
-from rmqinspect.analysis.recovery.lost import lost_messages
+from rmqinspect.analysis.recovery.lost import Unserved, lost_messages
 from rmqinspect.analysis.recovery.report import (
     SCHEMA_VERSION,
     CheckpointReport,
@@ -124,26 +124,13 @@ def run_recovery(
         state.failures.append(failure)
     queue_max = {qid: q.max_offset_in_queue for qid, q in state.queues.items()}
     deleted_disks = recovered.deleted_disks
-    lost, data_bytes = (
-        lost_messages(state, recovered.scan.end, deleted_disks, queue_max)
-        if state.commitlog or deleted_disks
-        else (LostReport(0, 0, False, 0, []), 0)
-    )
+    lost, data_bytes, unserved = lost_messages(state, recovered.scan.end, deleted_disks, queue_max)
     confirm = _confirm_offset(state, recovered)
     queues = [
-        _queue_report(state, dispatcher, qid)
+        _queue_report(state, unserved, qid)
         for qid, q in state.queues.items()
         if state.history[qid].existed or q.files or q.counters.deleted
     ]
-    listed = {(q.topic, q.queue_id) for q in queues}
-    without = [
-        (topic, queue_id)
-        for topic, queue_id in sorted(dispatcher.scanned)
-        if (topic, queue_id) not in listed
-    ]
-    unreachable = sum(q.unreachable_after_start for q in queues) + sum(
-        dispatcher.unreachable(topic, queue_id, 0) for topic, queue_id in without
-    )
     checkpoint, checkpoint_after = _checkpoint_report(state, cp, cp_present, index, confirm)
     report = RecoveryReport(
         schema_version=SCHEMA_VERSION,
@@ -166,8 +153,8 @@ def run_recovery(
         reput=reput_report,
         checkpoint=checkpoint,
         lost_messages=lost,
-        unreachable_messages=unreachable,
-        queues_without_consume_queue=[f"{t}/{q}" for t, q in without],
+        unreachable_messages=sum(unserved.per_queue.values()),
+        queues_without_consume_queue=[str(q) for q in unserved.queues_without_consume_queue],
         warnings=state.warnings,
     )
     return RecoveryOutcome(
@@ -355,7 +342,7 @@ def _commitlog_report(
     )
 
 
-def _queue_report(state: BrokerState, dispatcher: Dispatcher, qid: QueueId) -> QueueReport:
+def _queue_report(state: BrokerState, unserved: Unserved, qid: QueueId) -> QueueReport:
     q = state.queues[qid]
     h = state.history[qid]
     min_load, max_load, phys_load = h.after_load
@@ -377,7 +364,7 @@ def _queue_report(state: BrokerState, dispatcher: Dispatcher, qid: QueueId) -> Q
         units_written_after_start=c.written.get("start", 0),
         pre_blank_units=c.pre_blank,
         misplaced_units=c.misplaced,
-        unreachable_after_start=dispatcher.unreachable(qid.topic, qid.queue_id, q.max_offset),
+        unreachable_after_start=unserved.per_queue.get(qid, 0),
         files_deleted=h.deleted_at_load + c.deleted,
         files_created=list(c.created),
     )

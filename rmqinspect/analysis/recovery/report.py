@@ -114,7 +114,7 @@ class QueueReport:
     units_written_after_start: int  # written by the reput service
     pre_blank_units: int  # fillPreBlank placeholders written
     misplaced_units: int  # appended at a position other than their queue offset
-    unreachable_after_start: int  # scanned records of this queue at or past its final max
+    unreachable_after_start: int  # intact messages of this queue no unit serves after start
     files_deleted: list[str]
     files_created: list[str]
 
@@ -178,7 +178,7 @@ class LostMessage:
     store_timestamp: int
     transaction: str
     file: str
-    where: str  # past_end (in the cut file) or deleted_file
+    where: str  # past_end (in the cut file), deleted_file, or no_queue_unit (kept, unserved)
 
 
 @dataclass
@@ -188,6 +188,7 @@ class LostReport:
     truncated: bool
     damaged_records: int  # message-like records past E that fail the check (torn, corrupt)
     messages: list[LostMessage]
+    by_where: dict[str, int] = field(default_factory=dict)  # count per ``where``
 
 
 @dataclass
@@ -224,18 +225,13 @@ class RecoveryReport:
     reput: ReputReport | None
     checkpoint: CheckpointReport | None
     lost_messages: LostReport
-    unreachable_messages: int  # scanned records below E left without a consume-queue unit
+    unreachable_messages: int  # intact messages below E no consume-queue unit serves
     queues_without_consume_queue: list[str]  # queues the scan saw records of but none exists
     warnings: list[str]
 
     @property
     def loses_data(self) -> bool:
-        """Exit-code rule: the restart destroys messages (intact or damaged records past the
-        end, or consume-queue units below it that ConsumeQueue.recover drops and nothing
-        rebuilds). Units truncated past the end are covered by the first two."""
-        if self.lost_messages.count or self.lost_messages.damaged_records:
-            return True
-        return any(
-            q.units_dropped_by_cq_recover > q.units_written_at_load + q.units_written_after_start
-            for q in self.consume_queues
-        )
+        """Exit-code rule: the restart destroys messages: intact ones it can no longer serve
+        (past the end, in deleted files, or without a consume-queue unit), or damaged records
+        past the end."""
+        return bool(self.lost_messages.count or self.lost_messages.damaged_records)
