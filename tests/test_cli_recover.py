@@ -39,6 +39,8 @@ TOP_LEVEL_KEYS = {
     "queues_without_consume_queue",
     "warnings",
     "loses_data",
+    "verdict",
+    "verdict_reason",
     "apply",
 }
 
@@ -200,6 +202,12 @@ def test_broker_refusing_to_start_exits_1(clean: Path) -> None:
     doc = recover_json(clean, code=1)
     assert doc["broker_starts"] is False
     assert doc["load_failures"][0]["kind"] == "wrong_size"
+    assert doc["verdict"] == "refuses_to_start"
+    assert doc["verdict_reason"].startswith("the broker refuses to start: ")
+    assert doc["commitlog"]["max_offset"] is None and doc["commitlog"]["last_file"] is None
+    table = run("recover", clean, *SMALL_OPTS, "--format", "table")
+    assert "the broker refuses to start" in table.stdout
+    assert "nothing is lost" not in table.stdout and "commitlog end" not in table.stdout
     result = run("recover", clean, *SMALL_OPTS, "--apply-to", clean.parent / "out")
     assert result.exit_code == 1
     assert "refuse to start" in result.stderr

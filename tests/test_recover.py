@@ -602,13 +602,16 @@ def test_wrong_size_file_refuses_to_start(base: Base, tmp_path: Path, profile: P
     assert not report.broker_starts
     assert report.load_failures[0].kind == "wrong_size"
     assert report.load_failures[0].path.endswith(victim.name)
-    # load() stops at the bad file: the files before it stay mapped, nothing is recovered.
+    # load() fails before recovery: the verdict says why, and no end state is invented.
     assert report.recovery_path == "normal"
+    assert report.verdict == "refuses_to_start"
+    assert victim.name in report.verdict_reason and "bytes, expected" in report.verdict_reason
     c = report.commitlog
     assert c is not None and c.end_reason == "load_failed"
-    assert [f.name for f in c.files_after] == files_of(store)[:1]
-    assert (c.min_offset, c.max_offset) == (0, CL_SIZE)
-    assert report.consume_queues == [] and report.reput is None
+    assert c.files_before == files_of(store)
+    assert (c.min_offset, c.max_offset, c.last_file, c.files_after) == (None, None, None, None)
+    assert c.discarded_bytes is None and report.lost_messages.count == 0
+    assert report.consume_queues == [] and report.reput is None and report.index is None
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -22,6 +22,8 @@ def recover_json(report: RecoveryReport, applied: ApplyReport | None = None) -> 
     ``loses_data`` verdict (the exit-code rule) and, with ``--apply-to``, an ``apply`` section."""
     doc: dict[str, Any] = _timed(to_jsonable(report))
     doc["loses_data"] = report.loses_data
+    doc["verdict"] = report.verdict
+    doc["verdict_reason"] = report.verdict_reason
     doc["apply"] = to_jsonable(applied) if applied is not None else None
     return doc
 
@@ -173,7 +175,7 @@ def _summary(report: RecoveryReport) -> Table:
     if report.max_phy_offset_of_consume_queue is not None:
         rows.append(("max CQ physical offset", report.max_phy_offset_of_consume_queue))
     c = report.commitlog
-    if c is not None:
+    if c is not None and c.max_offset is not None:
         rows.extend(
             [
                 ("commitlog min offset", c.min_offset),
@@ -192,7 +194,7 @@ def _summary(report: RecoveryReport) -> Table:
         if c.first_bad_record is not None:
             b = c.first_bad_record
             rows.append(("first bad record", f"{b.offset} in {b.file}: {b.reason} {b.detail}"))
-        rows.append(("discarded data", size_cell(c.discarded_bytes)))
+        rows.append(("discarded data", size_cell(c.discarded_bytes or 0)))
         rows.append(("commitlog files deleted", ", ".join(c.deleted_files) or "none"))
         if c.deleted_at_load:
             rows.append(("deleted at load (zero length)", ", ".join(c.deleted_at_load)))
@@ -215,6 +217,6 @@ def _summary(report: RecoveryReport) -> Table:
         rows.append(
             ("queues with no consume queue", ", ".join(report.queues_without_consume_queue))
         )
-    rows.append(("verdict", "the restart loses data" if report.loses_data else "nothing is lost"))
+    rows.append(("verdict", report.verdict_reason))
     rows.extend(("warning", w) for w in report.warnings)
     return key_value_table("Restart recovery", rows)

@@ -273,11 +273,9 @@ def _path(last_exit_ok: bool) -> RecoveryPath:
 
 
 def _refused(state: BrokerState, last_ok: bool, source: str) -> RecoveryOutcome:
-    """``load()`` returned false before recovery: the state it leaves (the files mapped so far,
-    at full write position) and the path lastExitOK had chosen."""
+    """``load()`` returned false before recovery: the verdict and why, the path lastExitOK had
+    chosen, and no end state (the broker never reaches one)."""
     store = state.store
-    empty = ScanOutcome(0, "load_failed", None, None, 0)
-    recovered = CommitlogRecovery(None, empty, [], [], False)
     report = RecoveryReport(
         schema_version=SCHEMA_VERSION,
         store=str(store.root),
@@ -293,7 +291,23 @@ def _refused(state: BrokerState, last_ok: bool, source: str) -> RecoveryOutcome:
         start_file=None,
         max_phy_offset_of_consume_queue=None,
         cq_truncation=False,
-        commitlog=_commitlog_report(state, recovered, 0, None),
+        commitlog=CommitlogReport(
+            file_size=state.commitlog_file_size,
+            files_before=sorted(f.name for f in store.commitlog.files),
+            min_offset=None,
+            max_offset=None,
+            scan_start_offset=None,
+            scanned_bytes=0,
+            end_reason="load_failed",
+            last_valid_record=None,
+            first_bad_record=None,
+            discarded_bytes=None,
+            deleted_files=[],
+            deleted_at_load=[],
+            last_file=None,
+            files_after=None,
+            confirm_offset=None,
+        ),
         consume_queues=[],
         index=None,
         reput=None,

@@ -79,20 +79,23 @@ class FilePosition:
 
 @dataclass
 class CommitlogReport:
+    """The commitlog after recovery. When the broker refuses to start there is no such state:
+    the offsets, the kept files and the discarded bytes are None."""
+
     file_size: int
     files_before: list[str]
-    min_offset: int  # getMinOffset after load: -1 without files
-    max_offset: int  # the recovered end E (getMaxOffset)
+    min_offset: int | None  # getMinOffset after load: -1 without files
+    max_offset: int | None  # the recovered end E (getMaxOffset)
     scan_start_offset: int | None
     scanned_bytes: int
     end_reason: str  # bad_record | blank_in_last_file | no_files | load_failed
     last_valid_record: RecordInfo | None
     first_bad_record: BadRecord | None
-    discarded_bytes: int  # data (non-zero) bytes past E that the broker ignores or deletes
+    discarded_bytes: int | None  # data (non-zero) bytes past E that the broker ignores/deletes
     deleted_files: list[str]
     deleted_at_load: list[str]  # 5.x: a zero-length last file is deleted by load()
     last_file: FilePosition | None
-    files_after: list[FilePosition]  # every file kept, with its write position after load
+    files_after: list[FilePosition] | None  # every file kept, with its write position
     confirm_offset: int | None  # 5.x: start of the last valid record (checkpoint byte 32)
 
 
@@ -235,3 +238,23 @@ class RecoveryReport:
         (past the end, in deleted files, or without a consume-queue unit), or damaged records
         past the end."""
         return bool(self.lost_messages.count or self.lost_messages.damaged_records)
+
+    @property
+    def verdict(self) -> str:
+        """refuses_to_start, loses_data or no_loss: what the restart does, in one word."""
+        if not self.broker_starts:
+            return "refuses_to_start"
+        return "loses_data" if self.loses_data else "no_loss"
+
+    @property
+    def verdict_reason(self) -> str:
+        if not self.broker_starts:
+            why = "; ".join(f"{f.path}: {f.message}" for f in self.load_failures)
+            return f"the broker refuses to start: {why}"
+        lost = self.lost_messages
+        if not self.loses_data:
+            return "the restart loses nothing"
+        parts = [f"{n} {where.replace('_', ' ')}" for where, n in sorted(lost.by_where.items())]
+        if lost.damaged_records:
+            parts.append(f"{lost.damaged_records} damaged records past the end")
+        return f"the restart loses {lost.count} intact messages ({', '.join(parts)})"
