@@ -25,28 +25,24 @@ from rmqinspect.analysis.lookup import (
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,
-    CommitlogSizeOpt,
-    CqSizeOpt,
     FormatOpt,
-    IndexEntriesOpt,
-    IndexSlotsOpt,
     LimitOpt,
-    ProfileOpt,
     StoreArg,
-    open_store,
     parse_optional_time,
     parse_time,
     progress_wanted,
+    with_store_options,
 )
 from rmqinspect.render.lookup import render_lookup
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import progress_bar, resolve_format
-from rmqinspect.store.model import Store
+from rmqinspect.store.model import Store, StoreOptions
 
 _MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--phy-offset", "--time")
 
 
 @handle_errors
+@with_store_options
 def lookup(
     store: StoreArg,
     msg_id: Annotated[
@@ -100,11 +96,8 @@ def lookup(
     limit: LimitOpt = None,
     body: BodyOpt = BodyFormat.TEXT,
     format: FormatOpt = None,
-    commitlog_file_size: CommitlogSizeOpt = None,
-    cq_file_size: CqSizeOpt = None,
-    index_slots: IndexSlotsOpt = None,
-    index_entries: IndexEntriesOpt = None,
-    profile: ProfileOpt = None,
+    *,
+    store_options: StoreOptions,
 ) -> None:
     """Find messages: exactly one of --msg-id, --uniq-key, --key, --queue-offset, --phy-offset,
     --time. Exits 0 when something is found, 1 when nothing is.
@@ -128,9 +121,7 @@ def lookup(
     if (key is not None or time_range is not None) and topic is None:
         raise fail(f"{given[0]} needs --topic")
     fmt = resolve_format(format)
-    with open_store(
-        store, commitlog_file_size, cq_file_size, index_slots, index_entries, profile
-    ) as st:
+    with Store.open(store, store_options) as st:
         total = sum(f.length for f in st.commitlog.files)
         with progress_bar(total, "scanning commitlog", progress_wanted(fmt)) as advance:
             if msg_id is not None:

@@ -7,13 +7,15 @@ from typing import Any
 from rich.table import Table
 
 from rmqinspect.analysis.apply import ApplyReport
-from rmqinspect.analysis.recover import QueueReport, RecoveryReport
+from rmqinspect.analysis.recover import LostMessage, QueueReport, RecoveryReport
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
     print_json,
+    print_jsonl,
     print_table,
     to_jsonable,
+    warn,
 )
 from rmqinspect.render.values import size_cell, time_cell, with_times
 
@@ -43,8 +45,19 @@ def render_recover(
     if fmt is OutputFormat.TABLE:
         for table in recover_tables(report, applied):
             print_table(table)
+    elif fmt is OutputFormat.JSONL:
+        lost = report.lost_messages
+        if lost.truncated:
+            warn(f"{lost.listed} of {lost.count} lost messages listed: raise --lost-limit")
+        print_jsonl(lost_message_json(m) for m in lost.messages)
     else:
         print_json(recover_json(report, applied))
+
+
+def lost_message_json(message: LostMessage) -> dict[str, Any]:
+    """One ``lost_messages.messages`` element, as it stands in the JSON report."""
+    doc: dict[str, Any] = _timed(to_jsonable(message))
+    return doc
 
 
 def _changed(q: QueueReport) -> bool:
