@@ -41,7 +41,9 @@ def resolve_format(requested: OutputFormat | None) -> OutputFormat:
 
 
 def stdout_console() -> Console:
-    return Console(soft_wrap=False, highlight=False)
+    # No markup: cells and titles hold store data (keys, tags, bodies, topic names), and a
+    # "[...]" there is text to show, not a style to apply or a tag that fails to close.
+    return Console(soft_wrap=False, highlight=False, markup=False)
 
 
 def stderr_console() -> Console:
