@@ -25,6 +25,8 @@ from rmqinspect.render.message import (
 )
 from rmqinspect.render.output import OutputFormat, print_table
 
+pytestmark = pytest.mark.usefixtures("wide_console")
+
 STORE_HOST = HostAddress(bytes([10, 0, 0, 7]), 10911)
 BORN_HOST = HostAddress(bytes(15) + b"\x01", 40000)
 
@@ -150,12 +152,6 @@ def test_body_preview_escapes_and_shortens() -> None:
     assert body_preview(b"x" * 60, 10) == "x" * 10 + "…"
     assert body_preview(b"\xff" * 3, 10) == "0xffffff"
     assert body_preview(b"\xff" * 30, 10) == "0x" + "ff" * 5 + "…"
-
-
-@pytest.fixture(autouse=True)
-def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Wide enough that no cell wraps, so a cell's text can be found whole."""
-    monkeypatch.setenv("COLUMNS", "400")
 
 
 def _table_text(table: Any, capsys: pytest.CaptureFixture[str]) -> str:
