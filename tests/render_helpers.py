@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -14,6 +15,20 @@ from rmqinspect.render.values import iso_ms
 # Store text a table must show as it is, never as rich markup.
 MARKUP_KEYS = ("[order]", "a[/]b")
 MARKUP_TAG = "[bold]T"
+
+
+def decode_body(encoding: str, body: str | None) -> bytes | None:
+    """The bytes a message JSON's ``body`` stands for, by its ``body_encoding`` (the inverse of
+    ``render.message.encode_body``)."""
+    if body is None or encoding == "none":
+        return None
+    if encoding == "text":
+        return body.encode("utf-8")
+    if encoding == "hex":
+        return bytes.fromhex(body)
+    if encoding == "base64":
+        return base64.b64decode(body)
+    raise ValueError(f"unknown body_encoding {encoding!r}")
 
 
 def assert_time_siblings(doc: Any) -> int:

@@ -42,6 +42,23 @@ TOP_LEVEL_KEYS = {
     "apply",
 }
 
+LOST_MESSAGE_FIELDS = [
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "physical_offset",
+    "size",
+    "msg_id",
+    "uniq_key",
+    "keys",
+    "tags",
+    "store_timestamp",
+    "store_time",
+    "transaction",
+    "file",
+    "where",
+]
+
 
 def specs(n: int = 300, dispatched: int | None = None) -> list[MessageSpec]:
     return [
@@ -133,22 +150,7 @@ def test_flipped_byte_lists_lost_messages_with_limit(clean: Path) -> None:
     lost = doc["lost_messages"]
     assert lost["count"] > 2 and lost["listed"] == 2 and lost["truncated"] is True
     m = lost["messages"][0]
-    assert set(m) == {
-        "topic",
-        "queue_id",
-        "queue_offset",
-        "physical_offset",
-        "size",
-        "msg_id",
-        "uniq_key",
-        "keys",
-        "tags",
-        "store_timestamp",
-        "store_time",
-        "transaction",
-        "file",
-        "where",
-    }
+    assert list(m) == LOST_MESSAGE_FIELDS
     assert m["store_time"].endswith("Z")
     assert m["physical_offset"] > doc["commitlog"]["max_offset"]
     # jsonl: the listed lost messages, one per line, as they stand in the JSON report.

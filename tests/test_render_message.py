@@ -13,17 +13,16 @@ from rmqinspect.format import properties as props
 from rmqinspect.format.commitlog import MESSAGE_MAGIC_CODE, MessageRecord, body_crc
 from rmqinspect.format.host import HostAddress
 from rmqinspect.render.message import (
-    TABLE_BATCH_ROWS,
     BodyFormat,
     body_preview,
-    decode_body,
     encode_body,
     message_detail_table,
     message_json,
     messages_table,
     render_message_stream,
 )
-from rmqinspect.render.output import OutputFormat, print_table
+from rmqinspect.render.output import TABLE_BATCH_ROWS, OutputFormat, print_table
+from tests.render_helpers import decode_body
 
 pytestmark = pytest.mark.usefixtures("wide_console")
 

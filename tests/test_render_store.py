@@ -39,7 +39,7 @@ from tests.render_helpers import (
     printed_jsonl,
     table_text,
 )
-from tests.test_cli_recover import TOP_LEVEL_KEYS
+from tests.test_cli_recover import LOST_MESSAGE_FIELDS, TOP_LEVEL_KEYS
 
 pytestmark = pytest.mark.usefixtures("wide_console")
 
@@ -298,22 +298,7 @@ def test_recover_lists_lost_messages_with_times(
         report = analyze_recovery(opened, RecoverOptions(lost_limit=2))
     lost = [lost_message_json(m) for m in report.lost_messages.messages]
     assert len(lost) == 2 and report.lost_messages.count == 3
-    assert list(lost[0]) == [
-        "topic",
-        "queue_id",
-        "queue_offset",
-        "physical_offset",
-        "size",
-        "msg_id",
-        "uniq_key",
-        "keys",
-        "tags",
-        "store_timestamp",
-        "store_time",
-        "transaction",
-        "file",
-        "where",
-    ]
+    assert list(lost[0]) == LOST_MESSAGE_FIELDS
     assert lost[0]["store_time"] == "2024-05-01T10:00:00.003Z"
     assert assert_time_siblings(lost) == 2
     render_recover(report, OutputFormat.JSONL)

@@ -11,13 +11,18 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.table import Table
 
 from rmqinspect.render.output import (
+    TABLE_BATCH_ROWS,
     OutputFormat,
     key_value_table,
     print_json,
+    print_json_array,
+    print_json_with_array,
     print_jsonl,
     print_table,
+    print_table_batches,
     resolve_format,
     to_jsonable,
 )
@@ -131,3 +136,36 @@ def test_resolve_format_prefers_the_request(monkeypatch: pytest.MonkeyPatch) -> 
     assert resolve_format(None) is OutputFormat.JSON
     monkeypatch.setattr("sys.stdout.isatty", lambda: True)
     assert resolve_format(None) is OutputFormat.TABLE
+
+
+def test_streamed_json_arrays(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"a": 1}, {"b": "é"}]
+    assert print_json_array(iter(rows)) == 2
+    assert capsys.readouterr().out == '[\n  {"a": 1},\n  {"b": "é"}\n]\n'
+    assert print_json_array(iter([])) == 0
+    assert capsys.readouterr().out == "[]\n"
+    head = {"queue": {"topic": "T"}, "n": 0}
+    assert print_json_with_array(head, "units", iter(rows)) == 2
+    out = capsys.readouterr().out
+    assert out == '{"queue": {"topic": "T"}, "n": 0, "units": [\n  {"a": 1},\n  {"b": "é"}\n]}\n'
+    assert print_json_with_array({}, "entries", iter([])) == 0
+    assert json.loads(capsys.readouterr().out) == {"entries": []}
+
+
+def test_table_batches_title_once_and_an_empty_table(capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[tuple[int, bool]] = []
+
+    def table(batch: list[int], first: bool) -> Table:
+        calls.append((len(batch), first))
+        t = Table(title="Rows" if first else None)
+        t.add_column("n")
+        for n in batch:
+            t.add_row(str(n))
+        return t
+
+    assert print_table_batches(range(TABLE_BATCH_ROWS * 2 + 1), table) == TABLE_BATCH_ROWS * 2 + 1
+    assert calls == [(TABLE_BATCH_ROWS, True), (TABLE_BATCH_ROWS, False), (1, False)]
+    assert capsys.readouterr().out.count("Rows") == 1
+    calls.clear()
+    assert print_table_batches([], table) == 0
+    assert calls == [(0, True)] and "Rows" in capsys.readouterr().out

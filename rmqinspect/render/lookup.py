@@ -13,12 +13,12 @@ from rmqinspect.render.message import (
     message_detail_table,
     message_json,
     messages_table,
-    print_plain_jsonl,
 )
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
     print_json,
+    print_plain_jsonl,
     print_table,
     warn,
 )
