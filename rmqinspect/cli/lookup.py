@@ -28,14 +28,14 @@ from rmqinspect.cli.options import (
     FormatOpt,
     LimitOpt,
     StoreArg,
+    commitlog_progress,
     parse_optional_time,
     parse_time,
-    progress_wanted,
     with_store_options,
 )
 from rmqinspect.render.lookup import render_lookup
 from rmqinspect.render.message import BodyFormat
-from rmqinspect.render.output import progress_bar, resolve_format
+from rmqinspect.render.output import resolve_format
 from rmqinspect.store.model import Store, StoreOptions
 
 _MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--phy-offset", "--time")
@@ -121,42 +121,41 @@ def lookup(
     if (key is not None or time_range is not None) and topic is None:
         raise fail(f"{given[0]} needs --topic")
     fmt = resolve_format(format)
-    with Store.open(store, store_options) as st:
-        total = sum(f.length for f in st.commitlog.files)
-        with progress_bar(total, "scanning commitlog", progress_wanted(fmt)) as advance:
-            if msg_id is not None:
-                result = lookup_msg_id(st, msg_id)
-            elif phy_offset is not None:
-                result = lookup_phy_offset(st, phy_offset)
-            elif queue_offset is not None:
-                result = _queue_offset(st, queue_offset, advance)
-            elif time_range is not None:
-                assert topic is not None
-                start, stop = _time_range(time_range)
-                result = lookup_time(
-                    st, topic, start, stop, limit=limit, scan=scan, progress=advance
+    with (
+        Store.open(store, store_options) as st,
+        commitlog_progress(st, "scanning commitlog", fmt) as advance,
+    ):
+        if msg_id is not None:
+            result = lookup_msg_id(st, msg_id)
+        elif phy_offset is not None:
+            result = lookup_phy_offset(st, phy_offset)
+        elif queue_offset is not None:
+            result = _queue_offset(st, queue_offset, advance)
+        elif time_range is not None:
+            assert topic is not None
+            start, stop = _time_range(time_range)
+            result = lookup_time(st, topic, start, stop, limit=limit, scan=scan, progress=advance)
+        else:
+            uniq = uniq_key is not None
+            text = uniq_key if uniq_key is not None else key
+            assert text is not None
+            topics = (topic,) if topic is not None else tuple(known_topics(st))
+            q = KeyQuery(
+                text,
+                topics,
+                uniq,
+                max_num or default_max_num(uniq),
+                parse_optional_time(begin, "--begin") or 0,
+                _or_max(parse_optional_time(end, "--end")),
+            )
+            with contextlib.ExitStack() as stack:
+                restart = None
+                if as_recovered and not scan:
+                    restart = stack.enter_context(restarted_index(st, advance))
+                result = lookup_key(
+                    st, q, scan=scan, limit=limit, restart=restart, progress=advance
                 )
-            else:
-                uniq = uniq_key is not None
-                text = uniq_key if uniq_key is not None else key
-                assert text is not None
-                topics = (topic,) if topic is not None else tuple(known_topics(st))
-                q = KeyQuery(
-                    text,
-                    topics,
-                    uniq,
-                    max_num or default_max_num(uniq),
-                    parse_optional_time(begin, "--begin") or 0,
-                    _or_max(parse_optional_time(end, "--end")),
-                )
-                with contextlib.ExitStack() as stack:
-                    restart = None
-                    if as_recovered and not scan:
-                        restart = stack.enter_context(restarted_index(st, advance))
-                    result = lookup_key(
-                        st, q, scan=scan, limit=limit, restart=restart, progress=advance
-                    )
-            render_lookup(result, fmt, body)
+        render_lookup(result, fmt, body)
     if not result.found:
         raise typer.Exit(EXIT_FINDINGS)
 

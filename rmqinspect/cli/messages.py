@@ -13,12 +13,12 @@ from rmqinspect.cli.options import (
     FormatOpt,
     LimitOpt,
     StoreArg,
+    commitlog_progress,
     parse_optional_time,
-    progress_wanted,
     with_store_options,
 )
 from rmqinspect.render.message import BodyFormat, render_message_stream
-from rmqinspect.render.output import progress_bar, resolve_format
+from rmqinspect.render.output import resolve_format
 from rmqinspect.store.model import Store, StoreOptions
 
 
@@ -63,10 +63,11 @@ def messages(
         limit=limit,
     )
     fmt = resolve_format(format)
-    with Store.open(store, store_options) as st:
-        total = sum(f.length for f in st.commitlog.files)
-        with progress_bar(total, "scanning commitlog", progress_wanted(fmt)) as advance:
-            render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")
+    with (
+        Store.open(store, store_options) as st,
+        commitlog_progress(st, "scanning commitlog", fmt) as advance,
+    ):
+        render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")
 
 
 def register(app: typer.Typer) -> None:

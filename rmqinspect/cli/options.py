@@ -5,17 +5,19 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 
+from rmqinspect.analysis.messages import Progress
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.message import BodyFormat
-from rmqinspect.render.output import OutputFormat
-from rmqinspect.store.model import StoreOptions
+from rmqinspect.render.output import OutputFormat, progress_bar
+from rmqinspect.store.model import Store, StoreOptions
 
 R = TypeVar("R")
 
@@ -169,6 +171,11 @@ def parse_optional_time(text: str | None, option: str) -> int | None:
     return None if text is None else parse_time(text, option)
 
 
-def progress_wanted(fmt: OutputFormat) -> bool:
-    """Progress bars only for humans: a table on a terminal."""
-    return fmt is OutputFormat.TABLE and sys.stdout.isatty()
+@contextmanager
+def commitlog_progress(store: Store, description: str, fmt: OutputFormat) -> Iterator[Progress]:
+    """A progress bar over the store's commitlog bytes, shown only to a person (a table on a
+    terminal); yields ``advance(n_bytes)``."""
+    total = sum(f.length for f in store.commitlog.files)
+    with progress_bar(total, description, fmt is OutputFormat.TABLE and sys.stdout.isatty()) as bar:
+        advance: Progress = bar
+        yield advance

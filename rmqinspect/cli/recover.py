@@ -11,8 +11,8 @@ import typer
 from rmqinspect.analysis.apply import ApplyRefused, apply_recovery
 from rmqinspect.analysis.recover import RecoverOptions, analyze_recovery
 from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, handle_errors
-from rmqinspect.cli.options import FormatOpt, StoreArg, progress_wanted, with_store_options
-from rmqinspect.render.output import progress_bar, resolve_format
+from rmqinspect.cli.options import FormatOpt, StoreArg, commitlog_progress, with_store_options
+from rmqinspect.render.output import resolve_format
 from rmqinspect.render.recover import render_recover
 from rmqinspect.store.model import Store, StoreOptions
 
@@ -81,9 +81,7 @@ def recover(
     fmt = resolve_format(format)
     with (
         Store.open(store, store_options) as opened,
-        progress_bar(
-            sum(f.length for f in opened.commitlog.files), "recovering", progress_wanted(fmt)
-        ) as advance,
+        commitlog_progress(opened, "recovering", fmt) as advance,
     ):
         if apply_to is None:
             report = analyze_recovery(opened, options, advance)

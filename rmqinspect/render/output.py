@@ -76,6 +76,18 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+def print_document(doc: Any, fmt: OutputFormat) -> bool:
+    """A one-document report as JSON, or as its one JSON Lines line; False for a table, which
+    the caller draws."""
+    if fmt is OutputFormat.JSON:
+        print_json(doc)
+        return True
+    if fmt is OutputFormat.JSONL:
+        print_jsonl([doc])
+        return True
+    return False
+
+
 def print_jsonl(rows: Iterable[Any]) -> int:
     """Write one JSON object per line as rows arrive; returns the count."""
     return print_plain_jsonl(to_jsonable(row) for row in rows)
