@@ -8,13 +8,7 @@ import typer
 
 from rmqinspect.analysis.queues import list_units, queue_listing
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import (
-    BodyOpt,
-    FormatOpt,
-    LimitOpt,
-    StoreArg,
-    with_store_options,
-)
+from rmqinspect.cli.options import BodyOpt, FormatOpt, LimitOpt, StoreArg, with_store_options
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.render.queues import render_queue_listing

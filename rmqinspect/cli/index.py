@@ -9,12 +9,7 @@ import typer
 
 from rmqinspect.analysis.indexes import IndexEntryRow, index_reports, iter_entries
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import (
-    FormatOpt,
-    LimitOpt,
-    StoreArg,
-    with_store_options,
-)
+from rmqinspect.cli.options import FormatOpt, LimitOpt, StoreArg, with_store_options
 from rmqinspect.render.indexes import render_index
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.store.model import Store, StoreOptions

@@ -6,11 +6,7 @@ import typer
 
 from rmqinspect.analysis.inventory import build_inventory
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import (
-    FormatOpt,
-    StoreArg,
-    with_store_options,
-)
+from rmqinspect.cli.options import FormatOpt, StoreArg, with_store_options
 from rmqinspect.render.inventory import render_inventory
 from rmqinspect.render.output import resolve_format
 from rmqinspect.store.model import Store, StoreOptions

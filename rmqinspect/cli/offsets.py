@@ -8,11 +8,7 @@ import typer
 
 from rmqinspect.analysis.offsets import offsets_report
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import (
-    FormatOpt,
-    StoreArg,
-    with_store_options,
-)
+from rmqinspect.cli.options import FormatOpt, StoreArg, with_store_options
 from rmqinspect.render.offsets import render_offsets
 from rmqinspect.render.output import resolve_format
 from rmqinspect.store.model import Store, StoreOptions

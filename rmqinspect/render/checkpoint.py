@@ -5,12 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rmqinspect.analysis.checkpoint import CheckpointReport
-from rmqinspect.render.output import (
-    OutputFormat,
-    key_value_table,
-    print_document,
-    print_table,
-)
+from rmqinspect.render.output import OutputFormat, key_value_table, print_document, print_table
 from rmqinspect.render.values import time_cell, with_times
 
 
