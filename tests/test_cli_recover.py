@@ -209,6 +209,9 @@ def test_broker_refusing_to_start_exits_1(clean: Path) -> None:
     doc = recover_json(clean, code=1)
     assert doc["broker_starts"] is False
     assert doc["load_failures"][0]["kind"] == "wrong_size"
+    lines = run("recover", clean, *SMALL_OPTS, "--format", "jsonl")
+    assert (lines.exit_code, lines.stdout) == (1, "")
+    assert "the broker would refuse to start" in lines.stderr
     result = run("recover", clean, *SMALL_OPTS, "--apply-to", clean.parent / "out")
     assert result.exit_code == 1
     assert "refuse to start" in result.stderr

@@ -46,7 +46,12 @@ def render_recover(
         for table in recover_tables(report, applied):
             print_table(table)
     elif fmt is OutputFormat.JSONL:
+        # Only the messages go to stdout: what else decides the exit code is said on stderr.
         lost = report.lost_messages
+        if not report.broker_starts:
+            warn("the broker would refuse to start on this store (--format json says why)")
+        if lost.damaged_records:
+            warn(f"{lost.damaged_records} damaged record(s) past the recovered end are discarded")
         if lost.truncated:
             warn(f"{lost.listed} of {lost.count} lost messages listed: raise --lost-limit")
         print_jsonl(lost_message_json(m) for m in lost.messages)
