@@ -6,13 +6,15 @@ from typing import Any
 
 from rich.table import Table
 
-from rmqinspect.analysis.recovery import ApplyReport, QueueReport, RecoveryReport
+from rmqinspect.analysis.recovery import ApplyReport, LostMessage, QueueReport, RecoveryReport
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
     print_json,
+    print_jsonl,
     print_table,
     to_jsonable,
+    warn,
 )
 from rmqinspect.render.values import size_cell, time_cell, with_times
 
@@ -44,8 +46,24 @@ def render_recover(
     if fmt is OutputFormat.TABLE:
         for table in recover_tables(report, applied):
             print_table(table)
+    elif fmt is OutputFormat.JSONL:
+        # Only the messages go to stdout: what else decides the exit code is said on stderr.
+        lost = report.lost_messages
+        if not report.broker_starts:
+            warn(report.verdict_reason)
+        if lost.damaged_records:
+            warn(f"{lost.damaged_records} damaged record(s) past the recovered end are discarded")
+        if lost.truncated:
+            warn(f"{lost.listed} of {lost.count} lost messages listed: raise --lost-limit")
+        print_jsonl(lost_message_json(m) for m in lost.messages)
     else:
         print_json(recover_json(report, applied))
+
+
+def lost_message_json(message: LostMessage) -> dict[str, Any]:
+    """One ``lost_messages.messages`` element, as it stands in the JSON report."""
+    doc: dict[str, Any] = _timed(to_jsonable(message))
+    return doc
 
 
 def _changed(q: QueueReport) -> bool:

@@ -10,6 +10,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 SCHEMA_VERSION = 1
+_WHERE = {
+    "past_end": "past the recovered end",
+    "deleted_file": "in commitlog files the restart deletes",
+    "no_queue_unit": "left without a consume-queue unit",
+}
 
 
 class RecoveryPath(StrEnum):
@@ -253,8 +258,12 @@ class RecoveryReport:
             return f"the broker refuses to start: {why}"
         lost = self.lost_messages
         if not self.loses_data:
-            return "the restart loses nothing"
-        parts = [f"{n} {where.replace('_', ' ')}" for where, n in sorted(lost.by_where.items())]
+            return "nothing is lost"
+        parts = [
+            f"{n} intact message{'' if n == 1 else 's'} {_WHERE[where]}"
+            for where, n in sorted(lost.by_where.items())
+        ]
         if lost.damaged_records:
-            parts.append(f"{lost.damaged_records} damaged records past the end")
-        return f"the restart loses {lost.count} intact messages ({', '.join(parts)})"
+            n = lost.damaged_records
+            parts.append(f"{n} damaged record{'' if n == 1 else 's'} past the recovered end")
+        return "the restart loses data: " + ", ".join(parts)
