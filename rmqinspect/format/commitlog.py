@@ -11,11 +11,14 @@ Two entry points read records:
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+import numpy as np
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
@@ -118,6 +121,21 @@ def mid_fields_pos(sys_flag: int) -> int:
     return store_timestamp_pos(sys_flag) + STORETIMESTAMP_SIZE + store_host_size(sys_flag)
 
 
+@functools.cache
+def record_head_dtype(sys_flag: int) -> np.dtype[np.void]:
+    """The record from TOTALSIZE to BODYLENGTH as a numpy structured type (fields named as in
+    FIXED_FIELDS and MID_FIELDS, hosts as raw bytes), for the host sizes ``sys_flag`` selects:
+    bulk encoders fill one array of it per host layout."""
+    head = [(n, ">" + c) for n, c in zip(FIXED_FIELDS, FIXED_HEAD.format[1:], strict=True)]
+    mid = [(n, ">" + c) for n, c in zip(MID_FIELDS, MID_FIELDS_STRUCT.format[1:], strict=True)]
+    hosts = [
+        ("born_host", f"V{born_host_size(sys_flag)}"),
+        ("store_timestamp", f">i{STORETIMESTAMP_SIZE}"),
+        ("store_host", f"V{store_host_size(sys_flag)}"),
+    ]
+    return np.dtype(head + hosts + mid)
+
+
 def topic_length_size(magic: int) -> int:
     """The topic length is an i8 in V1 records and an i16 in V2 records."""
     return 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
@@ -191,6 +209,25 @@ def dispatch_tags_code(
     if level <= 0:
         return code
     return wrap64(store_timestamp + delay_levels.get(level, 1000))
+
+
+def rewrite_delay(
+    pairs: dict[str, str], topic: str, queue_id: int, delay: str, max_level: int
+) -> tuple[str, int]:
+    """The delay-level rewrite (4.9 ``CommitLog.putMessage``, 5.x ``HookUtils``) of a NOT or
+    COMMIT message whose ``DELAY`` is ``delay``: clamp the level, record ``REAL_TOPIC`` and
+    ``REAL_QID`` in ``pairs``, and return the schedule topic and queue (unchanged for level 0)."""
+    level = java_parse_int(delay)
+    if level is None:
+        raise ValueError(f"DELAY property {delay!r} is not an integer")
+    if level <= 0:
+        return topic, queue_id
+    if level > max_level:
+        level = max_level
+        pairs[props.DELAY] = str(level)
+    pairs[props.REAL_TOPIC] = topic
+    pairs[props.REAL_QID] = str(queue_id)
+    return SCHEDULE_TOPIC, level - 1
 
 
 def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
-import operator
 import os
 import struct
 import zlib
@@ -41,6 +39,7 @@ from rmqinspect.format import properties as props
 from rmqinspect.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqinspect.format.commitlog import (
     BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
     CRC32_RESERVED_LEN,
     DEFAULT_COMMITLOG_FILE_SIZE,
     DEFAULT_DELAY_LEVELS,
@@ -49,6 +48,7 @@ from rmqinspect.format.commitlog import (
     MESSAGE_MAGIC_CODE_V2,
     MULTI_TAGS_FLAG,
     SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -57,6 +57,8 @@ from rmqinspect.format.commitlog import (
     dispatch_tags_code,
     encode_prop_crc_digits,
     parse_delay_levels,
+    record_head_dtype,
+    rewrite_delay,
 )
 from rmqinspect.format.config import (
     ConsumerOffsetTable,
@@ -86,8 +88,9 @@ from rmqinspect.format.index import (
     IndexGeometry,
     IndexHeader,
 )
-from rmqinspect.format.javahash import java_hash
-from rmqinspect.format.javamath import INT_MAX, java_parse_int
+from rmqinspect.format.javahash import java_hash, prefixed_key_hashes
+from rmqinspect.format.javamap import java_map_order
+from rmqinspect.format.javamath import INT_MAX
 from rmqinspect.format.profile import Profile
 
 DEFAULT_STORE_HOST = HostAddress(bytes([10, 0, 0, 1]), 10911)
@@ -101,29 +104,6 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 _I16 = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
 _BODY_CRC_MASK = 0x7FFFFFFF
-_HEAD_DTYPES = {
-    (born6, store6): np.dtype(
-        [
-            ("total", ">i4"),
-            ("magic", ">i4"),
-            ("body_crc", ">i4"),
-            ("queue_id", ">i4"),
-            ("flag", ">i4"),
-            ("queue_offset", ">i8"),
-            ("physical_offset", ">i8"),
-            ("sys_flag", ">i4"),
-            ("born_timestamp", ">i8"),
-            ("born_host", f"V{20 if born6 else 8}"),
-            ("store_timestamp", ">i8"),
-            ("store_host", f"V{20 if store6 else 8}"),
-            ("reconsume_times", ">i4"),
-            ("prepared_offset", ">i8"),
-            ("body_length", ">i4"),
-        ]
-    )
-    for born6 in (False, True)
-    for store6 in (False, True)
-}
 _CRC_TAIL_TEMPLATE = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode() + b"0" * 10 + b"\x02"
 _INDEX_ENTRY_DTYPE = np.dtype(
     [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]
@@ -307,181 +287,6 @@ class PlacedColumns:
     size: npt.NDArray[np.int64]
     queue_offset: npt.NDArray[np.int64]
     blank_offset: dict[int, int]  # message index -> BLANK that closed the file before it
-
-
-# --- Java collection ordering -------------------------------------------------------------------
-
-
-def _spread(name: str) -> int:
-    h = java_hash(name) & 0xFFFFFFFF
-    return h ^ (h >> 16)
-
-
-@functools.lru_cache(maxsize=4096)
-def _hashmap_order(names: tuple[str, ...]) -> tuple[int, ...]:
-    """Iteration order of a ``new HashMap<>()`` after putting ``names`` (distinct) in order.
-
-    Buckets are ``spread(hash) & (capacity - 1)``; the table starts at 16 and doubles when the
-    size passes 0.75 x capacity, or when a bucket reaches 9 nodes while the table is below 64
-    (``treeifyBin``). Resizing keeps the relative order inside a bucket, so the final order is by
-    bucket, then insertion. (Tree bins, which need 9+ colliding names and a 64+ table, are not
-    modelled.)
-    """
-    spreads = [_spread(name) for name in names]
-    capacity = 16
-    for count in range(1, len(spreads) + 1):
-        bucket = spreads[count - 1] & (capacity - 1)
-        chain = sum(1 for h in spreads[:count] if h & (capacity - 1) == bucket)
-        if chain >= 9 and capacity < 64:
-            capacity *= 2
-        if count > capacity * 3 // 4:
-            capacity *= 2
-    mask = capacity - 1
-    return tuple(sorted(range(len(names)), key=lambda i: (spreads[i] & mask, i)))
-
-
-@functools.lru_cache(maxsize=4096)
-def _hashmap_prefixes(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """``(name, name + 0x01)`` in ``HashMap`` iteration order, for encoding properties."""
-    return tuple((names[i], names[i] + "\x01") for i in _hashmap_order(names))
-
-
-def java_map_order(names: Iterable[str], capacity: int) -> list[str]:
-    """Iteration order of a (Concurrent)HashMap with a table of ``capacity`` slots that holds
-    ``names`` (inserted in the given order, no resize): what fastjson writes for the broker's
-    config tables."""
-    mask = capacity - 1
-    ranked = sorted((_spread(name) & mask, i, name) for i, name in enumerate(names))
-    return [name for _, _, name in ranked]
-
-
-def encode_properties_map(pairs: Mapping[str, str], trailing_separator: bool) -> bytes:
-    """``messageProperties2String`` of a ``HashMap`` holding ``pairs`` (inserted in order):
-    ``name 0x01 value 0x02`` in the map's iteration order, the last 0x02 kept only by the
-    profiles that keep it."""
-    if not pairs:
-        return b""
-    names = tuple(pairs)
-    text = "\x02".join([prefix + pairs[name] for name, prefix in _hashmap_prefixes(names)])
-    count = len(names)
-    if text.count("\x01") != count or text.count("\x02") != count - 1:
-        raise ValueError("property names and values cannot contain 0x01 or 0x02")
-    if trailing_separator:
-        text += "\x02"
-    return text.encode("utf-8")
-
-
-@functools.lru_cache(maxsize=4096)
-def properties_template(
-    names: tuple[str, ...], trailing_separator: bool
-) -> tuple[str, Callable[[Sequence[str]], tuple[str, ...]]]:
-    """For bulk generators: a ``%``-format string and a getter that turn the values of
-    ``names`` (given in insertion order) into what :func:`encode_properties_map` writes.
-    The values are not checked for separators, so only trusted ones may be used."""
-    order = _hashmap_order(names)
-    fmt = "\x02".join(names[i].replace("%", "%%") + "\x01%s" for i in order)
-    getter = operator.itemgetter(*order)
-    if len(order) == 1:
-        only = order[0]
-        return fmt + ("\x02" if trailing_separator else ""), lambda values: (values[only],)
-    return fmt + ("\x02" if trailing_separator else ""), getter
-
-
-def rewrite_delay(
-    pairs: dict[str, str], topic: str, queue_id: int, delay: str, max_level: int
-) -> tuple[str, int]:
-    """The delay-level rewrite (4.9 ``CommitLog.putMessage``, 5.x ``HookUtils``) of a NOT or
-    COMMIT message whose ``DELAY`` is ``delay``: clamp the level, record ``REAL_TOPIC`` and
-    ``REAL_QID`` in ``pairs``, and return the schedule topic and queue (unchanged for level 0)."""
-    level = java_parse_int(delay)
-    if level is None:
-        raise ValueError(f"DELAY property {delay!r} is not an integer")
-    if level <= 0:
-        return topic, queue_id
-    if level > max_level:
-        level = max_level
-        pairs[props.DELAY] = str(level)
-    pairs[props.REAL_TOPIC] = topic
-    pairs[props.REAL_QID] = str(queue_id)
-    return SCHEDULE_TOPIC, level - 1
-
-
-# --- vectorised Java hashing ----------------------------------------------------------------------
-
-
-def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
-    """``String.hashCode`` (as uint32) and UTF-16 length of each string, vectorised.
-
-    Strings are grouped by length, each group becomes a (count, length) array of code points,
-    and Horner's rule runs over its columns in uint32, which wraps exactly like Java's int.
-    Characters outside the BMP are two UTF-16 units in Java: such strings (rare) are hashed
-    one by one.
-    """
-    count = len(strings)
-    hashes = np.zeros(count, dtype=np.uint32)
-    lengths = np.fromiter(map(len, strings), dtype=np.int64, count=count)
-    units = lengths.copy()
-    if not count:
-        return hashes, units
-    order = np.argsort(lengths, kind="stable")
-    bounds = np.flatnonzero(np.diff(lengths[order])) + 1
-    thirty_one = np.uint32(31)
-    for group in np.split(order, bounds):
-        length = int(lengths[group[0]])
-        if length == 0:
-            continue
-        rows = [strings[i] for i in group]
-        codes = np.array(rows, dtype=f"<U{length}").view(np.uint32).reshape(len(rows), length)
-        h = np.zeros(len(rows), dtype=np.uint32)
-        for column in np.ascontiguousarray(codes.T):
-            h *= thirty_one
-            h += column
-        for k in np.flatnonzero((codes > 0xFFFF).any(axis=1)):
-            h[k] = java_hash(rows[k]) & 0xFFFFFFFF
-            units[group[k]] = len(rows[k].encode("utf-16-le", "surrogatepass")) // 2
-        hashes[group] = h
-    return hashes, units
-
-
-def _signed(hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.int64]:
-    return hashes.view(np.int32).astype(np.int64)
-
-
-def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
-    """``String.hashCode`` of each string (signed), vectorised."""
-    return _signed(_hash_parts(strings)[0])
-
-
-def _key_hash(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """``abs(hashCode)`` with ``Integer.MIN_VALUE`` mapped to 0, as ``IndexFile`` stores it."""
-    result = np.abs(hashes)
-    result[result > INT_MAX] = 0
-    return result
-
-
-def _pow31(exponents: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
-    """31**e mod 2**32 for each exponent, by squaring over the exponents' bits."""
-    result = np.ones(len(exponents), dtype=np.uint64)
-    base = np.full(len(exponents), 31, dtype=np.uint64)
-    e = exponents.astype(np.uint64)
-    mask = np.uint64(0xFFFFFFFF)
-    while e.any():
-        odd = (e & np.uint64(1)).astype(bool)
-        result[odd] = (result[odd] * base[odd]) & mask
-        base = (base * base) & mask
-        e >>= np.uint64(1)
-    return result
-
-
-def prefixed_key_hashes(
-    prefixes: Sequence[str], prefix_of: npt.NDArray[np.int64], keys: Sequence[str]
-) -> npt.NDArray[np.int64]:
-    """Index key hashes of ``prefixes[prefix_of[i]] + keys[i]`` without building the strings:
-    ``h(p + k) = h(p) * 31**len(k) + h(k)`` modulo 2**32 (lengths in UTF-16 units)."""
-    key_hashes, key_units = _hash_parts(keys)
-    prefix_hashes = _hash_parts(prefixes)[0].astype(np.uint64)[prefix_of]
-    combined = (prefix_hashes * _pow31(key_units) + key_hashes) & np.uint64(0xFFFFFFFF)
-    return _key_hash(_signed(combined.astype(np.uint32)))
 
 
 # --- files ----------------------------------------------------------------------------------------
@@ -1002,12 +807,13 @@ def _heads(
         )
         for size in (8, 20)
     }
-    for (b6, s6), dtype in _HEAD_DTYPES.items():
+    for b6, s6 in ((False, False), (False, True), (True, False), (True, True)):
         rows = np.flatnonzero((born6 == b6) & (store6 == s6))
         if not rows.size:
             continue
+        dtype = record_head_dtype(BORNHOST_V6_FLAG * b6 | STOREHOSTADDRESS_V6_FLAG * s6)
         arr = np.empty(rows.size, dtype=dtype)
-        arr["total"] = length[rows]
+        arr["total_size"] = length[rows]
         arr["magic"] = magic[rows]
         arr["body_crc"] = body_crc[rows]
         arr["queue_id"] = np.asarray(c.queue_id)[rows]
@@ -1020,7 +826,7 @@ def _heads(
         arr["store_timestamp"] = np.asarray(c.store_timestamp)[rows]
         arr["store_host"] = host_fields[20 if s6 else 8][np.asarray(c.store_host)[rows]]
         arr["reconsume_times"] = np.asarray(c.reconsume_times)[rows]
-        arr["prepared_offset"] = np.asarray(c.prepared_offset)[rows]
+        arr["prepared_transaction_offset"] = np.asarray(c.prepared_offset)[rows]
         arr["body_length"] = body_length[rows]
         blob = arr.tobytes()
         size = dtype.itemsize
@@ -1516,7 +1322,7 @@ class StoreWriter:
         return rewrite_delay(pairs, topic, queue_id, delay, self._max_delay_level)
 
     def _encode_pairs(self, pairs: Mapping[str, str]) -> bytes:
-        return encode_properties_map(pairs, self._trailing)
+        return props.encode_properties_map(pairs, self._trailing)
 
     def _topic_info(self, topic: str) -> _TopicInfo:
         encoded = topic.encode("utf-8")
