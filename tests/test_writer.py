@@ -35,7 +35,6 @@ from rmqinspect.format.ids import decode_offset_msg_id
 from rmqinspect.format.index import (
     IndexGeometry,
     IndexHeader,
-    IndexWriter,
     query_offsets,
 )
 from rmqinspect.format.javahash import (
@@ -50,6 +49,7 @@ from rmqinspect.synth.writer import (
     StoreWriter,
     utc_index_name,
 )
+from tests.index_reference import ReferenceIndexService
 
 SMALL = {"commitlog_file_size": 4096, "cq_file_size": 100, "index_slot_num": 7, "index_num": 9}
 SMALL_GEOMETRY = IndexGeometry(SMALL["index_slot_num"], SMALL["index_num"])
@@ -296,7 +296,7 @@ def test_index_matches_the_reference_put_key(
     specs: list[MessageSpec],
     geometry: tuple[int, int],
 ) -> None:
-    """The vectorised index build equals ``IndexWriter`` (one ``IndexFile.putKey`` at a time)
+    """The vectorised index build equals the reference (one ``IndexFile.putKey`` at a time)
     byte for byte, rollover, empty rolled files and file naming included."""
     specs = [s for s in specs if len(s.topic.encode()) <= 127]
     slots, entries = geometry
@@ -310,12 +310,10 @@ def test_index_matches_the_reference_put_key(
     store_layout = layout(Profile.V4_9, index_slot_num=slots, index_num=entries)
     with StoreWriter(root, store_layout, index_namer=namer) as writer:
         results = [writer.put(s) for s in specs]
-    reference = IndexWriter(IndexGeometry(slots, entries))
-    triggers = []
+    reference = ReferenceIndexService(IndexGeometry(slots, entries))
     records = walk(root, Profile.V4_9).records
-    for record, result in zip(records, results, strict=True):
-        before = len(reference.files)
-        reference.dispatch(
+    for record in records:
+        reference.dispatch_keys(
             record.topic,
             record.physical_offset,
             record.store_timestamp,
@@ -323,10 +321,10 @@ def test_index_matches_the_reference_put_key(
             record.uniq_key,
             record.properties.get(props.KEYS),
         )
-        triggers += [(result.store_timestamp, n) for n in range(before, len(reference.files))]
+    assert [r.store_timestamp for r in results] == [r.store_timestamp for r in records]
     got = [p.read_bytes() for p in sorted((root / "index").iterdir())]
     assert got == [f.to_bytes() for f in reference.files]
-    assert names == triggers
+    assert names == [(ts, n) for n, ts in enumerate(reference.triggers)]
 
 
 def test_fast_encoder_matches_encode_message(tmp_path: Path) -> None:

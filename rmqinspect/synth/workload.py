@@ -34,11 +34,11 @@ from rmqinspect.format.commitlog import (
 )
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import encode_offset_msg_id
+from rmqinspect.format.index_build import IndexNamer
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.properties import encode_properties_map, properties_template
 from rmqinspect.synth.writer import (
     DEFAULT_CLOCK_START_MS,
-    IndexNamer,
     MessageColumns,
     StoreLayout,
     StoreSummary,

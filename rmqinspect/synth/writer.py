@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import struct
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -51,7 +52,6 @@ from rmqinspect.format.commitlog import (
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     calc_msg_length,
     dispatch_tags_code,
@@ -85,12 +85,12 @@ from rmqinspect.format.host import HostAddress
 from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
+    IndexFileBuilder,
     IndexGeometry,
-    IndexHeader,
 )
-from rmqinspect.format.javahash import java_hash, prefixed_key_hashes
+from rmqinspect.format.index_build import IndexBuilder, IndexNamer
+from rmqinspect.format.javahash import index_key, java_hash, prefixed_key_hashes
 from rmqinspect.format.javamap import java_map_order
-from rmqinspect.format.javamath import INT_MAX
 from rmqinspect.format.profile import Profile
 
 DEFAULT_STORE_HOST = HostAddress(bytes([10, 0, 0, 1]), 10911)
@@ -105,9 +105,6 @@ _I16 = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
 _BODY_CRC_MASK = 0x7FFFFFFF
 _CRC_TAIL_TEMPLATE = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode() + b"0" * 10 + b"\x02"
-_INDEX_ENTRY_DTYPE = np.dtype(
-    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]
-)
 # Dispatch work is buffered and done with numpy in chunks of this many messages.
 _DISPATCH_CHUNK = 1 << 15
 # put_many() resolves messages and appends them in batches of this many.
@@ -116,10 +113,6 @@ _BATCH = 4096
 _SYSTEM_TOPIC_QUEUES = {SCHEDULE_TOPIC: 18}
 # Transaction types that get a queue offset and a consume-queue unit (NOT and COMMIT).
 _QUEUE_TYPES = frozenset((TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
-
-IndexNamer = Callable[[int, int], str]
-"""Names a new index file from the store timestamp of the message whose dispatch created it and
-the file's sequence number (0 for the first file the writer creates)."""
 
 
 def utc_index_name(timestamp_ms: int) -> str:
@@ -473,184 +466,14 @@ class _ConsumeQueue:
         return self.directory / offset_file_name(start)
 
 
-@dataclass(slots=True)
-class _IndexFile:
-    name: str
-    begin_timestamp: int
-    end_timestamp: int
-    begin_phy_offset: int
-    end_phy_offset: int
-    hash_slot_count: int = 0
-    index_count: int = 1  # the in-memory counter starts at 1; the file holds 0 until a put
-    slots: npt.NDArray[np.int32] | None = None
-    blocks: list[tuple[int, bytes]] = field(default_factory=list)
-
-
-class _Index:
-    """``IndexService.buildIndex`` over whole dispatch chunks (§7.3-7.5), vectorised.
-
-    Every dispatched message calls ``getAndCreateLastIndexFile`` first, so a full file is
-    replaced as soon as the next message is dispatched, keys or not; a file that fills in the
-    middle of a message's keys is replaced by that same message (``putKey``'s retry).
-    """
-
-    def __init__(
-        self, directory: Path, geometry: IndexGeometry, namer: IndexNamer, profile: Profile
-    ) -> None:
-        self.directory = directory
-        self.geometry = geometry
-        self.namer = namer
-        self.profile = profile
-        self.files: list[str] = []
-        self.entries = 0
-        self.checkpoint_timestamp = 0  # indexMsgTimestamp: end of the last full, flushed file
-        self._current: _IndexFile | None = None
-        self._last_owner = -1  # dispatch ordinal of the message that put the last key
-
-    def add_chunk(
-        self,
-        first: int,
-        store_timestamps: npt.NDArray[np.int64],
-        phy_offsets: npt.NDArray[np.int64],
-        hashes: npt.NDArray[np.int64],
-        owners: npt.NDArray[np.int64],
-    ) -> None:
-        """Index the dispatched messages ``first .. first + len(store_timestamps) - 1``; the
-        key hashes ``hashes`` belong to the messages ``owners`` (dispatch ordinals)."""
-        end = first + len(store_timestamps)
-        total = len(hashes)
-        pos = 0
-        index_num = self.geometry.index_num
-        while True:
-            current = self._current
-            if current is None or current.index_count >= index_num:
-                mid_message = pos < total and int(owners[pos]) == self._last_owner
-                trigger = self._last_owner if mid_message else self._last_owner + 1
-                if trigger >= end:
-                    return  # the next message (not yet dispatched) will create the file
-                current = self._roll(int(store_timestamps[trigger - first]))
-            take = min(index_num - current.index_count, total - pos)
-            if take:
-                owner = owners[pos : pos + take] - first
-                self._put(
-                    current,
-                    hashes[pos : pos + take],
-                    phy_offsets[owner],
-                    store_timestamps[owner],
-                )
-                pos += take
-                self._last_owner = int(owners[pos - 1])
-            if pos >= total and current.index_count < index_num:
-                return
-
-    def _roll(self, trigger_timestamp: int) -> _IndexFile:
-        previous = self._current
-        name = self.namer(trigger_timestamp, len(self.files))
-        if self.files and name <= self.files[-1]:
-            raise ValueError(f"index file name {name!r} does not sort after {self.files[-1]!r}")
-        end_phy = previous.end_phy_offset if previous is not None else 0
-        end_ts = previous.end_timestamp if previous is not None else 0
-        if previous is not None:
-            self._write(previous, shutdown=False)
-            # IndexService.flush(previous) runs once the new file exists.
-            if previous.end_timestamp > 0:
-                self.checkpoint_timestamp = previous.end_timestamp
-        # new IndexFile(..., endPhyOffset, endTimestamp) copies each value only if positive.
-        current = _IndexFile(
-            name,
-            begin_timestamp=max(end_ts, 0),
-            end_timestamp=max(end_ts, 0),
-            begin_phy_offset=max(end_phy, 0),
-            end_phy_offset=max(end_phy, 0),
-        )
-        self.files.append(name)
-        self._current = current
-        return current
-
-    def _put(
-        self,
-        f: _IndexFile,
-        hashes: npt.NDArray[np.int64],
-        phy: npt.NDArray[np.int64],
-        ts: npt.NDArray[np.int64],
-    ) -> None:
-        """``IndexFile.putKey`` for consecutive keys that all fit in ``f``."""
-        count = len(hashes)
-        if f.slots is None:
-            f.slots = np.zeros(self.geometry.slot_num, dtype=np.int32)
-        numbers = f.index_count + np.arange(count, dtype=np.int64)
-        slots = hashes % self.geometry.slot_num
-        order = np.argsort(slots, kind="stable")
-        sorted_slots = slots[order]
-        sorted_numbers = numbers[order]
-        same = sorted_slots[1:] == sorted_slots[:-1]
-        prev_sorted = f.slots[sorted_slots]  # earlier chunks: always below indexCount
-        prev_sorted[1:] = np.where(same, sorted_numbers[:-1], prev_sorted[1:])
-        prev = np.empty(count, dtype=np.int64)
-        prev[order] = prev_sorted
-        last_of_slot = np.append(~same, True)
-        f.slots[sorted_slots[last_of_slot]] = sorted_numbers[last_of_slot]
-        # timeDiff is computed before the first put sets beginTimestamp (spec 7.3 observation).
-        begin = np.full(count, f.begin_timestamp, dtype=np.int64)
-        if f.index_count <= 1:
-            f.begin_timestamp = int(ts[0])
-            f.begin_phy_offset = int(phy[0])
-            begin[1:] = f.begin_timestamp
-        diff = np.where(begin <= 0, 0, np.clip((ts - begin) // 1000, 0, INT_MAX))
-        entries = np.empty(count, dtype=_INDEX_ENTRY_DTYPE)
-        entries["key_hash"] = hashes
-        entries["phy_offset"] = phy
-        entries["time_diff"] = diff
-        entries["prev"] = prev
-        f.blocks.append((f.index_count, entries.tobytes()))
-        f.hash_slot_count += int(np.count_nonzero(prev == 0))
-        f.index_count += count
-        f.end_timestamp = int(ts[-1])
-        f.end_phy_offset = int(phy[-1])
-        self.entries += count
-
-    def close(self, clean_shutdown: bool) -> None:
-        if self._current is not None:
-            self._write(self._current, shutdown=clean_shutdown)
-            self._current = None
-
-    def _write(self, f: _IndexFile, shutdown: bool) -> None:
-        geometry = self.geometry
-        fd = _create_file(self.directory / f.name, geometry.file_size)
-        try:
-            if f.blocks or (shutdown and self.profile is not Profile.V4_9):
-                # Each field was written in place by putKey; 5.x IndexFile.shutdown() also
-                # flushes the whole header, which stores indexCount 1 in a file without keys.
-                header = IndexHeader(
-                    f.begin_timestamp,
-                    f.end_timestamp,
-                    f.begin_phy_offset,
-                    f.end_phy_offset,
-                    f.hash_slot_count,
-                    f.index_count,
-                ).encode()
-            else:
-                # Only the constructor's copies of the previous file's end reached the buffer.
-                header = struct.pack(
-                    ">qqqq",
-                    f.begin_timestamp,
-                    f.end_timestamp,
-                    f.begin_phy_offset,
-                    f.end_phy_offset,
-                )
-            os.pwrite(fd, header, 0)
-            if f.slots is not None:
-                used = np.flatnonzero(f.slots)
-                if used.size:
-                    lo, hi = int(used[0]), int(used[-1]) + 1
-                    table = f.slots[lo:hi].astype(">i4").tobytes()
-                    os.pwrite(fd, table, geometry.slot_position(lo))
-            for number, data in f.blocks:
-                os.pwrite(fd, data, geometry.entry_position(number))
-        finally:
-            os.close(fd)
-        f.slots = None
-        f.blocks = []
+def _write_index_file(directory: Path, f: IndexFileBuilder) -> None:
+    """Create ``f`` at full size (sparse) and write only what it holds."""
+    fd = _create_file(directory / f.name, f.geometry.file_size)
+    try:
+        for position, data in f.writes():
+            os.pwrite(fd, data, position)
+    finally:
+        os.close(fd)
 
 
 # --- the writer -----------------------------------------------------------------------------------
@@ -889,8 +712,11 @@ class StoreWriter:
         self._log = _CommitLog(
             self._commitlog_dir, layout.commitlog_file_size, layout.commitlog_start_offset
         )
-        self._index = _Index(
-            self._index_dir, layout.index_geometry, index_namer or _UtcNamer(), layout.profile
+        self._index = IndexBuilder(
+            layout.index_geometry,
+            index_namer or _UtcNamer(),
+            materialise=True,
+            on_rolled=functools.partial(_write_index_file, self._index_dir),
         )
         self._clock = clock or _Clock(DEFAULT_CLOCK_START_MS, 1)
         self._delay_table = parse_delay_levels(layout.delay_levels)
@@ -915,8 +741,8 @@ class StoreWriter:
         self._dispatch_stopped = False
         self._closed = False
         self._summary: StoreSummary | None = None
-        # Dispatch requests waiting for the next chunk: (phy, size, store time, queue number,
-        # queue offset, tagsCode) arrays, and (key hash, dispatch ordinal) arrays.
+        # Dispatch requests waiting for the next chunk: (phy, size, store time, sysFlag, queue
+        # number, queue offset, tagsCode) arrays, and (key hash, dispatch ordinal) arrays.
         self._pending: list[tuple[npt.NDArray[np.int64], ...]] = []
         self._pending_keys: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
         self._pending_count = 0
@@ -1169,7 +995,7 @@ class StoreWriter:
         self._messages += count
         if count:
             self._last_offset = int(offsets[-1])
-        self._dispatch(c, dispatch, enters, tran, offsets, length, queue_offset, queue_number)
+        self._dispatch(c, dispatch, enters, sys_flag, offsets, length, queue_offset, queue_number)
         return PlacedColumns(offsets, length, queue_offset, blanks)
 
     def _queue_offsets(
@@ -1206,7 +1032,7 @@ class StoreWriter:
         c: MessageColumns,
         dispatch: npt.NDArray[np.bool_],
         enters: npt.NDArray[np.bool_],
-        tran: npt.NDArray[np.int64],
+        sys_flag: npt.NDArray[np.int64],
         offsets: npt.NDArray[np.int64],
         length: npt.NDArray[np.int64],
         queue_offset: npt.NDArray[np.int64],
@@ -1230,6 +1056,7 @@ class StoreWriter:
                 offsets[rows],
                 length[rows],
                 store_ts[rows],
+                sys_flag[rows],
                 queue_number[rows],
                 queue_offset[rows],
                 tags_code,
@@ -1237,9 +1064,8 @@ class StoreWriter:
         )
         if self._index_enabled and len(c.keys):
             owner = np.asarray(c.key_owner, dtype=np.int64)
-            keep = dispatch[owner] & (tran[owner] != TRANSACTION_ROLLBACK_TYPE)
-            kept = np.flatnonzero(keep)
-            prefixes = [f"{t}#" for t in c.topics]
+            kept = np.flatnonzero(dispatch[owner])
+            prefixes = [index_key(topic, "") for topic in c.topics]
             hashes = prefixed_key_hashes(prefixes, np.asarray(c.topic)[owner], c.keys)[kept]
             ordinals = first + np.searchsorted(rows, owner[kept])
             self._pending_keys.append((hashes, ordinals))
@@ -1359,7 +1185,7 @@ class StoreWriter:
         """Hand the buffered dispatch requests to the consume queues and the index."""
         if not self._pending:
             return
-        phy, size, ts, queue, qoff, tags = (
+        phy, size, ts, sys_flag, queue, qoff, tags = (
             np.concatenate(col) for col in zip(*self._pending, strict=True)
         )
         entering = np.flatnonzero(queue)
@@ -1378,12 +1204,13 @@ class StoreWriter:
         if self._index_enabled:
             hashes = [h for h, _ in self._pending_keys]
             owners = [o for _, o in self._pending_keys]
-            self._index.add_chunk(
-                self._pending_first,
-                ts,
+            empty = np.zeros(0, dtype=np.int64)
+            self._index.dispatch(
                 phy,
-                np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.int64),
-                np.concatenate(owners) if owners else np.zeros(0, dtype=np.int64),
+                ts,
+                sys_flag,
+                np.concatenate(hashes) if hashes else empty,
+                np.concatenate(owners) - self._pending_first if owners else empty,
             )
         self._pending_first += len(phy)
         self._pending = []
@@ -1402,7 +1229,13 @@ class StoreWriter:
         self._closed = True
         crash = self.crash
         self._log.close(preallocate_next=crash)
-        self._index.close(clean_shutdown=not crash)
+        last_index = self._index.finish()
+        if last_index is not None:
+            # 5.x IndexFile.shutdown() flushes the whole header, which stores indexCount 1 in a
+            # file without keys; 4.9 and a crash leave the header as the puts wrote it.
+            if not crash and self._profile is not Profile.V4_9:
+                last_index.flush()
+            _write_index_file(self._index_dir, last_index)
         checkpoint = self._checkpoint()
         (self.root / CHECKPOINT_NAME).write_bytes(encode_checkpoint(checkpoint, self._profile))
         (self.root / "lock").write_bytes(LOCK_CONTENT)
@@ -1417,7 +1250,7 @@ class StoreWriter:
             commitlog_end=self._log.end,
             data_bytes=self._log.data_bytes,
             consume_queues={f"{t}/{q}": cq.units for (t, q), cq in self._queues.items()},
-            index_files=tuple(self._index.files),
+            index_files=tuple(self._index.created),
             index_entries=self._index.entries,
             checkpoint=checkpoint,
             crashed=crash,
@@ -1431,7 +1264,8 @@ class StoreWriter:
             late = np.flatnonzero(stamps > stamps[-1] - self.flush_lag_ms)
             flushed = int(late[0]) if late.size else stamps.size
             physic = int(stamps[flushed - 1]) if flushed else 0
-        return Checkpoint(physic, self._logics_timestamp, self._index.checkpoint_timestamp)
+        index_ts = self._index.index_msg_timestamp or 0
+        return Checkpoint(physic, self._logics_timestamp, index_ts)
 
     def _write_markers(self, crash: bool) -> None:
         if self._profile is Profile.V4_9:
