@@ -159,7 +159,7 @@ _TRANSACTION_NAMES = {
 _COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 
 
-def body_crc(data: bytes | memoryview) -> int:
+def body_crc(data: bytes | bytearray | memoryview) -> int:
     """``UtilAll.crc32``: zlib CRC-32 masked to 31 bits."""
     return zlib.crc32(data) & 0x7FFFFFFF
 
@@ -734,6 +734,23 @@ class PropCrc:
 
 
 _CRC_TAIL_PREFIX = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()
+_SEPARATOR = props.PROPERTY_SEPARATOR.encode()
+
+
+def reserve_prop_crc(properties: bytes) -> bytes:
+    """``properties`` with room for the CRC tail (§3.2): a 0x02 unless they end with one, then
+    ``__CRC32#`` 0x01, ten placeholder digits and 0x02 (CRC32_RESERVED_LEN bytes)."""
+    if properties and not properties.endswith(_SEPARATOR):
+        properties += _SEPARATOR
+    return properties + _CRC_TAIL_PREFIX + b"0" * 10 + _SEPARATOR
+
+
+def fill_prop_crc(buf: bytearray | memoryview, pos: int, total_size: int) -> None:
+    """Write the digits of the tail :func:`reserve_prop_crc` left in the record at ``pos``: the
+    masked CRC32 of the record minus its tail, least significant digit first."""
+    end = pos + total_size
+    digits = encode_prop_crc_digits(body_crc(buf[pos : end - CRC32_RESERVED_LEN]))
+    buf[end - 11 : end - 1] = digits.encode("ascii")
 
 
 def read_prop_crc(buf: bytes | memoryview, pos: int, total_size: int) -> PropCrc | None:
@@ -782,11 +799,7 @@ def encode_message(
     if store_host.is_v6:
         sys_flag |= STOREHOSTADDRESS_V6_FLAG
     topic_bytes = topic.encode("utf-8")
-    props_bytes = properties
-    if append_prop_crc:
-        if props_bytes and not props_bytes.endswith(b"\x02"):
-            props_bytes += b"\x02"
-        props_bytes += _CRC_TAIL_PREFIX + b"0" * 10 + b"\x02"
+    props_bytes = reserve_prop_crc(properties) if append_prop_crc else properties
     if version == 1 and len(topic_bytes) > 127:
         raise ValueError(f"topic of {len(topic_bytes)} bytes needs a V2 record")
     if len(props_bytes) > 32767:
@@ -827,8 +840,7 @@ def encode_message(
     at += 2
     out[at : at + len(props_bytes)] = props_bytes
     if append_prop_crc:
-        digits = encode_prop_crc_digits(body_crc(bytes(out[: total - CRC32_RESERVED_LEN])))
-        out[total - 11 : total - 1] = digits.encode("ascii")
+        fill_prop_crc(out, 0, total)
     return bytes(out)
 
 

@@ -102,6 +102,22 @@ def properties_template(
     return fmt, operator.itemgetter(*order)
 
 
+def delete_property(raw: bytes, name: str) -> bytes:
+    """``MessageUtils.deleteProperty`` on stored bytes: drop each ``name 0x01 value`` entry and
+    its separator."""
+    needle = (name + NAME_VALUE_SEPARATOR).encode()
+    separator = PROPERTY_SEPARATOR.encode()
+    out: list[bytes] = []
+    i, n = 0, len(raw)
+    while i < n:
+        j = raw.find(separator, i)
+        stop = n if j < 0 else j + 1
+        if not raw.startswith(needle, i):
+            out.append(raw[i:stop])
+        i = stop
+    return b"".join(out)
+
+
 def split_keys(keys: str | None) -> list[str]:
     """``KEYS`` split on single spaces, empty elements dropped (as the index does)."""
     if not keys:
