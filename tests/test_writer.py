@@ -41,13 +41,13 @@ from rmqinspect.format.javahash import (
     java_hash,
 )
 from rmqinspect.format.profile import Profile
+from rmqinspect.synth.dispatch import utc_index_name
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import (
     MessageColumns,
     MessageSpec,
     StoreLayout,
     StoreWriter,
-    utc_index_name,
 )
 from tests.index_reference import ReferenceIndexService
 
