@@ -26,7 +26,7 @@ IndexNamer = Callable[[int, int], str]
 the file's sequence number among the files the builder created (0 for the first)."""
 
 IndexSink = Callable[[IndexFileBuilder], None]
-"""Receives a file the builder stopped writing (rolled past, or handed over by ``finish``)."""
+"""Receives each file the builder rolls past, already flushed; the builder then drops it."""
 
 
 class IndexBuilder:
