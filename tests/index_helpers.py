@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rmqinspect.format.index import IndexFileBuilder, IndexGeometry, index_keys
-from rmqinspect.format.index_build import IndexBuilder
+from rmqinspect.format.index import IndexGeometry, index_keys
+from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder
 from rmqinspect.format.javahash import index_key_hash
 
 # topic, PHYSICALOFFSET, store timestamp, sysFlag, UNIQ_KEY, KEYS
@@ -65,3 +65,13 @@ class BuiltIndex:
             np.array(hashes, dtype=np.int64),
             np.array(owners, dtype=np.int64),
         )
+
+
+def put_key(builder: IndexFileBuilder, key: str, phy_offset: int, store_timestamp: int) -> bool:
+    """``IndexFile.putKey`` of one ``topic#key`` string on the production builder; False when
+    the file is full."""
+    if builder.is_full:
+        return False
+    one = np.array([index_key_hash(key)], np.int64)
+    builder.put(one, np.array([phy_offset], np.int64), np.array([store_timestamp], np.int64))
+    return True

@@ -24,7 +24,6 @@ from rmqinspect.format.index import (
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
     IndexEntry,
-    IndexFileBuilder,
     IndexGeometry,
     IndexHeader,
     index_keys,
@@ -35,9 +34,9 @@ from rmqinspect.format.index import (
     slot_statistics,
     walk_chain,
 )
-from rmqinspect.format.index_build import IndexBuilder
+from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder
 from rmqinspect.format.javahash import index_key_hash, java_hash
-from tests.index_helpers import BuiltIndex, RecordKeys, sequence_namer
+from tests.index_helpers import BuiltIndex, RecordKeys, put_key, sequence_namer
 
 LONG_MAX = 2**63 - 1
 CORPUS_GEOMETRY = IndexGeometry(64, 400)
@@ -150,8 +149,8 @@ def test_builder_first_file_layout() -> None:
     builder = IndexFileBuilder(SMALL)
     assert builder.header == IndexHeader(0, 0, 0, 0, 0, 1)
     assert builder.to_bytes() == bytes(SMALL.file_size)  # nothing written before the first put
-    assert builder.put_key("T#a", 100, 5_000)
-    assert builder.put_key("T#a", 200, 7_999)
+    assert put_key(builder, "T#a", 100, 5_000)
+    assert put_key(builder, "T#a", 200, 7_999)
     raw = builder.to_bytes()
     header = IndexHeader.decode(raw)
     # First file: beginTimestamp was 0 when entry 1 was written, so its timeDiff is 0.
@@ -165,12 +164,12 @@ def test_builder_first_file_layout() -> None:
 
 def test_builder_rolled_first_entry_uses_previous_end() -> None:
     previous = IndexFileBuilder(SMALL)
-    previous.put_key("T#a", 100, 10_000)
-    previous.put_key("T#b", 300, 20_000)
+    put_key(previous, "T#a", 100, 10_000)
+    put_key(previous, "T#b", 300, 20_000)
     rolled = IndexFileBuilder.new_rolled(previous)
     assert rolled.header == IndexHeader(20_000, 20_000, 300, 300, 0, 1)
-    rolled.put_key("T#c", 400, 25_500)
-    raw = rolled.buffer
+    put_key(rolled, "T#c", 400, 25_500)
+    raw = memoryview(rolled.to_bytes())
     assert IndexHeader.decode(raw) == IndexHeader(25_500, 25_500, 400, 400, 1, 2)
     # OBSERVATION (spec 7.3): computed against the previous file's end, 5.5 s earlier.
     assert _entry(raw, 1).time_diff == 5
@@ -183,9 +182,9 @@ def test_builder_rolled_copies_only_positive_values() -> None:
 
 def test_builder_time_diff_clamps() -> None:
     builder = IndexFileBuilder(SMALL, end_phy_offset=1, end_timestamp=10_000)
-    builder.put_key("T#a", 1, 10_000)
-    builder.put_key("T#a", 2, 9_001)  # store clock went back: clamped to 0
-    builder.put_key("T#a", 3, 10_000 + 1000 * (2**31 + 5))  # beyond INT_MAX seconds
+    put_key(builder, "T#a", 1, 10_000)
+    put_key(builder, "T#a", 2, 9_001)  # store clock went back: clamped to 0
+    put_key(builder, "T#a", 3, 10_000 + 1000 * (2**31 + 5))  # beyond INT_MAX seconds
     raw = builder.to_bytes()
     assert [_entry(raw, n).time_diff for n in (1, 2, 3)] == [0, 0, 2**31 - 1]
 
@@ -194,9 +193,9 @@ def test_builder_hash_slot_count_and_full() -> None:
     geometry = IndexGeometry(4, 4)
     builder = IndexFileBuilder(geometry)
     keys = ["T#1", "T#2", "T#3"]
-    assert all(builder.put_key(k, i, 1000 + i) for i, k in enumerate(keys))
+    assert all(put_key(builder, k, i, 1000 + i) for i, k in enumerate(keys))
     assert builder.is_full  # indexCount 4 >= indexNum 4: only 3 entries fit
-    assert not builder.put_key("T#4", 9, 9999)
+    assert not put_key(builder, "T#4", 9, 9999)
     header = IndexHeader.decode(builder.to_bytes())
     assert header.index_count == 4
     assert header.hash_slot_count == len({geometry.slot_of(k) for k in keys})
@@ -208,7 +207,7 @@ def test_builder_ignores_slot_value_beyond_index_count() -> None:
     slot = SMALL.slot_of("T#a")
     struct.pack_into(">i", raw, SMALL.slot_position(slot), 9)  # stale pointer past indexCount
     reloaded = IndexFileBuilder.from_bytes(raw, SMALL)
-    reloaded.put_key("T#a", 5, 1000)
+    put_key(reloaded, "T#a", 5, 1000)
     out = reloaded.to_bytes()
     assert _entry(out, 1).prev_index == 0
     assert IndexHeader.decode(out).hash_slot_count == 1
@@ -225,12 +224,12 @@ def test_builder_from_bytes_continues_identically() -> None:
     first = IndexFileBuilder(SMALL)
     puts = [(f"T#{i % 5}", 10 * i, 1000 + 700 * i) for i in range(12)]
     for key, off, ts in puts[:5]:
-        whole.put_key(key, off, ts)
-        first.put_key(key, off, ts)
+        put_key(whole, key, off, ts)
+        put_key(first, key, off, ts)
     resumed = IndexFileBuilder.from_bytes(first.to_bytes(), SMALL)
     for key, off, ts in puts[5:]:
-        whole.put_key(key, off, ts)
-        resumed.put_key(key, off, ts)
+        put_key(whole, key, off, ts)
+        put_key(resumed, key, off, ts)
     assert resumed.to_bytes() == whole.to_bytes()
     assert resumed.header == whole.header
 
@@ -259,7 +258,7 @@ def test_writer_rolls_skips_and_excludes_rollback() -> None:
     assert [f.header.index_count for f in writer.files] == [3, 3]
     assert writer.files[1].header.begin_phy_offset == 100
     # File 2 began with file 1's end time (1000), so its first entry says 2 s.
-    assert read_entry(writer.files[1].buffer, geometry, 1).time_diff == 2
+    assert read_entry(memoryview(writer.files[1].to_bytes()), geometry, 1).time_diff == 2
     writer.dispatch("T", 90, 3500, 0, "U2", None)  # below the last endPhyOffset: skipped
     assert [f.header.index_count for f in writer.files] == [3, 3, 1]
     writer.dispatch("T", 100, 3000, 0, "U3", None)  # == endPhyOffset is indexed again
@@ -286,7 +285,7 @@ def test_writer_needs_room_for_an_entry() -> None:
 def _file(puts: list[tuple[str, int, int]], geometry: IndexGeometry = SMALL) -> bytes:
     builder = IndexFileBuilder(geometry)
     for key, off, ts in puts:
-        assert builder.put_key(key, off, ts)
+        assert put_key(builder, key, off, ts)
     return builder.to_bytes()
 
 
@@ -382,7 +381,7 @@ def test_hypothesis_builder_then_select(puts: list[tuple[str, int]], max_num: in
     model: list[tuple[int, int]] = []  # (key hash, offset), oldest first
     for offset, (key, step) in enumerate(puts):
         ts += step
-        assert builder.put_key(f"T#{key}", offset, ts)
+        assert put_key(builder, f"T#{key}", offset, ts)
         model.append((index_key_hash(f"T#{key}"), offset))
     raw = builder.to_bytes()
     for key in {k for k, _ in puts}:
@@ -402,7 +401,7 @@ def _chain_file() -> tuple[bytearray, IndexHeader, int]:
     geometry = IndexGeometry(1, 10)
     builder = IndexFileBuilder(geometry)
     for i in range(5):
-        builder.put_key(f"T#{i}", 100 * i, 1000 * (i + 1))
+        put_key(builder, f"T#{i}", 100 * i, 1000 * (i + 1))
     return bytearray(builder.to_bytes()), builder.header, 0
 
 
@@ -455,7 +454,7 @@ def test_walk_chain_forward_link() -> None:
     keys = [k for k in (f"T#{i}" for i in range(50)) if geometry.slot_of(k) == 0][:3]
     other = next(k for k in (f"T#{i}" for i in range(50)) if geometry.slot_of(k) == 1)
     for i, key in enumerate([keys[0], keys[1], other, keys[2]]):
-        builder.put_key(key, i, 1000)
+        put_key(builder, key, i, 1000)
     raw = bytearray(builder.to_bytes())
     _set_prev(raw, geometry, 2, 3)  # 4 -> 2 -> 3 (entry 3 is in the other bucket)
     walk = walk_chain(raw, geometry, builder.header, 0)
@@ -481,7 +480,7 @@ def test_walk_chain_truncated_buffer() -> None:
     in_0 = [k for k in keys if geometry.slot_of(k) == 0][:2]
     in_1 = next(k for k in keys if geometry.slot_of(k) == 1)
     for i, key in enumerate([*in_0, in_1]):  # entries 1, 2 in slot 0; entry 3 in slot 1
-        builder.put_key(key, i, 1000)
+        put_key(builder, key, i, 1000)
     cut = builder.to_bytes()[: geometry.entry_position(3) + 10]
     walk = walk_chain(cut, geometry, builder.header, 0)
     assert [e.number for e in walk] == [2, 1] and walk.problem is None

@@ -20,12 +20,11 @@ from rmqinspect.format.commitlog import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from rmqinspect.format.index import (
-    IndexFileBuilder,
     IndexGeometry,
     IndexHeader,
     read_entry,
 )
-from rmqinspect.format.index_build import IndexBuilder
+from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder
 from rmqinspect.format.javahash import index_key_hash
 from rmqinspect.format.javamath import INT_MAX
 from tests.index_reference import ReferenceIndexFile, ReferenceIndexService
@@ -285,32 +284,3 @@ def test_names_must_sort_after_the_last_file() -> None:
     builder.dispatch(one, one, one * 0, one, one * 0)  # fills the loaded file (1 entry)
     with pytest.raises(ValueError, match="does not sort after"):
         builder.dispatch(one, one, one * 0, one, one * 0)
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    geometry=st.tuples(st.integers(1, 9), st.integers(2, 12)),
-    puts=st.lists(
-        st.tuples(
-            st.sampled_from(["T#a", "T#b", "T#Aa", "T#BB", INT_MIN_KEY]),
-            st.integers(-5, 10**6),
-            st.integers(-3000, 10**7),
-            st.booleans(),  # read the header after this put
-        ),
-        max_size=30,
-    ),
-)
-def test_put_key_queue_equals_one_key_at_a_time(
-    geometry: tuple[int, int], puts: list[tuple[str, int, int, bool]]
-) -> None:
-    """``put_key`` queues keys and puts them a run at a time; reads in between see every key."""
-    g = IndexGeometry(*geometry)
-    built, reference = IndexFileBuilder(g), ReferenceIndexFile(g)
-    for key, phy, timestamp, read in puts:
-        assert built.put_key(key, phy, timestamp) == reference.put_key(key, phy, timestamp)
-        assert built.is_full == reference.is_full
-        if read:
-            assert built.header == reference.header
-    rolled = IndexFileBuilder.new_rolled(built)
-    assert rolled.header == ReferenceIndexFile.new_rolled(reference).header
-    assert built.to_bytes() == reference.to_bytes()

@@ -4,7 +4,7 @@ iteration order, and the properties string built from a map."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqinspect.format.javahash import (
@@ -14,7 +14,12 @@ from rmqinspect.format.javahash import (
     prefixed_key_hashes,
 )
 from rmqinspect.format.javamap import hashmap_order, java_map_order
-from rmqinspect.format.properties import encode_properties_map, properties_template
+from rmqinspect.format.properties import (
+    encode_properties_map,
+    parse_properties,
+    properties_template,
+    property_value,
+)
 
 
 def test_properties_follow_java_hashmap_order() -> None:
@@ -77,3 +82,29 @@ def test_prefixed_key_hashes(prefixes: list[str], keys: list[tuple[int, str]]) -
     assert prefixed_key_hashes(prefixes, owners, texts).tolist() == [
         index_key_hash(s) for s in full
     ]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "xKEYS", "K", ""]),
+            st.lists(
+                st.sampled_from(["a", "\u00e9", "\x01", " ", "KEYS", "\udc80"]), max_size=6
+            ).map("".join),
+        ),
+        max_size=6,
+    ),
+    st.booleans(),
+    st.binary(max_size=3),
+)
+def test_property_value_equals_the_parser(
+    pairs: list[tuple[str, str]], trailing: bool, junk: bytes
+) -> None:
+    """The shortcut for one property agrees with the broker's parser on any string, including
+    names inside values, empty values, duplicates (the last wins) and broken UTF-8."""
+    text = "\x02".join(f"{k}\x01{v}" for k, v in pairs) + ("\x02" if trailing else "")
+    raw = text.encode("utf-8", "surrogatepass") + junk
+    parsed = parse_properties(raw.decode("utf-8", "replace"))
+    for name in ("UNIQ_KEY", "KEYS", "TAGS"):
+        assert property_value(raw, name) == parsed.get(name)

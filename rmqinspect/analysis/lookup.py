@@ -12,14 +12,14 @@ result says so and suggests ``--scan``, a full commitlog walk.
 from __future__ import annotations
 
 import contextlib
-import tempfile
+import mmap
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from rmqinspect.analysis.indexes import IndexFileInfo, open_index_files
+from rmqinspect.analysis.indexes import open_index_files
 from rmqinspect.analysis.inventory import commitlog_summary
 from rmqinspect.analysis.queues import (
     UnitStatus,
@@ -41,6 +41,7 @@ from rmqinspect.format.index import (
     query_offsets,
     walk_chain,
 )
+from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.format.javahash import index_key
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId, Store
@@ -136,16 +137,20 @@ class LookupResult:
 class OpenIndex:
     """Usable index files with read-only views; the geometry is the broker's one configuration.
 
-    ``files`` replaces the store's own ``index/`` listing (the post-restart set, see
-    :func:`restarted_index`)."""
+    A ``restart`` (see :func:`restarted_index`) replaces the store's own ``index/`` listing with
+    the post-restart set: the kept files on disk and the ones the restart builds, in memory."""
 
-    def __init__(self, store: Store, files: list[StoreFile] | None = None) -> None:
+    def __init__(self, store: Store, restart: RestartedIndex | None = None) -> None:
         self.store = store
-        self.infos = open_index_files(store, files)
-        self.report_base = IndexReport(files_total=len(self.infos))
+        self.infos = open_index_files(store, None if restart is None else restart.files)
+        built = [] if restart is None else restart.built
+        self.report_base = IndexReport(files_total=len(self.infos) + len(built))
         self._stack = contextlib.ExitStack()
-        self.files: list[tuple[IndexFileInfo, IndexHeader, memoryview]] = []
+        self.files: list[tuple[str, IndexHeader, memoryview]] = []
         self.geometry: IndexGeometry | None = None
+        for b in built:
+            self.geometry = b.geometry
+            self.files.append((b.name, b.header, b.view))
         for info in self.infos:
             if not info.usable:
                 self.report_base.unusable.append(info.error or f"{info.file.path}: unusable")
@@ -161,7 +166,8 @@ class OpenIndex:
                 continue
             view = store.view(info.file)
             self._stack.callback(view.release)
-            self.files.append((info, info.header, view))
+            self.files.append((str(info.file.path), info.header, view))
+        self.files.sort(key=lambda f: Path(f[0]).name)  # the broker loads them by name
         self.report_base.files_used = len(self.files)
         non_empty = [h for _, h, _ in self.files if h.entry_count > 0]
         if non_empty:
@@ -200,11 +206,11 @@ class OpenIndex:
             return []
         slot = self.geometry.slot_of(full_key)
         out = []
-        for info, header, view in self.files:
+        for path, header, view in self.files:
             walk = walk_chain(view, self.geometry, header, slot)
             deque(walk, maxlen=0)  # walk the whole chain: its problem is known only at the end
             if walk.problem is not None:
-                out.append(f"{info.file.path}: {walk.problem.describe()}")
+                out.append(f"{path}: {walk.problem.describe()}")
         return out
 
 
@@ -377,7 +383,7 @@ def _lookup_key(
         return result
     if restart is not None:
         result.warnings.extend(restart.notes)
-    with OpenIndex(store, None if restart is None else restart.files) as index:
+    with OpenIndex(store, restart) as index:
         report = index.new_report()
         result.index = report
         for topic in q.topics:
@@ -469,36 +475,56 @@ def _sort_hits(result: LookupResult) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class BuiltIndexFile:
+    """An index file the restart writes, held in memory (zero pages are not allocated)."""
+
+    name: str
+    header: IndexHeader
+    geometry: IndexGeometry
+    view: memoryview
+
+
+@dataclass(frozen=True, slots=True)
 class RestartedIndex:
     """The index and commitlog end a broker restarting on this store would query."""
 
     end: int  # the recovered commitlog end E: queryMessage serves nothing at or past it
-    files: list[StoreFile]  # kept on-disk files plus the ones the restart writes
+    files: list[StoreFile]  # the on-disk files the restart keeps untouched
+    built: list[BuiltIndexFile]  # the files it writes (new, or kept and continued)
     notes: tuple[str, ...]
 
 
 @contextlib.contextmanager
 def restarted_index(store: Store, progress: Progress | None = None) -> Iterator[RestartedIndex]:
-    """Emulate the restart (``analysis.recovery``) with the index files it would write put in a
-    temporary directory, and yield the post-restart view; the store itself is only read."""
-    recover_opts = RecoverOptions(lost_limit=0)
-    with tempfile.TemporaryDirectory(prefix="rmqinspect-index-") as tmp:
-        out = Path(tmp)
-        outcome = run_recovery(store, recover_opts, progress, index_out=out)
+    """Emulate the restart (``analysis.recovery``), keep the index files it writes in memory,
+    and yield the post-restart view; the store itself is only read."""
+    images: list[mmap.mmap] = []
+    built: list[BuiltIndexFile] = []
+
+    def keep(f: IndexFileBuilder) -> None:
+        image = mmap.mmap(-1, f.geometry.file_size)  # anonymous: untouched pages cost nothing
+        images.append(image)
+        for position, data in f.writes():
+            image[position : position + len(data)] = data
+        built.append(BuiltIndexFile(f.name, f.header, f.geometry, memoryview(image).toreadonly()))
+
+    try:
+        outcome = run_recovery(store, RecoverOptions(lost_limit=0), progress, index_sink=keep)
         report = outcome.report
         end = report.commitlog.max_offset if report.commitlog is not None else None
         if end is None:
             raise StoreError(f"--as-recovered: {report.verdict_reason}", str(store.root))
         replaced = set(outcome.index_deleted) | set(outcome.index_written)
         files = [f for f in store.index_files if f.name not in replaced]
-        for name in outcome.index_written:
-            path = out / name
-            files.append(StoreFile(path, 0, path.stat().st_size))
-        files.sort(key=lambda f: f.name)
         notes = [f"as after a restart: the commitlog ends at {end}"]
         if outcome.index_deleted:
             notes.append("index files the restart deletes: " + ", ".join(outcome.index_deleted))
-        yield RestartedIndex(end, files, tuple(notes))
+        yield RestartedIndex(end, files, built, tuple(notes))
+    finally:
+        for b in built:
+            b.view.release()
+        for image in images:
+            image.close()
 
 
 def known_topics(store: Store) -> list[str]:

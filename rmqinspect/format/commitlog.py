@@ -321,12 +321,7 @@ class MessageRecord:
 
     def index_keys(self) -> list[str]:
         """The keys ``IndexService.buildIndex`` puts for this record, in order."""
-        keys: list[str] = []
-        uniq = self.uniq_key
-        if uniq:
-            keys.append(uniq)
-        keys.extend(self.keys)
-        return keys
+        return props.index_key_values(self.uniq_key, self.properties.get(props.KEYS))
 
 
 class CheckReason(StrEnum):

@@ -9,14 +9,224 @@ to the caller when the broker would stop writing them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import numpy.typing as npt
 
+from rmqinspect.errors import DecodeError
 from rmqinspect.format.commitlog import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
-from rmqinspect.format.index import IndexFileBuilder, IndexGeometry, IndexHeader
-from rmqinspect.format.javamath import INT_MAX
+from rmqinspect.format.index import (
+    ENTRY_DTYPE,
+    HASH_SLOT_SIZE,
+    INDEX_HEADER_SIZE,
+    INVALID_INDEX,
+    Buffer,
+    IndexGeometry,
+    IndexHeader,
+)
+from rmqinspect.format.javamath import INT_MAX, wrap32
+
+_ENDS = struct.Struct(">qqqq")  # the header's timestamps and offsets
+
+
+class IndexFileBuilder:
+    """One index file as ``IndexFile.putKey`` leaves it (spec 7.3), a run of keys per numpy call.
+
+    It holds the header and the slot table (4 bytes a slot, allocated at the first put). With
+    ``materialise`` it also keeps the entries it wrote and, for a continued file, the loaded
+    bytes they overlay, so :meth:`writes` gives the file exactly; without it only the header is
+    kept (what a recovery report needs). :class:`~rmqinspect.format.index_build.IndexBuilder`
+    drives it across files.
+    """
+
+    def __init__(
+        self,
+        geometry: IndexGeometry,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+        *,
+        name: str = "",
+        materialise: bool = True,
+    ) -> None:
+        """``new IndexFile(name, slots, indexNum, endPhyOffset, endTimestamp)``: each end value
+        becomes both begin and end of the new file, but only if positive."""
+        self.geometry = geometry
+        self.name = name
+        self.materialise = materialise
+        timestamp, phy_offset = max(end_timestamp, 0), max(end_phy_offset, 0)
+        self._begin_timestamp = self._end_timestamp = timestamp
+        self._begin_phy_offset = self._end_phy_offset = phy_offset
+        self._hash_slot_count = 0
+        self._index_count = 1
+        # The header bytes until a put or flush rewrites them: the constructor stores only the
+        # copied ends, so indexCount reads 0 in a file that never got a key.
+        self._stored_header = _ENDS.pack(timestamp, timestamp, phy_offset, phy_offset) + bytes(8)
+        self._header_current = False  # the stored header equals the in-memory one
+        self._slots: npt.NDArray[np.int32] | None = None
+        self._blocks: list[tuple[int, bytes]] = []  # (first entry number, entries)
+        self._base: Buffer | None = None  # the loaded file the entries overlay
+
+    @classmethod
+    def new_rolled(cls, previous: IndexFileBuilder, name: str = "") -> IndexFileBuilder:
+        """The file ``getAndCreateLastIndexFile`` creates after ``previous`` (spec 7.5)."""
+        end = previous.header
+        return cls(
+            previous.geometry,
+            end.end_phy_offset,
+            end.end_timestamp,
+            name=name,
+            materialise=previous.materialise,
+        )
+
+    @classmethod
+    def from_bytes(
+        cls, buf: Buffer, geometry: IndexGeometry, *, name: str = "", materialise: bool = True
+    ) -> IndexFileBuilder:
+        """Continue an existing file as ``IndexFile.load`` leaves it: its header (indexCount
+        <= 0 read as 1) and its slot table, whatever they hold. ``buf`` may be short (the broker
+        maps the configured size, so missing bytes read as zeros); a materialising builder keeps
+        a reference to it."""
+        if len(buf) > geometry.file_size:
+            raise DecodeError(f"index file of {len(buf)} bytes exceeds {geometry.file_size}")
+        header = IndexHeader.decode(buf)
+        builder = cls(geometry, name=name, materialise=materialise)
+        builder._begin_timestamp = header.begin_timestamp
+        builder._end_timestamp = header.end_timestamp
+        builder._begin_phy_offset = header.begin_phy_offset
+        builder._end_phy_offset = header.end_phy_offset
+        builder._hash_slot_count = header.hash_slot_count
+        builder._index_count = header.loaded_index_count
+        builder._stored_header = bytes(buf[:INDEX_HEADER_SIZE])
+        table = bytes(buf[INDEX_HEADER_SIZE : geometry.entries_base])
+        table = table.ljust(geometry.slot_num * HASH_SLOT_SIZE, b"\0")
+        builder._slots = np.frombuffer(table, ">i4").astype(np.int32)
+        if materialise:
+            builder._base = buf
+        return builder
+
+    @property
+    def header(self) -> IndexHeader:
+        """The broker's in-memory header (``index_count`` >= 1 even before the first put)."""
+        return IndexHeader(
+            self._begin_timestamp,
+            self._end_timestamp,
+            self._begin_phy_offset,
+            self._end_phy_offset,
+            self._hash_slot_count,
+            self._index_count,
+        )
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self._end_phy_offset
+
+    @property
+    def is_full(self) -> bool:
+        return self.room == 0
+
+    @property
+    def room(self) -> int:
+        """Keys that still fit before ``putKey`` refuses."""
+        return max(self.geometry.index_num - self._index_count, 0)
+
+    def put(
+        self,
+        key_hashes: npt.NDArray[np.int64],
+        phy_offsets: npt.NDArray[np.int64],
+        store_timestamps: npt.NDArray[np.int64],
+    ) -> None:
+        """``IndexFile.putKey`` for consecutive keys (their index key hashes, and the offset and
+        store time of the record each belongs to); they must all fit (see :attr:`room`)."""
+        count = len(key_hashes)
+        if count > self.room:
+            raise ValueError(f"{count} keys do not fit in the {self.room} entries left")
+        if not count:
+            return
+        slot_num = self.geometry.slot_num
+        if self._slots is None:
+            self._slots = np.zeros(slot_num, dtype=np.int32)
+        numbers = self._index_count + np.arange(count, dtype=np.int64)
+        slots = key_hashes % slot_num
+        # Per slot, in put order: the first key reads the table, the others chain to the
+        # previous key of the same slot in this run.
+        order = np.argsort(slots, kind="stable")
+        sorted_slots = slots[order]
+        sorted_numbers = numbers[order]
+        same = sorted_slots[1:] == sorted_slots[:-1]
+        stored = self._slots[sorted_slots].astype(np.int64)
+        # slotValue <= 0 or > indexCount (at that put) is no chain: a loaded file may hold any.
+        prev_sorted = np.where((stored > 0) & (stored <= sorted_numbers), stored, INVALID_INDEX)
+        prev_sorted[1:] = np.where(same, sorted_numbers[:-1], prev_sorted[1:])
+        prev = np.empty(count, dtype=np.int64)
+        prev[order] = prev_sorted
+        last_of_slot = np.append(~same, True)
+        self._slots[sorted_slots[last_of_slot]] = sorted_numbers[last_of_slot]
+        # timeDiff is computed before the first put sets beginTimestamp (spec 7.3 observation).
+        begin = np.full(count, self._begin_timestamp, dtype=np.int64)
+        if self._index_count <= 1:
+            self._begin_timestamp = int(store_timestamps[0])
+            self._begin_phy_offset = int(phy_offsets[0])
+            begin[1:] = self._begin_timestamp
+        # int64 subtraction wraps like Java's long; negatives clamp to 0, so floor is truncation.
+        elapsed = np.clip((store_timestamps - begin) // 1000, 0, INT_MAX)
+        time_diff = np.where(begin <= 0, 0, elapsed)
+        if self.materialise:
+            entries = np.empty(count, dtype=ENTRY_DTYPE)
+            entries["key_hash"] = key_hashes
+            entries["phy_offset"] = phy_offsets
+            entries["time_diff"] = time_diff
+            entries["prev"] = prev
+            self._blocks.append((self._index_count, entries.tobytes()))
+        empty = int(np.count_nonzero(prev == INVALID_INDEX))
+        self._hash_slot_count = wrap32(self._hash_slot_count + empty)
+        self._index_count += count
+        self._end_timestamp = int(store_timestamps[-1])
+        self._end_phy_offset = int(phy_offsets[-1])
+        # putKey writes every field it changes, so the stored header is the in-memory one.
+        self._header_current = True
+
+    def flush(self) -> None:
+        """``IndexFile.flush``: rewrite the whole header (stores indexCount 1 in a file that
+        never got a key, where the bytes still hold 0)."""
+        self._header_current = True
+
+    @property
+    def header_bytes(self) -> bytes:
+        """The 40 header bytes as the file holds them now."""
+        return self.header.encode() if self._header_current else self._stored_header
+
+    @property
+    def continues_loaded_file(self) -> bool:
+        """Whether this file continues loaded bytes (:meth:`from_bytes`, materialising)."""
+        return self._base is not None
+
+    def writes(self, *, with_loaded: bool = True) -> Iterator[tuple[int, Buffer]]:
+        """``(position, data)`` pieces that, written in order over a zero-filled file of the
+        geometry's size, give this file: the loaded bytes (when continued; left out with
+        ``with_loaded=False``, for a caller that already holds a copy), the header, the slot
+        table's used range and the entry runs. Sparse: most of a file stays zeros."""
+        if not self.materialise:
+            raise ValueError("a header-only index file builder keeps no file bytes")
+        if self._base is not None and with_loaded:
+            yield 0, self._base
+        yield 0, self.header_bytes
+        if self._slots is not None:
+            used = np.flatnonzero(self._slots)
+            if used.size:
+                lo, hi = int(used[0]), int(used[-1]) + 1
+                yield self.geometry.slot_position(lo), self._slots[lo:hi].astype(">i4").tobytes()
+        for number, data in self._blocks:
+            yield self.geometry.entry_position(number), data
+
+    def to_bytes(self) -> bytes:
+        """The whole file (``geometry.file_size`` bytes)."""
+        out = bytearray(self.geometry.file_size)
+        for position, data in self.writes():
+            out[position : position + len(data)] = data
+        return bytes(out)
+
 
 # Keys per IndexFileBuilder.put: beyond this the sort by slot leaves the CPU caches.
 _PUT_BATCH = 1 << 16

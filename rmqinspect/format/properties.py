@@ -52,6 +52,25 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
+def property_value(raw: bytes, name: str) -> str | None:
+    """``parse_properties(raw.decode())[name]`` without parsing the rest: the last entry whose
+    name is ``name`` and whose value is not empty. Separators are ASCII, so decoding the value
+    alone gives the same text as decoding the whole string (for the index keys of a dispatch,
+    which would otherwise parse every record's properties)."""
+    needle = name.encode("utf-8") + b"\x01"
+    end = len(raw)
+    while (at := raw.rfind(needle, 0, end)) >= 0:
+        end = at
+        if at and raw[at - 1] != 2:
+            continue  # inside another entry's value, not at an entry's start
+        start = at + len(needle)
+        stop = raw.find(b"\x02", start)
+        value = raw[start : stop if stop >= 0 else len(raw)]
+        if value:
+            return value.decode("utf-8", "replace")
+    return None
+
+
 def encode_properties(pairs: Iterable[tuple[str, str]], trailing_separator: bool) -> str:
     """``messageProperties2String``: ``trailing_separator`` is the ≤4.9.0 / ≥5.2.0 form."""
     text = "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in pairs)
@@ -123,3 +142,12 @@ def split_keys(keys: str | None) -> list[str]:
     if not keys:
         return []
     return [k for k in keys.split(KEY_SEPARATOR) if k]
+
+
+def index_key_values(uniq_key: str | None, keys: str | None) -> list[str]:
+    """The keys ``IndexService.buildIndex`` puts for a message, in order (§7.4): its
+    ``UNIQ_KEY``, then each non-empty ``KEYS`` element (each under ``topic#``)."""
+    result = split_keys(keys)
+    if uniq_key is not None:
+        result.insert(0, uniq_key)
+    return result

@@ -80,7 +80,7 @@ def create_sized(path: Path, size: int) -> None:
         fh.truncate(size)
 
 
-def write_at(path: Path, offset: int, data: bytes | bytearray) -> None:
+def write_at(path: Path, offset: int, data: bytes | bytearray | memoryview) -> None:
     """Overwrite ``data`` at ``offset`` of an output file."""
     with open(path, "r+b") as fh:
         fh.seek(offset)

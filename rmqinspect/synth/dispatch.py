@@ -14,8 +14,7 @@ import numpy.typing as npt
 
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC, dispatch_tags_code
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, CQ_UNIT_DTYPE, PRE_BLANK_UNIT
-from rmqinspect.format.index import IndexFileBuilder
-from rmqinspect.format.index_build import IndexBuilder, IndexNamer
+from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder, IndexNamer
 from rmqinspect.format.javahash import index_key, java_hash, prefixed_key_hashes
 from rmqinspect.format.profile import Profile
 from rmqinspect.synth.files import create_file, offset_file_name, write_at, write_pieces

@@ -294,7 +294,7 @@ class StoreWriter:
             delay = delay or None
             uniq = pairs.get(props.UNIQ_KEY) or None
             keys = pairs.get(props.KEYS) or None
-        index_keys = ([] if uniq is None else [uniq]) + props.split_keys(keys)
+        index_keys = props.index_key_values(uniq, keys)
         store_ts = self._clock() if spec.store_timestamp is None else spec.store_timestamp
         return Row(
             topic,

@@ -28,6 +28,7 @@ from pathlib import Path
 from rmqinspect.analysis.recovery.emulator import RecoveryOutcome, analyze_recovery, run_recovery
 from rmqinspect.analysis.recovery.report import RecoveryReport
 from rmqinspect.analysis.recovery.state import Progress, RecoverOptions
+from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.store import output
 from rmqinspect.store.model import Store
 
@@ -66,7 +67,9 @@ def apply_recovery(
     staging = dest / _STAGING
     staging.mkdir()
     try:
-        outcome = run_recovery(opened, opts, progress, index_out=staging)
+        outcome = run_recovery(
+            opened, opts, progress, index_sink=lambda f: _stage_index_file(opened, staging, f)
+        )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if created_dest:
@@ -109,6 +112,18 @@ def apply_recovery(
         )
     _verify(dest, opened, opts, outcome, applied)
     return report, applied
+
+
+def _stage_index_file(opened: Store, staging: Path, f: IndexFileBuilder) -> None:
+    """Write an index file the restart writes: a continued file over a copy of the store's,
+    a new one over zeros (both sparse)."""
+    path = staging / f.name
+    if f.continues_loaded_file:
+        output.copy_sparse(opened.root / "index" / f.name, path)
+    else:
+        output.create_sized(path, f.geometry.file_size)
+    for position, data in f.writes(with_loaded=False):
+        output.write_at(path, position, data)
 
 
 def _paths_deleted(outcome: RecoveryOutcome) -> set[Path]:

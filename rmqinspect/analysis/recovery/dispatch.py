@@ -46,7 +46,7 @@ class Dispatcher:
             # putMessagePositionInfoWrapper moves logicsMsgTimestamp even on a skip.
             state.logics_timestamp = m.store_ts
         if self.index is not None:
-            self.index.build(m)
+            self.index.add(m)
 
     def take_run(
         self,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 from rmqinspect.analysis.recovery.commitlog import (
     ScanOutcome,
@@ -29,7 +28,12 @@ from rmqinspect.analysis.recovery.commitlog import (
     scan,
 )
 from rmqinspect.analysis.recovery.dispatch import Dispatcher, reput
-from rmqinspect.analysis.recovery.index_service import IndexService, index_report, load_index
+from rmqinspect.analysis.recovery.index_service import (
+    IndexService,
+    IndexSink,
+    index_report,
+    load_index,
+)
 from rmqinspect.analysis.recovery.lost import Unserved, lost_messages
 from rmqinspect.analysis.recovery.report import (
     SCHEMA_VERSION,
@@ -93,12 +97,12 @@ def run_recovery(
     store: Store,
     options: RecoverOptions | None = None,
     progress: Progress | None = None,
-    index_out: Path | None = None,
+    index_sink: IndexSink | None = None,
 ) -> RecoveryOutcome:
     """Emulate the restart of ``store``; the store is only read.
 
-    ``index_out``: a directory that receives byte-exact copies of the index files the restart
-    writes (new ones named by the current wall clock, as the broker would), for ``--apply-to``.
+    ``index_sink`` receives, byte for byte, every index file the restart writes (new ones named
+    by the current wall clock, as the broker would), for ``--apply-to`` and ``--as-recovered``.
     """
     opts = options or RecoverOptions()
     last_ok, source = decide_last_exit(store, opts)
@@ -107,7 +111,7 @@ def run_recovery(
         return _refused(state, last_ok, source)
     cp, cp_present = state.read_checkpoint()
     loaded = load_index(store, last_ok, cp, state.warnings)
-    index = IndexService(store, loaded, index_out)
+    index = IndexService(store, loaded, index_sink)
     dispatcher = Dispatcher(state, index)
     max_phy_cq = recover_consume_queues(state)
     recovered = recover_commitlog(state, dispatcher, last_ok, max_phy_cq, cp)
@@ -412,7 +416,7 @@ def _checkpoint_report(
     logics = state.logics_timestamp
     if logics is None:
         logics = cp.logics_msg_timestamp
-    index_ts = index.full_flushed_end_ts
+    index_ts = index.index_msg_timestamp
     if index_ts is None:
         index_ts = cp.index_msg_timestamp
     five = state.profile.checkpoint_has_confirm_offset

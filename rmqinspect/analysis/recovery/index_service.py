@@ -1,18 +1,20 @@
 """``IndexService`` during a restart: which index files ``load`` keeps (§10.10), and the index
 entries the dispatch writes (§7.3-7.5) into kept or new files.
 
-Without an output directory only headers are tracked; with one (``--apply-to``, and
-``lookup --as-recovered``), every file that receives entries is built byte for byte and written
-there through :mod:`rmqinspect.store.output` when the broker would roll past it, so at most two
-are in memory.
+Without a sink only headers are tracked; with one (``--apply-to`` writes the files elsewhere,
+``lookup --as-recovered`` queries them in memory), every file that receives entries is built
+byte for byte by the one index builder and handed over when the broker would stop writing it,
+so at most one is held here.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+
+import numpy as np
 
 from rmqinspect.analysis.recovery.report import IndexFileInfo, IndexReport, OffsetRange
 from rmqinspect.analysis.recovery.state import DispatchedRecord
@@ -23,22 +25,13 @@ from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
     INDEX_HEADER_SIZE,
-    IndexFileBuilder,
     IndexGeometry,
     IndexHeader,
-    index_keys,
 )
+from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder
+from rmqinspect.format.javahash import index_key, prefixed_key_hashes
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
-from rmqinspect.store.output import write_sparse
-
-
-@dataclass
-class _IdxFile:
-    name: str | None  # None for a file the broker creates (named by its wall clock)
-    header: IndexHeader
-    builder: IndexFileBuilder | None = None
-    continued: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,134 +99,167 @@ def _header(store: Store, f: StoreFile) -> IndexHeader:
     return IndexHeader.decode(store.maps.read_padded(f, 0, INDEX_HEADER_SIZE))
 
 
-class IndexService:
-    """``IndexService`` after ``load``: the kept files and ``buildIndex``/``putKey``."""
+IndexSink = Callable[[IndexFileBuilder], None]
+"""Receives each index file the restart writes (new or continued), with its bytes."""
 
-    def __init__(
-        self,
-        store: Store,
-        loaded: IndexLoad,
-        out_dir: Path | None,
-    ) -> None:
+_CHUNK = 8192  # dispatched records indexed per builder call
+
+
+class IndexService:
+    """``IndexService`` after ``load``: the kept files, and ``buildIndex`` for the dispatched
+    records through the one index builder (:class:`IndexBuilder`), a chunk at a time.
+
+    Without a ``sink`` only headers are tracked; with one, every file that receives entries is
+    built byte for byte and handed to the sink when the broker would stop writing it."""
+
+    def __init__(self, store: Store, loaded: IndexLoad, sink: IndexSink | None) -> None:
         self.store = store
+        self.loaded = loaded
         self.geometry = loaded.geometry
-        self.files = [_IdxFile(name, loaded.headers[name]) for name in loaded.kept]
-        self.out_dir = out_dir
-        self._by_name = {f.name: f for f in store.index_files}
-        self.created = 0
-        self.entries = 0
-        self.full_flushed_end_ts: int | None = None  # checkpoint indexMsgTimestamp updates
-        self.indexed_min: int | None = None
+        self.sink = sink
         self.written: list[str] = []
+        self._builder: IndexBuilder | None = None
+        self._pending: list[DispatchedRecord] = []
+        last = loaded.kept[-1] if loaded.kept else None
+        self._last_kept = last
+        self._last_kept_header = loaded.headers[last] if last is not None else None
+
+    # state the dispatcher reads ---------------------------------------------------------------
 
     def skip_below(self) -> int:
         """``buildIndex`` skips records below this offset (the last file's endPhyOffset; a new
         file inherits it)."""
-        return self.files[-1].header.end_phy_offset if self.files else 0
+        self.flush()
+        if self._builder is not None:
+            return self._builder.end_phy_offset
+        h = self._last_kept_header
+        return h.end_phy_offset if h is not None else 0
 
     def creates_file(self) -> bool:
         """The next ``buildIndex`` call creates a file (none yet, or the last one is full)."""
-        return not self.files or self._full(self.files[-1])
+        self.flush()
+        if self._builder is not None:
+            return self._builder.creates_file
+        h = self._last_kept_header
+        return h is None or h.loaded_index_count >= self.geometry.index_num
 
-    def _full(self, f: _IdxFile) -> bool:
-        return f.header.loaded_index_count >= self.geometry.index_num
+    # dispatch ---------------------------------------------------------------------------------
 
-    def _last(self) -> _IdxFile:
-        """``getAndCreateLastIndexFile``."""
-        if self.files and not self._full(self.files[-1]):
-            return self.files[-1]
-        prev = self.files[-1] if self.files else None
-        end_phy = prev.header.end_phy_offset if prev else 0
-        end_ts = prev.header.end_timestamp if prev else 0
-        header = IndexHeader(
-            end_ts if end_ts > 0 else 0,
-            end_ts if end_ts > 0 else 0,
-            end_phy if end_phy > 0 else 0,
-            end_phy if end_phy > 0 else 0,
-            0,
-            1,
-        )
-        f = _IdxFile(None, header)
-        if self.out_dir is not None:
-            builder = (
-                IndexFileBuilder.new_rolled(prev.builder)
-                if prev is not None and prev.builder is not None
-                else IndexFileBuilder(self.geometry, max(end_phy, 0), max(end_ts, 0))
+    def add(self, m: DispatchedRecord) -> None:
+        """``IndexService.buildIndex`` for one dispatched record, in dispatch order."""
+        self._pending.append(m)
+        if len(self._pending) >= _CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Index the pending records with one vectorised builder call."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        topics: dict[str, int] = {}
+        prefix_of: list[int] = []
+        keys: list[str] = []
+        owners: list[int] = []
+        for n, m in enumerate(pending):
+            if m.sys_flag & cl.TRANSACTION_TYPE_MASK == cl.TRANSACTION_ROLLBACK_TYPE:
+                continue  # puts nothing (the builder knows it too, so no need to hash)
+            raw = m.properties_raw
+            record_keys = props.index_key_values(
+                props.property_value(raw, props.UNIQ_KEY), props.property_value(raw, props.KEYS)
             )
-            f.builder = builder
-            f.name = self._new_name()
-        if prev is not None:
-            # The broker flushes the full file in the background; a full file moves the
-            # checkpoint's indexMsgTimestamp.
-            self.full_flushed_end_ts = prev.header.end_timestamp
-            self._write_out(prev)
-        self.files.append(f)
-        self.created += 1
-        return f
+            if not record_keys:
+                continue
+            t = topics.setdefault(m.topic, len(topics))
+            for key in record_keys:
+                prefix_of.append(t)
+                keys.append(key)
+                owners.append(n)
+        hashes = prefixed_key_hashes(
+            [index_key(topic, "") for topic in topics], np.array(prefix_of, np.int64), keys
+        )
+        self._get_builder(pending[0]).dispatch(
+            np.array([m.phy for m in pending], np.int64),
+            np.array([m.store_ts for m in pending], np.int64),
+            np.array([m.sys_flag for m in pending], np.int64),
+            hashes,
+            np.array(owners, np.int64),
+        )
 
-    def _new_name(self) -> str:
+    def _get_builder(self, first: DispatchedRecord) -> IndexBuilder:
+        if self._builder is None:
+            continued = None
+            if self._last_kept is not None:
+                disk = next(f for f in self.store.index_files if f.name == self._last_kept)
+                size = min(disk.length, self.geometry.file_size)
+                data = self.store.maps.read_padded(disk, 0, size)
+                continued = IndexFileBuilder.from_bytes(
+                    data, self.geometry, name=disk.name, materialise=self.sink is not None
+                )
+            self._builder = IndexBuilder(
+                self.geometry,
+                self._new_name,
+                materialise=self.sink is not None,
+                last_file=continued,
+                on_rolled=self._hand_over,
+            )
+        return self._builder
+
+    def _new_name(self, _trigger_timestamp: int, _sequence: int) -> str:
         """``yyyyMMddHHmmssSSS`` of now (local time, as the broker names it); when the clock is
         behind the existing names, the next number after the newest, so the load order holds."""
         ms = int(time.time() * 1000)
         name = datetime.fromtimestamp(ms / 1000).strftime("%Y%m%d%H%M%S") + f"{ms % 1000:03d}"
-        newest = max((x.name for x in self.files if x.name is not None), default="")
+        existing = [*self.loaded.headers, *(self._builder.created if self._builder else [])]
+        newest = max(existing, default="")
         if name <= newest:
             name = f"{int(newest) + 1:017d}" if newest.isdigit() else newest + "1"
         return name
 
-    def _builder(self, f: _IdxFile) -> IndexFileBuilder | None:
-        if self.out_dir is None:
-            return None
-        if f.builder is None and f.name is not None:
-            size = self.geometry.file_size
-            data = self.store.maps.read_padded(self._by_name[f.name], 0, size)
-            f.builder = IndexFileBuilder.from_bytes(data, self.geometry)
-            f.continued = True
-        return f.builder
-
-    def _write_out(self, f: _IdxFile) -> None:
-        if f.builder is None or self.out_dir is None or f.name is None:
-            return
-        f.builder.flush()
-        write_sparse(self.out_dir / f.name, f.builder.buffer)
-        self.written.append(f.name)
-        f.builder = None
-
-    def build(self, m: DispatchedRecord) -> None:
-        """``IndexService.buildIndex`` for one dispatched record (§7.4)."""
-        f = self._last()
-        if m.phy < f.header.end_phy_offset:
-            return
-        if m.sys_flag & cl.TRANSACTION_TYPE_MASK == cl.TRANSACTION_ROLLBACK_TYPE:
-            return
-        p = m.props
-        for key in index_keys(m.topic, p.get(props.UNIQ_KEY), p.get(props.KEYS)):
-            while not self._put(f, key, m.phy, m.store_ts):
-                f = self._last()
-        if self.indexed_min is None:
-            self.indexed_min = m.phy
-
-    def _put(self, f: _IdxFile, key: str, phy: int, ts: int) -> bool:
-        """``IndexFile.putKey`` on the header (and on the bytes, when materialising)."""
-        if self._full(f):
-            return False
-        builder = self._builder(f)
-        if builder is not None:
-            builder.put_key(key, phy, ts)
-        h = f.header
-        count = h.loaded_index_count
-        begin_phy, begin_ts = h.begin_phy_offset, h.begin_timestamp
-        if count <= 1:
-            begin_phy, begin_ts = phy, ts
-        f.header = IndexHeader(begin_ts, ts, begin_phy, phy, h.hash_slot_count, count + 1)
-        self.entries += 1
-        return True
+    def _hand_over(self, f: IndexFileBuilder) -> None:
+        """A file the restart wrote: every new file, and the kept last file if it got keys."""
+        kept = self._last_kept_header
+        untouched = (
+            f.name == self._last_kept
+            and kept is not None
+            and (f.header.loaded_index_count == kept.loaded_index_count)
+        )
+        if self.sink is not None and not untouched:
+            self.sink(f)
+            self.written.append(f.name)
 
     def finish(self) -> None:
-        """Write the builders still in memory (the broker flushes them at shutdown)."""
-        for f in self.files:
-            if f.builder is not None:
-                self._write_out(f)
+        """The shutdown after the restart flushes the last file."""
+        self.flush()
+        if self._builder is not None:
+            last = self._builder.finish()
+            if last is not None:
+                last.flush()
+                self._hand_over(last)
+
+    # what the report needs --------------------------------------------------------------------
+
+    @property
+    def created(self) -> list[str]:
+        return list(self._builder.created) if self._builder is not None else []
+
+    @property
+    def entries(self) -> int:
+        return self._builder.entries if self._builder is not None else 0
+
+    @property
+    def index_msg_timestamp(self) -> int | None:
+        """The checkpoint's indexMsgTimestamp after full files were flushed (None: unchanged)."""
+        return self._builder.index_msg_timestamp if self._builder is not None else None
+
+    @property
+    def first_indexed_offset(self) -> int | None:
+        return self._builder.first_indexed_offset if self._builder is not None else None
+
+    def headers_after(self) -> list[tuple[str, IndexHeader]]:
+        """Every index file after the restart, in load order, with its header."""
+        touched = dict(self._builder.headers()) if self._builder is not None else {}
+        kept = [(name, touched.pop(name, self.loaded.headers[name])) for name in self.loaded.kept]
+        return kept + list(touched.items())
 
 
 def index_report(
@@ -248,8 +274,8 @@ def index_report(
     headers = loaded.headers
     deleted = loaded.deleted
     cover: int | None = None
-    if service.indexed_min is not None:
-        cover = max(loaded.kept_end, service.indexed_min)
+    if service.first_indexed_offset is not None:
+        cover = max(loaded.kept_end, service.first_indexed_offset)
     unfindable: list[OffsetRange] = []
     for name in deleted:
         h = headers[name]
@@ -260,31 +286,34 @@ def index_report(
             last = min(last, cover - 1)
         if first <= last:
             unfindable.append(OffsetRange(first, last, f"entries of deleted {name}"))
+    after = service.headers_after()
     stale: list[OffsetRange] = []
-    for f in service.files:
-        if f.name in headers and f.name not in deleted:
-            h = headers[f.name]
-            if h.loaded_index_count > 1 and h.end_phy_offset >= end:
-                stale.append(
-                    OffsetRange(
-                        max(end, h.begin_phy_offset),
-                        h.end_phy_offset,
-                        f"kept {f.name} points past the recovered end",
-                    )
+    for name in loaded.kept:
+        h = headers[name]
+        if h.loaded_index_count > 1 and h.end_phy_offset >= end:
+            stale.append(
+                OffsetRange(
+                    max(end, h.begin_phy_offset),
+                    h.end_phy_offset,
+                    f"kept {name} points past the recovered end",
                 )
+            )
     new_files = [
         IndexFileInfo(
-            f.name or f"<new {i + 1}>",
-            f.header.begin_phy_offset,
-            f.header.end_phy_offset,
-            f.header.begin_timestamp,
-            f.header.end_timestamp,
-            f.header.index_count,
+            name,
+            h.begin_phy_offset,
+            h.end_phy_offset,
+            h.begin_timestamp,
+            h.end_timestamp,
+            h.index_count,
         )
-        for i, f in enumerate(x for x in service.files if x.name not in headers)
+        for name, h in after
+        if name not in headers
     ]
     continued = sorted(
-        {f.name for f in service.files if f.name in headers and f.header != headers[f.name]}
+        name
+        for name, h in after
+        if name in headers and h.loaded_index_count != headers[name].loaded_index_count
     )
     reason = (
         "clean shutdown: index files are kept"
@@ -299,7 +328,7 @@ def index_report(
         files_before=list(headers),
         deleted_files=deleted,
         deleted_reason=reason,
-        files_created=service.created,
+        files_created=len(service.created),
         files_continued=continued,
         entries_written=service.entries,
         new_files=new_files,

@@ -123,6 +123,10 @@ class DispatchedRecord:
         )
 
     @property
+    def properties_raw(self) -> bytes:
+        return self._raw
+
+    @property
     def props(self) -> dict[str, str]:
         if self._props is None:
             self._props = props.parse_properties(self._raw.decode("utf-8", "replace"))
