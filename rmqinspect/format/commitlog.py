@@ -12,13 +12,13 @@ Two entry points read records:
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
+from rmqinspect.format.crc import masked_crc32
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.javamath import java_parse_int, java_split, wrap64
@@ -143,7 +143,7 @@ _COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 
 def body_crc(data: bytes | memoryview) -> int:
     """``UtilAll.crc32``: zlib CRC-32 masked to 31 bits."""
-    return zlib.crc32(data) & 0x7FFFFFFF
+    return masked_crc32(data)
 
 
 def magic_name(magic: int) -> str:

@@ -24,7 +24,6 @@ import functools
 import operator
 import os
 import struct
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -79,6 +78,7 @@ from rmqinspect.format.consumequeue import (
     PRE_BLANK_UNIT,
     cq_file_size,
 )
+from rmqinspect.format.crc import masked_crc32
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
@@ -100,7 +100,6 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
 _I16 = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
-_BODY_CRC_MASK = 0x7FFFFFFF
 _HEAD_DTYPES = {
     (born6, store6): np.dtype(
         [
@@ -992,9 +991,7 @@ def _heads(
     heads = [b""] * len(length)
     topic = np.asarray(c.topic, dtype=np.int64)
     magic = np.array([info.magic for info in infos], dtype=np.int64)[topic]
-    body_crc = np.fromiter(
-        (zlib.crc32(b) & _BODY_CRC_MASK for b in c.bodies), dtype=np.int64, count=len(c.bodies)
-    )[c.body]
+    body_crc = np.fromiter(map(masked_crc32, c.bodies), dtype=np.int64, count=len(c.bodies))[c.body]
     encoded = [h.encode() for h in c.hosts]
     host_fields = {
         size: np.frombuffer(
@@ -1036,7 +1033,7 @@ def _fill_prop_crcs(data: bytearray, lengths: Sequence[int]) -> bytearray:
     start = 0
     for length in lengths:
         end = start + length
-        crc = zlib.crc32(view[start : end - CRC32_RESERVED_LEN]) & _BODY_CRC_MASK
+        crc = masked_crc32(view[start : end - CRC32_RESERVED_LEN])
         view[end - 11 : end - 1] = encode_prop_crc_digits(crc).encode("ascii")
         start = end
     return data
