@@ -193,6 +193,12 @@ def dispatch_tags_code(
     return wrap64(store_timestamp + delay_levels.get(level, 1000))
 
 
+def dup_info_valid(properties: Mapping[str, str]) -> bool:
+    """The ``checkDupInfo`` rule: a ``DUP_INFO`` property that splits on "_" into two parts."""
+    dup = properties.get(props.DUP_INFO)
+    return dup is not None and len(java_split(dup, "_")) == 2
+
+
 def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
     """``messageDelayLevel`` → {level: delay ms}; level = position + 1."""
     units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -458,12 +464,9 @@ def check_message(
                 rec,
             )
         tags_code = code
-    if opts.check_dup_info:
+    if opts.check_dup_info and not dup_info_valid(rec.properties):
         dup = rec.properties.get(props.DUP_INFO)
-        if dup is None or len(java_split(dup, "_")) != 2:
-            return _failed(
-                total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec
-            )
+        return _failed(total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec)
     if opts.check_crc and opts.force_verify_prop_crc:
         stored_text = rec.properties.get(props.CRC32)
         if stored_text is None:
