@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format.scan import RecordColumns, Skipped
 from rmqinspect.store.files import StoreFile
-from rmqinspect.store.model import ScanItem, Store
+from rmqinspect.store.model import Store
 
 Progress = Callable[[int], None]
 
@@ -27,14 +31,23 @@ class MessageFilter:
     until: int | None = None  # store time, ms, inclusive
     limit: int | None = None
 
-    def accepts(self, r: cl.MessageRecord) -> bool:
-        if self.topic is not None and r.topic != self.topic:
-            return False
-        if self.queue_id is not None and r.queue_id != self.queue_id:
-            return False
-        if self.since is not None and r.store_timestamp < self.since:
-            return False
-        return self.until is None or r.store_timestamp <= self.until
+    def mask(self, cols: RecordColumns) -> npt.NDArray[np.bool_]:
+        """Which records of ``cols`` pass every filter (the limit aside)."""
+        keep = np.ones(len(cols), np.bool_)
+        if self.topic is not None:
+            keep &= cols.topic_mask([self.topic])
+        if self.queue_id is not None:
+            keep &= cols.queue_id == self.queue_id
+        if self.since is not None:
+            keep &= cols.store_timestamp >= self.since
+        if self.until is not None:
+            keep &= cols.store_timestamp <= self.until
+        positions = cols.positions + cols.file_start
+        if self.from_offset is not None:
+            keep &= positions >= self.from_offset
+        if self.to_offset is not None:
+            keep &= positions < self.to_offset
+        return keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,23 +76,23 @@ def stream_messages(
     files = _files_in_time_range(store, flt.since, flt.until)
     emitted = 0
     last = start if start is not None else clq.files[0].start
-    for item in store.scan(start, opts, files=files):
-        if flt.to_offset is not None and item.position >= flt.to_offset:
+    for f, event in store.scan(start, opts, files=files):
+        if isinstance(event, Skipped):
+            continue  # the failed run before it reports the stop
+        cols = event.columns
+        for i in np.flatnonzero(flt.mask(cols)).tolist():
+            yield cols.record(i)
+            emitted += 1
+            if flt.limit is not None and emitted >= flt.limit:
+                return
+        end = f.start + event.end
+        if flt.to_offset is not None and end >= flt.to_offset:
             return
-        if progress is not None and item.position > last:
-            progress(item.position - last)
-            last = item.position
-        rec = item.result.record
-        if item.result.is_message and rec is not None:
-            if flt.from_offset is not None and rec.position < flt.from_offset:
-                continue
-            if flt.accepts(rec):
-                yield rec
-                emitted += 1
-                if flt.limit is not None and emitted >= flt.limit:
-                    return
-        elif not item.result.is_blank:
-            yield _stop(store, item)
+        if progress is not None and end > last:
+            progress(end - last)
+            last = end
+        if event.failed:
+            yield _stop(f, end, event.stop)
 
 
 def _files_in_time_range(store: Store, since: int | None, until: int | None) -> list[StoreFile]:
@@ -124,12 +137,12 @@ def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int 
     return f.start
 
 
-def _stop(store: Store, item: ScanItem) -> ScanStop:
-    res = item.result
+def _stop(f: StoreFile, position: int, res: cl.CheckResult | None) -> ScanStop:
+    assert res is not None
     zero = res.magic == 0 and (res.total_size or 0) == 0
     return ScanStop(
-        file=str(item.file.path),
-        position=item.position,
+        file=str(f.path),
+        position=position,
         reason=res.reason.value,
         detail=res.detail,
         end_of_data=zero,
