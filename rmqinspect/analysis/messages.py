@@ -1,8 +1,10 @@
-"""``messages``: stream the commitlog in physical order with filters, reporting where it breaks.
+"""``messages``: stream the commitlog in physical order with filters, reporting what it skips.
 
 The walk reads every record the way dispatch does (CRC not enforced: a mismatch is shown on the
-message, not hidden) and, unlike recovery, resumes at the next file after a bad record, so
-everything readable is listed. Stops are yielded as events so the caller can warn about them.
+message, not hidden) and, unlike recovery, resynchronises past a bad record at the next record
+of the same file (one whose PHYSICALOFFSET names its own position: stale bytes of another file
+are not its messages), so everything readable is listed. Each skipped byte range is yielded as
+an event so the caller can report it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import scan
 from rmqinspect.format.scan import RecordColumns, Skipped
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
@@ -25,7 +28,7 @@ Progress = Callable[[int], None]
 class MessageFilter:
     topic: str | None = None
     queue_id: int | None = None
-    from_offset: int | None = None  # physical, inclusive (a record boundary)
+    from_offset: int | None = None  # physical, inclusive (inside a record: the next record)
     to_offset: int | None = None  # physical, exclusive
     since: int | None = None  # store time, ms, inclusive
     until: int | None = None  # store time, ms, inclusive
@@ -51,23 +54,27 @@ class MessageFilter:
 
 
 @dataclass(frozen=True, slots=True)
-class ScanStop:
-    """Where a file's records stop being readable; ``end_of_data`` is the normal zero tail."""
+class SkippedRange:
+    """Bytes of a commitlog file that hold no readable record, from the first unreadable byte
+    to the next record found (or the end of the file's data); ``reason`` and ``detail`` are the
+    broker's check at its start."""
 
     file: str
-    position: int
+    file_offset: int  # where the range starts in the file
+    physical_offset: int
+    length: int
     reason: str
     detail: str
-    end_of_data: bool
 
 
-ScanEvent = cl.MessageRecord | ScanStop
+ScanEvent = cl.MessageRecord | SkippedRange
 
 
 def stream_messages(
     store: Store, flt: MessageFilter, progress: Progress | None = None
 ) -> Iterator[ScanEvent]:
-    """Matching messages in commitlog order, interleaved with the stops met on the way."""
+    """Matching messages in commitlog order, interleaved with the byte ranges skipped on the
+    way (whatever the filters: damage may hide matching messages)."""
     clq = store.commitlog
     if not clq.files:
         return
@@ -76,9 +83,13 @@ def stream_messages(
     files = _files_in_time_range(store, flt.since, flt.until)
     emitted = 0
     last = start if start is not None else clq.files[0].start
-    for f, event in store.scan(start, opts, files=files):
+    for f, event in store.scan(start, opts, files=files, resync=True):
         if isinstance(event, Skipped):
-            continue  # the failed run before it reports the stop
+            skipped = _skipped(f, event)
+            if flt.to_offset is not None and skipped.physical_offset >= flt.to_offset:
+                return
+            yield skipped
+            continue
         cols = event.columns
         for i in np.flatnonzero(flt.mask(cols)).tolist():
             yield cols.record(i)
@@ -91,8 +102,6 @@ def stream_messages(
         if progress is not None and end > last:
             progress(end - last)
             last = end
-        if event.failed:
-            yield _stop(f, end, event.stop)
 
 
 def _files_in_time_range(store: Store, since: int | None, until: int | None) -> list[StoreFile]:
@@ -126,7 +135,7 @@ def _first_time(store: Store, f: StoreFile, opts: cl.CheckOptions) -> int | None
 
 def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int | None:
     """The scan start for ``--from``: the offset itself when a record starts there, else the
-    start of its file (records before ``from_offset`` are then skipped)."""
+    next record of its file that :func:`scan.resync` finds (else the next file)."""
     if from_offset is None:
         return None
     f = store.commitlog.find(from_offset)
@@ -134,16 +143,21 @@ def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int 
         return from_offset  # before, between or after the files: scan skips what it must
     if store.check_at(from_offset, opts).is_message:
         return from_offset
-    return f.start
+    buf = store.view(f)
+    try:
+        pos = from_offset - f.start
+        nxt = scan.resync(buf, pos, pos + scan.data_extent(buf, pos), f.start, opts)
+    finally:
+        buf.release()
+    return f.start + (nxt if nxt is not None else store.commitlog.file_size)
 
 
-def _stop(f: StoreFile, position: int, res: cl.CheckResult | None) -> ScanStop:
-    assert res is not None
-    zero = res.magic == 0 and (res.total_size or 0) == 0
-    return ScanStop(
+def _skipped(f: StoreFile, event: Skipped) -> SkippedRange:
+    return SkippedRange(
         file=str(f.path),
-        position=position,
-        reason=res.reason.value,
-        detail=res.detail,
-        end_of_data=zero,
+        file_offset=event.start,
+        physical_offset=f.start + event.start,
+        length=event.length,
+        reason=event.result.reason.value,
+        detail=event.result.detail,
     )

@@ -55,7 +55,7 @@ def messages(
     index_entries: IndexEntriesOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
-    """Stream messages in commitlog order; bad records are reported on stderr and skipped.
+    """Stream messages in commitlog order; damaged byte ranges are skipped and reported.
 
     Example: rmqinspect messages STORE --topic TopicA --since 2024-05-01T10:00 --limit 20
     """
