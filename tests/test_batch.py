@@ -119,3 +119,22 @@ def test_corpus_files_decode_in_batches(conformance5_dir: Path) -> None:
                 )  # type: ignore[call-overload]
                 total += 1
         assert total == 2000
+
+
+def test_short_values_at_the_very_end_of_the_buffer() -> None:
+    """Values ending at the buffer's last byte are read in full (no padding or shifting)."""
+    recs = [
+        cl.encode_message(
+            topic=topic, queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0,
+            born_timestamp=0, born_host=V4, store_timestamp=0, store_host=V6, reconsume_times=0,
+            prepared_transaction_offset=0, body=body, properties=props,
+        )
+        for i, (topic, body, props) in enumerate(
+            [("T", b"x" * 40, b"a\x01b"), ("Topic", b"", b""), ("TT", b"short", b"k\x01v")]
+        )
+    ]  # fmt: skip
+    buf = b"".join(recs)
+    rows = _rows(buf)
+    assert len(rows) == 3
+    for row in rows:
+        _assert_same(row, cl.decode_message(buf, int(row["physical_offset"])))  # type: ignore[call-overload]

@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import scan
 from rmqinspect.format.scan import RecordColumns
 
 RECORD_SCHEMA = pa.schema(
@@ -41,11 +42,46 @@ RECORD_SCHEMA = pa.schema(
 )
 
 
+_INLINE = 12  # an Arrow binary view holds values this short inline
+_VIEW_OFFSET_MAX = 2**31 - 1
+
+
 def _binary(
     mv: memoryview, starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
 ) -> pa.Array:
-    """An Arrow binary array of ``mv[start:start+length]`` slices, built from one joined buffer."""
+    """An Arrow binary array of the ``mv[start:start+length]`` slices.
+
+    The slices become an Arrow binary *view* array pointing into ``mv`` (built with numpy, no
+    Python per record), which Arrow then copies into a plain binary array in one pass.
+    """
     lengths = np.maximum(lengths, 0)
+    n = len(starts)
+    data = np.frombuffer(mv, np.uint8)
+    ends = starts + lengths
+    if len(mv) > _VIEW_OFFSET_MAX or (ends > len(mv)).any():
+        return _joined(mv, starts, lengths)
+    views = np.zeros((n, 16), np.uint8)
+    views[:, :4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
+    head = scan.windows(data, starts, _INLINE)
+    short = lengths <= _INLINE
+    views[short, 4:] = head[short] * (np.arange(_INLINE) < lengths[short, None])
+    # Rows near the buffer's end were read from an earlier position: take those few by slicing.
+    for i in np.flatnonzero(short & (starts + _INLINE > len(mv))).tolist():
+        value = bytes(mv[int(starts[i]) : int(ends[i])])
+        views[i, 4 : 4 + len(value)] = np.frombuffer(value, np.uint8)
+    long = ~short
+    views[long, 4:8] = head[long, :4]  # prefix; buffer index 0 stays zero
+    views[long, 12:] = starts[long].astype("<i4").view(np.uint8).reshape(-1, 4)
+    as_view = pa.Array.from_buffers(
+        pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(mv)]
+    )
+    return as_view.cast(pa.binary())
+
+
+def _joined(
+    mv: memoryview, starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+) -> pa.Array:
+    """:func:`_binary` for a buffer too large for view offsets: one joined copy."""
     data = b"".join([mv[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)])
     offsets = np.zeros(len(starts) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])

@@ -90,7 +90,7 @@ _HOST_LAYOUTS = {
 }
 
 
-def _windows(data: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np.uint8]:
+def windows(data: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np.uint8]:
     """The ``width`` bytes at every position of ``at``, one row each (a fresh contiguous array).
 
     Rows are copied whole out of a sliding-window view, far faster than indexing byte by byte.
@@ -109,7 +109,7 @@ def _windows(data: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np
 
 def _be(data: npt.NDArray[np.uint8], at: I64, width: int) -> I64:
     """The big-endian signed integer of ``width`` (1, 2 or 4) bytes at every position of
-    ``at`` (positions outside the buffer read meaningless values, see :func:`_windows`).
+    ``at`` (positions outside the buffer read meaningless values, see :func:`windows`).
     Narrow fields are read a byte column at a time: cheaper than copying rows."""
     if len(data) < width:
         return np.zeros(len(at), np.int64)
@@ -124,7 +124,7 @@ def _be(data: npt.NDArray[np.uint8], at: I64, width: int) -> I64:
 
 def _u64(data: npt.NDArray[np.uint8], at: I64) -> npt.NDArray[np.uint64]:
     """The eight bytes at every position of ``at`` as one big-endian unsigned integer."""
-    out: npt.NDArray[np.uint64] = _windows(data, at, 8).view(">u8").reshape(-1).astype(np.uint64)
+    out: npt.NDArray[np.uint64] = windows(data, at, 8).view(">u8").reshape(-1).astype(np.uint64)
     return out
 
 
@@ -443,7 +443,7 @@ def gather(buf: Buffer, positions: I64 | Walk, file_start: int = 0) -> RecordCol
     buffer, such as a :class:`Walk`'s) with a few numpy gathers, and say which are well formed."""
     p = positions.positions if isinstance(positions, Walk) else positions
     data = np.frombuffer(buf, np.uint8)
-    head = _windows(data, p, _HEAD_DTYPE.itemsize).view(_HEAD_DTYPE).reshape(-1)
+    head = windows(data, p, _HEAD_DTYPE.itemsize).view(_HEAD_DTYPE).reshape(-1)
     sizes = head["total_size"].astype(np.int64)
     ends = p + sizes
     sys_flag = head["sys_flag"].astype(np.int64)
@@ -451,7 +451,7 @@ def gather(buf: Buffer, positions: I64 | Walk, file_start: int = 0) -> RecordCol
     born_v6 = (sys_flag & cl.BORNHOST_V6_FLAG) != 0
     store_v6 = (sys_flag & cl.STOREHOSTADDRESS_V6_FLAG) != 0
     born_host_at = p + cl.BORNHOST_POS
-    block = _windows(data, born_host_at, _HOSTS_WIDTH)
+    block = windows(data, born_host_at, _HOSTS_WIDTH)
     hosts = {name: np.zeros(len(p), np.int64) for name in _HOSTS_FIELDS}
     for (b6, s6), dtype in _HOST_LAYOUTS.items():
         rows = (born_v6 == b6) & (store_v6 == s6)
@@ -622,7 +622,7 @@ def _schedule_ok(cols: RecordColumns, k: int) -> int:
     cand = np.flatnonzero((cols.topic_length[:k] == n) & (cols.properties_length[:k] > 0))
     if not len(cand):
         return k
-    rows = _windows(data, cols.topic_at[cand], n)
+    rows = windows(data, cols.topic_at[cand], n)
     for i in cand[(rows == _SCHEDULE).all(axis=1)].tolist():
         if not _delay_parses(cols.properties_raw(i)):
             return int(i)
