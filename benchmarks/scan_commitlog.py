@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rmqinspect.format import scan
+from rmqinspect.format import columns, scan
 from rmqinspect.format.batch import BatchDecodeError, decode_batch
 from rmqinspect.store.model import Store
 
@@ -44,12 +44,12 @@ def _batch(store: Store) -> int:
         buf = store.view(f)
         pos = 0
         while True:
-            walk = scan.walk(buf, pos)
+            walk = columns.walk(buf, pos)
             try:
-                records += decode_batch(scan.gather(buf, walk, f.start)).num_rows
+                records += decode_batch(columns.gather(buf, walk, f.start)).num_rows
             except BatchDecodeError:
                 break
-            if walk.stop is not scan.WalkStop.LIMIT:
+            if walk.stop is not columns.WalkStop.LIMIT:
                 break
             pos = walk.end
         buf.release()

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rmqinspect.format import columns
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import scan
 from rmqinspect.format.batch import BatchDecodeError, decode_batch
 from rmqinspect.format.host import HostAddress
 from rmqinspect.store.model import Store
@@ -20,7 +20,7 @@ V6 = HostAddress(bytes(range(16)), 10912)
 
 
 def _rows(buf: bytes, start: int = 0) -> list[dict[str, object]]:
-    return decode_batch(scan.gather(buf, scan.walk(buf), start)).to_pylist()
+    return decode_batch(columns.gather(buf, columns.walk(buf), start)).to_pylist()
 
 
 def _assert_same(row: dict[str, object], rec: cl.MessageRecord) -> None:
@@ -87,10 +87,10 @@ def test_walk_stops_and_reports_why() -> None:
         born_timestamp=0, born_host=V4, store_timestamp=0, store_host=V4, reconsume_times=0,
         prepared_transaction_offset=0, body=b"b", properties=b"",
     )  # fmt: skip
-    assert scan.walk(rec + cl.encode_blank(8)).stop == "blank"
-    assert scan.walk(rec + bytes(8)).stop == "bad_magic"
-    assert scan.walk(rec[:-1]).stop == "bad_size"
-    w = scan.walk(rec * 3 + bytes(8), max_records=2)
+    assert columns.walk(rec + cl.encode_blank(8)).stop == "blank"
+    assert columns.walk(rec + bytes(8)).stop == "bad_magic"
+    assert columns.walk(rec[:-1]).stop == "bad_size"
+    w = columns.walk(rec * 3 + bytes(8), max_records=2)
     assert (w.stop, w.end, len(w.positions)) == ("limit", 2 * len(rec), 2)
 
 
@@ -104,7 +104,7 @@ def test_inconsistent_lengths_name_the_record() -> None:
     struct.pack_into(">i", bad, 84, 9999)  # BODYLENGTH
     buf = rec + bytes(bad) + bytes(8)
     with pytest.raises(BatchDecodeError) as err:
-        decode_batch(scan.gather(buf, scan.walk(buf)))
+        decode_batch(columns.gather(buf, columns.walk(buf)))
     assert err.value.position == len(rec)
 
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rmqinspect.format import columns, scan
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import scan
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
 from rmqinspect.synth.writer import DEFAULT_BORN_HOST, MessageSpec, StoreLayout, StoreWriter
@@ -149,7 +149,7 @@ def _starts(log: bytes) -> list[int]:
     prop_crc=st.booleans(),
     force_verify_prop_crc=st.booleans(),
     check_dup_info=st.booleans(),
-    max_records=st.sampled_from([1, 4, scan.RUN_RECORDS]),
+    max_records=st.sampled_from([1, 4, columns.RUN_RECORDS]),
 )
 def test_check_run_never_disagrees_with_check_message(
     logs: dict[bool, bytes],
@@ -193,14 +193,14 @@ def test_clean_logs_stop_where_the_broker_does(
         cl.CheckOptions(profile=profile),
         cl.CheckOptions(profile=profile, read_body=False, check_crc=False),
     ):
-        assert assert_agrees(buf, opts, scan.RUN_RECORDS, starts[prop_crc]) == every - wrong
+        assert assert_agrees(buf, opts, columns.RUN_RECORDS, starts[prop_crc]) == every - wrong
     # Only records written with the property CRC pass when it is enforced.
     opts = cl.CheckOptions(profile=profile, force_verify_prop_crc=True)
-    accepted = assert_agrees(buf, opts, scan.RUN_RECORDS, starts[prop_crc])
+    accepted = assert_agrees(buf, opts, columns.RUN_RECORDS, starts[prop_crc])
     assert accepted == (every - wrong if prop_crc else 0)
     # Records without a two-part DUP_INFO fail when it is checked.
     opts = cl.CheckOptions(profile=profile, check_dup_info=True)
-    assert 0 < assert_agrees(buf, opts, scan.RUN_RECORDS, starts[prop_crc]) < every - wrong
+    assert 0 < assert_agrees(buf, opts, columns.RUN_RECORDS, starts[prop_crc]) < every - wrong
 
 
 def test_the_fast_path_decides_clean_records_alone(
@@ -241,18 +241,18 @@ def test_walk_follows_sizes_and_says_why_it_stopped() -> None:
         born_timestamp=0, born_host=V6, store_timestamp=0, store_host=V6, reconsume_times=0,
         prepared_transaction_offset=0, body=b"b", properties=b"",
     )  # fmt: skip
-    w = scan.walk(rec * 2 + cl.encode_blank(8))
+    w = columns.walk(rec * 2 + cl.encode_blank(8))
     assert (w.positions.tolist(), w.sizes.tolist()) == ([0, len(rec)], [len(rec)] * 2)
-    assert (w.end, w.stop) == (2 * len(rec), scan.WalkStop.BLANK)
-    assert scan.walk(rec + bytes(8)).stop is scan.WalkStop.BAD_MAGIC
-    assert scan.walk(rec[:-1]).stop is scan.WalkStop.BAD_SIZE
-    assert scan.walk(rec + rec[:50]).stop is scan.WalkStop.BAD_SIZE
+    assert (w.end, w.stop) == (2 * len(rec), columns.WalkStop.BLANK)
+    assert columns.walk(rec + bytes(8)).stop is columns.WalkStop.BAD_MAGIC
+    assert columns.walk(rec[:-1]).stop is columns.WalkStop.BAD_SIZE
+    assert columns.walk(rec + rec[:50]).stop is columns.WalkStop.BAD_SIZE
     v2 = bytearray(rec)
     struct.pack_into(">i", v2, cl.MAGIC_POS, cl.MESSAGE_MAGIC_CODE_V2)
-    assert len(scan.walk(bytes(v2), accept_v2=True)) == 1
-    assert scan.walk(bytes(v2), accept_v2=False).stop is scan.WalkStop.BAD_MAGIC
-    limited = scan.walk(rec * 3, max_records=2)
-    assert (limited.stop, limited.end, len(limited)) == (scan.WalkStop.LIMIT, 2 * len(rec), 2)
+    assert len(columns.walk(bytes(v2), accept_v2=True)) == 1
+    assert columns.walk(bytes(v2), accept_v2=False).stop is columns.WalkStop.BAD_MAGIC
+    limited = columns.walk(rec * 3, max_records=2)
+    assert (limited.stop, limited.end, len(limited)) == (columns.WalkStop.LIMIT, 2 * len(rec), 2)
 
 
 def test_topic_ids_group_equal_topics_only(logs: dict[bool, bytes]) -> None:

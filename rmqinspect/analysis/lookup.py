@@ -34,6 +34,7 @@ from rmqinspect.analysis.queues import (
 from rmqinspect.analysis.recover import RecoverOptions, run_recovery
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import decode_offset_msg_id
 from rmqinspect.format.index import (
@@ -45,7 +46,7 @@ from rmqinspect.format.index import (
     walk_chain,
 )
 from rmqinspect.format.javahash import index_key
-from rmqinspect.format.scan import RecordColumns, Skipped
+from rmqinspect.format.scan import Skipped
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId, Store
 

@@ -17,7 +17,8 @@ import numpy.typing as npt
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import scan
-from rmqinspect.format.scan import RecordColumns, Skipped
+from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.scan import Skipped
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
 

@@ -1,6 +1,6 @@
 """Scanner columns as Arrow record batches, for listings and the Parquet export.
 
-:mod:`rmqinspect.format.scan` finds the records and reads their fields as numpy columns; this
+:mod:`rmqinspect.format.columns` finds the records and reads their fields as numpy columns; this
 module only turns those columns into a :data:`RECORD_SCHEMA` batch, bodies, topics and
 properties becoming Arrow binary columns built from one joined buffer each.
 """
@@ -12,8 +12,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import scan
-from rmqinspect.format.scan import RecordColumns
+from rmqinspect.format.columns import RecordColumns, windows
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -62,7 +61,7 @@ def _binary(
         return _joined(mv, starts, lengths)
     views = np.zeros((n, 16), np.uint8)
     views[:, :4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
-    head = scan.windows(data, starts, _INLINE)
+    head = windows(data, starts, _INLINE)
     short = lengths <= _INLINE
     views[short, 4:] = head[short] * (np.arange(_INLINE) < lengths[short, None])
     # Rows near the buffer's end were read from an earlier position: take those few by slicing.

@@ -18,11 +18,12 @@ from types import TracebackType
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE
+from rmqinspect.format.columns import RUN_RECORDS
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
 from rmqinspect.format.javamath import java_parse_int
 from rmqinspect.format.markers import AbortMarker, LockMarker, decode_abort, decode_lock
 from rmqinspect.format.profile import Profile
-from rmqinspect.format.scan import RUN_RECORDS, CheckedRun, FileEvent, scan_file
+from rmqinspect.format.scan import CheckedRun, FileEvent, scan_file
 from rmqinspect.store.files import FileQueue, LayoutProblem, MappedFiles, StoreFile, list_family
 
 _INDEX_NAME = re.compile(r"^\d{17}$")

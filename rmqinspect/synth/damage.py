@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqinspect.format import scan
+from rmqinspect.format import columns
 from rmqinspect.format.commitlog import (
     CheckOptions,
     MessageRecord,
@@ -103,12 +103,12 @@ def _file_messages(path: Path) -> list[_Located]:
     ):
         pos = 0
         while True:
-            walk = scan.walk(data, pos)
+            walk = columns.walk(data, pos)
             found += [
                 _Located(path, start, p, n)
                 for p, n in zip(walk.positions.tolist(), walk.sizes.tolist(), strict=True)
             ]
-            if walk.stop is not scan.WalkStop.LIMIT:
+            if walk.stop is not columns.WalkStop.LIMIT:
                 return found
             pos = walk.end
 
