@@ -27,3 +27,10 @@ def conformance5_dir() -> Path:
     if not (CONFORMANCE5 / "expected").is_dir():
         pytest.skip(f"real-broker corpus not found at {CONFORMANCE5} (dev workspace only)")
     return CONFORMANCE5
+
+
+@pytest.fixture
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables as wide as they want (rich reads COLUMNS), so no cell wraps and a test can find
+    a cell's text whole."""
+    monkeypatch.setenv("COLUMNS", "400")

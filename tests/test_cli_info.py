@@ -92,10 +92,10 @@ def test_info_agrees_with_the_real_broker(corpus: str, request: pytest.FixtureRe
         assert doc["shutdown"]["abort_file"] == meta["before"]["abortFilePresent"], scenario
         raw = meta["before"]["consumeQueuesRaw"]
         queues = {f"{q['topic']}/{q['queue_id']}": q for t in doc["topics"] for q in t["queues"]}
+        assert set(queues) == set(raw), scenario
         for name, info in raw.items():
-            if name in queues:
-                assert queues[name]["max_offset"] == info["endUnitIndex"], (scenario, name)
-                assert queues[name]["max_physic_offset"] == info["maxPhysicOffsetOfUnits"]
+            assert queues[name]["max_offset"] == info["endUnitIndex"], (scenario, name)
+            assert queues[name]["max_physic_offset"] == info["maxPhysicOffsetOfUnits"]
         cp = meta["before"]["checkpoint"]
         if cp.get("physicMsgTimestamp") is not None:
             assert doc["checkpoint"]["physic_msg_timestamp"] == cp["physicMsgTimestamp"]

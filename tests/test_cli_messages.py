@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from rmqinspect.format import commitlog as cl
-from rmqinspect.render.message import decode_body
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import MessageSpec
 from tests.cli_helpers import build_store, orders, run, run_json, run_jsonl
+from tests.render_helpers import decode_body
 
 
 def test_filters_by_topic_queue_and_limit(tmp_path: Path) -> None:

@@ -17,16 +17,21 @@ def test_lag_flags_and_bak(tmp_path: Path) -> None:
     )
     doc = run_json("offsets", store)
     rows = {(r["group"], r["topic"], r["queue_id"]): r for r in doc["offsets"]}
-    assert rows[("g1", "Orders", 0)] | {} == rows[("g1", "Orders", 0)]
-    r = rows[("g1", "Orders", 0)]
-    assert (r["offset"], r["min_offset"], r["max_offset"], r["lag"], r["status"]) == (
-        3,
-        0,
-        5,
-        2,
-        "ok",
-    )
-    assert (r["bak_offset"], r["bak_note"]) == (2, ".bak says 2")
+    # The whole row: every documented field, and no other.
+    assert rows[("g1", "Orders", 0)] == {
+        "table": "consumer",
+        "group": "g1",
+        "topic": "Orders",
+        "queue_id": 0,
+        "offset": 3,
+        "bak_offset": 2,
+        "bak_note": ".bak says 2",
+        "min_offset": 0,
+        "max_offset": 5,
+        "lag": 2,
+        "status": "ok",
+        "delay_level": None,
+    }
     assert rows[("g1", "Orders", 1)]["status"] == "above_max"
     assert rows[("g1", "Orders", 1)]["lag"] == -4
     assert rows[("g1", "Gone", 0)]["status"] == "no_queue"

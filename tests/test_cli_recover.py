@@ -39,8 +39,27 @@ TOP_LEVEL_KEYS = {
     "queues_without_consume_queue",
     "warnings",
     "loses_data",
+    "verdict",
+    "verdict_reason",
     "apply",
 }
+
+LOST_MESSAGE_FIELDS = [
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "physical_offset",
+    "size",
+    "msg_id",
+    "uniq_key",
+    "keys",
+    "tags",
+    "store_timestamp",
+    "store_time",
+    "transaction",
+    "file",
+    "where",
+]
 
 
 def specs(n: int = 300, dispatched: int | None = None) -> list[MessageSpec]:
@@ -97,6 +116,7 @@ def test_clean_store_exits_0_with_the_documented_schema(clean: Path) -> None:
         "truncated": False,
         "damaged_records": 0,
         "messages": [],
+        "by_where": {},
     }
     assert doc["commitlog"]["min_offset"] == 0
     queue = doc["consume_queues"][0]
@@ -119,9 +139,12 @@ def test_torn_tail_exits_1_and_names_the_bad_record(clean: Path) -> None:
     assert bad["offset"] == d.details["message_offset"] == doc["commitlog"]["max_offset"]
     assert bad["reason"] in ("body_crc_mismatch", "bad_magic")
     assert doc["loses_data"] is True
-    # Without the CRC check the torn record may still fail on its zeroed fields, never pass.
-    relaxed = run("recover", clean, *SMALL_OPTS, "--no-check-crc", "--format", "json")
-    assert relaxed.exit_code in (0, 1)
+    # Without the CRC check the torn record still fails, on its zeroed fields: never passes.
+    relaxed = recover_json(clean, "--no-check-crc", code=1)
+    relaxed_bad = relaxed["commitlog"]["first_bad_record"]
+    assert (relaxed_bad["offset"], relaxed_bad["reason"]) == (bad["offset"], "total_size_mismatch")
+    assert relaxed["commitlog"]["max_offset"] == doc["commitlog"]["max_offset"]
+    assert relaxed["lost_messages"]["damaged_records"] == 1 and relaxed["loses_data"] is True
 
 
 def test_flipped_byte_lists_lost_messages_with_limit(clean: Path) -> None:
@@ -130,24 +153,14 @@ def test_flipped_byte_lists_lost_messages_with_limit(clean: Path) -> None:
     lost = doc["lost_messages"]
     assert lost["count"] > 2 and lost["listed"] == 2 and lost["truncated"] is True
     m = lost["messages"][0]
-    assert set(m) == {
-        "topic",
-        "queue_id",
-        "queue_offset",
-        "physical_offset",
-        "size",
-        "msg_id",
-        "uniq_key",
-        "keys",
-        "tags",
-        "store_timestamp",
-        "store_time",
-        "transaction",
-        "file",
-        "where",
-    }
+    assert list(m) == LOST_MESSAGE_FIELDS
     assert m["store_time"].endswith("Z")
     assert m["physical_offset"] > doc["commitlog"]["max_offset"]
+    # jsonl: the listed lost messages, one per line, as they stand in the JSON report.
+    lines = run("recover", clean, *SMALL_OPTS, "--lost-limit", "2", "--format", "jsonl")
+    assert lines.exit_code == 1
+    assert [json.loads(line) for line in lines.stdout.splitlines()] == lost["messages"]
+    assert f"2 of {lost['count']} lost messages listed" in lines.stderr
     # --no-check-crc: the broker keeps the flipped record, nothing is lost.
     doc = recover_json(clean, "--no-check-crc", code=0)
     assert doc["lost_messages"]["count"] == 0
@@ -199,6 +212,15 @@ def test_broker_refusing_to_start_exits_1(clean: Path) -> None:
     doc = recover_json(clean, code=1)
     assert doc["broker_starts"] is False
     assert doc["load_failures"][0]["kind"] == "wrong_size"
+    assert doc["verdict"] == "refuses_to_start"
+    assert doc["verdict_reason"].startswith("the broker refuses to start: ")
+    assert doc["commitlog"]["max_offset"] is None and doc["commitlog"]["last_file"] is None
+    table = run("recover", clean, *SMALL_OPTS, "--format", "table")
+    assert "the broker refuses to start" in table.stdout
+    assert "nothing is lost" not in table.stdout and "commitlog end" not in table.stdout
+    lines = run("recover", clean, *SMALL_OPTS, "--format", "jsonl")
+    assert (lines.exit_code, lines.stdout) == (1, "")
+    assert "the broker refuses to start: " in lines.stderr
     result = run("recover", clean, *SMALL_OPTS, "--apply-to", clean.parent / "out")
     assert result.exit_code == 1
     assert "refuse to start" in result.stderr
@@ -213,8 +235,14 @@ def test_table_output(clean: Path) -> None:
     assert "Messages the restart destroys" in result.stdout
 
 
-@pytest.mark.parametrize("kind", ["crash", "torn", "flip", "cq_ahead"])
-def test_apply_to_round_trip(clean: Path, crashed: Path, tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    # Units past the commitlog end point at nothing: truncating them loses no message.
+    [("crash", 0), ("torn", 1), ("flip", 1), ("cq_ahead", 0)],
+)
+def test_apply_to_round_trip(
+    clean: Path, crashed: Path, tmp_path: Path, kind: str, code: int
+) -> None:
     store = crashed if kind == "crash" else clean
     if kind == "torn":
         damage.torn_tail(store)
@@ -226,8 +254,9 @@ def test_apply_to_round_trip(clean: Path, crashed: Path, tmp_path: Path, kind: s
     before = tree_digest(store)
     dest = tmp_path / "after"
     first = run("recover", store, *SMALL_OPTS, "--apply-to", dest, "--format", "json")
-    assert first.exit_code in (0, 1), first.stderr
+    assert first.exit_code == code, first.stderr
     doc = json.loads(first.stdout)
+    assert doc["loses_data"] is bool(code)
     assert doc["apply"]["verification_noop"] is True, doc["apply"]["verification_differences"]
     assert tree_digest(store) == before  # STORE untouched
     assert not (dest / "abort").exists()

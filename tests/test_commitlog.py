@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 
 from rmqinspect.errors import DecodeError
@@ -71,6 +72,26 @@ def test_ipv6_hosts_set_sys_flag_and_shift_fields() -> None:
     assert str(rec.store_host) == "[2001:db8::10]:10911"
     # STORETIMESTAMP sits at 48 + 20 with an IPv6 born host (the abnormal-recovery probe reads it)
     assert struct.unpack_from(">q", data, 68)[0] == rec.store_timestamp
+
+
+@pytest.mark.parametrize("hosts", [0x00, 0x10, 0x20, 0x30])
+def test_record_head_dtype_reads_the_encoded_record(hosts: int) -> None:
+    data = record(
+        born_host=V6 if hosts & 0x10 else V4,
+        store_host=V6 if hosts & 0x20 else V4,
+        properties=b"",
+    )
+    rec = cl.decode_message(data, 0)
+    dtype = cl.record_head_dtype(rec.sys_flag)
+    assert dtype.itemsize == cl.mid_fields_pos(rec.sys_flag) + cl.BODY_REL
+    assert dtype.fields is not None
+    assert dtype.fields["store_timestamp"][1] == cl.store_timestamp_pos(rec.sys_flag)
+    head = np.frombuffer(data, dtype, 1)[0]
+    for name in (*cl.FIXED_FIELDS[1:], *cl.MID_FIELDS, "store_timestamp"):
+        assert int(head[name]) == getattr(rec, name), name
+    assert int(head["total_size"]) == rec.store_size == len(data)
+    assert bytes(head["born_host"]) == rec.born_host.encode()
+    assert bytes(head["store_host"]) == rec.store_host.encode()
 
 
 def test_v2_record_has_two_byte_topic_length() -> None:

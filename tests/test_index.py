@@ -27,7 +27,6 @@ from rmqinspect.format.index import (
     IndexFileBuilder,
     IndexGeometry,
     IndexHeader,
-    IndexWriter,
     index_keys,
     query_offsets,
     read_entry,
@@ -36,7 +35,9 @@ from rmqinspect.format.index import (
     slot_statistics,
     walk_chain,
 )
+from rmqinspect.format.index_build import IndexBuilder
 from rmqinspect.format.javahash import index_key_hash, java_hash
+from tests.index_helpers import BuiltIndex, RecordKeys, sequence_namer
 
 LONG_MAX = 2**63 - 1
 CORPUS_GEOMETRY = IndexGeometry(64, 400)
@@ -248,7 +249,7 @@ def test_index_keys_order_and_split() -> None:
 
 def test_writer_rolls_skips_and_excludes_rollback() -> None:
     geometry = IndexGeometry(4, 3)  # two entries per file
-    writer = IndexWriter(geometry)
+    writer = BuiltIndex(geometry)
     writer.dispatch("T", 0, 1000, 0, "U0", "k0")  # fills file 1
     assert [f.header.index_count for f in writer.files] == [3]
     # Rollback: not indexed, but buildIndex fetched the last file first, so file 2 exists.
@@ -267,7 +268,7 @@ def test_writer_rolls_skips_and_excludes_rollback() -> None:
 
 def test_writer_creates_empty_file_when_last_is_full() -> None:
     geometry = IndexGeometry(4, 2)
-    writer = IndexWriter(geometry)
+    writer = BuiltIndex(geometry)
     writer.dispatch("T", 10, 1000, 0, "U", None)
     writer.dispatch("T", 5, 2000, 0, "V", None)  # skipped, but the roll already happened
     assert len(writer.files) == 2
@@ -276,7 +277,7 @@ def test_writer_creates_empty_file_when_last_is_full() -> None:
 
 def test_writer_needs_room_for_an_entry() -> None:
     with pytest.raises(ValueError):
-        IndexWriter(IndexGeometry(4, 1))
+        IndexBuilder(IndexGeometry(4, 1), sequence_namer)
 
 
 # --- selectPhyOffset / queryOffset -----------------------------------------------------------
@@ -328,7 +329,7 @@ def test_select_stops_on_negative_time_diff() -> None:
 
 def test_query_offsets_across_files() -> None:
     geometry = IndexGeometry(4, 3)
-    writer = IndexWriter(geometry)
+    writer = BuiltIndex(geometry)
     for i in range(6):
         writer.dispatch("T", 100 * i, 10_000 * (i + 1), 0, None, "k")
     files = [(f.header, f.to_bytes()) for f in writer.files]
@@ -344,7 +345,7 @@ def test_query_offsets_across_files() -> None:
 
 def test_query_offsets_stops_at_file_beginning_before_begin() -> None:
     geometry = IndexGeometry(4, 3)
-    writer = IndexWriter(geometry)
+    writer = BuiltIndex(geometry)
     # The store clock steps back between the files: file 1 spans 100-500 s, file 2 300-600 s.
     for i, ts in enumerate([100_000, 500_000, 300_000, 600_000]):
         writer.dispatch("T", 100 * i, ts, 0, None, "k")
@@ -357,7 +358,7 @@ def test_query_offsets_stops_at_file_beginning_before_begin() -> None:
 
 def test_query_offsets_caps_max_num() -> None:
     geometry = IndexGeometry(4, 100)
-    writer = IndexWriter(geometry)
+    writer = BuiltIndex(geometry)
     for i in range(90):
         writer.dispatch("T", i, 1000, 0, None, "k")
     files = [(f.header, f.to_bytes()) for f in writer.files]
@@ -646,9 +647,9 @@ def walk_commitlog(directory: Path, end: int | None = None) -> Iterator[Record]:
             pos += total
 
 
-def _dispatch(writer: IndexWriter, rec: Record) -> None:
+def _keys(rec: Record) -> RecordKeys:
     props = rec.properties
-    writer.dispatch(
+    return (
         rec.topic,
         rec.offset,
         rec.store_timestamp,
@@ -751,7 +752,7 @@ def _index_after_recovery(expected: dict[str, Any], store: Path) -> list[tuple[I
         if IndexHeader.decode(raw).end_timestamp <= checkpoint.index_msg_timestamp
     ]
     assert len(kept) == len(raw_files) - len(expected["summary"]["indexFilesDestroyedAtLoad"])
-    writer = IndexWriter(CORPUS_GEOMETRY, kept)
+    writer = BuiltIndex(CORPUS_GEOMETRY, kept[-1] if kept else None)
     commitlog = store / "commitlog"
     first = 0
     for name in sorted(os.listdir(commitlog), reverse=True):
@@ -761,10 +762,8 @@ def _index_after_recovery(expected: dict[str, Any], store: Path) -> list[tuple[I
             break
     assert first == 2 * 262144  # both READMEs: the abnormal path started at the third file
     end = expected["summary"]["commitlogEndOffsetAfterRecovery"]
-    for rec in walk_commitlog(commitlog, end):
-        if rec.offset >= first:
-            _dispatch(writer, rec)
-    return [(f.header, f.to_bytes()) for f in writer.files]
+    writer.dispatch_chunk([_keys(r) for r in walk_commitlog(commitlog, end) if r.offset >= first])
+    return [(f.header, f.to_bytes()) for f in [*kept[:-1], *writer.files]]
 
 
 def test_conformance_queries(conformance_dir: Path, conformance5_dir: Path) -> None:
@@ -790,9 +789,9 @@ def test_conformance_rebuild_byte_identical(
     for scenario, expected, store in _scenarios(root):
         if (store / "abort").exists():
             continue
-        writer = IndexWriter(CORPUS_GEOMETRY)
+        writer = BuiltIndex(CORPUS_GEOMETRY)
         for rec in walk_commitlog(store / "commitlog"):
-            _dispatch(writer, rec)
+            writer.dispatch(*_keys(rec))
         names = [row["name"] for row in expected["before"]["indexFiles"]]
         assert len(writer.files) == len(names), scenario
         for name, built in zip(names, writer.files, strict=True):

@@ -73,6 +73,7 @@ def test_queries_on_cleanly_shut_down_stores_need_no_restart(
     corpus: str, request: pytest.FixtureRequest
 ) -> None:
     base: Path = request.getfixturevalue(f"{corpus}_dir")
+    checked = 0
     for scenario in _scenarios(base):
         meta = expected(base, scenario)
         if meta["before"]["abortFilePresent"]:
@@ -82,6 +83,8 @@ def test_queries_on_cleanly_shut_down_stores_need_no_restart(
                 result = lookup_key(store, _query(q))
                 got = sorted(h.record.position for h in result.hits)
                 assert got == sorted(set(q["queryMessageOffsets"])), (scenario, q["key"])
+                checked += 1
+    assert checked > 150
 
 
 @pytest.mark.parametrize("corpus", CORPORA)

@@ -12,10 +12,11 @@ import pytest
 from rmqinspect.analysis.messages import MessageFilter, stream_messages
 from rmqinspect.format.commitlog import MessageRecord, body_crc
 from rmqinspect.format.host import HostAddress
-from rmqinspect.render.message import BodyFormat, decode_body, message_json
+from rmqinspect.render.message import BodyFormat, message_json
 from rmqinspect.store.model import Store
 from tests.cli_helpers import run
 from tests.corpus import input_store, jsonl, scenarios
+from tests.render_helpers import decode_body
 
 
 def _host(h: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqinspect.analysis.recover import (
+from rmqinspect.analysis.recovery import (
     QueueReport,
     RecoverOptions,
     RecoveryReport,
@@ -238,7 +238,13 @@ def test_removing_abort_from_a_crash_differs_per_version(
             assert q.units_written_at_load == tail_counts.get(key, 0)
     want = {Profile.V4_9: 0, Profile.V5_1: UNDISPATCHED, Profile.V5_3: 1}[profile]
     assert report.unreachable_messages == want
-    assert not report.loses_data
+    # Intact messages the restarted broker cannot serve are loss (issue: "a consume queue that
+    # nothing rebuilds is loss"): each is listed with where=no_queue_unit.
+    unserved = [m for m in report.lost_messages.messages if m.where == "no_queue_unit"]
+    assert len(unserved) == report.lost_messages.count == want
+    if want:
+        assert {m.physical_offset for m in unserved} <= {r.physical_offset for r in tail}
+    assert report.loses_data is (want > 0)
 
 
 # --- damage helpers --------------------------------------------------------------------------
@@ -414,12 +420,13 @@ def test_removed_cq_dir_is_not_rebuilt_after_clean_shutdown(
     report = recover(store, profile)
     assert "TopicB/1" not in queues(report)
     assert report.queues_without_consume_queue == ["TopicB/1"]
-    # The scanned files' TopicB/1 records have no unit after the restart.
-    start = report.start_file.offset if report.start_file else 0
-    assert report.unreachable_messages == sum(
-        1 for r in results if (r.topic, r.queue_id) == ("TopicB", 1) and r.physical_offset >= start
-    )
-    assert not report.loses_data
+    # Nothing rebuilds the queue: every TopicB/1 message on disk is lost to consumers.
+    mine = {r.physical_offset for r in results if (r.topic, r.queue_id) == ("TopicB", 1)}
+    assert report.unreachable_messages == len(mine) == report.lost_messages.count
+    lost = report.lost_messages.messages
+    assert {m.physical_offset for m in lost} == mine
+    assert {m.where for m in lost} == {"no_queue_unit"}
+    assert report.loses_data
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -595,13 +602,16 @@ def test_wrong_size_file_refuses_to_start(base: Base, tmp_path: Path, profile: P
     assert not report.broker_starts
     assert report.load_failures[0].kind == "wrong_size"
     assert report.load_failures[0].path.endswith(victim.name)
-    # load() stops at the bad file: the files before it stay mapped, nothing is recovered.
+    # load() fails before recovery: the verdict says why, and no end state is invented.
     assert report.recovery_path == "normal"
+    assert report.verdict == "refuses_to_start"
+    assert victim.name in report.verdict_reason and "bytes, expected" in report.verdict_reason
     c = report.commitlog
     assert c is not None and c.end_reason == "load_failed"
-    assert [f.name for f in c.files_after] == files_of(store)[:1]
-    assert (c.min_offset, c.max_offset) == (0, CL_SIZE)
-    assert report.consume_queues == [] and report.reput is None
+    assert c.files_before == files_of(store)
+    assert (c.min_offset, c.max_offset, c.last_file, c.files_after) == (None, None, None, None)
+    assert c.discarded_bytes is None and report.lost_messages.count == 0
+    assert report.consume_queues == [] and report.reput is None and report.index is None
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -697,7 +707,8 @@ def sample_log(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 def test_fast_path_never_disagrees_with_check_message(
     sample_log: bytes, flips: list[tuple[int, int]], profile: Profile, check_crc: bool
 ) -> None:
-    from rmqinspect.analysis.recover import _fast_check, _fast_run
+    from rmqinspect.analysis.recovery._fastpath import fast_check as _fast_check
+    from rmqinspect.analysis.recovery._fastpath import fast_run as _fast_run
     from rmqinspect.format import commitlog as cl
 
     data = bytearray(sample_log)

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from rmqinspect.analysis.apply import apply_recovery
-from rmqinspect.analysis.recover import (
+from rmqinspect.analysis.recovery import (
     RecoverOptions,
     RecoveryOutcome,
     RecoveryReport,
+    apply_recovery,
     run_recovery,
 )
 from rmqinspect.format.index import IndexHeader
@@ -190,7 +190,8 @@ def test_lost_messages_are_the_intact_records_past_the_end(
     corpus: str, scenario: str, request: pytest.FixtureRequest
 ) -> None:
     """Damaged copies of the clean store lose exactly the clean store's records after the cut
-    (less the damaged one); crashes and clean stores lose nothing."""
+    (less the damaged one); crashes and clean stores lose nothing; a deleted queue that the
+    broker does not rebuild loses every message of that queue."""
     root = _root(corpus, request)
     meta = expected(root, scenario)
     report = _recover(root, scenario, corpus, meta, CORPORA[corpus]).report
@@ -198,9 +199,22 @@ def test_lost_messages_are_the_intact_records_past_the_end(
     assert c is not None
     lost = sorted(m.physical_offset for m in report.lost_messages.messages)
     kind = meta["mutation"]["kind"]
-    if kind in ("none", "process_crash", "consume_queue_dir_deleted"):
+    if kind in ("none", "process_crash"):
         assert lost == [] and report.lost_messages.damaged_records == 0
         assert report.loses_data is False
+        return
+    if kind == "consume_queue_dir_deleted":
+        topic, queue_id = meta["mutation"]["deleted"].split("/")[1:]
+        assert list(meta["afterStart"]["knownQueuesWithoutConsumeQueue"]) == [f"{topic}/{queue_id}"]
+        gone = sorted(
+            line["cqPhyOffset"]
+            for line in jsonl(root, BASE[corpus], "messages")
+            if (line["topic"], line["queueId"]) == (topic, int(queue_id))
+        )
+        assert lost == gone and len(gone) == 287
+        assert {m.where for m in report.lost_messages.messages} == {"no_queue_unit"}
+        assert report.queues_without_consume_queue == [f"{topic}/{queue_id}"]
+        assert report.loses_data is True
         return
     clean = [
         line["offset"]
@@ -235,17 +249,16 @@ def test_apply_to_leaves_what_the_broker_left(
         data = (path / f"{pos - pos % cq_size:020d}").read_bytes()[pos % cq_size :][:20]
         units.setdefault(key, []).append(struct.unpack(">qiq", data))
         assert units[key][-1] == (line["cqPhyOffset"], line["cqSize"], line["cqTagsCode"]), line
-    expected_files = {
-        f["name"]: f["wrotePosition"]
-        for cq in meta["afterStart"]["consumeQueues"]
-        for f in cq["files"]
-        if cq["files"]
-    }
     for cq in meta["afterStart"]["consumeQueues"]:
+        where = (cq["topic"], cq["queueId"])
         qdir = dest / "consumequeue" / cq["topic"] / str(cq["queueId"])
         on_disk = sorted(p.name for p in qdir.iterdir()) if qdir.is_dir() else []
-        assert on_disk == [f["name"] for f in cq["files"]], (cq["topic"], cq["queueId"])
-    assert expected_files is not None
+        assert on_disk == [f["name"] for f in cq["files"]], where
+        for f in cq["files"]:
+            data = (qdir / f["name"]).read_bytes()
+            assert len(data) == f["fileSize"], (where, f["name"])
+            # Nothing past the broker's write position (stale units there are zeroed).
+            assert not any(data[f["wrotePosition"] :]), (where, f["name"])
     disk_cl = (
         sorted(p.name for p in (dest / "commitlog").iterdir())
         if (dest / "commitlog").is_dir()

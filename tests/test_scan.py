@@ -21,7 +21,8 @@ from rmqinspect.format import columns, scan
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
-from rmqinspect.synth.writer import DEFAULT_BORN_HOST, MessageSpec, StoreLayout, StoreWriter
+from rmqinspect.synth.layout import DEFAULT_BORN_HOST
+from rmqinspect.synth.writer import MessageSpec, StoreLayout, StoreWriter
 
 PROFILES = [Profile.V4_9, Profile.V5_1, Profile.V5_3]
 CL_SIZE = 8 * 1024  # the writer rolls to a second file: the first ends in a BLANK

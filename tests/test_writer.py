@@ -35,25 +35,21 @@ from rmqinspect.format.ids import decode_offset_msg_id
 from rmqinspect.format.index import (
     IndexGeometry,
     IndexHeader,
-    IndexWriter,
     query_offsets,
 )
-from rmqinspect.format.javahash import index_key_hash, java_hash
+from rmqinspect.format.javahash import (
+    java_hash,
+)
 from rmqinspect.format.profile import Profile
+from rmqinspect.synth.dispatch import utc_index_name
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import (
     MessageColumns,
     MessageSpec,
     StoreLayout,
     StoreWriter,
-    _hashmap_order,
-    encode_properties_map,
-    java_hashes,
-    java_map_order,
-    prefixed_key_hashes,
-    properties_template,
-    utc_index_name,
 )
+from tests.index_reference import ReferenceIndexService
 
 SMALL = {"commitlog_file_size": 4096, "cq_file_size": 100, "index_slot_num": 7, "index_num": 9}
 SMALL_GEOMETRY = IndexGeometry(SMALL["index_slot_num"], SMALL["index_num"])
@@ -300,7 +296,7 @@ def test_index_matches_the_reference_put_key(
     specs: list[MessageSpec],
     geometry: tuple[int, int],
 ) -> None:
-    """The vectorised index build equals ``IndexWriter`` (one ``IndexFile.putKey`` at a time)
+    """The vectorised index build equals the reference (one ``IndexFile.putKey`` at a time)
     byte for byte, rollover, empty rolled files and file naming included."""
     specs = [s for s in specs if len(s.topic.encode()) <= 127]
     slots, entries = geometry
@@ -314,12 +310,10 @@ def test_index_matches_the_reference_put_key(
     store_layout = layout(Profile.V4_9, index_slot_num=slots, index_num=entries)
     with StoreWriter(root, store_layout, index_namer=namer) as writer:
         results = [writer.put(s) for s in specs]
-    reference = IndexWriter(IndexGeometry(slots, entries))
-    triggers = []
+    reference = ReferenceIndexService(IndexGeometry(slots, entries))
     records = walk(root, Profile.V4_9).records
-    for record, result in zip(records, results, strict=True):
-        before = len(reference.files)
-        reference.dispatch(
+    for record in records:
+        reference.dispatch_keys(
             record.topic,
             record.physical_offset,
             record.store_timestamp,
@@ -327,10 +321,10 @@ def test_index_matches_the_reference_put_key(
             record.uniq_key,
             record.properties.get(props.KEYS),
         )
-        triggers += [(result.store_timestamp, n) for n in range(before, len(reference.files))]
+    assert [r.store_timestamp for r in results] == [r.store_timestamp for r in records]
     got = [p.read_bytes() for p in sorted((root / "index").iterdir())]
     assert got == [f.to_bytes() for f in reference.files]
-    assert names == triggers
+    assert names == [(ts, n) for n, ts in enumerate(reference.triggers)]
 
 
 def test_fast_encoder_matches_encode_message(tmp_path: Path) -> None:
@@ -514,23 +508,6 @@ def test_delay_rewrite_and_deliver_time_tags_code(tmp_path: Path) -> None:
     assert cq_units(root, SCHEDULE_TOPIC, 17) == [(0, moved.size, 10_000 + 7_200_000)]
 
 
-def test_properties_follow_java_hashmap_order() -> None:
-    # Buckets of a 16-slot table: spread(hash) & 15.
-    names = ("UNIQ_KEY", "WAIT", "TAGS", "seq", "KEYS", "traceId")
-    order = [names[i] for i in _hashmap_order(names)]
-    spread = {
-        n: (java_hash(n) & 0xFFFFFFFF ^ (java_hash(n) & 0xFFFFFFFF) >> 16) & 15 for n in names
-    }
-    assert order == sorted(names, key=lambda n: (spread[n], names.index(n)))
-    # 13 names pass the 0.75 load factor of 16 slots: the table has doubled to 32.
-    many = tuple(f"p{i}" for i in range(13))
-    doubled = [many[i] for i in _hashmap_order(many)]
-    assert doubled == sorted(
-        many, key=lambda n: ((java_hash(n) ^ java_hash(n) >> 16) & 31, many.index(n))
-    )
-    assert java_map_order(["b", "a"], 1024) == sorted(["b", "a"], key=lambda n: java_hash(n))
-
-
 def test_corpus_property_order_is_reproduced(conformance_dir: Path, tmp_path: Path) -> None:
     """Re-encoding each real record's properties as a map gives back the stored bytes."""
     from tests.test_writer_conformance import records
@@ -691,23 +668,6 @@ def test_consumer_offsets_are_written_in_the_given_order(tmp_path: Path) -> None
     assert bak.offset_table == {"A@g": {0: 0}}
 
 
-# --- vectorised Java hashing ------------------------------------------------------------------
-
-
-@given(st.lists(st.text(max_size=40), max_size=30))
-def test_vectorised_java_hash(strings: list[str]) -> None:
-    assert java_hashes(strings).tolist() == [java_hash(s) for s in strings]
-    no_prefix = prefixed_key_hashes([""], np.zeros(len(strings), dtype=np.int64), strings)
-    assert no_prefix.tolist() == [index_key_hash(s) for s in strings]
-
-
-def test_index_key_hash_of_integer_min_value() -> None:
-    hashes = prefixed_key_hashes(
-        ["Topic", ""], np.array([0, 1]), ["Test#KEY1", "polygenelubricants"]
-    )
-    assert hashes.tolist() == [1656969516, 0]
-
-
 # --- the batched paths ------------------------------------------------------------------------
 
 
@@ -775,31 +735,3 @@ def test_workload_columns_agree_with_their_properties(tmp_path: Path) -> None:
         halves = {r.physical_offset for r in records if r.topic == "RMQ_SYS_TRANS_HALF_TOPIC"}
         assert {c.prepared_transaction_offset for c in commits[len(commits) // 2 :]} <= halves
         check_dispatch(root, profile, records, IndexGeometry(17, 50))
-
-
-@given(
-    st.lists(
-        st.sampled_from(["TAGS", "KEYS", "WAIT", "seq", "UNIQ_KEY", "a%b", "x"]),
-        unique=True,
-        min_size=1,
-    ),
-    st.booleans(),
-)
-def test_properties_template_matches_the_map_encoder(names: list[str], trailing: bool) -> None:
-    values = [f"v{i}" for i in range(len(names))]
-    fmt, order = properties_template(tuple(names), trailing)
-    expected = encode_properties_map(dict(zip(names, values, strict=True)), trailing)
-    assert (fmt % order(values)).encode() == expected
-
-
-@given(
-    st.lists(st.text(max_size=6), min_size=1, max_size=4),
-    st.lists(st.tuples(st.integers(0, 3), st.text(max_size=30)), max_size=30),
-)
-def test_prefixed_key_hashes(prefixes: list[str], keys: list[tuple[int, str]]) -> None:
-    owners = np.array([p % len(prefixes) for p, _ in keys], dtype=np.int64)
-    texts = [k for _, k in keys]
-    full = [prefixes[int(p)] + k for p, k in zip(owners, texts, strict=True)]
-    assert prefixed_key_hashes(prefixes, owners, texts).tolist() == [
-        index_key_hash(s) for s in full
-    ]

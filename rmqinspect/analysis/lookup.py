@@ -31,7 +31,7 @@ from rmqinspect.analysis.queues import (
     resolve_unit,
     unit_at,
 )
-from rmqinspect.analysis.recover import RecoverOptions, run_recovery
+from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns
@@ -505,25 +505,26 @@ class RestartedIndex:
 
 @contextlib.contextmanager
 def restarted_index(store: Store, progress: Progress | None = None) -> Iterator[RestartedIndex]:
-    """Emulate the restart (``analysis.recover``) with the index files it would write put in a
+    """Emulate the restart (``analysis.recovery``) with the index files it would write put in a
     temporary directory, and yield the post-restart view; the store itself is only read."""
     recover_opts = RecoverOptions(lost_limit=0)
     with tempfile.TemporaryDirectory(prefix="rmqinspect-index-") as tmp:
         out = Path(tmp)
         outcome = run_recovery(store, recover_opts, progress, index_out=out)
         report = outcome.report
-        if report.commitlog is None:
-            raise StoreError("the broker would not start on this store", str(store.root))
+        end = report.commitlog.max_offset if report.commitlog is not None else None
+        if end is None:
+            raise StoreError(f"--as-recovered: {report.verdict_reason}", str(store.root))
         replaced = set(outcome.index_deleted) | set(outcome.index_written)
         files = [f for f in store.index_files if f.name not in replaced]
         for name in outcome.index_written:
             path = out / name
             files.append(StoreFile(path, 0, path.stat().st_size))
         files.sort(key=lambda f: f.name)
-        notes = [f"as after a restart: the commitlog ends at {report.commitlog.max_offset}"]
+        notes = [f"as after a restart: the commitlog ends at {end}"]
         if outcome.index_deleted:
             notes.append("index files the restart deletes: " + ", ".join(outcome.index_deleted))
-        yield RestartedIndex(report.commitlog.max_offset, files, tuple(notes))
+        yield RestartedIndex(end, files, tuple(notes))
 
 
 def known_topics(store: Store) -> list[str]:

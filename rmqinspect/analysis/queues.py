@@ -22,13 +22,10 @@ from rmqinspect.format.consumequeue import (
     pre_blank_mask,
     tags_code_kind,
     units_array,
-    valid_prefix,
 )
-from rmqinspect.format.profile import Profile
+from rmqinspect.store.consume_queue import ConsumeQueue, CorrectMinOffsetError
 from rmqinspect.store.files import FileQueue, StoreFile
 from rmqinspect.store.model import QueueId, Store
-
-RECOVER_FILES_BACK = 3  # ConsumeQueue.recover starts at the third-last file
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,23 +51,43 @@ class QueueBounds:
 
 
 def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
+    """The queue's bounds as the broker computes them when it loads the store unchanged:
+    ``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file
+    (both from :class:`ConsumeQueue`, the model the recovery emulation uses too)."""
     queue = store.consume_queue(qid.topic, qid.queue_id)
     files = queue.files
     total_bytes = sum(f.length for f in files)
     gaps = tuple((a // CQ_STORE_UNIT_SIZE, b // CQ_STORE_UNIT_SIZE) for a, b in queue.gaps())
     if not files:
         return QueueBounds(qid.topic, qid.queue_id, 0, 0, 0, 0, 0, 0, -1, -1, gaps)
-    end_file, end_units, last_unit = _recover_end(store, queue)
-    max_offset = (end_file.start // CQ_STORE_UNIT_SIZE) + end_units
+    model = ConsumeQueue(store.maps, qid.topic, qid.queue_id, files, queue.file_size)
+    model.recover()
+    max_offset = model.max_offset_in_queue
+    profile = store.profile.profile
+    note = ""
+    try:
+        model.correct_min_offset(
+            store.commitlog.min_offset, profile.correct_min_offset_binary_search
+        )
+    except CorrectMinOffsetError as err:
+        note = f"the broker fails to load: {err}"
+    min_offset = model.min_offset_in_queue
     first = files[0]
-    first_readable = end_units if first is end_file else first.length // CQ_STORE_UNIT_SIZE
-    min_offset, note, pre_blank = _min_offset(
-        store, first, first_readable, max_offset, store.commitlog.min_offset
-    )
-    max_physic = -1 if last_unit is None else last_unit[0] + last_unit[1]
+    first_unit = first.start // CQ_STORE_UNIT_SIZE
+    pre_blank, blanks_before_min = _pre_blanks(store, first, model, min_offset - first_unit)
+    if not note and min_offset < first_unit:
+        note = "no unit of the first file points into the commitlog; 4.9 keeps minOffset 0"
+    elif not note and min_offset > first_unit:
+        if min_offset >= max_offset:
+            note = "no unit points into the commitlog: minOffset = maxOffset"
+        elif blanks_before_min == min_offset - first_unit:
+            note = f"units {first_unit}..{min_offset - 1} are fillPreBlank placeholders"
+        else:
+            note = f"units before {min_offset} point below the commitlog's first file"
+    last = _last_valid_unit(model)
     last_phy = -1
-    if last_unit is not None and last_unit != (0, PRE_BLANK_SIZE):
-        last_phy = last_unit[0]
+    if last is not None and last != (0, PRE_BLANK_SIZE):
+        last_phy = last[0]
     return QueueBounds(
         qid.topic,
         qid.queue_id,
@@ -78,67 +95,46 @@ def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
         total_bytes,
         min_offset,
         max_offset,
-        first.start // CQ_STORE_UNIT_SIZE,
+        first_unit,
         pre_blank,
-        max_physic,
+        model.max_physic,
         last_phy,
         gaps,
         note,
     )
 
 
-def _recover_end(store: Store, queue: FileQueue) -> tuple[StoreFile, int, tuple[int, int] | None]:
-    """``ConsumeQueue.recover``: (file, valid units in it, last valid (offset, size))."""
-    files = queue.files
-    units_per_file = queue.file_size // CQ_STORE_UNIT_SIZE
-    last: tuple[int, int] | None = None
-    for i in range(max(0, len(files) - RECOVER_FILES_BACK), len(files)):
-        f = files[i]
-        buf = store.view(f)
-        try:
-            units = units_array(buf)
-            n = valid_prefix(units)
-            if n:
-                last = (int(units["phy_offset"][n - 1]), int(units["size"][n - 1]))
-            del units
-        finally:
-            buf.release()
-        if n < units_per_file or i == len(files) - 1:
-            return f, n, last
-    raise AssertionError("unreachable: the loop returns on the last file")
-
-
-def _min_offset(
-    store: Store, first: StoreFile, readable: int, max_offset: int, commitlog_min: int
-) -> tuple[int, str, int]:
-    """``correctMinOffset(commitLog.minOffset)`` on the first file; also counts pre-blanks."""
+def _pre_blanks(
+    store: Store, first: StoreFile, model: ConsumeQueue, before: int
+) -> tuple[int, int]:
+    """fillPreBlank placeholders among the first file's readable units: in all, and among the
+    first ``before`` of them."""
+    readable = model.files[0].wrote if model.files else 0
     buf = store.view(first)
     try:
-        units = units_array(buf)[:readable]
+        units = units_array(buf)[: readable // CQ_STORE_UNIT_SIZE]
         blank = pre_blank_mask(units)
-        pre_blank = int(np.count_nonzero(blank))
-        hits = np.flatnonzero(units["phy_offset"] >= commitlog_min)
-        first_hit = int(hits[0]) if hits.size else None
-        blanks_before = 0 if first_hit is None else int(np.count_nonzero(blank[:first_hit]))
-        del units
+        total = int(np.count_nonzero(blank))
+        head = int(np.count_nonzero(blank[: max(before, 0)]))
+        del units, blank
     finally:
         buf.release()
-    base = first.start // CQ_STORE_UNIT_SIZE
-    if first_hit is not None:
-        note = ""
-        if first_hit and blanks_before == first_hit:
-            note = f"units {base}..{base + first_hit - 1} are fillPreBlank placeholders"
-        elif first_hit:
-            note = f"units before {base + first_hit} point below the commitlog's first file"
-        return base + first_hit, note, pre_blank
-    if store.profile.profile is Profile.V4_9:
-        # 4.9.8 leaves minLogicOffset at its initial 0 when no unit qualifies.
-        return 0, "no unit points into the commitlog; 4.9 keeps minOffset 0", pre_blank
-    return (
-        max_offset,
-        "no unit points into the commitlog; 5.x sets minOffset = maxOffset",
-        pre_blank,
-    )
+    return total, head
+
+
+def _last_valid_unit(model: ConsumeQueue) -> tuple[int, int] | None:
+    """(offset, size) of the unit before the queue's read position, if any."""
+    if not model.files:
+        return None
+    last = model.files[-1]
+    if last.wrote < CQ_STORE_UNIT_SIZE:
+        if len(model.files) < 2:
+            return None
+        last = model.files[-2]
+        if last.wrote < CQ_STORE_UNIT_SIZE:
+            return None
+    phy, size, _ = model.unit(last, last.wrote - CQ_STORE_UNIT_SIZE)
+    return phy, size
 
 
 def all_queue_bounds(store: Store) -> list[QueueBounds]:

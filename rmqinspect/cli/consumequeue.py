@@ -8,24 +8,15 @@ import typer
 
 from rmqinspect.analysis.queues import list_units, queue_listing
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import (
-    BodyOpt,
-    CommitlogSizeOpt,
-    CqSizeOpt,
-    FormatOpt,
-    IndexEntriesOpt,
-    IndexSlotsOpt,
-    LimitOpt,
-    ProfileOpt,
-    StoreArg,
-    open_store,
-)
+from rmqinspect.cli.options import BodyOpt, FormatOpt, LimitOpt, StoreArg, with_store_options
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.render.queues import render_queue_listing
+from rmqinspect.store.model import Store, StoreOptions
 
 
 @handle_errors
+@with_store_options
 def consumequeue(
     store: StoreArg,
     topic: Annotated[str, typer.Argument(help="Topic (directory name under consumequeue/).")],
@@ -41,20 +32,15 @@ def consumequeue(
     ] = False,
     body: BodyOpt = BodyFormat.NONE,
     format: FormatOpt = None,
-    commitlog_file_size: CommitlogSizeOpt = None,
-    cq_file_size: CqSizeOpt = None,
-    index_slots: IndexSlotsOpt = None,
-    index_entries: IndexEntriesOpt = None,
-    profile: ProfileOpt = None,
+    *,
+    store_options: StoreOptions,
 ) -> None:
     """List a consume queue's units, each with the message it points to or why it points nowhere.
 
     Example: rmqinspect consumequeue STORE TopicA 0 --from 100 --limit 20
     """
     fmt = resolve_format(format)
-    with open_store(
-        store, commitlog_file_size, cq_file_size, index_slots, index_entries, profile
-    ) as st:
+    with Store.open(store, store_options) as st:
         listing = queue_listing(st, topic, queue_id, from_offset, show_all)
         bad = render_queue_listing(
             listing, list_units(st, listing, topic, queue_id, limit), fmt, body

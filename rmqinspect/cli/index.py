@@ -9,22 +9,14 @@ import typer
 
 from rmqinspect.analysis.indexes import IndexEntryRow, index_reports, iter_entries
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import (
-    CommitlogSizeOpt,
-    CqSizeOpt,
-    FormatOpt,
-    IndexEntriesOpt,
-    IndexSlotsOpt,
-    LimitOpt,
-    ProfileOpt,
-    StoreArg,
-    open_store,
-)
+from rmqinspect.cli.options import FormatOpt, LimitOpt, StoreArg, with_store_options
 from rmqinspect.render.indexes import render_index
 from rmqinspect.render.output import resolve_format, warn
+from rmqinspect.store.model import Store, StoreOptions
 
 
 @handle_errors
+@with_store_options
 def index(
     store: StoreArg,
     file: Annotated[
@@ -35,20 +27,15 @@ def index(
     ] = False,
     limit: LimitOpt = None,
     format: FormatOpt = None,
-    commitlog_file_size: CommitlogSizeOpt = None,
-    cq_file_size: CqSizeOpt = None,
-    index_slots: IndexSlotsOpt = None,
-    index_entries: IndexEntriesOpt = None,
-    profile: ProfileOpt = None,
+    *,
+    store_options: StoreOptions,
 ) -> None:
     """Header of each index file with slot occupancy and hash-chain statistics.
 
     Example: rmqinspect index STORE 20240501100000000 --entries --limit 50
     """
     fmt = resolve_format(format)
-    with open_store(
-        store, commitlog_file_size, cq_file_size, index_slots, index_entries, profile
-    ) as st:
+    with Store.open(store, store_options) as st:
         reports = index_reports(st, file)
         if not reports:
             warn(f"no index files under {st.root / 'index'}")

@@ -25,28 +25,24 @@ from rmqinspect.analysis.lookup import (
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,
-    CommitlogSizeOpt,
-    CqSizeOpt,
     FormatOpt,
-    IndexEntriesOpt,
-    IndexSlotsOpt,
     LimitOpt,
-    ProfileOpt,
     StoreArg,
-    open_store,
+    commitlog_progress,
     parse_optional_time,
     parse_time,
-    progress_wanted,
+    with_store_options,
 )
 from rmqinspect.render.lookup import render_lookup
 from rmqinspect.render.message import BodyFormat
-from rmqinspect.render.output import progress_bar, resolve_format
-from rmqinspect.store.model import Store
+from rmqinspect.render.output import resolve_format
+from rmqinspect.store.model import Store, StoreOptions
 
 _MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--phy-offset", "--time")
 
 
 @handle_errors
+@with_store_options
 def lookup(
     store: StoreArg,
     msg_id: Annotated[
@@ -100,11 +96,8 @@ def lookup(
     limit: LimitOpt = None,
     body: BodyOpt = BodyFormat.TEXT,
     format: FormatOpt = None,
-    commitlog_file_size: CommitlogSizeOpt = None,
-    cq_file_size: CqSizeOpt = None,
-    index_slots: IndexSlotsOpt = None,
-    index_entries: IndexEntriesOpt = None,
-    profile: ProfileOpt = None,
+    *,
+    store_options: StoreOptions,
 ) -> None:
     """Find messages: exactly one of --msg-id, --uniq-key, --key, --queue-offset, --phy-offset,
     --time. Exits 0 when something is found, 1 when nothing is.
@@ -128,44 +121,41 @@ def lookup(
     if (key is not None or time_range is not None) and topic is None:
         raise fail(f"{given[0]} needs --topic")
     fmt = resolve_format(format)
-    with open_store(
-        store, commitlog_file_size, cq_file_size, index_slots, index_entries, profile
-    ) as st:
-        total = sum(f.length for f in st.commitlog.files)
-        with progress_bar(total, "scanning commitlog", progress_wanted(fmt)) as advance:
-            if msg_id is not None:
-                result = lookup_msg_id(st, msg_id)
-            elif phy_offset is not None:
-                result = lookup_phy_offset(st, phy_offset)
-            elif queue_offset is not None:
-                result = _queue_offset(st, queue_offset, advance)
-            elif time_range is not None:
-                assert topic is not None
-                start, stop = _time_range(time_range)
-                result = lookup_time(
-                    st, topic, start, stop, limit=limit, scan=scan, progress=advance
+    with (
+        Store.open(store, store_options) as st,
+        commitlog_progress(st, "scanning commitlog", fmt) as advance,
+    ):
+        if msg_id is not None:
+            result = lookup_msg_id(st, msg_id)
+        elif phy_offset is not None:
+            result = lookup_phy_offset(st, phy_offset)
+        elif queue_offset is not None:
+            result = _queue_offset(st, queue_offset, advance)
+        elif time_range is not None:
+            assert topic is not None
+            start, stop = _time_range(time_range)
+            result = lookup_time(st, topic, start, stop, limit=limit, scan=scan, progress=advance)
+        else:
+            uniq = uniq_key is not None
+            text = uniq_key if uniq_key is not None else key
+            assert text is not None
+            topics = (topic,) if topic is not None else tuple(known_topics(st))
+            q = KeyQuery(
+                text,
+                topics,
+                uniq,
+                max_num or default_max_num(uniq),
+                parse_optional_time(begin, "--begin") or 0,
+                _or_max(parse_optional_time(end, "--end")),
+            )
+            with contextlib.ExitStack() as stack:
+                restart = None
+                if as_recovered and not scan:
+                    restart = stack.enter_context(restarted_index(st, advance))
+                result = lookup_key(
+                    st, q, scan=scan, limit=limit, restart=restart, progress=advance
                 )
-            else:
-                uniq = uniq_key is not None
-                text = uniq_key if uniq_key is not None else key
-                assert text is not None
-                topics = (topic,) if topic is not None else tuple(known_topics(st))
-                q = KeyQuery(
-                    text,
-                    topics,
-                    uniq,
-                    max_num or default_max_num(uniq),
-                    parse_optional_time(begin, "--begin") or 0,
-                    _or_max(parse_optional_time(end, "--end")),
-                )
-                with contextlib.ExitStack() as stack:
-                    restart = None
-                    if as_recovered and not scan:
-                        restart = stack.enter_context(restarted_index(st, advance))
-                    result = lookup_key(
-                        st, q, scan=scan, limit=limit, restart=restart, progress=advance
-                    )
-            render_lookup(result, fmt, body)
+        render_lookup(result, fmt, body)
     if not result.found:
         raise typer.Exit(EXIT_FINDINGS)
 

@@ -10,23 +10,20 @@ from rmqinspect.analysis.messages import MessageFilter, stream_messages
 from rmqinspect.cli.common import handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,
-    CommitlogSizeOpt,
-    CqSizeOpt,
     FormatOpt,
-    IndexEntriesOpt,
-    IndexSlotsOpt,
     LimitOpt,
-    ProfileOpt,
     StoreArg,
-    open_store,
+    commitlog_progress,
     parse_optional_time,
-    progress_wanted,
+    with_store_options,
 )
 from rmqinspect.render.message import BodyFormat, render_message_stream
-from rmqinspect.render.output import progress_bar, resolve_format
+from rmqinspect.render.output import resolve_format
+from rmqinspect.store.model import Store, StoreOptions
 
 
 @handle_errors
+@with_store_options
 def messages(
     store: StoreArg,
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
@@ -49,11 +46,8 @@ def messages(
     limit: LimitOpt = None,
     body: BodyOpt = BodyFormat.TEXT,
     format: FormatOpt = None,
-    commitlog_file_size: CommitlogSizeOpt = None,
-    cq_file_size: CqSizeOpt = None,
-    index_slots: IndexSlotsOpt = None,
-    index_entries: IndexEntriesOpt = None,
-    profile: ProfileOpt = None,
+    *,
+    store_options: StoreOptions,
 ) -> None:
     """Stream messages in commitlog order; damaged byte ranges are skipped and reported.
 
@@ -69,12 +63,11 @@ def messages(
         limit=limit,
     )
     fmt = resolve_format(format)
-    with open_store(
-        store, commitlog_file_size, cq_file_size, index_slots, index_entries, profile
-    ) as st:
-        total = sum(f.length for f in st.commitlog.files)
-        with progress_bar(total, "scanning commitlog", progress_wanted(fmt)) as advance:
-            render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")
+    with (
+        Store.open(store, store_options) as st,
+        commitlog_progress(st, "scanning commitlog", fmt) as advance,
+    ):
+        render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,18 +1,25 @@
-"""Options shared by the inspection commands, declared once: output format and store overrides."""
+"""Options shared by the inspection commands, declared once: output format and store settings."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
+from rmqinspect.analysis.messages import Progress
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.message import BodyFormat
-from rmqinspect.render.output import OutputFormat
+from rmqinspect.render.output import OutputFormat, progress_bar
 from rmqinspect.store.model import Store, StoreOptions
+
+R = TypeVar("R")
 
 FormatOpt = Annotated[
     OutputFormat | None,
@@ -27,59 +34,71 @@ StoreArg = Annotated[
     Path,
     typer.Argument(help="The broker's store directory (storePathRootDir).", show_default=False),
 ]
-CommitlogSizeOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--commitlog-file-size",
-        min=1,
-        help="mappedFileSizeCommitLog in bytes (default: inferred from the files, else 1 GiB).",
-        rich_help_panel="Store settings",
-    ),
-]
-CqSizeOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--cq-file-size",
-        min=20,
-        help="mappedFileSizeConsumeQueue in bytes (default: inferred, else 6000000).",
-        rich_help_panel="Store settings",
-    ),
-]
-IndexSlotsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--index-slots",
-        min=1,
-        help="maxHashSlotNum (default: inferred from the index file size).",
-        rich_help_panel="Store settings",
-    ),
-]
-IndexEntriesOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--index-entries",
-        min=2,
-        help="maxIndexNum (default: inferred from the index file size).",
-        rich_help_panel="Store settings",
-    ),
-]
-ProfileOpt = Annotated[
-    Profile | None,
-    typer.Option(
-        "--profile",
-        help="Broker line whose format rules apply (default: detected from the store).",
-        rich_help_panel="Store settings",
-    ),
-]
+_PROFILE_CHOICES = (*(p.value for p in Profile), "auto")
 
 
-def store_options(
-    commitlog_file_size: int | None,
-    cq_file_size: int | None,
-    index_slots: int | None,
-    index_entries: int | None,
-    profile: Profile | None,
+def _parse_profile(text: str) -> Profile | None:
+    """A profile, or None for ``auto`` (detect it from the store, as when the option is absent)."""
+    if text == "auto":
+        return None
+    try:
+        return Profile(text)
+    except ValueError:
+        choices = ", ".join(f"'{c}'" for c in _PROFILE_CHOICES)
+        raise typer.BadParameter(f"{text!r} is not one of {choices}.") from None
+
+
+def _store_settings(
+    commitlog_file_size: Annotated[
+        int | None,
+        typer.Option(
+            "--commitlog-file-size",
+            min=1,
+            help="mappedFileSizeCommitLog in bytes (default: inferred from the files, else 1 GiB).",
+            rich_help_panel="Store settings",
+        ),
+    ] = None,
+    cq_file_size: Annotated[
+        int | None,
+        typer.Option(
+            "--cq-file-size",
+            min=20,
+            help="mappedFileSizeConsumeQueue in bytes (default: inferred, else 6000000).",
+            rich_help_panel="Store settings",
+        ),
+    ] = None,
+    index_slots: Annotated[
+        int | None,
+        typer.Option(
+            "--index-slots",
+            min=1,
+            help="maxHashSlotNum (default: inferred from the index file size).",
+            rich_help_panel="Store settings",
+        ),
+    ] = None,
+    index_entries: Annotated[
+        int | None,
+        typer.Option(
+            "--index-entries",
+            min=2,
+            help="maxIndexNum (default: inferred from the index file size).",
+            rich_help_panel="Store settings",
+        ),
+    ] = None,
+    profile: Annotated[
+        Profile | None,
+        typer.Option(
+            "--profile",
+            parser=_parse_profile,
+            metavar=f"<{'|'.join(_PROFILE_CHOICES)}>",
+            help="Broker line whose format and recovery rules apply: 4.9, 5.1, 5.3, or auto "
+            "(the default: detected from the store).",
+            rich_help_panel="Store settings",
+        ),
+    ] = None,
 ) -> StoreOptions:
+    """The store-setting options, declared once: this signature is what
+    :func:`with_store_options` gives every command that opens a store."""
     return StoreOptions(
         commitlog_file_size=commitlog_file_size,
         cq_file_size=cq_file_size,
@@ -89,18 +108,34 @@ def store_options(
     )
 
 
-def open_store(
-    root: Path,
-    commitlog_file_size: int | None = None,
-    cq_file_size: int | None = None,
-    index_slots: int | None = None,
-    index_entries: int | None = None,
-    profile: Profile | None = None,
-) -> Store:
-    return Store.open(
-        root,
-        store_options(commitlog_file_size, cq_file_size, index_slots, index_entries, profile),
-    )
+_STORE_SETTINGS = tuple(inspect.signature(_store_settings, eval_str=True).parameters.values())
+STORE_OPTIONS_PARAMETER = "store_options"
+
+
+def with_store_options(command: Callable[..., R]) -> Callable[..., R]:
+    """Give ``command`` the store-setting options and hand it their values as one
+    ``store_options: StoreOptions`` argument (what sqlite-utils' ``output_options`` decorator
+    does for click).
+
+    typer reads a command's options from its signature, so the wrapper shows typer the
+    command's own parameters with ``store_options`` replaced by the parameters of
+    :func:`_store_settings`.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != STORE_OPTIONS_PARAMETER]
+    if len(own) == len(signature.parameters):
+        raise TypeError(f"{command.__name__} has no {STORE_OPTIONS_PARAMETER} parameter")
+    settings = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _STORE_SETTINGS]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> R:
+        given = {p.name: kwargs.pop(p.name, p.default) for p in _STORE_SETTINGS}
+        return command(*args, **kwargs, **{STORE_OPTIONS_PARAMETER: _store_settings(**given)})
+
+    exposed = signature.replace(parameters=[*own, *settings])
+    wrapper.__signature__ = exposed  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in exposed.parameters.values()}
+    return wrapper
 
 
 BodyOpt = Annotated[
@@ -136,6 +171,11 @@ def parse_optional_time(text: str | None, option: str) -> int | None:
     return None if text is None else parse_time(text, option)
 
 
-def progress_wanted(fmt: OutputFormat) -> bool:
-    """Progress bars only for humans: a table on a terminal."""
-    return fmt is OutputFormat.TABLE and sys.stdout.isatty()
+@contextmanager
+def commitlog_progress(store: Store, description: str, fmt: OutputFormat) -> Iterator[Progress]:
+    """A progress bar over the store's commitlog bytes, shown only to a person (a table on a
+    terminal); yields ``advance(n_bytes)``."""
+    total = sum(f.length for f in store.commitlog.files)
+    with progress_bar(total, description, fmt is OutputFormat.TABLE and sys.stdout.isatty()) as bar:
+        advance: Progress = bar
+        yield advance

@@ -3,51 +3,28 @@
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from rmqinspect.analysis.apply import ApplyRefused, apply_recovery
-from rmqinspect.analysis.recover import RecoverOptions, analyze_recovery
-from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, handle_errors
-from rmqinspect.cli.options import (
-    CommitlogSizeOpt,
-    CqSizeOpt,
-    IndexEntriesOpt,
-    IndexSlotsOpt,
-    StoreArg,
-    open_store,
-    progress_wanted,
+from rmqinspect.analysis.recovery import (
+    ApplyRefused,
+    RecoverOptions,
+    analyze_recovery,
+    apply_recovery,
 )
-from rmqinspect.format.profile import Profile
-from rmqinspect.render.output import OutputFormat, progress_bar, resolve_format
+from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, handle_errors
+from rmqinspect.cli.options import FormatOpt, StoreArg, commitlog_progress, with_store_options
+from rmqinspect.render.output import resolve_format
 from rmqinspect.render.recover import render_recover
-
-
-class ProfileChoice(StrEnum):
-    V4_9 = "4.9"
-    V5_1 = "5.1"
-    V5_3 = "5.3"
-    AUTO = "auto"
-
-
-class ReportFormat(StrEnum):
-    TABLE = "table"
-    JSON = "json"
+from rmqinspect.store.model import Store, StoreOptions
 
 
 @handle_errors
+@with_store_options
 def recover(
     store: StoreArg,
-    profile: Annotated[
-        ProfileChoice,
-        typer.Option(
-            "--profile",
-            help="Broker line whose recovery rules apply: 4.9, 5.1, 5.3, or auto (detected).",
-        ),
-    ] = ProfileChoice.AUTO,
     assume_clean: Annotated[
         bool,
         typer.Option(
@@ -71,19 +48,7 @@ def recover(
             help="The broker runs with messageIndexSafe=true (crash start file honours the index).",
         ),
     ] = False,
-    commitlog_file_size: CommitlogSizeOpt = None,
-    cq_file_size: CqSizeOpt = None,
-    index_slots: IndexSlotsOpt = None,
-    index_entries: IndexEntriesOpt = None,
-    format: Annotated[
-        ReportFormat | None,
-        typer.Option(
-            "--format",
-            "-F",
-            case_sensitive=False,
-            help="table or json (default: table on a terminal, json when piped).",
-        ),
-    ] = None,
+    format: FormatOpt = None,
     apply_to: Annotated[
         Path | None,
         typer.Option(
@@ -96,11 +61,16 @@ def recover(
         int,
         typer.Option("--lost-limit", min=0, help="List at most this many lost messages."),
     ] = 1000,
+    *,
+    store_options: StoreOptions,
 ) -> None:
     """Predict exactly what a broker restart keeps, cuts, deletes and rebuilds.
 
-    Exit status: 0 when the restart loses nothing, 1 when it would discard messages (or the
-    broker would refuse to start), 2 on unreadable input.
+    Exit status: 0 when the restart loses nothing, 2 on unreadable input,
+    1 when it would discard messages or the broker would refuse to start.
+
+    --format json prints the whole report; jsonl only the lost messages,
+    one per line (at most --lost-limit of them).
 
     Example: rmqinspect recover /data/rocketmq/store --format json
     """
@@ -112,14 +82,10 @@ def recover(
         message_index_safe=message_index_safe,
         lost_limit=lost_limit,
     )
-    fmt = resolve_format(None if format is None else OutputFormat(format.value))
-    total = _commitlog_bytes(store)
-    chosen = None if profile is ProfileChoice.AUTO else Profile(profile.value)
+    fmt = resolve_format(format)
     with (
-        open_store(
-            store, commitlog_file_size, cq_file_size, index_slots, index_entries, chosen
-        ) as opened,
-        progress_bar(total, "recovering", progress_wanted(fmt)) as advance,
+        Store.open(store, store_options) as opened,
+        commitlog_progress(opened, "recovering", fmt) as advance,
     ):
         if apply_to is None:
             report = analyze_recovery(opened, options, advance)
@@ -134,14 +100,6 @@ def recover(
     if not report.broker_starts or report.loses_data:
         raise typer.Exit(EXIT_FINDINGS)
     raise typer.Exit(EXIT_OK)
-
-
-def _commitlog_bytes(store: Path) -> int:
-    directory = store / "commitlog"
-    try:
-        return sum(e.stat().st_size for e in directory.iterdir() if e.is_file())
-    except OSError:
-        return 0
 
 
 def register(app: typer.Typer) -> None:

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import enum
-import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from rmqinspect.cli.common import handle_errors
 from rmqinspect.format.commitlog import DEFAULT_COMMITLOG_FILE_SIZE
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from rmqinspect.format.profile import Profile
+from rmqinspect.render.synth import render_synth
 from rmqinspect.synth import damage
 from rmqinspect.synth.workload import WorkloadConfig, topic_name, write_workload
 from rmqinspect.synth.writer import StoreLayout, StoreSummary
@@ -51,69 +49,6 @@ def _apply(kind: DamageKind, root: Path, summary: StoreSummary) -> damage.Damage
     if kind is DamageKind.MISSING_CQ:
         return damage.remove_cq_dir(root, topic, 0)
     return damage.stale_bytes_past_write_position(root)
-
-
-def _summary_json(summary: StoreSummary, seconds: float, damages: list[damage.Damage]) -> Any:
-    cp = summary.checkpoint
-    return {
-        "root": str(summary.root),
-        "profile": str(summary.profile),
-        "messages": summary.messages,
-        "dispatched": summary.dispatched,
-        "commitlogFiles": list(summary.commitlog_files),
-        "commitlogEnd": summary.commitlog_end,
-        "dataBytes": summary.data_bytes,
-        "consumeQueues": summary.consume_queues,
-        "indexFiles": list(summary.index_files),
-        "indexEntries": summary.index_entries,
-        "checkpoint": {
-            "physicMsgTimestamp": cp.physic_msg_timestamp,
-            "logicsMsgTimestamp": cp.logics_msg_timestamp,
-            "indexMsgTimestamp": cp.index_msg_timestamp,
-        },
-        "crashed": summary.crashed,
-        "damage": [
-            {
-                "kind": d.kind,
-                "description": d.description,
-                "ranges": [[r.path, r.start, r.end] for r in d.ranges],
-                "removed": list(d.removed),
-                "created": list(d.created),
-            }
-            for d in damages
-        ],
-        "seconds": round(seconds, 3),
-    }
-
-
-def _render(summary: StoreSummary, seconds: float, damages: list[damage.Damage]) -> None:
-    console = Console(highlight=False)
-    table = Table(title=f"synthetic {summary.profile} store at {summary.root}", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    rate = summary.data_bytes / seconds / 2**20 if seconds > 0 else 0.0
-    table.add_row("messages", f"{summary.messages} ({summary.dispatched} dispatched)")
-    table.add_row(
-        "commitlog",
-        f"{len(summary.commitlog_files)} files, end {summary.commitlog_end}, "
-        f"{summary.data_bytes} bytes written",
-    )
-    table.add_row(
-        "consume queues",
-        f"{len(summary.consume_queues)} queues, {sum(summary.consume_queues.values())} units",
-    )
-    table.add_row("index", f"{len(summary.index_files)} files, {summary.index_entries} entries")
-    cp = summary.checkpoint
-    table.add_row(
-        "checkpoint",
-        f"physic {cp.physic_msg_timestamp}, logics {cp.logics_msg_timestamp}, "
-        f"index {cp.index_msg_timestamp}",
-    )
-    table.add_row("shutdown", "crash (abort left)" if summary.crashed else "clean")
-    for d in damages:
-        table.add_row("damage", d.description)
-    table.add_row("time", f"{seconds:.2f} s ({rate:.0f} MiB/s)")
-    console.print(table)
 
 
 @handle_errors
@@ -200,10 +135,7 @@ def synth(
     seconds = time.perf_counter() - started
     if quiet:
         return
-    if as_json:
-        typer.echo(json.dumps(_summary_json(summary, seconds, damages), indent=2))
-    else:
-        _render(summary, seconds, damages)
+    render_synth(summary, seconds, damages, as_json)
 
 
 def register(app: typer.Typer) -> None:

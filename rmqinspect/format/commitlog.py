@@ -11,10 +11,13 @@ Two entry points read records:
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+import numpy as np
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
@@ -118,6 +121,21 @@ def mid_fields_pos(sys_flag: int) -> int:
     return store_timestamp_pos(sys_flag) + STORETIMESTAMP_SIZE + store_host_size(sys_flag)
 
 
+@functools.cache
+def record_head_dtype(sys_flag: int) -> np.dtype[np.void]:
+    """The record from TOTALSIZE to BODYLENGTH as a numpy structured type (fields named as in
+    FIXED_FIELDS and MID_FIELDS, hosts as raw bytes), for the host sizes ``sys_flag`` selects:
+    bulk encoders fill one array of it per host layout."""
+    head = [(n, ">" + c) for n, c in zip(FIXED_FIELDS, FIXED_HEAD.format[1:], strict=True)]
+    mid = [(n, ">" + c) for n, c in zip(MID_FIELDS, MID_FIELDS_STRUCT.format[1:], strict=True)]
+    hosts = [
+        ("born_host", f"V{born_host_size(sys_flag)}"),
+        ("store_timestamp", f">i{STORETIMESTAMP_SIZE}"),
+        ("store_host", f"V{store_host_size(sys_flag)}"),
+    ]
+    return np.dtype(head + hosts + mid)
+
+
 def topic_length_size(magic: int) -> int:
     """The topic length is an i8 in V1 records and an i16 in V2 records."""
     return 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
@@ -141,7 +159,7 @@ _TRANSACTION_NAMES = {
 _COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 
 
-def body_crc(data: bytes | memoryview) -> int:
+def body_crc(data: bytes | bytearray | memoryview) -> int:
     """``UtilAll.crc32``: zlib CRC-32 masked to 31 bits."""
     return masked_crc32(data)
 
@@ -197,6 +215,25 @@ def dup_info_valid(properties: Mapping[str, str]) -> bool:
     """The ``checkDupInfo`` rule: a ``DUP_INFO`` property that splits on "_" into two parts."""
     dup = properties.get(props.DUP_INFO)
     return dup is not None and len(java_split(dup, "_")) == 2
+
+
+def rewrite_delay(
+    pairs: dict[str, str], topic: str, queue_id: int, delay: str, max_level: int
+) -> tuple[str, int]:
+    """The delay-level rewrite (4.9 ``CommitLog.putMessage``, 5.x ``HookUtils``) of a NOT or
+    COMMIT message whose ``DELAY`` is ``delay``: clamp the level, record ``REAL_TOPIC`` and
+    ``REAL_QID`` in ``pairs``, and return the schedule topic and queue (unchanged for level 0)."""
+    level = java_parse_int(delay)
+    if level is None:
+        raise ValueError(f"DELAY property {delay!r} is not an integer")
+    if level <= 0:
+        return topic, queue_id
+    if level > max_level:
+        level = max_level
+        pairs[props.DELAY] = str(level)
+    pairs[props.REAL_TOPIC] = topic
+    pairs[props.REAL_QID] = str(queue_id)
+    return SCHEDULE_TOPIC, level - 1
 
 
 def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
@@ -700,6 +737,23 @@ class PropCrc:
 
 
 _CRC_TAIL_PREFIX = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()
+_SEPARATOR = props.PROPERTY_SEPARATOR.encode()
+
+
+def reserve_prop_crc(properties: bytes) -> bytes:
+    """``properties`` with room for the CRC tail (§3.2): a 0x02 unless they end with one, then
+    ``__CRC32#`` 0x01, ten placeholder digits and 0x02 (CRC32_RESERVED_LEN bytes)."""
+    if properties and not properties.endswith(_SEPARATOR):
+        properties += _SEPARATOR
+    return properties + _CRC_TAIL_PREFIX + b"0" * 10 + _SEPARATOR
+
+
+def fill_prop_crc(buf: bytearray | memoryview, pos: int, total_size: int) -> None:
+    """Write the digits of the tail :func:`reserve_prop_crc` left in the record at ``pos``: the
+    masked CRC32 of the record minus its tail, least significant digit first."""
+    end = pos + total_size
+    digits = encode_prop_crc_digits(body_crc(buf[pos : end - CRC32_RESERVED_LEN]))
+    buf[end - 11 : end - 1] = digits.encode("ascii")
 
 
 def read_prop_crc(buf: bytes | memoryview, pos: int, total_size: int) -> PropCrc | None:
@@ -748,11 +802,7 @@ def encode_message(
     if store_host.is_v6:
         sys_flag |= STOREHOSTADDRESS_V6_FLAG
     topic_bytes = topic.encode("utf-8")
-    props_bytes = properties
-    if append_prop_crc:
-        if props_bytes and not props_bytes.endswith(b"\x02"):
-            props_bytes += b"\x02"
-        props_bytes += _CRC_TAIL_PREFIX + b"0" * 10 + b"\x02"
+    props_bytes = reserve_prop_crc(properties) if append_prop_crc else properties
     if version == 1 and len(topic_bytes) > 127:
         raise ValueError(f"topic of {len(topic_bytes)} bytes needs a V2 record")
     if len(props_bytes) > 32767:
@@ -793,8 +843,7 @@ def encode_message(
     at += 2
     out[at : at + len(props_bytes)] = props_bytes
     if append_prop_crc:
-        digits = encode_prop_crc_digits(body_crc(bytes(out[: total - CRC32_RESERVED_LEN])))
-        out[total - 11 : total - 1] = digits.encode("ascii")
+        fill_prop_crc(out, 0, total)
     return bytes(out)
 
 

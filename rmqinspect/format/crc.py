@@ -17,6 +17,6 @@ __all__ = ["CRC_MASK", "crc32", "masked_crc32"]
 CRC_MASK = 0x7FFFFFFF
 
 
-def masked_crc32(data: bytes | memoryview) -> int:
+def masked_crc32(data: bytes | bytearray | memoryview) -> int:
     """``UtilAll.crc32``: the zlib CRC-32 of ``data`` masked to 31 bits."""
     return crc32(data) & CRC_MASK

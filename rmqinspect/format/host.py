@@ -6,8 +6,6 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from rmqinspect.errors import DecodeError
-
 
 @dataclass(frozen=True, slots=True)
 class HostAddress:
@@ -29,23 +27,3 @@ class HostAddress:
 
     def encode(self) -> bytes:
         return self.ip + struct.pack(">i", self.port)
-
-    @classmethod
-    def parse(cls, text: str) -> HostAddress:
-        """Parse ``ip:port`` or ``[ipv6]:port``."""
-        host, sep, port = text.rpartition(":")
-        if not sep or not port.isdigit():
-            raise DecodeError(f"not an ip:port address: {text!r}")
-        host = host.strip("[]")
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError as exc:
-            raise DecodeError(f"not an ip:port address: {text!r}") from exc
-        return cls(ip.packed, int(port))
-
-
-def decode_host(buf: bytes | memoryview, offset: int, v6: bool) -> HostAddress:
-    n = 16 if v6 else 4
-    ip = bytes(buf[offset : offset + n])
-    (port,) = struct.unpack_from(">i", buf, offset + n)
-    return HostAddress(ip, port)

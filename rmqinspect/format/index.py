@@ -2,7 +2,9 @@
 
 Spec section 7. The slot and entry counts are broker configuration, not file content, so every
 function takes an :class:`IndexGeometry`. Readers work on ``bytes``/``memoryview``/``mmap``
-without copying; an index file is 420 MB with the defaults.
+without copying; an index file is 420 MB with the defaults. One file's write path
+(:class:`IndexFileBuilder`) lives here with its layout and readers;
+:mod:`rmqinspect.format.index_build` runs ``buildIndex`` across files.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.errors import DecodeError
-from rmqinspect.format.commitlog import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
-from rmqinspect.format.javahash import index_key_hash
-from rmqinspect.format.javamath import INT_MAX, wrap64
-from rmqinspect.format.properties import KEY_SEPARATOR
+from rmqinspect.format.javahash import index_key, index_key_hash
+from rmqinspect.format.javamath import INT_MAX, wrap32, wrap64
+from rmqinspect.format.properties import split_keys
 
 Buffer = bytes | bytearray | memoryview
 
@@ -33,8 +34,13 @@ MAX_MSGS_NUM_BATCH = 64
 DEFAULT_QUERY_MAX_NUM = 32
 
 _HEADER = struct.Struct(">qqqqii")
+_ENDS = struct.Struct(">qqqq")  # the header's timestamps and offsets
 _ENTRY = struct.Struct(">iqii")
+_ENTRY_DTYPE = np.dtype(
+    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]
+)
 _I32 = struct.Struct(">i")
+_PUT_KEY_QUEUE = 4096  # IndexFileBuilder.put_key puts its keys in runs of this many
 
 
 # --- header and geometry ----------------------------------------------------------------------
@@ -356,10 +362,6 @@ def query_offsets(
 
 # --- statistics -------------------------------------------------------------------------------
 
-_ENTRY_DTYPE = np.dtype(
-    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]
-)
-
 
 @dataclass(frozen=True, slots=True)
 class SlotStatistics:
@@ -425,54 +427,85 @@ def slot_statistics(buf: Buffer, geometry: IndexGeometry, header: IndexHeader) -
 
 
 class IndexFileBuilder:
-    """An in-memory ``IndexFile``: ``put_key`` writes the same bytes, in the same order, as the
-    broker's mapped buffer receives them (header fields are written in place as they change)."""
+    """One index file as ``IndexFile.putKey`` leaves it (spec 7.3), a run of keys per numpy call.
 
-    def __init__(self, geometry: IndexGeometry, end_phy_offset: int = 0, end_timestamp: int = 0):
-        """``new IndexFile(name, slots, indexNum, endPhyOffset, endTimestamp)``."""
+    It holds the header and the slot table (4 bytes a slot, allocated at the first put). With
+    ``materialise`` it also keeps the entries it wrote and, for a continued file, the loaded
+    bytes they overlay, so :meth:`writes` gives the file exactly; without it only the header is
+    kept (what a recovery report needs). :class:`~rmqinspect.format.index_build.IndexBuilder`
+    drives it across files.
+    """
+
+    def __init__(
+        self,
+        geometry: IndexGeometry,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+        *,
+        name: str = "",
+        materialise: bool = True,
+    ) -> None:
+        """``new IndexFile(name, slots, indexNum, endPhyOffset, endTimestamp)``: each end value
+        becomes both begin and end of the new file, but only if positive."""
         self.geometry = geometry
-        self._buf = bytearray(geometry.file_size)
-        self._begin_timestamp = 0
-        self._end_timestamp = 0
-        self._begin_phy_offset = 0
-        self._end_phy_offset = 0
+        self.name = name
+        self.materialise = materialise
+        timestamp, phy_offset = max(end_timestamp, 0), max(end_phy_offset, 0)
+        self._begin_timestamp = self._end_timestamp = timestamp
+        self._begin_phy_offset = self._end_phy_offset = phy_offset
         self._hash_slot_count = 0
         self._index_count = 1
-        if end_phy_offset > 0:
-            self._set_long(16, "_begin_phy_offset", end_phy_offset)
-            self._set_long(24, "_end_phy_offset", end_phy_offset)
-        if end_timestamp > 0:
-            self._set_long(0, "_begin_timestamp", end_timestamp)
-            self._set_long(8, "_end_timestamp", end_timestamp)
+        # The header bytes until a put or flush rewrites them: the constructor stores only the
+        # copied ends, so indexCount reads 0 in a file that never got a key.
+        self._stored_header = _ENDS.pack(timestamp, timestamp, phy_offset, phy_offset) + bytes(8)
+        self._header_current = False  # the stored header equals the in-memory one
+        self._slots: npt.NDArray[np.int32] | None = None
+        self._blocks: list[tuple[int, bytes]] = []  # (first entry number, entries)
+        self._base: Buffer | None = None  # the loaded file the entries overlay
+        self._queued: list[tuple[int, int, int]] = []  # put_key's keys not yet put
 
     @classmethod
-    def new_rolled(cls, previous: IndexFileBuilder) -> IndexFileBuilder:
+    def new_rolled(cls, previous: IndexFileBuilder, name: str = "") -> IndexFileBuilder:
         """The file ``getAndCreateLastIndexFile`` creates after ``previous`` (spec 7.5)."""
-        return cls(previous.geometry, previous._end_phy_offset, previous._end_timestamp)
+        end = previous.header
+        return cls(
+            previous.geometry,
+            end.end_phy_offset,
+            end.end_timestamp,
+            name=name,
+            materialise=previous.materialise,
+        )
 
     @classmethod
-    def from_bytes(cls, buf: Buffer, geometry: IndexGeometry) -> IndexFileBuilder:
-        """Continue an existing file, as ``IndexFile.load`` does before the broker appends."""
+    def from_bytes(
+        cls, buf: Buffer, geometry: IndexGeometry, *, name: str = "", materialise: bool = True
+    ) -> IndexFileBuilder:
+        """Continue an existing file as ``IndexFile.load`` leaves it: its header (indexCount
+        <= 0 read as 1) and its slot table, whatever they hold. ``buf`` may be short (the broker
+        maps the configured size, so missing bytes read as zeros); a materialising builder keeps
+        a reference to it."""
         if len(buf) > geometry.file_size:
             raise DecodeError(f"index file of {len(buf)} bytes exceeds {geometry.file_size}")
         header = IndexHeader.decode(buf)
-        builder = cls(geometry)
-        builder._buf[: len(buf)] = buf
+        builder = cls(geometry, name=name, materialise=materialise)
         builder._begin_timestamp = header.begin_timestamp
         builder._end_timestamp = header.end_timestamp
         builder._begin_phy_offset = header.begin_phy_offset
         builder._end_phy_offset = header.end_phy_offset
         builder._hash_slot_count = header.hash_slot_count
         builder._index_count = header.loaded_index_count
+        builder._stored_header = bytes(buf[:INDEX_HEADER_SIZE])
+        table = bytes(buf[INDEX_HEADER_SIZE : geometry.entries_base])
+        table = table.ljust(geometry.slot_num * HASH_SLOT_SIZE, b"\0")
+        builder._slots = np.frombuffer(table, ">i4").astype(np.int32)
+        if materialise:
+            builder._base = buf
         return builder
-
-    def _set_long(self, pos: int, attr: str, value: int) -> None:
-        setattr(self, attr, value)
-        struct.pack_into(">q", self._buf, pos, value)
 
     @property
     def header(self) -> IndexHeader:
-        """The broker's in-memory header (``index_count`` ≥ 1 even before the first put)."""
+        """The broker's in-memory header (``index_count`` >= 1 even before the first put)."""
+        self._put_queued()
         return IndexHeader(
             self._begin_timestamp,
             self._end_timestamp,
@@ -483,97 +516,138 @@ class IndexFileBuilder:
         )
 
     @property
+    def end_phy_offset(self) -> int:
+        self._put_queued()
+        return self._end_phy_offset
+
+    @property
     def is_full(self) -> bool:
-        return self._index_count >= self.geometry.index_num
+        return self.room == 0
+
+    @property
+    def room(self) -> int:
+        """Keys that still fit before ``putKey`` refuses."""
+        return max(self.geometry.index_num - self._index_count - len(self._queued), 0)
+
+    def put(
+        self,
+        key_hashes: npt.NDArray[np.int64],
+        phy_offsets: npt.NDArray[np.int64],
+        store_timestamps: npt.NDArray[np.int64],
+    ) -> None:
+        """``IndexFile.putKey`` for consecutive keys (their index key hashes, and the offset and
+        store time of the record each belongs to); they must all fit (see :attr:`room`)."""
+        count = len(key_hashes)
+        if count > self.room:
+            raise ValueError(f"{count} keys do not fit in the {self.room} entries left")
+        self._put_queued()
+        if not count:
+            return
+        slot_num = self.geometry.slot_num
+        if self._slots is None:
+            self._slots = np.zeros(slot_num, dtype=np.int32)
+        numbers = self._index_count + np.arange(count, dtype=np.int64)
+        slots = key_hashes % slot_num
+        # Per slot, in put order: the first key reads the table, the others chain to the
+        # previous key of the same slot in this run.
+        order = np.argsort(slots, kind="stable")
+        sorted_slots = slots[order]
+        sorted_numbers = numbers[order]
+        same = sorted_slots[1:] == sorted_slots[:-1]
+        stored = self._slots[sorted_slots].astype(np.int64)
+        # slotValue <= 0 or > indexCount (at that put) is no chain: a loaded file may hold any.
+        prev_sorted = np.where((stored > 0) & (stored <= sorted_numbers), stored, INVALID_INDEX)
+        prev_sorted[1:] = np.where(same, sorted_numbers[:-1], prev_sorted[1:])
+        prev = np.empty(count, dtype=np.int64)
+        prev[order] = prev_sorted
+        last_of_slot = np.append(~same, True)
+        self._slots[sorted_slots[last_of_slot]] = sorted_numbers[last_of_slot]
+        # timeDiff is computed before the first put sets beginTimestamp (spec 7.3 observation).
+        begin = np.full(count, self._begin_timestamp, dtype=np.int64)
+        if self._index_count <= 1:
+            self._begin_timestamp = int(store_timestamps[0])
+            self._begin_phy_offset = int(phy_offsets[0])
+            begin[1:] = self._begin_timestamp
+        # int64 subtraction wraps like Java's long; negatives clamp to 0, so floor is truncation.
+        elapsed = np.clip((store_timestamps - begin) // 1000, 0, INT_MAX)
+        time_diff = np.where(begin <= 0, 0, elapsed)
+        if self.materialise:
+            entries = np.empty(count, dtype=_ENTRY_DTYPE)
+            entries["key_hash"] = key_hashes
+            entries["phy_offset"] = phy_offsets
+            entries["time_diff"] = time_diff
+            entries["prev"] = prev
+            self._blocks.append((self._index_count, entries.tobytes()))
+        empty = int(np.count_nonzero(prev == INVALID_INDEX))
+        self._hash_slot_count = wrap32(self._hash_slot_count + empty)
+        self._index_count += count
+        self._end_timestamp = int(store_timestamps[-1])
+        self._end_phy_offset = int(phy_offsets[-1])
+        # putKey writes every field it changes, so the stored header is the in-memory one.
+        self._header_current = True
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        """``IndexFile.putKey``; False when full. ``key`` is the full ``topic#key`` string."""
+        """``IndexFile.putKey`` of one ``topic#key`` string; False when full. Keys are queued
+        and put a run at a time (one numpy call per key would cost 20 times more); everything
+        that reads the file puts the queue first."""
         if self.is_full:
             return False
-        geometry = self.geometry
-        key_hash = index_key_hash(key)
-        slot_pos = geometry.slot_position(key_hash % geometry.slot_num)
-        slot_value = _I32.unpack_from(self._buf, slot_pos)[0]
-        if slot_value <= INVALID_INDEX or slot_value > self._index_count:
-            slot_value = INVALID_INDEX
-        # Negative differences clamp to 0, so floor division gives Java's truncating result.
-        time_diff = (wrap64(store_timestamp - self._begin_timestamp)) // 1000
-        if self._begin_timestamp <= 0 or time_diff < 0:
-            time_diff = 0
-        time_diff = min(time_diff, INT_MAX)
-        entry_pos = geometry.entry_position(self._index_count)
-        _ENTRY.pack_into(self._buf, entry_pos, key_hash, phy_offset, time_diff, slot_value)
-        _I32.pack_into(self._buf, slot_pos, self._index_count)
-        # After the entry: the first entry's timeDiff used the previous begin (spec 7.3).
-        if self._index_count <= 1:
-            self._set_long(16, "_begin_phy_offset", phy_offset)
-            self._set_long(0, "_begin_timestamp", store_timestamp)
-        if slot_value == INVALID_INDEX:
-            self._hash_slot_count += 1
-            _I32.pack_into(self._buf, 32, self._hash_slot_count)
-        self._index_count += 1
-        _I32.pack_into(self._buf, 36, self._index_count)
-        self._set_long(24, "_end_phy_offset", phy_offset)
-        self._set_long(8, "_end_timestamp", store_timestamp)
+        self._queued.append((index_key_hash(key), phy_offset, store_timestamp))
+        if len(self._queued) >= _PUT_KEY_QUEUE:
+            self._put_queued()
         return True
+
+    def _put_queued(self) -> None:
+        if self._queued:
+            hashes, phy_offsets, timestamps = np.array(self._queued, dtype=np.int64).T
+            self._queued = []
+            self.put(hashes, phy_offsets, timestamps)
 
     def flush(self) -> None:
         """``IndexFile.flush``: rewrite the whole header (stores indexCount 1 in a file that
         never got a key, where the bytes still hold 0)."""
-        self._buf[:INDEX_HEADER_SIZE] = self.header.encode()
+        self._put_queued()
+        self._header_current = True
+
+    @property
+    def header_bytes(self) -> bytes:
+        """The 40 header bytes as the file holds them now."""
+        self._put_queued()
+        return self.header.encode() if self._header_current else self._stored_header
+
+    def writes(self) -> Iterator[tuple[int, Buffer]]:
+        """``(position, data)`` pieces that, written in order over a zero-filled file of the
+        geometry's size, give this file: the loaded bytes (when continued), the header, the
+        slot table's used range and the entry runs. Sparse: most of a file stays zeros."""
+        if not self.materialise:
+            raise ValueError("a header-only index file builder keeps no file bytes")
+        self._put_queued()
+        if self._base is not None:
+            yield 0, self._base
+        yield 0, self.header_bytes
+        if self._slots is not None:
+            used = np.flatnonzero(self._slots)
+            if used.size:
+                lo, hi = int(used[0]), int(used[-1]) + 1
+                yield self.geometry.slot_position(lo), self._slots[lo:hi].astype(">i4").tobytes()
+        for number, data in self._blocks:
+            yield self.geometry.entry_position(number), data
+
+    def to_bytes(self) -> bytes:
+        """The whole file (``geometry.file_size`` bytes)."""
+        out = bytearray(self.geometry.file_size)
+        for position, data in self.writes():
+            out[position : position + len(data)] = data
+        return bytes(out)
 
     @property
     def buffer(self) -> memoryview:
-        """A read-only view of the file bytes (no copy)."""
-        return memoryview(self._buf).toreadonly()
-
-    def to_bytes(self) -> bytes:
-        return bytes(self._buf)
+        """A read-only view of :meth:`to_bytes`."""
+        return memoryview(self.to_bytes())
 
 
 def index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
     """The strings ``IndexService.buildIndex`` puts for a message, in order (spec 7.4)."""
-    result = []
-    if uniq_key is not None:
-        result.append(f"{topic}#{uniq_key}")
-    if keys:
-        result.extend(f"{topic}#{k}" for k in keys.split(KEY_SEPARATOR) if k)
+    result = [] if uniq_key is None else [index_key(topic, uniq_key)]
+    result += [index_key(topic, key) for key in split_keys(keys)]
     return result
-
-
-class IndexWriter:
-    """``IndexService.buildIndex`` over in-memory files: rolls to a new file when the last one is
-    full. New files are appended to ``files``; naming them is the caller's business."""
-
-    def __init__(self, geometry: IndexGeometry, files: Sequence[IndexFileBuilder] = ()) -> None:
-        if geometry.index_num < 2:
-            raise ValueError("an index file needs maxIndexNum >= 2 to hold any entry")
-        self.geometry = geometry
-        self.files: list[IndexFileBuilder] = list(files)
-
-    def _last_file(self) -> IndexFileBuilder:
-        """``getAndCreateLastIndexFile``."""
-        if not self.files:
-            self.files.append(IndexFileBuilder(self.geometry))
-        elif self.files[-1].is_full:
-            self.files.append(IndexFileBuilder.new_rolled(self.files[-1]))
-        return self.files[-1]
-
-    def dispatch(
-        self,
-        topic: str,
-        phy_offset: int,
-        store_timestamp: int,
-        sys_flag: int,
-        uniq_key: str | None,
-        keys: str | None,
-    ) -> None:
-        """Index one message the way the dispatcher does (``topic`` is the stored topic)."""
-        current = self._last_file()
-        if phy_offset < current.header.end_phy_offset:
-            return
-        if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
-            return
-        for key in index_keys(topic, uniq_key, keys):
-            while not current.put_key(key, phy_offset, store_timestamp):
-                current = self._last_file()

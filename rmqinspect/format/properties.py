@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from rmqinspect.format.javamap import hashmap_order
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -54,6 +58,64 @@ def encode_properties(pairs: Iterable[tuple[str, str]], trailing_separator: bool
     if text and not trailing_separator:
         text = text[:-1]
     return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _hashmap_prefixes(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``(name, name + 0x01)`` in ``HashMap`` iteration order."""
+    return tuple((names[i], names[i] + NAME_VALUE_SEPARATOR) for i in hashmap_order(names))
+
+
+def encode_properties_map(pairs: Mapping[str, str], trailing_separator: bool) -> bytes:
+    """``messageProperties2String`` of a ``HashMap`` holding ``pairs`` (inserted in order):
+    :func:`encode_properties` in the map's iteration order, UTF-8 encoded. Names and values
+    must not contain the separators."""
+    if not pairs:
+        return b""
+    names = tuple(pairs)
+    text = PROPERTY_SEPARATOR.join(
+        [prefix + pairs[name] for name, prefix in _hashmap_prefixes(names)]
+    )
+    count = len(names)
+    if text.count(NAME_VALUE_SEPARATOR) != count or text.count(PROPERTY_SEPARATOR) != count - 1:
+        raise ValueError("property names and values cannot contain 0x01 or 0x02")
+    if trailing_separator:
+        text += PROPERTY_SEPARATOR
+    return text.encode("utf-8")
+
+
+@functools.lru_cache(maxsize=4096)
+def properties_template(
+    names: tuple[str, ...], trailing_separator: bool
+) -> tuple[str, Callable[[Sequence[str]], tuple[str, ...]]]:
+    """For bulk generators: a ``%``-format string and a getter that turn the values of
+    ``names`` (given in insertion order) into what :func:`encode_properties_map` writes.
+    The values are not checked for separators, so only trusted ones may be used."""
+    order = hashmap_order(names)
+    fmt = PROPERTY_SEPARATOR.join(
+        names[i].replace("%", "%%") + NAME_VALUE_SEPARATOR + "%s" for i in order
+    )
+    fmt += PROPERTY_SEPARATOR if trailing_separator else ""
+    if len(order) == 1:
+        only = order[0]
+        return fmt, lambda values: (values[only],)
+    return fmt, operator.itemgetter(*order)
+
+
+def delete_property(raw: bytes, name: str) -> bytes:
+    """``MessageUtils.deleteProperty`` on stored bytes: drop each ``name 0x01 value`` entry and
+    its separator."""
+    needle = (name + NAME_VALUE_SEPARATOR).encode()
+    separator = PROPERTY_SEPARATOR.encode()
+    out: list[bytes] = []
+    i, n = 0, len(raw)
+    while i < n:
+        j = raw.find(separator, i)
+        stop = n if j < 0 else j + 1
+        if not raw.startswith(needle, i):
+            out.append(raw[i:stop])
+        i = stop
+    return b"".join(out)
 
 
 def split_keys(keys: str | None) -> list[str]:

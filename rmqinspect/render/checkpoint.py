@@ -5,13 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rmqinspect.analysis.checkpoint import CheckpointReport
-from rmqinspect.render.output import (
-    OutputFormat,
-    key_value_table,
-    print_json,
-    print_jsonl,
-    print_table,
-)
+from rmqinspect.render.output import OutputFormat, key_value_table, print_document, print_table
 from rmqinspect.render.values import time_cell, with_times
 
 
@@ -34,11 +28,7 @@ def checkpoint_json(r: CheckpointReport) -> dict[str, Any]:
 
 
 def render_checkpoint(report: CheckpointReport, fmt: OutputFormat) -> None:
-    if fmt is OutputFormat.JSON:
-        print_json(checkpoint_json(report))
-        return
-    if fmt is OutputFormat.JSONL:
-        print_jsonl([checkpoint_json(report)])
+    if print_document(checkpoint_json(report), fmt):
         return
     cp = report.checkpoint
     rows: list[tuple[str, object]] = [

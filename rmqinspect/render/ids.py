@@ -8,8 +8,7 @@ from rmqinspect.analysis.ids import IdDecoding
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
-    print_json,
-    print_jsonl,
+    print_document,
     print_table,
     to_jsonable,
     warn,
@@ -35,11 +34,7 @@ def render_id(d: IdDecoding, fmt: OutputFormat) -> None:
             f"{len(d.text)} hex characters fit both an offsetMsgId and a UNIQ_KEY; both readings "
             "are shown (a message's UNIQ_KEY property or its position tells which it is)"
         )
-    if fmt is OutputFormat.JSON:
-        print_json(id_json(d))
-        return
-    if fmt is OutputFormat.JSONL:
-        print_jsonl([id_json(d)])
+    if print_document(id_json(d), fmt):
         return
     if d.offset_msg_id is not None:
         m = d.offset_msg_id

@@ -10,8 +10,15 @@ from typing import Any
 from rich.table import Table
 
 from rmqinspect.analysis.indexes import IndexEntryRow, IndexFileReport
-from rmqinspect.render.message import TABLE_BATCH_ROWS, print_plain_jsonl
-from rmqinspect.render.output import OutputFormat, print_jsonl, print_table, to_jsonable
+from rmqinspect.render.output import (
+    OutputFormat,
+    print_json_with_array,
+    print_jsonl,
+    print_plain_jsonl,
+    print_table,
+    print_table_batches,
+    to_jsonable,
+)
 from rmqinspect.render.values import iso_ms, with_times
 
 
@@ -66,15 +73,11 @@ def render_index(
     reports: list[IndexFileReport], entries: Iterable[IndexEntryRow] | None, fmt: OutputFormat
 ) -> None:
     if fmt is OutputFormat.JSON:
-        head = json.dumps({"files": [index_report_json(r) for r in reports]}, ensure_ascii=False)
+        head = {"files": [index_report_json(r) for r in reports]}
         if entries is None:
-            sys.stdout.write(head + "\n")
-            return
-        sys.stdout.write(head[:-1] + ', "entries": [')
-        for i, e in enumerate(entries):
-            sys.stdout.write(",\n  " if i else "\n  ")
-            sys.stdout.write(json.dumps(entry_json(e)))
-        sys.stdout.write("\n]}\n")
+            sys.stdout.write(json.dumps(head, ensure_ascii=False) + "\n")
+        else:
+            print_json_with_array(head, "entries", (entry_json(e) for e in entries))
         return
     if fmt is OutputFormat.JSONL:
         if entries is None:
@@ -83,17 +86,8 @@ def render_index(
             print_plain_jsonl(entry_json(e) for e in entries)
         return
     print_table(_files_table(reports))
-    if entries is None:
-        return
-    batch: list[IndexEntryRow] = []
-    first = True
-    for e in entries:
-        batch.append(e)
-        if len(batch) >= TABLE_BATCH_ROWS:
-            print_table(_entries_table(batch, first))
-            first, batch = False, []
-    if batch or first:
-        print_table(_entries_table(batch, first))
+    if entries is not None:
+        print_table_batches(entries, _entries_table)
 
 
 def _files_table(reports: list[IndexFileReport]) -> Table:

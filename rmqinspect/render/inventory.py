@@ -11,8 +11,7 @@ from rmqinspect.analysis.queues import QueueBounds
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
-    print_json,
-    print_jsonl,
+    print_document,
     print_table,
     to_jsonable,
 )
@@ -106,11 +105,7 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
 
 
 def render_inventory(inv: Inventory, fmt: OutputFormat) -> None:
-    if fmt is OutputFormat.JSON:
-        print_json(inventory_json(inv))
-        return
-    if fmt is OutputFormat.JSONL:
-        print_jsonl([inventory_json(inv)])
+    if print_document(inventory_json(inv), fmt):
         return
     for table in inventory_tables(inv):
         print_table(table)

@@ -8,17 +8,12 @@ from typing import Any
 from rich.table import Table
 
 from rmqinspect.analysis.lookup import Hit, IndexReport, LookupResult
-from rmqinspect.render.message import (
-    BodyFormat,
-    message_detail_table,
-    message_json,
-    messages_table,
-    print_plain_jsonl,
-)
+from rmqinspect.render.message import BodyFormat, message_detail_table, message_json, messages_table
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
     print_json,
+    print_plain_jsonl,
     print_table,
     warn,
 )

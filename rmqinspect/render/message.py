@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import enum
-import json
-import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -20,7 +18,13 @@ from rich.table import Table
 from rmqinspect.analysis.messages import ScanEvent, SkippedRange
 from rmqinspect.format.commitlog import MessageRecord
 from rmqinspect.format.ids import encode_offset_msg_id
-from rmqinspect.render.output import OutputFormat, print_table, warn
+from rmqinspect.render.output import (
+    OutputFormat,
+    print_json_array,
+    print_plain_jsonl,
+    print_table_batches,
+    warn,
+)
 from rmqinspect.render.values import iso_ms, time_cell
 
 BODY_PREVIEW_CHARS = 48
@@ -45,19 +49,6 @@ def encode_body(body: bytes | None, fmt: BodyFormat) -> tuple[str, str | None]:
     if fmt is BodyFormat.HEX:
         return "hex", body.hex()
     return "base64", base64.b64encode(body).decode("ascii")
-
-
-def decode_body(encoding: str, body: str | None) -> bytes | None:
-    """The inverse of :func:`encode_body` (for consumers of the JSON and for tests)."""
-    if body is None or encoding == "none":
-        return None
-    if encoding == "text":
-        return body.encode("utf-8")
-    if encoding == "hex":
-        return bytes.fromhex(body)
-    if encoding == "base64":
-        return base64.b64decode(body)
-    raise ValueError(f"unknown body_encoding {encoding!r}")
 
 
 def msg_id(record: MessageRecord) -> str:
@@ -170,34 +161,6 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
     return table
 
 
-TABLE_BATCH_ROWS = 500  # a streamed table is printed in batches so memory stays bounded
-
-
-def print_plain_jsonl(rows: Iterable[dict[str, Any]]) -> int:
-    """JSON Lines of rows that are already plain JSON types (no conversion pass: a scan can
-    emit millions of rows)."""
-    n = 0
-    write = sys.stdout.write
-    for row in rows:
-        write(json.dumps(row, ensure_ascii=False))
-        write("\n")
-        n += 1
-    return n
-
-
-def print_json_array(rows: Iterable[dict[str, Any]]) -> int:
-    """A JSON array written element by element (a scan can be far larger than memory)."""
-    n = 0
-    out = sys.stdout
-    out.write("[")
-    for row in rows:
-        out.write(",\n  " if n else "\n  ")
-        out.write(json.dumps(row, ensure_ascii=False))
-        n += 1
-    out.write("\n]\n" if n else "]\n")
-    return n
-
-
 def skipped_json(skipped: SkippedRange) -> dict[str, Any]:
     """A skipped byte range in a message stream: one ``skipped`` key, so it cannot be mistaken
     for a message object."""
@@ -227,19 +190,17 @@ def render_message_stream(
     if fmt is OutputFormat.JSONL:
         print_plain_jsonl(rows())
         return count
-    batch: list[MessageRecord] = []
-    for ev in events:
-        if isinstance(ev, SkippedRange):
-            _warn_skipped(ev)
-            continue
-        batch.append(ev)
-        count += 1
-        if len(batch) >= TABLE_BATCH_ROWS:
-            print_table(messages_table(batch, title if count == len(batch) else ""))
-            batch = []
-    if batch or not count:
-        print_table(messages_table(batch, title if count == len(batch) else ""))
-    return count
+
+    def messages() -> Iterator[MessageRecord]:
+        for ev in events:
+            if isinstance(ev, SkippedRange):
+                _warn_skipped(ev)
+                continue
+            yield ev
+
+    return print_table_batches(
+        messages(), lambda batch, first: messages_table(batch, title if first else "")
+    )
 
 
 def _warn_skipped(ev: SkippedRange) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from rmqinspect.analysis.offsets import OffsetsReport, OffsetStatus
 from rmqinspect.render.output import (
@@ -60,7 +61,7 @@ def render_offsets(report: OffsetsReport, fmt: OutputFormat) -> None:
             _opt(r.min_offset),
             _opt(r.max_offset),
             _opt(r.lag),
-            r.status.value if r.status is OffsetStatus.OK else f"[bold red]{r.status.value}[/]",
+            Text(r.status.value, style="" if r.status is OffsetStatus.OK else "bold red"),
             r.bak_note or "",
         )
     print_table(t)

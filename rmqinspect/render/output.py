@@ -10,10 +10,10 @@ import dataclasses
 import enum
 import json
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -41,7 +41,9 @@ def resolve_format(requested: OutputFormat | None) -> OutputFormat:
 
 
 def stdout_console() -> Console:
-    return Console(soft_wrap=False, highlight=False)
+    # No markup: cells and titles hold store data (keys, tags, bodies, topic names), and a
+    # "[...]" there is text to show, not a style to apply or a tag that fails to close.
+    return Console(soft_wrap=False, highlight=False, markup=False)
 
 
 def stderr_console() -> Console:
@@ -74,14 +76,84 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+def print_document(doc: Any, fmt: OutputFormat) -> bool:
+    """A one-document report as JSON, or as its one JSON Lines line; False for a table, which
+    the caller draws."""
+    if fmt is OutputFormat.JSON:
+        print_json(doc)
+        return True
+    if fmt is OutputFormat.JSONL:
+        print_jsonl([doc])
+        return True
+    return False
+
+
 def print_jsonl(rows: Iterable[Any]) -> int:
     """Write one JSON object per line as rows arrive; returns the count."""
+    return print_plain_jsonl(to_jsonable(row) for row in rows)
+
+
+def print_plain_jsonl(rows: Iterable[dict[str, Any]]) -> int:
+    """JSON Lines of rows that are already plain JSON types (no conversion pass: a scan can
+    emit millions of rows)."""
     n = 0
+    write = sys.stdout.write
     for row in rows:
-        sys.stdout.write(json.dumps(to_jsonable(row), ensure_ascii=False))
-        sys.stdout.write("\n")
+        write(json.dumps(row, ensure_ascii=False))
+        write("\n")
         n += 1
     return n
+
+
+def _write_json_array(rows: Iterable[dict[str, Any]]) -> int:
+    """A JSON array written element by element (a scan can be far larger than memory)."""
+    n = 0
+    write = sys.stdout.write
+    write("[")
+    for row in rows:
+        write(",\n  " if n else "\n  ")
+        write(json.dumps(row, ensure_ascii=False))
+        n += 1
+    write("\n]" if n else "]")
+    return n
+
+
+def print_json_array(rows: Iterable[dict[str, Any]]) -> int:
+    """A streamed JSON array of plain rows; returns the count."""
+    n = _write_json_array(rows)
+    sys.stdout.write("\n")
+    return n
+
+
+def print_json_with_array(head: dict[str, Any], key: str, rows: Iterable[dict[str, Any]]) -> int:
+    """The JSON object ``head`` with one more member, ``key``: a streamed array of plain rows
+    (the head is small, the array may not be); returns the row count."""
+    text = json.dumps(head | {key: []}, ensure_ascii=False)
+    sys.stdout.write(text.removesuffix("[]}"))
+    n = _write_json_array(rows)
+    sys.stdout.write("}\n")
+    return n
+
+
+TABLE_BATCH_ROWS = 500  # a streamed table is printed in batches so memory stays bounded
+
+T = TypeVar("T")
+
+
+def print_table_batches(rows: Iterable[T], table: Callable[[list[T], bool], Table]) -> int:
+    """Rows as tables of at most TABLE_BATCH_ROWS rows; ``table(batch, first)`` builds one (a
+    title only when ``first``). No rows still print one empty table. Returns the row count."""
+    count = 0
+    batch: list[T] = []
+    for row in rows:
+        batch.append(row)
+        count += 1
+        if len(batch) >= TABLE_BATCH_ROWS:
+            print_table(table(batch, count == len(batch)))
+            batch = []
+    if batch or not count:
+        print_table(table(batch, count == len(batch)))
+    return count
 
 
 def print_table(table: Table) -> None:

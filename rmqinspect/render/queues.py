@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -11,14 +9,16 @@ from rich.table import Table
 
 from rmqinspect.analysis.queues import QueueListing, UnitStatus, UnitView
 from rmqinspect.render.inventory import queue_json
-from rmqinspect.render.message import (
-    TABLE_BATCH_ROWS,
-    BodyFormat,
-    body_preview,
-    message_json,
+from rmqinspect.render.message import BodyFormat, body_preview, message_json
+from rmqinspect.render.output import (
+    OutputFormat,
+    key_value_table,
+    print_json_with_array,
     print_plain_jsonl,
+    print_table,
+    print_table_batches,
+    warn,
 )
-from rmqinspect.render.output import OutputFormat, key_value_table, print_table, warn
 from rmqinspect.render.values import iso_ms
 
 
@@ -60,13 +60,8 @@ def render_queue_listing(
         print_plain_jsonl(unit_json(u, body) for u in counted())
         return bad
     if fmt is OutputFormat.JSON:
-        out = sys.stdout
         head = {"queue": queue_json(b), "stale_units_after_end": listing.stale_after_end}
-        out.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "units": [')
-        for i, u in enumerate(counted()):
-            out.write(",\n  " if i else "\n  ")
-            out.write(json.dumps(unit_json(u, body), ensure_ascii=False))
-        out.write("\n]}\n")
+        print_json_with_array(head, "units", (unit_json(u, body) for u in counted()))
         return bad
     print_table(
         key_value_table(
@@ -80,15 +75,7 @@ def render_queue_listing(
             ],
         )
     )
-    batch: list[UnitView] = []
-    first = True
-    for u in counted():
-        batch.append(u)
-        if len(batch) >= TABLE_BATCH_ROWS:
-            print_table(_units_table(batch, first))
-            first, batch = False, []
-    if batch or first:
-        print_table(_units_table(batch, first))
+    print_table_batches(counted(), _units_table)
     return bad
 
 

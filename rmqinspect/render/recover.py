@@ -6,14 +6,15 @@ from typing import Any
 
 from rich.table import Table
 
-from rmqinspect.analysis.apply import ApplyReport
-from rmqinspect.analysis.recover import QueueReport, RecoveryReport
+from rmqinspect.analysis.recovery import ApplyReport, LostMessage, QueueReport, RecoveryReport
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
     print_json,
+    print_jsonl,
     print_table,
     to_jsonable,
+    warn,
 )
 from rmqinspect.render.values import size_cell, time_cell, with_times
 
@@ -23,6 +24,8 @@ def recover_json(report: RecoveryReport, applied: ApplyReport | None = None) -> 
     ``loses_data`` verdict (the exit-code rule) and, with ``--apply-to``, an ``apply`` section."""
     doc: dict[str, Any] = _timed(to_jsonable(report))
     doc["loses_data"] = report.loses_data
+    doc["verdict"] = report.verdict
+    doc["verdict_reason"] = report.verdict_reason
     doc["apply"] = to_jsonable(applied) if applied is not None else None
     return doc
 
@@ -43,8 +46,24 @@ def render_recover(
     if fmt is OutputFormat.TABLE:
         for table in recover_tables(report, applied):
             print_table(table)
+    elif fmt is OutputFormat.JSONL:
+        # Only the messages go to stdout: what else decides the exit code is said on stderr.
+        lost = report.lost_messages
+        if not report.broker_starts:
+            warn(report.verdict_reason)
+        if lost.damaged_records:
+            warn(f"{lost.damaged_records} damaged record(s) past the recovered end are discarded")
+        if lost.truncated:
+            warn(f"{lost.listed} of {lost.count} lost messages listed: raise --lost-limit")
+        print_jsonl(lost_message_json(m) for m in lost.messages)
     else:
         print_json(recover_json(report, applied))
+
+
+def lost_message_json(message: LostMessage) -> dict[str, Any]:
+    """One ``lost_messages.messages`` element, as it stands in the JSON report."""
+    doc: dict[str, Any] = _timed(to_jsonable(message))
+    return doc
 
 
 def _changed(q: QueueReport) -> bool:
@@ -174,7 +193,7 @@ def _summary(report: RecoveryReport) -> Table:
     if report.max_phy_offset_of_consume_queue is not None:
         rows.append(("max CQ physical offset", report.max_phy_offset_of_consume_queue))
     c = report.commitlog
-    if c is not None:
+    if c is not None and c.max_offset is not None:
         rows.extend(
             [
                 ("commitlog min offset", c.min_offset),
@@ -193,7 +212,7 @@ def _summary(report: RecoveryReport) -> Table:
         if c.first_bad_record is not None:
             b = c.first_bad_record
             rows.append(("first bad record", f"{b.offset} in {b.file}: {b.reason} {b.detail}"))
-        rows.append(("discarded data", size_cell(c.discarded_bytes)))
+        rows.append(("discarded data", size_cell(c.discarded_bytes or 0)))
         rows.append(("commitlog files deleted", ", ".join(c.deleted_files) or "none"))
         if c.deleted_at_load:
             rows.append(("deleted at load (zero length)", ", ".join(c.deleted_at_load)))
@@ -216,6 +235,6 @@ def _summary(report: RecoveryReport) -> Table:
         rows.append(
             ("queues with no consume queue", ", ".join(report.queues_without_consume_queue))
         )
-    rows.append(("verdict", "the restart loses data" if report.loses_data else "nothing is lost"))
+    rows.append(("verdict", report.verdict_reason))
     rows.extend(("warning", w) for w in report.warnings)
     return key_value_table("Restart recovery", rows)

@@ -12,8 +12,10 @@ def iso_ms(ms: int | None) -> str | None:
     """An epoch-millisecond value as ISO 8601 UTC with milliseconds; None when out of range."""
     if ms is None or not _MIN_MS <= ms <= _MAX_MS:
         return None
-    dt = datetime.fromtimestamp(ms / 1000, UTC).replace(microsecond=(ms % 1000) * 1000)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    # Whole seconds as an int (no float rounding); isoformat pads years before 1000 to four
+    # digits, where strftime("%Y") does not on Linux.
+    dt = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=(ms % 1000) * 1000)
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def time_cell(ms: int | None) -> str:

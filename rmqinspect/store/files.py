@@ -177,6 +177,14 @@ class MappedFiles:
         m = self._map(file.path)
         return m[start : start + length]
 
+    def read_padded(self, file: StoreFile | None, start: int, length: int) -> bytes:
+        """``length`` bytes at ``start`` as the broker's full-size mapping shows them: zeros past
+        the end of the file on disk (or for a file that does not exist yet)."""
+        if length <= 0:
+            return b""
+        data = self.read(file, start, length) if file is not None and start < file.length else b""
+        return data if len(data) == length else data + bytes(length - len(data))
+
     def _map(self, path: Path) -> mmap.mmap:
         m = self._maps.get(path)
         if m is not None:

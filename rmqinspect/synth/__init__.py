@@ -5,14 +5,9 @@ Everything here writes only into a directory the caller names and owns; nothing 
 opens an existing store for writing.
 """
 
-from rmqinspect.synth.writer import (
-    MessageSpec,
-    PutResult,
-    StoreLayout,
-    StoreSummary,
-    StoreWriter,
-    utc_index_name,
-)
+from rmqinspect.synth.dispatch import utc_index_name
+from rmqinspect.synth.layout import MessageSpec, PutResult, StoreLayout, StoreSummary
+from rmqinspect.synth.writer import StoreWriter
 
 __all__ = [
     "MessageSpec",

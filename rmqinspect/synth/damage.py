@@ -29,6 +29,7 @@ from rmqinspect.format.commitlog import (
 )
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
 from rmqinspect.format.profile import Profile
+from rmqinspect.synth.files import offset_file_name
 
 _BODY_START_V4V4 = 88  # BODY offset in a record with two IPv4 hosts
 _WALK = CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=True)
@@ -253,7 +254,7 @@ def cq_ahead_of_commitlog(
     path, position = last, used
     for i in range(count):
         if position + CQ_STORE_UNIT_SIZE > file_size:
-            path = directory / f"{int(path.name) + file_size:020d}"
+            path = directory / offset_file_name(int(path.name) + file_size)
             with open(path, "xb") as f:
                 f.truncate(file_size)
             created.append(_rel(store, path))

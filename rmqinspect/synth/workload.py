@@ -30,20 +30,19 @@ from rmqinspect.format.commitlog import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     parse_delay_levels,
+    rewrite_delay,
 )
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import encode_offset_msg_id
+from rmqinspect.format.index_build import IndexNamer
+from rmqinspect.format.javamap import java_map_order
+from rmqinspect.format.properties import encode_properties_map, properties_template
 from rmqinspect.synth.writer import (
     DEFAULT_CLOCK_START_MS,
-    IndexNamer,
     MessageColumns,
     StoreLayout,
     StoreSummary,
     StoreWriter,
-    encode_properties_map,
-    java_map_order,
-    properties_template,
-    rewrite_delay,
 )
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -421,7 +420,7 @@ class _Generator:
                 tags = user.get("TAGS")
                 carried = user.get("UNIQ_KEY")
                 owned = [carried] if carried else []
-                owned += [key for key in user.get("KEYS", "").split(" ") if key]
+                owned += props.split_keys(user.get("KEYS"))
             tags_of.append(tags)
             delays.append(delay)
             keys += owned

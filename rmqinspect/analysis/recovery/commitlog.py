@@ -1,0 +1,190 @@
+"""Commitlog recovery: the start-file rules of ``recoverNormally``/``recoverAbnormally``
+(§10.5-10.6) and the shared scan loop (§10.4) that finds the recovered end E."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from rmqinspect.analysis.recovery import _fastpath as fast
+from rmqinspect.analysis.recovery.dispatch import Dispatcher, record_of
+from rmqinspect.analysis.recovery.report import BadRecord, RecordInfo, StartCandidate, StartFile
+from rmqinspect.analysis.recovery.state import BrokerState, CommitlogFile, DispatchedRecord
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.checkpoint import Checkpoint
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_NORMAL_FILES_BACK = 3  # recoverNormally before 5.3.2 starts at the third file from the end
+
+
+def normal_start(state: BrokerState, max_phy_cq: int) -> StartFile:
+    """``recoverNormally``'s start file: 5.3.2+ the newest file the consume queues reach (or
+    file 0), earlier lines the third file from the end."""
+    files = state.commitlog
+    if state.profile.normal_recovery_starts_at_cq_max:
+        i = len(files) - 1
+        while i > 0 and files[i].start > max_phy_cq:
+            i -= 1
+        f = files[i]
+        return StartFile(
+            f.name,
+            f.start,
+            i,
+            "newest_covered_by_cq",
+            f"newest file whose start {f.start} is <= the max consume-queue physical offset "
+            f"{max_phy_cq} (5.3.2+), or file 0",
+        )
+    i = max(0, len(files) - _NORMAL_FILES_BACK)
+    f = files[i]
+    return StartFile(
+        f.name, f.start, i, "third_from_last", "the third file from the end (recoverNormally)"
+    )
+
+
+def abnormal_start(state: BrokerState, cp: Checkpoint) -> StartFile:
+    """``isMappedFileMatchedRecover`` from the newest file back (§10.6): the first file whose
+    first record is a message stored at or before the checkpoint's min timestamp."""
+    options = state.options
+    use_index = options.message_index_enable and options.message_index_safe
+    limit = cp.min_timestamp_index() if use_index else cp.min_timestamp()
+    what = (
+        "min(checkpoint min timestamp, indexMsgTimestamp) (messageIndexSafe)"
+        if use_index
+        else "min(physicMsgTimestamp, logicsMsgTimestamp) - 3000 ms"
+    )
+    candidates: list[StartCandidate] = []
+    head_size = cl.store_timestamp_pos(cl.BORNHOST_V6_FLAG) + 8
+    for i in range(len(state.commitlog) - 1, -1, -1):
+        f = state.commitlog[i]
+        head = state.store.maps.read_padded(f.disk, 0, head_size)
+        magic = _I32.unpack_from(head, cl.MAGIC_POS)[0]
+        ok_magic = magic == cl.MESSAGE_MAGIC_CODE or (
+            magic == cl.MESSAGE_MAGIC_CODE_V2 and state.profile.accepts_v2_magic
+        )
+        if not ok_magic:
+            candidates.append(
+                StartCandidate(f.name, None, False, f"first record magic {cl.magic_name(magic)}")
+            )
+            continue
+        sys_flag = _I32.unpack_from(head, cl.SYSFLAG_POS)[0]
+        ts = _I64.unpack_from(head, cl.store_timestamp_pos(sys_flag))[0]
+        if ts == 0:
+            candidates.append(StartCandidate(f.name, ts, False, "first store timestamp is 0"))
+            continue
+        if ts <= limit:
+            candidates.append(StartCandidate(f.name, ts, True, f"{ts} <= {limit}"))
+            return StartFile(
+                f.name,
+                f.start,
+                i,
+                "checkpoint_timestamp",
+                f"newest file whose first record's store timestamp {ts} is <= {limit} ({what})",
+                candidates,
+            )
+        candidates.append(StartCandidate(f.name, ts, False, f"{ts} > {limit}"))
+    f = state.commitlog[0]
+    return StartFile(
+        f.name,
+        f.start,
+        0,
+        "first_file",
+        f"no file's first record is at or before {limit} ({what}); recovery starts at file 0",
+        candidates,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScanOutcome:
+    """Where the scan loop stopped: the recovered end E and why."""
+
+    end: int
+    reason: str  # bad_record | blank_in_last_file
+    last_valid: RecordInfo | None
+    first_bad: BadRecord | None
+    scanned_bytes: int
+
+
+def scan(
+    state: BrokerState,
+    start: StartFile,
+    dispatcher: Dispatcher,
+    dispatch: bool,
+    dispatch_above: int | None,
+) -> ScanOutcome:
+    """The shared scan loop (§10.4) from the start file with ``checkCRCOnRecover``; with
+    ``dispatch``, every valid record whose offset is above ``dispatch_above`` is dispatched."""
+    idx = start.index
+    f = state.commitlog[idx]
+    pos = 0
+    scanned = 0
+    last: tuple[CommitlogFile, int, DispatchedRecord] | None = None
+    opts = state.checks.recover
+    check_crc = opts.check_crc and not opts.force_verify_prop_crc
+    fast_ok = not opts.force_verify_prop_crc and not opts.check_dup_info
+    accept_v2 = state.profile.accepts_v2_magic
+    above = -(1 << 63) if dispatch_above is None else dispatch_above
+    phase = "load" if dispatch else None
+    delays = dict(opts.delay_levels)
+    size_cl = state.commitlog_file_size
+    while True:
+        buf = state.store.view(f.disk)
+        result: cl.CheckResult | None = None
+        begin = pos
+        try:
+            while True:
+                if fast_ok:
+                    run = fast.fast_run(buf, pos, check_crc, accept_v2)
+                    done = dispatcher.take_run(buf, run, phase, above, delays)
+                    if done:
+                        last = (f, int(run.positions[done - 1]), record_of(buf, run, done - 1))
+                    if done < run.count:
+                        pos = int(run.positions[done])
+                    else:
+                        pos = run.end
+                        if run.complete:
+                            continue
+                result = cl.check_message(buf, pos, f.start, opts)
+                if not (result.success and result.size > 0):
+                    break
+                msg = DispatchedRecord.of(result)
+                last = (f, pos, msg)
+                if dispatch and msg.phy > above:
+                    dispatcher.dispatch(msg, "load")
+                pos += msg.size
+        finally:
+            buf.release()
+        assert result is not None
+        scanned += pos - begin
+        state.progress(pos - begin)
+        if result.success:  # BLANK: the next file, or the end after the last one
+            if idx + 1 >= len(state.commitlog):
+                reason = "blank_in_last_file"
+                break
+            scanned += size_cl - pos
+            state.progress(size_cl - pos)
+            idx += 1
+            f = state.commitlog[idx]
+            pos = 0
+            continue
+        reason = "bad_record"
+        break
+    end = f.start + pos
+    info = None
+    if last is not None:
+        lf, lpos, m = last
+        info = RecordInfo(
+            lf.start + lpos, m.size, lf.name, m.topic, m.queue_id, m.queue_offset, m.store_ts
+        )
+    bad = None
+    if reason == "bad_record":
+        bad = BadRecord(
+            end,
+            f.name,
+            pos,
+            result.reason.value,
+            result.detail,
+            result.total_size,
+            cl.magic_name(result.magic) if result.magic is not None else None,
+        )
+    return ScanOutcome(end, reason, info, bad, scanned)

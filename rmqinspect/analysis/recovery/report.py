@@ -1,0 +1,269 @@
+"""What ``recover`` reports: one dataclass per section, the JSON schema (``schema_version`` 1).
+
+Each step of the emulation (:mod:`rmqinspect.analysis.recovery.emulator`) returns its own
+section; :class:`RecoveryReport` assembles them. Field order is the JSON order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+SCHEMA_VERSION = 1
+_WHERE = {
+    "past_end": "past the recovered end",
+    "deleted_file": "in commitlog files the restart deletes",
+    "no_queue_unit": "left without a consume-queue unit",
+}
+
+
+class RecoveryPath(StrEnum):
+    NORMAL = "normal"
+    ABNORMAL = "abnormal"
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadFailure:
+    """Why ``DefaultMessageStore.load()`` returns false (the broker then refuses to start)."""
+
+    kind: str  # stable id: wrong_size, zero_length, bad_name, directory_entry, exception
+    path: str
+    message: str
+
+
+@dataclass
+class StartCandidate:
+    """A commitlog file the abnormal path examined (newest first) to pick its start file."""
+
+    name: str
+    first_store_timestamp: int | None
+    matched: bool
+    note: str
+
+
+@dataclass
+class StartFile:
+    name: str
+    offset: int
+    index: int  # position in the commitlog file list
+    rule: str  # third_from_last | newest_covered_by_cq | checkpoint_timestamp | first_file
+    reason: str
+    candidates: list[StartCandidate] = field(default_factory=list)
+
+
+@dataclass
+class RecordInfo:
+    offset: int
+    size: int
+    file: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    store_timestamp: int
+
+
+@dataclass
+class BadRecord:
+    offset: int
+    file: str
+    position: int  # inside the file
+    reason: str  # cl.CheckReason value
+    detail: str
+    total_size: int | None
+    magic: str | None
+
+
+@dataclass
+class FilePosition:
+    name: str
+    wrote_position: int
+
+
+@dataclass
+class CommitlogReport:
+    """The commitlog after recovery. When the broker refuses to start there is no such state:
+    the offsets, the kept files and the discarded bytes are None."""
+
+    file_size: int
+    files_before: list[str]
+    min_offset: int | None  # getMinOffset after load: -1 without files
+    max_offset: int | None  # the recovered end E (getMaxOffset)
+    scan_start_offset: int | None
+    scanned_bytes: int
+    end_reason: str  # bad_record | blank_in_last_file | no_files | load_failed
+    last_valid_record: RecordInfo | None
+    first_bad_record: BadRecord | None
+    discarded_bytes: int | None  # data (non-zero) bytes past E that the broker ignores/deletes
+    deleted_files: list[str]
+    deleted_at_load: list[str]  # 5.x: a zero-length last file is deleted by load()
+    last_file: FilePosition | None
+    files_after: list[FilePosition] | None  # every file kept, with its write position
+    confirm_offset: int | None  # 5.x: start of the last valid record (checkpoint byte 32)
+
+
+@dataclass
+class QueueReport:
+    topic: str
+    queue_id: int
+    existed: bool  # a directory with files was loaded
+    files_before: int
+    max_offset_on_disk: int  # ConsumeQueue.recover's end, before commitlog recovery
+    min_offset_after_load: int
+    max_offset_after_load: int
+    max_physic_offset_after_load: int
+    min_offset_after_start: int
+    max_offset_after_dispatch: int
+    units_dropped_by_cq_recover: int  # valid units in files ConsumeQueue.recover deleted
+    units_truncated: int  # units removed by truncateDirtyLogicFiles
+    units_written_at_load: int  # written by the dispatch inside recovery
+    units_written_after_start: int  # written by the reput service
+    pre_blank_units: int  # fillPreBlank placeholders written
+    misplaced_units: int  # appended at a position other than their queue offset
+    unreachable_after_start: int  # intact messages of this queue no unit serves after start
+    files_deleted: list[str]
+    files_created: list[str]
+
+
+@dataclass
+class IndexFileInfo:
+    name: str
+    begin_phy_offset: int
+    end_phy_offset: int
+    begin_timestamp: int
+    end_timestamp: int
+    index_count: int
+
+
+@dataclass
+class OffsetRange:
+    """Records whose start offset lies in ``[first_offset, last_offset]`` (both inclusive)."""
+
+    first_offset: int
+    last_offset: int
+    reason: str
+
+
+@dataclass
+class IndexReport:
+    geometry: dict[str, int]
+    geometry_source: str
+    files_before: list[str]
+    deleted_files: list[str]
+    deleted_reason: str
+    files_created: int  # new files are named by the wall clock: only the count is predictable
+    files_continued: list[str]  # kept files the dispatch appends to
+    entries_written: int
+    new_files: list[IndexFileInfo]  # headers of the created files (names are placeholders)
+    unfindable_ranges: list[OffsetRange]  # deleted entries the dispatch does not rebuild
+    stale_ranges: list[OffsetRange]  # kept entries that point past the recovered end
+
+
+@dataclass
+class ReputReport:
+    start_offset: int
+    end_offset: int
+    rule: str
+    dispatched_records: int
+    skipped_records: int  # length-mismatch records skipped without dispatch
+    stop_offset: int | None  # where an unreadable record stopped a round
+    stop_reason: str | None
+
+
+@dataclass
+class LostMessage:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    msg_id: str
+    uniq_key: str | None
+    keys: list[str]
+    tags: str | None
+    store_timestamp: int
+    transaction: str
+    file: str
+    where: str  # past_end (in the cut file), deleted_file, or no_queue_unit (kept, unserved)
+
+
+@dataclass
+class LostReport:
+    count: int
+    listed: int
+    truncated: bool
+    damaged_records: int  # message-like records past E that fail the check (torn, corrupt)
+    messages: list[LostMessage]
+    by_where: dict[str, int] = field(default_factory=dict)  # count per ``where``
+
+
+@dataclass
+class CheckpointReport:
+    present: bool
+    physic_msg_timestamp: int
+    logics_msg_timestamp: int
+    index_msg_timestamp: int
+    min_timestamp: int
+    min_timestamp_index: int
+    confirm_phy_offset: int | None
+    after_shutdown: dict[str, int]  # what a clean shutdown after the restart persists
+
+
+@dataclass
+class RecoveryReport:
+    schema_version: int
+    store: str
+    profile: str
+    profile_reasons: list[str]
+    options: dict[str, object]
+    broker_starts: bool
+    load_failures: list[LoadFailure]
+    abort_present: bool
+    last_exit_ok: bool
+    last_exit_source: str  # abort_file | assume_clean | assume_crash
+    recovery_path: str | None
+    start_file: StartFile | None
+    max_phy_offset_of_consume_queue: int | None
+    cq_truncation: bool  # truncateDirtyLogicFiles ran (maxPhyCQ >= E)
+    commitlog: CommitlogReport | None
+    consume_queues: list[QueueReport]
+    index: IndexReport | None
+    reput: ReputReport | None
+    checkpoint: CheckpointReport | None
+    lost_messages: LostReport
+    unreachable_messages: int  # intact messages below E no consume-queue unit serves
+    queues_without_consume_queue: list[str]  # queues the scan saw records of but none exists
+    warnings: list[str]
+
+    @property
+    def loses_data(self) -> bool:
+        """Exit-code rule: the restart destroys messages: intact ones it can no longer serve
+        (past the end, in deleted files, or without a consume-queue unit), or damaged records
+        past the end."""
+        return bool(self.lost_messages.count or self.lost_messages.damaged_records)
+
+    @property
+    def verdict(self) -> str:
+        """refuses_to_start, loses_data or no_loss: what the restart does, in one word."""
+        if not self.broker_starts:
+            return "refuses_to_start"
+        return "loses_data" if self.loses_data else "no_loss"
+
+    @property
+    def verdict_reason(self) -> str:
+        if not self.broker_starts:
+            why = "; ".join(f"{f.path}: {f.message}" for f in self.load_failures)
+            return f"the broker refuses to start: {why}"
+        lost = self.lost_messages
+        if not self.loses_data:
+            return "nothing is lost"
+        parts = [
+            f"{n} intact message{'' if n == 1 else 's'} {_WHERE[where]}"
+            for where, n in sorted(lost.by_where.items())
+        ]
+        if lost.damaged_records:
+            n = lost.damaged_records
+            parts.append(f"{n} damaged record{'' if n == 1 else 's'} past the recovered end")
+        return "the restart loses data: " + ", ".join(parts)

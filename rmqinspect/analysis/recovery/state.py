@@ -1,0 +1,318 @@
+"""The restarting broker's in-memory state, and ``load()``'s file checks that build it.
+
+:class:`BrokerState` holds what ``DefaultMessageStore`` holds during ``load()``/``start()``: the
+mapped commitlog files with their write positions, the consume queues
+(:class:`rmqinspect.store.consume_queue.ConsumeQueue`), the record checks it runs with, and what
+the emulation noticed on the way. Nothing here writes to disk.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rmqinspect.analysis.recovery.report import LoadFailure
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format import properties as props
+from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
+from rmqinspect.format.javahash import java_hash
+from rmqinspect.format.javamath import jmod
+from rmqinspect.format.profile import Profile
+from rmqinspect.store.consume_queue import ConsumeQueue
+from rmqinspect.store.files import LayoutProblem, StoreFile
+from rmqinspect.store.model import QueueId, Store
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverOptions:
+    """Broker settings and emulation switches (defaults are the broker's defaults). The store
+    settings (profile, file sizes, index geometry) are those the :class:`Store` was opened with."""
+
+    last_exit_ok: bool | None = None  # None: from the abort file
+    check_crc: bool = True  # checkCRCOnRecover
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    force_verify_prop_crc: bool = False  # 5.2+
+    delay_levels: str = cl.DEFAULT_DELAY_LEVELS
+    lost_limit: int | None = 1000  # messages listed (the count is always complete)
+    master: bool = True  # brokerId 0: the reput skips an unreadable region instead of stalling
+
+
+class LoadFailed(Exception):
+    """A step of ``load()`` throws: the broker refuses to start."""
+
+    def __init__(self, failure: LoadFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class CommitlogFile:
+    """A commitlog ``MappedFile``: the disk file and the in-memory write position."""
+
+    __slots__ = ("disk", "start", "wrote")
+
+    def __init__(self, disk: StoreFile, wrote: int) -> None:
+        self.disk = disk
+        self.start = disk.start
+        self.wrote = wrote
+
+    @property
+    def name(self) -> str:
+        return self.disk.name
+
+
+class DispatchedRecord:
+    """A record the dispatcher hands to the consume queue and the index: the fields of the
+    ``DispatchRequest`` the broker builds from the record itself; properties parsed on demand."""
+
+    __slots__ = (
+        "_props",
+        "_raw",
+        "_tags",
+        "phy",
+        "queue_id",
+        "queue_offset",
+        "size",
+        "store_ts",
+        "sys_flag",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        phy: int,
+        size: int,
+        sys_flag: int,
+        store_ts: int,
+        raw: bytes,
+        props_map: dict[str, str] | None = None,
+        tags_code: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.phy = phy
+        self.size = size
+        self.sys_flag = sys_flag
+        self.store_ts = store_ts
+        self._raw = raw
+        self._props = props_map
+        self._tags = tags_code
+
+    @classmethod
+    def of(cls, r: cl.CheckResult) -> DispatchedRecord:
+        rec = r.record
+        assert rec is not None
+        return cls(
+            rec.topic,
+            rec.queue_id,
+            rec.queue_offset,
+            rec.physical_offset,
+            rec.store_size,
+            rec.sys_flag,
+            rec.store_timestamp,
+            rec.properties_raw,
+            rec.properties,
+            r.tags_code,
+        )
+
+    @property
+    def props(self) -> dict[str, str]:
+        if self._props is None:
+            self._props = props.parse_properties(self._raw.decode("utf-8", "replace"))
+        return self._props
+
+    @property
+    def tags_code(self) -> int:
+        """The dispatch tagsCode; schedule-topic records arrive with theirs already computed."""
+        if self._tags is None:
+            tags = self.props.get(props.TAGS)
+            self._tags = _tag_hash(tags) if tags else 0
+        return self._tags
+
+
+@functools.lru_cache(maxsize=4096)
+def _tag_hash(tags: str) -> int:
+    """A store holds few distinct tags; hashing each once keeps dispatch cheap."""
+    return java_hash(tags)
+
+
+@dataclass
+class QueueHistory:
+    """What a report needs about a queue beyond its current state."""
+
+    existed: bool  # a directory with files was loaded
+    files_before: int
+    deleted_at_load: list[str] = field(default_factory=list)  # 5.x zero-length last file
+    max_offset_on_disk: int = 0  # bytes: ConsumeQueue.recover's end
+    after_load: tuple[int, int, int] = (0, 0, -1)  # min, max (units), maxPhysicOffset
+
+
+@dataclass
+class BrokerState:
+    store: Store
+    options: RecoverOptions
+    profile: Profile
+    checks: RecordChecks
+    progress: Progress
+    commitlog: list[CommitlogFile] = field(default_factory=list)
+    commitlog_deleted: list[str] = field(default_factory=list)  # by truncateDirtyFiles
+    commitlog_deleted_at_load: list[str] = field(default_factory=list)  # 5.x zero-length
+    queues: dict[QueueId, ConsumeQueue] = field(default_factory=dict)
+    history: dict[QueueId, QueueHistory] = field(default_factory=dict)
+    failures: list[LoadFailure] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    logics_timestamp: int | None = None  # checkpoint logicsMsgTimestamp moved by dispatch
+    first_dispatched: int | None = None
+
+    @property
+    def commitlog_file_size(self) -> int:
+        return self.store.commitlog.file_size
+
+    @property
+    def cq_file_size(self) -> int:
+        return self.store.cq_file_size
+
+    @property
+    def commitlog_min_offset(self) -> int:
+        """``CommitLog.getMinOffset``: -1 without files."""
+        return self.commitlog[0].start if self.commitlog else -1
+
+    @property
+    def commitlog_max_offset(self) -> int:
+        """``CommitLog.getMaxOffset``: the last file's start + write position."""
+        if not self.commitlog:
+            return 0
+        last = self.commitlog[-1]
+        return last.start + last.wrote
+
+    def find_commitlog(self, offset: int) -> CommitlogFile | None:
+        for f in self.commitlog:
+            if f.start <= offset < f.start + self.commitlog_file_size:
+                return f
+        return None
+
+    def queue(self, qid: QueueId) -> ConsumeQueue:
+        """``findConsumeQueue``: an unknown queue is created empty; files appear with units."""
+        q = self.queues.get(qid)
+        if q is None:
+            q = ConsumeQueue(self.store.maps, qid.topic, qid.queue_id, [], self.cq_file_size)
+            self.queues[qid] = q
+            self.history[qid] = QueueHistory(existed=False, files_before=0)
+        return q
+
+    def read_checkpoint(self) -> tuple[Checkpoint, bool]:
+        """The checkpoint as ``StoreCheckpoint`` maps it (a missing file reads as zeros)."""
+        raw = self.store.checkpoint_bytes()
+        data = (raw or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0")[:CHECKPOINT_FILE_SIZE]
+        return decode_checkpoint(data), raw is not None
+
+    def truncate_commitlog(self, end: int) -> None:
+        """``truncateDirtyFiles(E)`` on the commitlog (§10.7)."""
+        kept: list[CommitlogFile] = []
+        size = self.commitlog_file_size
+        for f in self.commitlog:
+            if f.start + size > end:
+                if end >= f.start:
+                    f.wrote = jmod(end, size)
+                else:
+                    self.commitlog_deleted.append(f.name)
+                    continue
+            kept.append(f)
+        self.commitlog = kept
+
+
+@dataclass(frozen=True, slots=True)
+class RecordChecks:
+    """The three ways the restarting broker (and the loss search) check records."""
+
+    recover: cl.CheckOptions  # recoverNormally/Abnormally: checkCRCOnRecover, body read
+    reput: cl.CheckOptions  # ReputMessageService: no CRC, body skipped
+    intact: cl.CheckOptions  # rmqinspect's own "intact message" test: every check on
+
+    @classmethod
+    def of(cls, profile: Profile, options: RecoverOptions) -> RecordChecks:
+        delays = tuple(cl.parse_delay_levels(options.delay_levels).items())
+        return cls(
+            recover=cl.CheckOptions(
+                profile=profile,
+                check_crc=options.check_crc,
+                read_body=True,
+                force_verify_prop_crc=options.force_verify_prop_crc,
+                delay_levels=delays if profile.delay_levels_loaded_before_recovery else (),
+            ),
+            reput=cl.CheckOptions(
+                profile=profile, check_crc=False, read_body=False, delay_levels=delays
+            ),
+            intact=cl.CheckOptions(profile=profile, check_crc=True, delay_levels=delays),
+        )
+
+
+def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerState:
+    """``commitLog.load()`` and the consume queues' ``load()`` (§1.2): which files are mapped,
+    and the problems that make ``MappedFileQueue.load`` fail (recorded in ``failures``; the
+    files before the failing one stay mapped, as the broker leaves them)."""
+    profile = store.profile.profile
+    state = BrokerState(store, options, profile, RecordChecks.of(profile, options), progress)
+    fails, deleted = _layout_failures(profile, store.commitlog.problems)
+    state.failures.extend(fails)
+    files = sorted(store.commitlog.files, key=lambda f: f.name)
+    state.commitlog_deleted_at_load = [f.name for f in files if str(f.path) in deleted]
+    failing = {f.path for f in fails}
+    for f in files:
+        if str(f.path) in failing:
+            break  # MappedFileQueue.load stops here
+        if str(f.path) not in deleted:
+            state.commitlog.append(CommitlogFile(f, state.commitlog_file_size))
+    if state.failures:
+        return state
+    for qid in store.queue_dirs:
+        fq = store.consume_queue(qid.topic, qid.queue_id)
+        fails, deleted = _layout_failures(profile, fq.problems)
+        state.failures.extend(fails)
+        ordered = sorted(fq.files, key=lambda f: f.name)
+        kept = [f for f in ordered if str(f.path) not in deleted]
+        state.queues[qid] = ConsumeQueue(
+            store.maps, qid.topic, qid.queue_id, kept, state.cq_file_size
+        )
+        state.history[qid] = QueueHistory(
+            existed=bool(kept),
+            files_before=len(kept),
+            deleted_at_load=[f.name for f in ordered if str(f.path) in deleted],
+        )
+    for start, end in store.commitlog.gaps():
+        state.warnings.append(f"commitlog files are missing between offsets {start} and {end}")
+    for u in store.unsupported:
+        state.warnings.append(f"{u.note} ({u.path}); the emulation ignores it")
+    return state
+
+
+def _layout_failures(
+    profile: Profile, problems: list[LayoutProblem]
+) -> tuple[list[LoadFailure], set[str]]:
+    """Problems that make ``MappedFileQueue.load`` fail under ``profile``, and the paths of
+    zero-length last files that 5.x deletes instead."""
+    fails: list[LoadFailure] = []
+    deleted: set[str] = set()
+    for p in problems:
+        if p.kind == "zero_length" and profile.deletes_zero_length_last_file:
+            deleted.add(p.path)
+        elif p.kind == "directory_entry":
+            if not profile.skips_directories_in_file_lists:
+                fails.append(
+                    LoadFailure(
+                        p.kind,
+                        p.path,
+                        "a directory among the files: its length differs from the file size "
+                        "(4.9 fails)",
+                    )
+                )
+        elif p.broker_fails_to_load:
+            fails.append(LoadFailure(p.kind, p.path, p.message))
+    return fails, deleted

@@ -1,0 +1,84 @@
+"""Rendering of ``synth``: the summary of the written store, as a table or as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.table import Table
+
+from rmqinspect.render.output import print_table
+from rmqinspect.synth import damage
+from rmqinspect.synth.writer import StoreSummary
+
+
+def render_synth(
+    summary: StoreSummary, seconds: float, damages: list[damage.Damage], as_json: bool
+) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(synth_json(summary, seconds, damages), indent=2) + "\n")
+    else:
+        print_table(synth_table(summary, seconds, damages))
+
+
+def synth_json(summary: StoreSummary, seconds: float, damages: list[damage.Damage]) -> Any:
+    cp = summary.checkpoint
+    return {
+        "root": str(summary.root),
+        "profile": str(summary.profile),
+        "messages": summary.messages,
+        "dispatched": summary.dispatched,
+        "commitlogFiles": list(summary.commitlog_files),
+        "commitlogEnd": summary.commitlog_end,
+        "dataBytes": summary.data_bytes,
+        "consumeQueues": summary.consume_queues,
+        "indexFiles": list(summary.index_files),
+        "indexEntries": summary.index_entries,
+        "checkpoint": {
+            "physicMsgTimestamp": cp.physic_msg_timestamp,
+            "logicsMsgTimestamp": cp.logics_msg_timestamp,
+            "indexMsgTimestamp": cp.index_msg_timestamp,
+        },
+        "crashed": summary.crashed,
+        "damage": [
+            {
+                "kind": d.kind,
+                "description": d.description,
+                "ranges": [[r.path, r.start, r.end] for r in d.ranges],
+                "removed": list(d.removed),
+                "created": list(d.created),
+            }
+            for d in damages
+        ],
+        "seconds": round(seconds, 3),
+    }
+
+
+def synth_table(summary: StoreSummary, seconds: float, damages: list[damage.Damage]) -> Table:
+    table = Table(title=f"synthetic {summary.profile} store at {summary.root}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    rate = summary.data_bytes / seconds / 2**20 if seconds > 0 else 0.0
+    table.add_row("messages", f"{summary.messages} ({summary.dispatched} dispatched)")
+    table.add_row(
+        "commitlog",
+        f"{len(summary.commitlog_files)} files, end {summary.commitlog_end}, "
+        f"{summary.data_bytes} bytes written",
+    )
+    table.add_row(
+        "consume queues",
+        f"{len(summary.consume_queues)} queues, {sum(summary.consume_queues.values())} units",
+    )
+    table.add_row("index", f"{len(summary.index_files)} files, {summary.index_entries} entries")
+    cp = summary.checkpoint
+    table.add_row(
+        "checkpoint",
+        f"physic {cp.physic_msg_timestamp}, logics {cp.logics_msg_timestamp}, "
+        f"index {cp.index_msg_timestamp}",
+    )
+    table.add_row("shutdown", "crash (abort left)" if summary.crashed else "clean")
+    for d in damages:
+        table.add_row("damage", d.description)
+    table.add_row("time", f"{seconds:.2f} s ({rate:.0f} MiB/s)")
+    return table

@@ -1,0 +1,100 @@
+"""The store-setting options, declared once in ``cli/options.py``, reach every command that
+opens a store, and only those."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+
+from rmqinspect.cli.app import app
+from rmqinspect.cli.options import with_store_options
+from rmqinspect.store.model import StoreOptions
+from tests.cli_helpers import build_store, orders, run, run_json
+
+STORE_SETTINGS = {
+    "--commitlog-file-size",
+    "--cq-file-size",
+    "--index-slots",
+    "--index-entries",
+    "--profile",
+}
+OPENS_A_STORE = ("info", "messages", "consumequeue", "index", "offsets", "lookup", "recover")
+
+
+def _options(command: str) -> dict[str, str | None]:
+    """Each option of ``command`` by its long name, with its help panel."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    params = group.commands[command].params
+    return {
+        name: getattr(p, "rich_help_panel", None)
+        for p in params
+        for name in p.opts
+        if name.startswith("--")
+    }
+
+
+@pytest.mark.parametrize("command", OPENS_A_STORE)
+def test_every_store_command_has_the_store_settings_once(command: str) -> None:
+    options = _options(command)
+    assert {o: options.get(o) for o in STORE_SETTINGS} == dict.fromkeys(
+        STORE_SETTINGS, "Store settings"
+    )
+    assert "--format" in options
+
+
+@pytest.mark.parametrize("command", ["checkpoint", "decode-id"])
+def test_commands_that_open_no_store_have_none(command: str) -> None:
+    assert not STORE_SETTINGS & set(_options(command))
+
+
+def test_settings_reach_the_store(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(4))
+    inferred = run_json("info", store)
+    given = run_json("info", store, "--commitlog-file-size", str(32 * 1024))
+    sizes = [
+        next(f["file_size"] for f in doc["families"] if f["name"] == "commitlog")
+        for doc in (inferred, given)
+    ]
+    assert sizes == [64 * 1024, 32 * 1024]
+    index = run_json("index", store, "--index-slots", "64", "--index-entries", "400")
+    assert index["files"][0]["geometry"]["basis"] == "given"
+
+
+@pytest.mark.parametrize("command", ["info", "recover"])
+def test_profile_auto_detects_and_a_version_is_explicit(command: str, tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(4))
+
+    def reasons(*args: str) -> list[str]:
+        result = run(command, store, *args, "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        doc = json.loads(result.stdout)
+        got: list[str] = (
+            doc["profile_reasons"] if command == "recover" else doc["profile"]["reasons"]
+        )
+        return got
+
+    assert reasons("--profile", "auto") == reasons() != ["given explicitly"]
+    assert reasons("--profile", "5.1") == ["given explicitly"]
+    bad = run(command, store, "--profile", "6.0")
+    assert bad.exit_code == 2 and "'6.0' is not one of" in bad.stderr
+
+
+def test_the_decorator_hands_over_one_store_options() -> None:
+    seen: list[StoreOptions] = []
+
+    def command(store: Path, *, store_options: StoreOptions) -> None:
+        seen.append(store_options)
+
+    wrapped = with_store_options(command)
+    wrapped(Path("x"), cq_file_size=1000, profile=None)
+    assert seen == [StoreOptions(cq_file_size=1000)]
+
+    def no_settings(store: Path) -> None:
+        raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match="no store_options parameter"):
+        with_store_options(no_settings)
