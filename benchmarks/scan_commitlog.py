@@ -6,8 +6,10 @@ Without STORE, a store of about N MiB (default 1024) is generated with ``rmqinsp
 temporary directory. Three readers are timed over the same files, page cache warm:
 
 * ``cat``: the baseline (``cat files > /dev/null``);
-* ``batch``: :func:`walk_records` + :func:`decode_batch` into Arrow (the export/listing path);
-* ``check``: the broker's record check with CRC (the recovery path), one call per record.
+* ``batch``: the scanner's walk and columns, then :func:`decode_batch` into Arrow (the
+  export/listing path, CRCs computed for ``body_crc_ok`` but not enforced);
+* ``check``: :meth:`Store.scan` with the broker's record check, body CRC enforced (the
+  recovery and verify path).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rmqinspect.format.batch import BatchDecodeError, decode_batch, walk_records
+from rmqinspect.format import columns, scan
+from rmqinspect.format.batch import BatchDecodeError, decode_batch
 from rmqinspect.store.model import Store
 
 
@@ -41,20 +44,29 @@ def _batch(store: Store) -> int:
         buf = store.view(f)
         pos = 0
         while True:
-            walk = walk_records(buf, pos)
+            walk = columns.walk(buf, pos)
             try:
-                records += decode_batch(buf, walk, f.start).num_rows
+                records += decode_batch(columns.gather(buf, walk, f.start)).num_rows
             except BatchDecodeError:
                 break
-            if walk.stop != "limit":
+            if walk.stop is not columns.WalkStop.LIMIT:
                 break
             pos = walk.end
         buf.release()
     return records
 
 
+def _runs(store: Store) -> list[tuple[int, int]]:
+    """(records, bytes) of every checked run."""
+    return [
+        (len(ev), int(ev.columns.sizes.sum()))
+        for _, ev in store.scan()
+        if isinstance(ev, scan.CheckedRun)
+    ]
+
+
 def _check(store: Store) -> int:
-    return sum(1 for item in store.scan() if item.result.is_message)
+    return sum(n for n, _ in _runs(store))
 
 
 def main() -> None:
@@ -74,7 +86,7 @@ def main() -> None:
         with Store.open(root) as store:
             files = [f.path for f in store.commitlog.files]
             # Files are preallocated: count the bytes records occupy, not the sparse tails.
-            size = sum(item.result.size for item in store.scan() if item.result.is_message)
+            size = sum(b for _, b in _runs(store))
             _cat(files)  # warm the page cache so every reader sees the same conditions
             base, _ = _timed(lambda: _cat(files))
             print(f"commitlog: {len(files)} files, {size / 2**20:.0f} MiB of records")

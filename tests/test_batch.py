@@ -1,4 +1,4 @@
-"""Columnar batch decoding agrees with the record-by-record decoder."""
+"""Arrow batches of scanner columns agree with the record-by-record decoder."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rmqinspect.format import columns
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.batch import BatchDecodeError, decode_batch, walk_records
+from rmqinspect.format.batch import BatchDecodeError, decode_batch
 from rmqinspect.format.host import HostAddress
 from rmqinspect.store.model import Store
 
@@ -19,8 +20,7 @@ V6 = HostAddress(bytes(range(16)), 10912)
 
 
 def _rows(buf: bytes, start: int = 0) -> list[dict[str, object]]:
-    walk = walk_records(buf)
-    return decode_batch(buf, walk, start).to_pylist()
+    return decode_batch(columns.gather(buf, columns.walk(buf), start)).to_pylist()
 
 
 def _assert_same(row: dict[str, object], rec: cl.MessageRecord) -> None:
@@ -87,10 +87,10 @@ def test_walk_stops_and_reports_why() -> None:
         born_timestamp=0, born_host=V4, store_timestamp=0, store_host=V4, reconsume_times=0,
         prepared_transaction_offset=0, body=b"b", properties=b"",
     )  # fmt: skip
-    assert walk_records(rec + cl.encode_blank(8)).stop == "blank"
-    assert walk_records(rec + bytes(8)).stop == "bad_magic"
-    assert walk_records(rec[:-1]).stop == "bad_size"
-    w = walk_records(rec * 3 + bytes(8), max_records=2)
+    assert columns.walk(rec + cl.encode_blank(8)).stop == "blank"
+    assert columns.walk(rec + bytes(8)).stop == "bad_magic"
+    assert columns.walk(rec[:-1]).stop == "bad_size"
+    w = columns.walk(rec * 3 + bytes(8), max_records=2)
     assert (w.stop, w.end, len(w.positions)) == ("limit", 2 * len(rec), 2)
 
 
@@ -104,7 +104,7 @@ def test_inconsistent_lengths_name_the_record() -> None:
     struct.pack_into(">i", bad, 84, 9999)  # BODYLENGTH
     buf = rec + bytes(bad) + bytes(8)
     with pytest.raises(BatchDecodeError) as err:
-        decode_batch(buf, walk_records(buf))
+        decode_batch(columns.gather(buf, columns.walk(buf)))
     assert err.value.position == len(rec)
 
 
@@ -119,3 +119,22 @@ def test_corpus_files_decode_in_batches(conformance5_dir: Path) -> None:
                 )  # type: ignore[call-overload]
                 total += 1
         assert total == 2000
+
+
+def test_short_values_at_the_very_end_of_the_buffer() -> None:
+    """Values ending at the buffer's last byte are read in full (no padding or shifting)."""
+    recs = [
+        cl.encode_message(
+            topic=topic, queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0,
+            born_timestamp=0, born_host=V4, store_timestamp=0, store_host=V6, reconsume_times=0,
+            prepared_transaction_offset=0, body=body, properties=props,
+        )
+        for i, (topic, body, props) in enumerate(
+            [("T", b"x" * 40, b"a\x01b"), ("Topic", b"", b""), ("TT", b"short", b"k\x01v")]
+        )
+    ]  # fmt: skip
+    buf = b"".join(recs)
+    rows = _rows(buf)
+    assert len(rows) == 3
+    for row in rows:
+        _assert_same(row, cl.decode_message(buf, int(row["physical_offset"])))  # type: ignore[call-overload]

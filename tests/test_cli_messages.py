@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pytest
+
+from rmqinspect.format import commitlog as cl
+from rmqinspect.synth import damage
 from rmqinspect.synth.writer import MessageSpec
 from tests.cli_helpers import build_store, orders, run, run_json, run_jsonl
 from tests.render_helpers import decode_body
@@ -57,6 +63,12 @@ def test_body_encodings_recover_the_exact_bytes(tmp_path: Path) -> None:
     assert none[0]["body"] is None and none[0]["body_encoding"] == "none"
 
 
+def _split(stdout: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """JSON Lines of ``messages``: (message objects, skipped ranges)."""
+    lines = [json.loads(line) for line in stdout.splitlines()]
+    return [d for d in lines if "skipped" not in d], [d["skipped"] for d in lines if "skipped" in d]
+
+
 def test_a_corrupt_record_is_reported_on_stderr_and_the_rest_still_listed(tmp_path: Path) -> None:
     specs = [MessageSpec(topic="T", body=b"y" * 30000) for _ in range(6)]
     store = build_store(tmp_path / "s", specs)
@@ -68,9 +80,12 @@ def test_a_corrupt_record_is_reported_on_stderr_and_the_rest_still_listed(tmp_pa
     first.write_bytes(bytes(data))
     result = run("messages", store, "--format", "jsonl")
     assert result.exit_code == 0
-    after = [json.loads(line) for line in result.stdout.splitlines()]
+    after, skipped = _split(result.stdout)
     assert victim not in {d["physical_offset"] for d in after}
-    assert len(after) == len(docs) - 2  # the record and its neighbour in the same file
+    assert after == docs[1:]  # the walk resynchronises at the record after it, same file
+    assert [(s["physical_offset"], s["length"]) for s in skipped] == [
+        (victim, docs[1]["physical_offset"] - victim)
+    ]
     assert f"byte {victim}" in result.stderr and "bad_magic" in result.stderr
 
 
@@ -110,3 +125,123 @@ def test_time_filters_skip_whole_files_without_losing_messages(tmp_path: Path) -
             "messages", store, "--body", "none", "--since", str(since), "--until", str(until)
         )
         assert got == want and want
+
+
+# --- resynchronising past damage ---------------------------------------------------------------
+
+
+def _damaged_store(tmp_path: Path, n: int = 600) -> tuple[Path, list[dict[str, Any]]]:
+    store = build_store(tmp_path / "s", orders(n))
+    return store, run_jsonl("messages", store, "--body", "hex")
+
+
+def _file_of(store: Path, offset: int) -> tuple[str, int]:
+    starts = sorted(int(p.name) for p in (store / "commitlog").iterdir())
+    start = max(s for s in starts if s <= offset)
+    return str(store / "commitlog" / f"{start:020d}"), start
+
+
+def _scribble(store: Path, at: int, seed: int, length: int = 64) -> None:
+    noise = np.random.default_rng(seed).integers(0, 256, length, np.uint8).tobytes()
+    damage.overwrite_region(store, at, noise)
+
+
+def test_messages_list_every_message_but_the_scribbled_one(tmp_path: Path) -> None:
+    store, docs = _damaged_store(tmp_path)
+    assert len({_file_of(store, d["physical_offset"])[1] for d in docs}) > 1
+    for k in (17, 250):  # records in the middle of different files
+        offset = docs[k]["physical_offset"]
+        _scribble(store, offset + cl.MAGIC_POS, seed=k)  # from the magic code on
+    result = run("messages", store, "--format", "jsonl", "--body", "hex")
+    listed, skipped = _split(result.stdout)
+    assert listed == [d for i, d in enumerate(docs) if i not in (17, 250)]
+    expected = []
+    for k in (17, 250):
+        path, start = _file_of(store, docs[k]["physical_offset"])
+        expected.append(
+            {
+                "file": path,
+                "file_offset": docs[k]["physical_offset"] - start,
+                "physical_offset": docs[k]["physical_offset"],
+                "length": docs[k + 1]["physical_offset"] - docs[k]["physical_offset"],
+                "reason": "bad_magic",
+            }
+        )
+    assert [{k: v for k, v in s.items() if k != "detail"} for s in skipped] == expected
+    # One stderr line per range: the file, where, how many bytes, why.
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2
+    for line, want in zip(lines, expected, strict=True):
+        assert f"{want['file']}: byte {want['file_offset']}: skipped {want['length']} bytes" in line
+        assert "bad_magic" in line
+    # JSON keeps the array of message objects, with the ranges where they occur.
+    array = run_json("messages", store, "--body", "hex")
+    assert [d for d in array if "skipped" not in d] == listed
+    assert [d["skipped"] for d in array if "skipped" in d] == skipped
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_skipped_ranges_cover_exactly_the_damaged_records(tmp_path: Path, seed: int) -> None:
+    """64 random bytes anywhere (across a record boundary too): every message they miss is
+    listed unchanged, and every skipped range runs from a damaged record's start to the next
+    record that is listed (or to the end of its file's records)."""
+    store, docs = _damaged_store(tmp_path, 300)
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(5, len(docs) - 5))
+    at = docs[k]["physical_offset"] + int(rng.integers(0, docs[k]["store_size"]))
+    _scribble(store, at, seed)
+    hit = {
+        d["physical_offset"]
+        for d in docs
+        if d["physical_offset"] < at + 64 and at < d["physical_offset"] + d["store_size"]
+    }
+    listed, skipped = _split(run("messages", store, "--format", "jsonl", "--body", "hex").stdout)
+    by_offset = {d["physical_offset"]: d for d in listed}
+    assert [d for d in docs if d["physical_offset"] not in hit] == [
+        d for d in listed if d["physical_offset"] not in hit
+    ]
+    assert set(by_offset) <= {d["physical_offset"] for d in docs}
+    ends = {d["physical_offset"] + d["store_size"] for d in docs}
+    for s in skipped:
+        start, end = s["physical_offset"], s["physical_offset"] + s["length"]
+        assert start in hit and start not in by_offset
+        assert end in by_offset or (end in ends and end not in {d["physical_offset"] for d in docs})
+        lost = [o for o in hit if start <= o < end]
+        assert lost and not any(start <= o < end for o in by_offset)
+    # Every damaged record is either still readable (damage in its body) or skipped.
+    assert all(
+        o in by_offset
+        or any(s["physical_offset"] <= o < s["physical_offset"] + s["length"] for s in skipped)
+        for o in hit
+    )
+
+
+def test_damage_in_a_files_last_record_skips_up_to_its_blank(tmp_path: Path) -> None:
+    store, docs = _damaged_store(tmp_path)
+    first_file = _file_of(store, docs[0]["physical_offset"])[1]
+    last = max(
+        i for i, d in enumerate(docs) if _file_of(store, d["physical_offset"])[1] == first_file
+    )
+    offset = docs[last]["physical_offset"]
+    _scribble(store, offset + cl.MAGIC_POS, seed=3, length=8)
+    listed, skipped = _split(run("messages", store, "--format", "jsonl", "--body", "hex").stdout)
+    assert listed == docs[:last] + docs[last + 1 :]
+    assert [(s["physical_offset"], s["length"]) for s in skipped] == [
+        (offset, docs[last]["store_size"])  # the BLANK follows the record
+    ]
+
+
+def test_from_inside_a_record_starts_at_the_next_one_past_damage(tmp_path: Path) -> None:
+    store, docs = _damaged_store(tmp_path)
+    offset = docs[30]["physical_offset"]
+    _scribble(store, offset + cl.MAGIC_POS, seed=5)
+    for start, first in ((offset + 1, 31), (docs[33]["physical_offset"] + 7, 34), (offset, 31)):
+        listed, skipped = _split(
+            run("messages", store, "--from", str(start), "--limit", "2", "--format", "jsonl").stdout
+        )
+        assert [d["physical_offset"] for d in listed] == [
+            docs[first]["physical_offset"],
+            docs[first + 1]["physical_offset"],
+        ]
+        # Where --from lands there is no readable record: the walk starts at the next one.
+        assert skipped == []

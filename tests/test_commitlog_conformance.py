@@ -9,6 +9,7 @@ import pytest
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.profile import Profile
+from rmqinspect.format.scan import CheckedRun
 from rmqinspect.store.model import Store
 from tests.corpus import expected, input_store, jsonl, scenarios
 
@@ -27,27 +28,35 @@ def _prescan(store_dir: Path, profile: Profile, meta: dict[str, Any]) -> list[di
     out: list[dict[str, Any]] = []
     with Store.open(store_dir) as store:
         for f in store.commitlog.files:
-            for item in store.scan(f.start, opts, files=[f]):
-                r = item.result
-                row: dict[str, Any] = {"file": f.name, "offset": item.position}
-                if r.is_message:
-                    assert r.record is not None
-                    rec = r.record
-                    row.update(
-                        kind="msg",
-                        totalSize=r.total_size,
-                        magic=cl.magic_name(rec.magic),
-                        topic=rec.topic,
-                        queueId=rec.queue_id,
-                        queueOffset=rec.queue_offset,
-                        sysFlag=rec.sys_flag,
-                        tagsCode=r.tags_code,
-                        storeTimestamp=rec.store_timestamp,
-                        keys=rec.properties.get("KEYS"),
-                        uniqKey=rec.uniq_key,
-                        physicOffsetField=rec.physical_offset,
+            for _, event in store.scan(f.start, opts, files=[f]):
+                if not isinstance(event, CheckedRun):
+                    continue  # past the stop: the prescan went no further in this file
+                cols = event.columns
+                for i in range(len(event)):
+                    rec = cols.record(i, with_body=opts.read_body)
+                    out.append(
+                        {
+                            "file": f.name,
+                            "offset": rec.position,
+                            "kind": "msg",
+                            "totalSize": rec.store_size,
+                            "magic": cl.magic_name(rec.magic),
+                            "topic": rec.topic,
+                            "queueId": rec.queue_id,
+                            "queueOffset": rec.queue_offset,
+                            "sysFlag": rec.sys_flag,
+                            "tagsCode": event.tags_code(i),
+                            "storeTimestamp": rec.store_timestamp,
+                            "keys": rec.properties.get("KEYS"),
+                            "uniqKey": rec.uniq_key,
+                            "physicOffsetField": rec.physical_offset,
+                        }
                     )
-                elif r.is_blank:
+                r = event.stop
+                if r is None:
+                    continue
+                row: dict[str, Any] = {"file": f.name, "offset": f.start + event.end}
+                if r.is_blank:
                     row.update(
                         kind="blank", totalSize=r.total_size, magic=cl.magic_name(r.magic or 0)
                     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rmqinspect.analysis.messages import ScanEvent, ScanStop
+from rmqinspect.analysis.messages import ScanEvent, SkippedRange
 from rmqinspect.format import properties as props
 from rmqinspect.format.commitlog import MESSAGE_MAGIC_CODE, MessageRecord, body_crc
 from rmqinspect.format.host import HostAddress
@@ -173,33 +173,53 @@ def test_tables_show_keys_tags_and_bodies_literally(capsys: pytest.CaptureFixtur
     assert "(differs!)" in differs
 
 
+_SKIPPED = SkippedRange("00000000000000000000", 200, 200, 96, "bad_magic", "magic 0x0")
+
+
 def _events() -> list[ScanEvent]:
-    return [
-        record(0),
-        ScanStop("00000000000000000000", 200, "bad_magic", "magic 0x0", end_of_data=False),
-        record(65536, body=b"\xff"),
-        ScanStop("00000000000000065536", 65736, "end", "", end_of_data=True),
-    ]
+    return [record(0), _SKIPPED, record(65536, body=b"\xff")]
 
 
 def test_stream_as_json_array(capsys: pytest.CaptureFixture[str]) -> None:
     assert render_message_stream(_events(), OutputFormat.JSON, BodyFormat.TEXT, "M") == 2
     out, err = capsys.readouterr()
     docs = json.loads(out)
-    assert [d["physical_offset"] for d in docs] == [0, 65536]
-    assert docs[1]["body_encoding"] == "base64"
-    # Only the real damage is warned about, with file and byte; the normal end is silent.
-    assert err == "rmqinspect: warning: 00000000000000000000: byte 200: bad_magic: magic 0x0\n"
+    assert [d.get("physical_offset") for d in docs] == [0, None, 65536]
+    assert docs[2]["body_encoding"] == "base64"
+    # The skipped range is an element of its own where it occurs, and a warning with the file,
+    # the byte, the length and why.
+    assert docs[1] == {
+        "skipped": {
+            "file": "00000000000000000000",
+            "file_offset": 200,
+            "physical_offset": 200,
+            "length": 96,
+            "reason": "bad_magic",
+            "detail": "magic 0x0",
+        }
+    }
+    assert err == (
+        "rmqinspect: warning: 00000000000000000000: byte 200: skipped 96 bytes "
+        "(physical offset 200): bad_magic: magic 0x0\n"
+    )
     assert render_message_stream([], OutputFormat.JSON, BodyFormat.TEXT, "M") == 0
     assert json.loads(capsys.readouterr().out) == []
 
 
 def test_stream_as_jsonl(capsys: pytest.CaptureFixture[str]) -> None:
     assert render_message_stream(_events(), OutputFormat.JSONL, BodyFormat.HEX, "M") == 2
-    lines = capsys.readouterr().out.splitlines()
-    assert [json.loads(line)["body"] for line in lines] == ["68656c6c6f", "ff"]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [d.get("body") for d in lines] == ["68656c6c6f", None, "ff"]
+    assert lines[1]["skipped"]["length"] == 96
     assert render_message_stream([], OutputFormat.JSONL, BodyFormat.HEX, "M") == 0
     assert capsys.readouterr().out == ""
+
+
+def test_stream_as_table_warns_about_skipped_ranges(capsys: pytest.CaptureFixture[str]) -> None:
+    assert render_message_stream(_events(), OutputFormat.TABLE, BodyFormat.TEXT, "M") == 2
+    out, err = capsys.readouterr()
+    assert "65536" in out and "skipped" not in out
+    assert "byte 200: skipped 96 bytes" in err
 
 
 def test_stream_as_tables_in_batches(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ from rmqinspect.errors import StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
+from rmqinspect.format.scan import CheckedRun
 from rmqinspect.store.model import Store, StoreOptions
 from tests.cli_helpers import SMALL_OPTS, build_store, orders, run, run_jsonl
 
@@ -73,6 +74,16 @@ def test_not_a_store(tmp_path: Path) -> None:
         Store.open(tmp_path / "file")
 
 
+def _scanned(store: Store, start: int | None = None) -> list[int]:
+    """Physical offsets of every record :meth:`Store.scan` accepts."""
+    return [
+        f.start + p
+        for f, ev in store.scan(start)
+        if isinstance(ev, CheckedRun)
+        for p in ev.columns.positions.tolist()
+    ]
+
+
 def test_file_size_inferred_and_offsets_mapped(tmp_path: Path) -> None:
     offsets = _write_commitlog(tmp_path, files=3)
     with Store.open(tmp_path) as store:
@@ -81,12 +92,10 @@ def test_file_size_inferred_and_offsets_mapped(tmp_path: Path) -> None:
         assert store.commitlog.find(FILE_SIZE + 5) == store.commitlog.files[1]
         assert store.commitlog.find(3 * FILE_SIZE) is None
         assert store.commitlog.min_offset == 0
-        scanned = [i.position for i in store.scan() if i.result.is_message]
-        assert scanned == offsets
+        assert _scanned(store) == offsets
         assert store.read_message(offsets[-1]).queue_offset == len(offsets) - 1
         # scanning from a later record boundary starts there
-        later = [i.position for i in store.scan(offsets[5]) if i.result.is_message]
-        assert later == offsets[5:]
+        assert _scanned(store, offsets[5]) == offsets[5:]
         assert store.problems == []
         assert store.profile.profile is Profile.V4_9
 
@@ -122,14 +131,22 @@ def test_scan_stops_per_file_and_can_continue(tmp_path: Path) -> None:
     data[offsets[2] + 4] ^= 0xFF  # break the third record's magic
     path.write_bytes(bytes(data))
     with Store.open(tmp_path) as store:
-        items = list(store.scan())
-        stops = [i for i in items if not i.result.success]
-        assert (
-            stops[0].position == offsets[2] and stops[0].result.reason is cl.CheckReason.BAD_MAGIC
-        )
-        assert any(i.position >= FILE_SIZE and i.result.is_message for i in items)
-        items = list(store.scan(continue_after_stop=False))
-        assert items[-1].position == offsets[2]
+        stops = [
+            (f.start + ev.end, ev.stop)
+            for f, ev in store.scan()
+            if isinstance(ev, CheckedRun) and ev.failed and ev.stop is not None
+        ]
+        assert stops[0][0] == offsets[2] and stops[0][1].reason is cl.CheckReason.BAD_MAGIC
+        assert any(p >= FILE_SIZE for p in _scanned(store))
+        # A walk that stops at the first failure, as recovery does, ends at the broken record.
+        seen: list[int] = []
+        for f, ev in store.scan():
+            assert isinstance(ev, CheckedRun)
+            seen += (ev.columns.positions + f.start).tolist()
+            if ev.failed:
+                assert f.start + ev.end == offsets[2]
+                break
+        assert seen == offsets[:2]
 
 
 @dataclass(frozen=True)

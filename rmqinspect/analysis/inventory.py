@@ -23,8 +23,9 @@ from rmqinspect.format.config import (
     UntypedConfig,
 )
 from rmqinspect.format.index import IndexHeader
+from rmqinspect.format.scan import CheckedRun, Skipped
 from rmqinspect.store.configfiles import ConfigFileResult, load_config_files
-from rmqinspect.store.files import FileQueue, LayoutProblem
+from rmqinspect.store.files import FileQueue, LayoutProblem, StoreFile
 from rmqinspect.store.model import Store, UnsupportedLayout
 
 
@@ -222,37 +223,47 @@ def commitlog_summary(store: Store, bounds: list[QueueBounds]) -> CommitlogSumma
 def _last_nonempty_start(store: Store) -> int:
     opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
     for f in reversed(store.commitlog.files):
-        first = next(iter(store.scan(f.start, opts, files=[f])), None)
-        if first is not None and first.result.is_message:
+        if _first_record(store, f, opts) is not None:
             return f.start
     return store.commitlog.files[0].start
+
+
+def _first_record(store: Store, f: StoreFile, opts: cl.CheckOptions) -> cl.MessageRecord | None:
+    """The file's first record, when the check accepts one at its start."""
+    for _, event in store.scan(f.start, opts, files=[f], max_records=1):
+        if isinstance(event, CheckedRun) and len(event):
+            return event.columns.record(0, with_body=False)
+        break
+    return None
 
 
 def _walk_end(
     store: Store, start: int, opts: cl.CheckOptions
 ) -> tuple[int | None, int | None, int]:
+    """Follow records from ``start`` across files as recovery does, to the first failure."""
     last: int | None = None
     last_ts: int | None = None
     end = start
-    for item in store.scan(start, opts, continue_after_stop=False):
-        if item.result.is_message:
-            last = item.position
-            rec = item.result.record
-            last_ts = rec.store_timestamp if rec is not None else last_ts
-            end = item.position + item.result.size
-        elif item.result.is_blank:
-            end = item.file.start + store.commitlog.file_size
-        else:
-            end = item.position
+    for f, event in store.scan(start, opts):
+        if isinstance(event, Skipped):
+            continue
+        cols = event.columns
+        if len(cols):
+            last = f.start + int(cols.positions[-1])
+            last_ts = int(cols.store_timestamp[-1])
+        end = f.start + event.end
+        if event.stop is not None and event.stop.is_blank:
+            end = f.start + store.commitlog.file_size
+        elif event.failed:
             break
     return last, last_ts, end
 
 
 def _first_store_timestamp(store: Store, opts: cl.CheckOptions) -> int | None:
     for f in store.commitlog.files:
-        item = next(iter(store.scan(f.start, opts, files=[f])), None)
-        if item is not None and item.result.is_message and item.result.record is not None:
-            return item.result.record.store_timestamp
+        rec = _first_record(store, f, opts)
+        if rec is not None:
+            return rec.store_timestamp
     return None
 
 

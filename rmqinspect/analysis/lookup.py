@@ -14,10 +14,13 @@ from __future__ import annotations
 import contextlib
 import mmap
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 
 from rmqinspect.analysis.indexes import open_index_files
 from rmqinspect.analysis.inventory import commitlog_summary
@@ -31,6 +34,7 @@ from rmqinspect.analysis.queues import (
 from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import decode_offset_msg_id
 from rmqinspect.format.index import (
@@ -43,6 +47,7 @@ from rmqinspect.format.index import (
 )
 from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.format.javahash import index_key
+from rmqinspect.format.scan import Skipped
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId, Store
 
@@ -268,21 +273,35 @@ def _look_message(store: Store, offset: int, readable_end: int) -> cl.MessageRec
 
 
 def _scan_records(
-    store: Store, start: int | None, end: int | None, progress: Progress | None
+    store: Store,
+    start: int | None,
+    end: int | None,
+    progress: Progress | None,
+    topics: Sequence[str],
+    select: Callable[[RecordColumns], npt.NDArray[np.bool_]] | None = None,
 ) -> Iterator[cl.MessageRecord]:
-    """Every decodable record in ``[start, end)``, CRC unchecked (forensics wants all), without
-    its body: matching needs only the header and properties (see :func:`_with_body`)."""
+    """Every decodable record of ``topics`` in ``[start, end)`` (and ``select``, a mask over the
+    scanner's columns, when given), CRC unchecked (forensics wants all), without its body:
+    matching needs only the header and properties (see :func:`_with_body`). Records are built
+    only for what the columns already match."""
     opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
     last_pos = start if start is not None else max(store.commitlog.min_offset, 0)
-    for item in store.scan(start, opts):
-        if end is not None and item.position >= end:
+    for f, event in store.scan(start, opts):
+        if isinstance(event, Skipped):
+            continue
+        cols = event.columns
+        keep = cols.topic_mask(topics)
+        if end is not None:
+            keep &= cols.positions + f.start < end
+        if select is not None:
+            keep &= select(cols)
+        yield from cols.records(np.flatnonzero(keep), with_body=False)
+        run_end = f.start + event.end
+        if end is not None and run_end >= end:
             break
-        if progress is not None and item.position > last_pos:
-            progress(item.position - last_pos)
-            last_pos = item.position
-        rec = item.result.record
-        if item.result.is_message and rec is not None:
-            yield rec
+        if progress is not None and run_end > last_pos:
+            progress(run_end - last_pos)
+            last_pos = run_end
 
 
 def _with_body(store: Store, rec: cl.MessageRecord) -> cl.MessageRecord:
@@ -305,6 +324,13 @@ class KeyQuery:
     max_num: int
     begin: int = 0
     end: int = LONG_MAX
+
+    def select(self, cols: RecordColumns) -> npt.NDArray[np.bool_]:
+        """The column tests :func:`_scan_match` implies: indexed (not ROLLBACK) and stored
+        within ``[begin, end]``; the keys are then matched record by record."""
+        indexed = (cols.sys_flag & cl.TRANSACTION_TYPE_MASK) != cl.TRANSACTION_ROLLBACK_TYPE
+        keep: npt.NDArray[np.bool_] = indexed & (cols.store_timestamp >= self.begin)
+        return keep & (cols.store_timestamp <= self.end)
 
 
 def _client_match(record: cl.MessageRecord, q: KeyQuery, topic: str) -> str | None:
@@ -375,7 +401,7 @@ def _lookup_key(
     seen: set[int] = set()
     if scan:
         result.scanned = True
-        for rec in _scan_records(store, None, end, progress):
+        for rec in _scan_records(store, None, end, progress, q.topics, q.select):
             if _scan_match(rec, q) and rec.position not in seen:
                 seen.add(rec.position)
                 result.hits.append(Hit(_with_body(store, rec), Via.SCAN))
@@ -437,7 +463,7 @@ def _scan_tail(
     if start >= end or store.commitlog.find(start) is None:
         return
     result.tail_scanned = (start, end)
-    for rec in _scan_records(store, start, end, progress):
+    for rec in _scan_records(store, start, end, progress, q.topics, q.select):
         if rec.position in seen or rec.position in report.broker_offsets:
             continue
         if _scan_match(rec, q):
@@ -673,7 +699,13 @@ def _find_undispatched(
     if start >= end:
         return
     result.tail_scanned = (start, end)
-    for rec in _scan_records(store, start, end, progress):
+
+    def select(cols: RecordColumns) -> npt.NDArray[np.bool_]:
+        keep: npt.NDArray[np.bool_] = cols.queue_id == queue_id
+        keep &= cols.queue_offset == offset
+        return keep
+
+    for rec in _scan_records(store, start, end, progress, [topic], select):
         if (rec.topic, rec.queue_id, rec.queue_offset) == (topic, queue_id, offset) and (
             rec.enters_consume_queue
         ):
@@ -705,7 +737,12 @@ def lookup_time(
     result = LookupResult(Mode.TIME, {"topic": topic, "begin": begin, "end": end, "limit": limit})
     if scan:
         result.scanned = True
-        for rec in _scan_records(store, None, None, progress):
+
+        def in_time(cols: RecordColumns) -> npt.NDArray[np.bool_]:
+            keep: npt.NDArray[np.bool_] = cols.store_timestamp >= begin
+            return keep & (cols.store_timestamp <= end)
+
+        for rec in _scan_records(store, None, None, progress, [topic], in_time):
             if rec.topic == topic and begin <= rec.store_timestamp <= end:
                 result.hits.append(Hit(_with_body(store, rec), Via.SCAN))
                 if limit is not None and len(result.hits) >= limit:

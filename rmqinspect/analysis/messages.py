@@ -1,8 +1,10 @@
-"""``messages``: stream the commitlog in physical order with filters, reporting where it breaks.
+"""``messages``: stream the commitlog in physical order with filters, reporting what it skips.
 
 The walk reads every record the way dispatch does (CRC not enforced: a mismatch is shown on the
-message, not hidden) and, unlike recovery, resumes at the next file after a bad record, so
-everything readable is listed. Stops are yielded as events so the caller can warn about them.
+message, not hidden) and, unlike recovery, resynchronises past a bad record at the next record
+of the same file (one whose PHYSICALOFFSET names its own position: stale bytes of another file
+are not its messages), so everything readable is listed. Each skipped byte range is yielded as
+an event so the caller can report it.
 """
 
 from __future__ import annotations
@@ -10,9 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import scan
+from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.scan import Skipped
 from rmqinspect.store.files import StoreFile
-from rmqinspect.store.model import ScanItem, Store
+from rmqinspect.store.model import Store
 
 Progress = Callable[[int], None]
 
@@ -21,40 +29,53 @@ Progress = Callable[[int], None]
 class MessageFilter:
     topic: str | None = None
     queue_id: int | None = None
-    from_offset: int | None = None  # physical, inclusive (a record boundary)
+    from_offset: int | None = None  # physical, inclusive (inside a record: the next record)
     to_offset: int | None = None  # physical, exclusive
     since: int | None = None  # store time, ms, inclusive
     until: int | None = None  # store time, ms, inclusive
     limit: int | None = None
 
-    def accepts(self, r: cl.MessageRecord) -> bool:
-        if self.topic is not None and r.topic != self.topic:
-            return False
-        if self.queue_id is not None and r.queue_id != self.queue_id:
-            return False
-        if self.since is not None and r.store_timestamp < self.since:
-            return False
-        return self.until is None or r.store_timestamp <= self.until
+    def mask(self, cols: RecordColumns) -> npt.NDArray[np.bool_]:
+        """Which records of ``cols`` pass every filter (the limit aside)."""
+        keep = np.ones(len(cols), np.bool_)
+        if self.topic is not None:
+            keep &= cols.topic_mask([self.topic])
+        if self.queue_id is not None:
+            keep &= cols.queue_id == self.queue_id
+        if self.since is not None:
+            keep &= cols.store_timestamp >= self.since
+        if self.until is not None:
+            keep &= cols.store_timestamp <= self.until
+        positions = cols.positions + cols.file_start
+        if self.from_offset is not None:
+            keep &= positions >= self.from_offset
+        if self.to_offset is not None:
+            keep &= positions < self.to_offset
+        return keep
 
 
 @dataclass(frozen=True, slots=True)
-class ScanStop:
-    """Where a file's records stop being readable; ``end_of_data`` is the normal zero tail."""
+class SkippedRange:
+    """Bytes of a commitlog file that hold no readable record, from the first unreadable byte
+    to the next record found (or the end of the file's data); ``reason`` and ``detail`` are the
+    broker's check at its start."""
 
     file: str
-    position: int
+    file_offset: int  # where the range starts in the file
+    physical_offset: int
+    length: int
     reason: str
     detail: str
-    end_of_data: bool
 
 
-ScanEvent = cl.MessageRecord | ScanStop
+ScanEvent = cl.MessageRecord | SkippedRange
 
 
 def stream_messages(
     store: Store, flt: MessageFilter, progress: Progress | None = None
 ) -> Iterator[ScanEvent]:
-    """Matching messages in commitlog order, interleaved with the stops met on the way."""
+    """Matching messages in commitlog order, interleaved with the byte ranges skipped on the
+    way (whatever the filters: damage may hide matching messages)."""
     clq = store.commitlog
     if not clq.files:
         return
@@ -63,23 +84,25 @@ def stream_messages(
     files = _files_in_time_range(store, flt.since, flt.until)
     emitted = 0
     last = start if start is not None else clq.files[0].start
-    for item in store.scan(start, opts, files=files):
-        if flt.to_offset is not None and item.position >= flt.to_offset:
+    for f, event in store.scan(start, opts, files=files, resync=True):
+        if isinstance(event, Skipped):
+            skipped = _skipped(f, event)
+            if flt.to_offset is not None and skipped.physical_offset >= flt.to_offset:
+                return
+            yield skipped
+            continue
+        cols = event.columns
+        for i in np.flatnonzero(flt.mask(cols)).tolist():
+            yield cols.record(i)
+            emitted += 1
+            if flt.limit is not None and emitted >= flt.limit:
+                return
+        end = f.start + event.end
+        if flt.to_offset is not None and end >= flt.to_offset:
             return
-        if progress is not None and item.position > last:
-            progress(item.position - last)
-            last = item.position
-        rec = item.result.record
-        if item.result.is_message and rec is not None:
-            if flt.from_offset is not None and rec.position < flt.from_offset:
-                continue
-            if flt.accepts(rec):
-                yield rec
-                emitted += 1
-                if flt.limit is not None and emitted >= flt.limit:
-                    return
-        elif not item.result.is_blank:
-            yield _stop(store, item)
+        if progress is not None and end > last:
+            progress(end - last)
+            last = end
 
 
 def _files_in_time_range(store: Store, since: int | None, until: int | None) -> list[StoreFile]:
@@ -113,7 +136,7 @@ def _first_time(store: Store, f: StoreFile, opts: cl.CheckOptions) -> int | None
 
 def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int | None:
     """The scan start for ``--from``: the offset itself when a record starts there, else the
-    start of its file (records before ``from_offset`` are then skipped)."""
+    next record of its file that :func:`scan.resync` finds (else the next file)."""
     if from_offset is None:
         return None
     f = store.commitlog.find(from_offset)
@@ -121,16 +144,21 @@ def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int 
         return from_offset  # before, between or after the files: scan skips what it must
     if store.check_at(from_offset, opts).is_message:
         return from_offset
-    return f.start
+    buf = store.view(f)
+    try:
+        pos = from_offset - f.start
+        nxt = scan.resync(buf, pos, pos + scan.data_extent(buf, pos), f.start, opts)
+    finally:
+        buf.release()
+    return f.start + (nxt if nxt is not None else store.commitlog.file_size)
 
 
-def _stop(store: Store, item: ScanItem) -> ScanStop:
-    res = item.result
-    zero = res.magic == 0 and (res.total_size or 0) == 0
-    return ScanStop(
-        file=str(item.file.path),
-        position=item.position,
-        reason=res.reason.value,
-        detail=res.detail,
-        end_of_data=zero,
+def _skipped(f: StoreFile, event: Skipped) -> SkippedRange:
+    return SkippedRange(
+        file=str(f.path),
+        file_offset=event.start,
+        physical_offset=f.start + event.start,
+        length=event.length,
+        reason=event.result.reason.value,
+        detail=event.result.detail,
     )

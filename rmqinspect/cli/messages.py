@@ -49,7 +49,7 @@ def messages(
     *,
     store_options: StoreOptions,
 ) -> None:
-    """Stream messages in commitlog order; bad records are reported on stderr and skipped.
+    """Stream messages in commitlog order; damaged byte ranges are skipped and reported.
 
     Example: rmqinspect messages STORE --topic TopicA --since 2024-05-01T10:00 --limit 20
     """

@@ -1,25 +1,18 @@
-"""Columnar decoding of many CommitLog records per call, for scans and the Parquet export.
+"""Scanner columns as Arrow record batches, for listings and the Parquet export.
 
-Finding record boundaries is inherently sequential (each TOTALSIZE leads to the next record), so
-:func:`walk_records` reads only the two leading ints of each record. Every other field is then
-gathered for the whole run at once with numpy, and bodies, topics and properties become Arrow
-binary columns without per-field Python work.
+:mod:`rmqinspect.format.columns` finds the records and reads their fields as numpy columns; this
+module only turns those columns into a :data:`RECORD_SCHEMA` batch, bodies, topics and
+properties becoming Arrow binary columns built from one joined buffer each.
 """
 
 from __future__ import annotations
-
-import struct
-import zlib
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from rmqinspect.format import commitlog as cl
-
-_HEAD2 = struct.Struct(">ii")
-_MIN_RECORD = 91  # calMsgLength of an empty V1 IPv4 record
+from rmqinspect.format.columns import RecordColumns, windows
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -48,66 +41,46 @@ RECORD_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Walk:
-    """Record starts (buffer positions) of a run, and where and why the run ended."""
-
-    positions: npt.NDArray[np.int64]
-    sizes: npt.NDArray[np.int32]
-    end: int  # buffer position after the last record of the run
-    stop: str  # "blank", "limit", "bad_magic" or "bad_size"
-
-
-def walk_records(
-    buf: bytes | memoryview,
-    pos: int = 0,
-    *,
-    max_records: int = 1 << 16,
-    accept_v2: bool = True,
-) -> Walk:
-    """Follow TOTALSIZE from ``pos`` through well-formed message headers.
-
-    Stops at a BLANK, at a magic that is not a message, at a TOTALSIZE that cannot be a record
-    (below the minimum or past the buffer), or after ``max_records`` (then ``stop`` is "limit"
-    and the caller continues from ``end``). Checksums and inner lengths are checked later.
-    """
-    limit = len(buf)
-    positions: list[int] = []
-    sizes: list[int] = []
-    unpack = _HEAD2.unpack_from
-    v1, v2 = cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2 if accept_v2 else cl.MESSAGE_MAGIC_CODE
-    stop = "limit"
-    while len(positions) < max_records:
-        if pos + 8 > limit:
-            stop = "bad_size"
-            break
-        size, magic = unpack(buf, pos)
-        if magic != v1 and magic != v2:
-            stop = "blank" if magic == cl.BLANK_MAGIC_CODE else "bad_magic"
-            break
-        if size < _MIN_RECORD or pos + size > limit:
-            stop = "bad_size"
-            break
-        positions.append(pos)
-        sizes.append(size)
-        pos += size
-    return Walk(np.array(positions, np.int64), np.array(sizes, np.int32), pos, stop)
-
-
-def _gather(
-    data: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], dtype: str
-) -> npt.NDArray[np.int64]:
-    """Big-endian integers of ``dtype`` ('>i2', '>i4', '>i8') read at every offset in ``at``."""
-    width = np.dtype(dtype).itemsize
-    raw = data[at[:, None] + np.arange(width)]
-    return np.ascontiguousarray(raw).view(dtype).reshape(-1).astype(np.int64)
+_INLINE = 12  # an Arrow binary view holds values this short inline
+_VIEW_OFFSET_MAX = 2**31 - 1
 
 
 def _binary(
     mv: memoryview, starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
 ) -> pa.Array:
-    """An Arrow binary array of ``mv[start:start+length]`` slices, built from one joined buffer."""
+    """An Arrow binary array of the ``mv[start:start+length]`` slices.
+
+    The slices become an Arrow binary *view* array pointing into ``mv`` (built with numpy, no
+    Python per record), which Arrow then copies into a plain binary array in one pass.
+    """
     lengths = np.maximum(lengths, 0)
+    n = len(starts)
+    data = np.frombuffer(mv, np.uint8)
+    ends = starts + lengths
+    if len(mv) > _VIEW_OFFSET_MAX or (ends > len(mv)).any():
+        return _joined(mv, starts, lengths)
+    views = np.zeros((n, 16), np.uint8)
+    views[:, :4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
+    head = windows(data, starts, _INLINE)
+    short = lengths <= _INLINE
+    views[short, 4:] = head[short] * (np.arange(_INLINE) < lengths[short, None])
+    # Rows near the buffer's end were read from an earlier position: take those few by slicing.
+    for i in np.flatnonzero(short & (starts + _INLINE > len(mv))).tolist():
+        value = bytes(mv[int(starts[i]) : int(ends[i])])
+        views[i, 4 : 4 + len(value)] = np.frombuffer(value, np.uint8)
+    long = ~short
+    views[long, 4:8] = head[long, :4]  # prefix; buffer index 0 stays zero
+    views[long, 12:] = starts[long].astype("<i4").view(np.uint8).reshape(-1, 4)
+    as_view = pa.Array.from_buffers(
+        pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(mv)]
+    )
+    return as_view.cast(pa.binary())
+
+
+def _joined(
+    mv: memoryview, starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+) -> pa.Array:
+    """:func:`_binary` for a buffer too large for view offsets: one joined copy."""
     data = b"".join([mv[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)])
     offsets = np.zeros(len(starts) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
@@ -135,82 +108,41 @@ class BatchDecodeError(ValueError):
         self.position = position
 
 
-def decode_batch(buf: bytes | memoryview, walk: Walk, file_start: int = 0) -> pa.RecordBatch:
-    """Decode every record of ``walk`` into a :data:`RECORD_SCHEMA` batch.
+def decode_batch(cols: RecordColumns) -> pa.RecordBatch:
+    """The records of ``cols`` as a :data:`RECORD_SCHEMA` batch.
 
     Raises :class:`BatchDecodeError` naming the first record whose fields do not add up to its
     TOTALSIZE (callers fall back to the record-by-record check there).
     """
-    mv = memoryview(buf)
-    data = np.frombuffer(mv, np.uint8)
-    p = walk.positions
-    n = len(p)
-    sys_flag = _gather(data, p + 36, ">i4")
-    born_len = np.where(sys_flag & cl.BORNHOST_V6_FLAG, 20, 8)
-    store_len = np.where(sys_flag & cl.STOREHOSTADDRESS_V6_FLAG, 20, 8)
-    magic = _gather(data, p + 4, ">i4")
-    v2 = magic == cl.MESSAGE_MAGIC_CODE_V2
-    store_ts_at = p + 48 + born_len
-    store_host_at = store_ts_at + 8
-    tail_at = store_host_at + store_len  # RECONSUMETIMES
-    ends = p + walk.sizes
-    # Hosts flagged IPv6 in a too-short record would put the fixed fields past its end.
-    short = tail_at + 16 > ends
-    if np.any(short):
-        raise BatchDecodeError("fixed fields run past the record", int(p[np.argmax(short)]))
-    body_len = _gather(data, tail_at + 12, ">i4")
-    body_at = tail_at + 16
-    topic_len_at = body_at + np.maximum(body_len, 0)
-    # A corrupt body length could point outside the record; clamp before gathering past it.
-    if np.any(topic_len_at + 2 > ends):
-        bad = int(p[np.argmax(topic_len_at + 2 > ends)])
-        raise BatchDecodeError("body length runs past the record", bad)
-    topic_len = np.where(
-        v2, _gather(data, topic_len_at, ">i2"), data[topic_len_at].astype(np.int8).astype(np.int64)
-    )
-    topic_at = topic_len_at + np.where(v2, 2, 1)
-    props_len_at = topic_at + np.maximum(topic_len, 0)
-    if np.any(props_len_at + 2 > ends):
-        bad = int(p[np.argmax(props_len_at + 2 > ends)])
-        raise BatchDecodeError("topic length runs past the record", bad)
-    props_len = _gather(data, props_len_at, ">i2")
-    expected = props_len_at + 2 + np.maximum(props_len, 0) - p
-    mismatch = (expected != walk.sizes) | (topic_len < 0)
-    if np.any(mismatch):
-        bad = int(p[np.argmax(mismatch)])
+    if not cols.well_formed.all():
+        bad = int(cols.positions[int(np.argmin(cols.well_formed))])
         raise BatchDecodeError("record fields do not add up to TOTALSIZE", bad)
-    body = _binary(mv, body_at, body_len)
-    crc_ok = np.fromiter(
-        (
-            zlib.crc32(mv[s : s + max(k, 0)]) & 0x7FFFFFFF
-            for s, k in zip(body_at.tolist(), body_len.tolist(), strict=True)
-        ),
-        np.int64,
-        n,
-    ) == _gather(data, p + 8, ">i4")
-    born_ip = _binary(mv, p + 48, born_len - 4)
-    store_ip = _binary(mv, store_host_at, store_len - 4)
+    mv = memoryview(cols.buf)
+    v6 = cl.IPV6_HOST_SIZE - 4
+    v4 = cl.IPV4_HOST_SIZE - 4
+    born_ip = np.where(cols.sys_flag & cl.BORNHOST_V6_FLAG, v6, v4)
+    store_ip = np.where(cols.sys_flag & cl.STOREHOSTADDRESS_V6_FLAG, v6, v4)
     columns = [
-        pa.array(p + file_start, pa.int64()),
-        pa.array(walk.sizes, pa.int32()),
-        pa.array(np.where(v2, 2, 1), pa.int8()),
-        pa.array(_gather(data, p + 8, ">i4"), pa.int32()),
-        pa.array(crc_ok, pa.bool_()),
-        pa.array(_gather(data, p + 12, ">i4"), pa.int32()),
-        pa.array(_gather(data, p + 16, ">i4"), pa.int32()),
-        pa.array(_gather(data, p + 20, ">i8"), pa.int64()),
-        pa.array(_gather(data, p + 28, ">i8"), pa.int64()),
-        pa.array(sys_flag, pa.int32()),
-        pa.array(_gather(data, p + 40, ">i8"), pa.int64()),
-        born_ip,
-        pa.array(_gather(data, p + 48 + born_len - 4, ">i4"), pa.int32()),
-        pa.array(_gather(data, store_ts_at, ">i8"), pa.int64()),
-        store_ip,
-        pa.array(_gather(data, store_host_at + store_len - 4, ">i4"), pa.int32()),
-        pa.array(_gather(data, tail_at, ">i4"), pa.int32()),
-        pa.array(_gather(data, tail_at + 4, ">i8"), pa.int64()),
-        _topics(mv, topic_at, topic_len),
-        _binary(mv, props_len_at + 2, props_len),
-        body,
+        pa.array(cols.positions + cols.file_start, pa.int64()),
+        pa.array(cols.sizes, pa.int32()),
+        pa.array(cols.version, pa.int8()),
+        pa.array(cols.body_crc, pa.int32()),
+        pa.array(cols.body_crcs() == cols.body_crc, pa.bool_()),
+        pa.array(cols.queue_id, pa.int32()),
+        pa.array(cols.flag, pa.int32()),
+        pa.array(cols.queue_offset, pa.int64()),
+        pa.array(cols.physical_offset, pa.int64()),
+        pa.array(cols.sys_flag, pa.int32()),
+        pa.array(cols.born_timestamp, pa.int64()),
+        _binary(mv, cols.born_host_at, born_ip),
+        pa.array(cols.born_port, pa.int32()),
+        pa.array(cols.store_timestamp, pa.int64()),
+        _binary(mv, cols.store_host_at, store_ip),
+        pa.array(cols.store_port, pa.int32()),
+        pa.array(cols.reconsume_times, pa.int32()),
+        pa.array(cols.prepared_transaction_offset, pa.int64()),
+        _topics(mv, cols.topic_at, cols.topic_length),
+        _binary(mv, cols.properties_at, cols.properties_length),
+        _binary(mv, cols.body_at, cols.body_length),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import struct
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -22,6 +21,7 @@ import numpy as np
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
+from rmqinspect.format.crc import masked_crc32
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.javamath import java_parse_int, java_split, wrap64
@@ -161,7 +161,7 @@ _COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 
 def body_crc(data: bytes | bytearray | memoryview) -> int:
     """``UtilAll.crc32``: zlib CRC-32 masked to 31 bits."""
-    return zlib.crc32(data) & 0x7FFFFFFF
+    return masked_crc32(data)
 
 
 def magic_name(magic: int) -> str:
@@ -209,6 +209,12 @@ def dispatch_tags_code(
     if level <= 0:
         return code
     return wrap64(store_timestamp + delay_levels.get(level, 1000))
+
+
+def dup_info_valid(properties: Mapping[str, str]) -> bool:
+    """The ``checkDupInfo`` rule: a ``DUP_INFO`` property that splits on "_" into two parts."""
+    dup = properties.get(props.DUP_INFO)
+    return dup is not None and len(java_split(dup, "_")) == 2
 
 
 def rewrite_delay(
@@ -490,12 +496,9 @@ def check_message(
                 rec,
             )
         tags_code = code
-    if opts.check_dup_info:
+    if opts.check_dup_info and not dup_info_valid(rec.properties):
         dup = rec.properties.get(props.DUP_INFO)
-        if dup is None or len(java_split(dup, "_")) != 2:
-            return _failed(
-                total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec
-            )
+        return _failed(total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec)
     if opts.check_crc and opts.force_verify_prop_crc:
         stored_text = rec.properties.get(props.CRC32)
         if stored_text is None:

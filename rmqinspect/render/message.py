@@ -8,13 +8,14 @@ JSON never loses bytes.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import enum
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from rich.table import Table
 
-from rmqinspect.analysis.messages import ScanEvent, ScanStop
+from rmqinspect.analysis.messages import ScanEvent, SkippedRange
 from rmqinspect.format.commitlog import MessageRecord
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.render.output import (
@@ -160,23 +161,50 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
     return table
 
 
+def skipped_json(skipped: SkippedRange) -> dict[str, Any]:
+    """A skipped byte range in a message stream: one ``skipped`` key, so it cannot be mistaken
+    for a message object."""
+    return {"skipped": dataclasses.asdict(skipped)}
+
+
 def render_message_stream(
     events: Iterable[ScanEvent], fmt: OutputFormat, body: BodyFormat, title: str
 ) -> int:
-    """Messages to stdout in ``fmt``; unreadable spots to stderr as warnings. Returns the count."""
+    """Messages to stdout in ``fmt``; each skipped byte range as a warning on stderr and, in
+    JSON and JSON Lines, as a ``skipped`` object where it occurs. Returns the message count."""
+    count = 0
+
+    def rows() -> Iterator[dict[str, Any]]:
+        nonlocal count
+        for ev in events:
+            if isinstance(ev, SkippedRange):
+                _warn_skipped(ev)
+                yield skipped_json(ev)
+            else:
+                count += 1
+                yield message_json(ev, body)
+
+    if fmt is OutputFormat.JSON:
+        print_json_array(rows())
+        return count
+    if fmt is OutputFormat.JSONL:
+        print_plain_jsonl(rows())
+        return count
 
     def messages() -> Iterator[MessageRecord]:
         for ev in events:
-            if isinstance(ev, ScanStop):
-                if not ev.end_of_data:
-                    warn(f"{ev.file}: byte {ev.position}: {ev.reason}: {ev.detail}".rstrip(": "))
+            if isinstance(ev, SkippedRange):
+                _warn_skipped(ev)
                 continue
             yield ev
 
-    if fmt is OutputFormat.JSON:
-        return print_json_array(message_json(r, body) for r in messages())
-    if fmt is OutputFormat.JSONL:
-        return print_plain_jsonl(message_json(r, body) for r in messages())
     return print_table_batches(
         messages(), lambda batch, first: messages_table(batch, title if first else "")
+    )
+
+
+def _warn_skipped(ev: SkippedRange) -> None:
+    warn(
+        f"{ev.file}: byte {ev.file_offset}: skipped {ev.length} bytes "
+        f"(physical offset {ev.physical_offset}): {ev.reason}: {ev.detail}".rstrip(": ")
     )

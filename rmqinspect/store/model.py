@@ -18,10 +18,12 @@ from types import TracebackType
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE
+from rmqinspect.format.columns import RUN_RECORDS
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
 from rmqinspect.format.javamath import java_parse_int
 from rmqinspect.format.markers import AbortMarker, LockMarker, decode_abort, decode_lock
 from rmqinspect.format.profile import Profile
+from rmqinspect.format.scan import CheckedRun, FileEvent, scan_file
 from rmqinspect.store.files import FileQueue, LayoutProblem, MappedFiles, StoreFile, list_family
 
 _INDEX_NAME = re.compile(r"^\d{17}$")
@@ -61,15 +63,6 @@ class QueueId:
 
     def __str__(self) -> str:
         return f"{self.topic}/{self.queue_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class ScanItem:
-    """One step of a commitlog walk: the broker's verdict on the bytes at ``position``."""
-
-    file: StoreFile
-    position: int  # absolute physical offset
-    result: cl.CheckResult
 
 
 @dataclass
@@ -256,14 +249,19 @@ class Store:
         options: cl.CheckOptions | None = None,
         *,
         files: list[StoreFile] | None = None,
-        continue_after_stop: bool = True,
-    ) -> Iterator[ScanItem]:
-        """Walk the commitlog from ``start`` (a record boundary; default the first file).
+        resync: bool = False,
+        own_offset: bool = True,
+        max_records: int = RUN_RECORDS,
+    ) -> Iterator[tuple[StoreFile, FileEvent]]:
+        """Walk the commitlog from ``start`` (a record boundary; default the first file), file by
+        file, as :func:`~rmqinspect.format.scan.scan_file` does: runs of checked records and the
+        damage skipped between them, each with its file.
 
-        Yields every record verdict, BLANKs and the record that stops each file. A BLANK moves to
-        the next file, as the broker does. With ``continue_after_stop`` a bad record ends only its
-        own file and the walk resumes at the next file (forensics wants everything); without it
-        the walk ends there, like recovery.
+        A BLANK moves to the next file, as the broker does. A failure ends its file and the walk
+        resumes at the next one (forensics wants everything), unless ``resync`` finds the next
+        record in the same file (``own_offset`` as in :func:`~rmqinspect.format.scan.resync`).
+        A caller that must stop at the first failure, like recovery, stops at the first failed
+        run. Runs read the file's map: use their columns before asking for the next event.
         """
         opts = options or cl.CheckOptions()
         chosen = files if files is not None else self.commitlog.files
@@ -273,19 +271,19 @@ class Store:
             pos = start - f.start if start is not None and start > f.start else 0
             buf = self.view(f)
             try:
-                stopped = False
-                while True:
-                    result = cl.check_message(buf, pos, f.start, opts)
-                    yield ScanItem(f, f.start + pos, result)
-                    if result.is_message:
-                        pos += result.size
-                        continue
-                    stopped = not result.is_blank
-                    break
+                events = scan_file(
+                    buf,
+                    f.start,
+                    pos,
+                    opts,
+                    resync_damage=resync,
+                    own_offset=own_offset,
+                    max_records=max_records,
+                )
+                for event in events:
+                    yield f, event
             finally:
                 buf.release()
-            if stopped and not continue_after_stop:
-                return
 
     # --- profile ---------------------------------------------------------------------------
 
@@ -336,15 +334,10 @@ class Store:
         """A few records from the start of the newest non-empty commitlog file."""
         opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=False)
         for f in reversed(self.commitlog.files):
-            out = []
-            for item in self.scan(f.start, opts, files=[f]):
-                if item.result.record is None or not item.result.is_message:
-                    break
-                out.append(item.result.record)
-                if len(out) >= limit:
-                    break
-            if out:
-                return out
+            for _, event in self.scan(f.start, opts, files=[f], max_records=limit):
+                if isinstance(event, CheckedRun) and len(event):
+                    return event.columns.records(range(len(event)), with_body=False)
+                break
         return []
 
 

@@ -6,8 +6,9 @@ never point them at evidence. Each returns a :class:`Damage` saying what changed
 ranges touched, so tests can assert against it.
 
 The kinds mirror the conformance scenarios (``conformance/README.md``): a torn tail, a flipped
-body byte, a zeroed region, consume-queue units past the commitlog end, a missing consume-queue
-directory, stale records after the write position, and the ``abort`` marker.
+body byte, a zeroed (or overwritten) region, consume-queue units past the commitlog end, a
+missing consume-queue directory, stale records after the write position, and the ``abort``
+marker.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqinspect.format.batch import walk_records
+from rmqinspect.format import columns
 from rmqinspect.format.commitlog import (
     CheckOptions,
     MessageRecord,
@@ -103,12 +104,12 @@ def _file_messages(path: Path) -> list[_Located]:
     ):
         pos = 0
         while True:
-            walk = walk_records(data, pos)
+            walk = columns.walk(data, pos)
             found += [
                 _Located(path, start, p, n)
                 for p, n in zip(walk.positions.tolist(), walk.sizes.tolist(), strict=True)
             ]
-            if walk.stop != "limit":
+            if walk.stop is not columns.WalkStop.LIMIT:
                 return found
             pos = walk.end
 
@@ -200,20 +201,35 @@ def flip_body_byte(
 
 def zero_region(root: str | os.PathLike[str], start: int, end: int) -> Damage:
     """Zero the commitlog bytes at physical offsets ``[start, end)``, across files if need be."""
-    store = Path(root)
     if start >= end:
         raise ValueError(f"empty region {start}..{end}")
+    ranges = _overwrite(Path(root), start, bytes(end - start))
+    return Damage("zero_region", f"zeroed physical offsets {start}..{end}", ranges)
+
+
+def overwrite_region(root: str | os.PathLike[str], start: int, data: bytes) -> Damage:
+    """Write ``data`` over the commitlog bytes from physical offset ``start`` (random bytes
+    make a scribbled record), across files if need be."""
+    if not data:
+        raise ValueError("nothing to write")
+    end = start + len(data)
+    ranges = _overwrite(Path(root), start, data)
+    return Damage("overwrite_region", f"overwrote physical offsets {start}..{end}", ranges)
+
+
+def _overwrite(store: Path, start: int, data: bytes) -> tuple[ByteRange, ...]:
+    end = start + len(data)
     ranges = []
     for path in _commitlog_files(store):
         file_start = int(path.name)
         file_end = file_start + path.stat().st_size
         lo, hi = max(start, file_start), min(end, file_end)
         if lo < hi:
-            _patch(path, lo - file_start, bytes(hi - lo))
+            _patch(path, lo - file_start, data[lo - start : hi - start])
             ranges.append(ByteRange(_rel(store, path), lo - file_start, hi - file_start))
     if not ranges:
         raise ValueError(f"region {start}..{end} lies outside every commitlog file")
-    return Damage("zero_region", f"zeroed physical offsets {start}..{end}", tuple(ranges))
+    return tuple(ranges)
 
 
 def cq_ahead_of_commitlog(

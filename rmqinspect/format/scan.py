@@ -1,0 +1,327 @@
+"""The one commitlog record scanner: the broker's check over runs of records, and resync.
+
+Pure functions over one whole commitlog file given as a buffer (its end is the Java buffer
+limit) and the file's first physical offset; every position is a buffer position.
+
+* :func:`check_run` gives, for a run of records (walked and gathered by
+  :mod:`rmqinspect.format.columns`), the verdicts of
+  :func:`~rmqinspect.format.commitlog.check_message` (the definition of truth): the fast path
+  decides with numpy where the outcome is certain and asks ``check_message`` everywhere else.
+* :func:`resync` finds the next record past damage by searching for magic codes;
+  :func:`data_extent` measures the data before a zero tail.
+* :func:`scan_file` strings these together: runs of records and the damage skipped between them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format import properties as props
+from rmqinspect.format.columns import (
+    RUN_RECORDS,
+    Buffer,
+    RecordColumns,
+    WalkStop,
+    first_false,
+    gather,
+    walk,
+    windows,
+)
+from rmqinspect.format.crc import masked_crc32
+
+# --- the broker's check, many records at a time -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CheckedRun:
+    """Consecutive records from ``start`` that ``check_message`` accepts as messages, and the
+    verdict on what ended them: a BLANK or a failure at ``end``, or None when the run stopped at
+    its record limit (the next run starts at ``end``)."""
+
+    columns: RecordColumns
+    start: int
+    end: int
+    stop: cl.CheckResult | None
+    options: cl.CheckOptions
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    @property
+    def failed(self) -> bool:
+        """The run ended at a record the check rejects (not a BLANK, not the record limit)."""
+        return self.stop is not None and not self.stop.success
+
+    def tags_code(self, i: int) -> int:
+        """The tagsCode ``check_message`` gave record ``i`` (always computable: a record whose
+        DELAY makes the check fail is not in the run)."""
+        code = self.columns.tags_code(i, _delay_table(self.options.delay_levels))
+        assert code is not None
+        return code
+
+
+@functools.lru_cache(maxsize=16)
+def _delay_table(levels: tuple[tuple[int, int], ...]) -> Mapping[int, int]:
+    return dict(levels)
+
+
+def check_run(
+    buf: Buffer,
+    pos: int,
+    file_start: int = 0,
+    options: cl.CheckOptions | None = None,
+    *,
+    max_records: int = RUN_RECORDS,
+) -> CheckedRun:
+    """The records from ``pos`` that ``cl.check_message(buf, p, file_start, options)`` accepts
+    as messages, in order, up to ``max_records``, and the exact verdict that ended them.
+
+    Runs of well-formed records are judged with numpy (lengths, CRCs, the schedule topic's
+    DELAY, DUP_INFO, the property CRC); a record the fast path is not certain about is handed
+    to ``check_message``, whose verdict stands.
+    """
+    opts = options or cl.CheckOptions()
+    accept_v2 = opts.profile.accepts_v2_magic
+    parts: list[RecordColumns] = []
+    taken = 0
+    at = pos
+    stop: cl.CheckResult | None = None
+    while taken < max_records:
+        w = walk(buf, at, accept_v2=accept_v2, max_records=max_records - taken)
+        cols = gather(buf, w.positions, file_start)
+        k = _certain(cols, opts)
+        if k:
+            parts.append(cols.select(slice(0, k)) if k < len(cols) else cols)
+            taken += k
+        if k == len(cols) and w.stop is WalkStop.LIMIT:
+            at = w.end
+            continue
+        at = int(w.positions[k]) if k < len(cols) else w.end
+        result = cl.check_message(buf, at, file_start, opts)
+        if not result.is_message:
+            stop = result
+            break
+        parts.append(gather(buf, np.array([at], np.int64), file_start))
+        taken += 1
+        at += result.size
+    return CheckedRun(RecordColumns.concat(parts, buf, file_start), pos, at, stop, opts)
+
+
+_SCHEDULE = np.frombuffer(cl.SCHEDULE_TOPIC.encode(), np.uint8)
+_CRC_TAIL = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()
+_DIGITS = cl.CRC32_RESERVED_LEN - len(_CRC_TAIL) - 1  # ten digits, then 0x02
+_SEPARATOR = ord(props.PROPERTY_SEPARATOR)
+
+
+def _certain(cols: RecordColumns, opts: cl.CheckOptions) -> int:
+    """How many leading records of ``cols`` ``check_message`` certainly accepts, each with
+    ``(TOTALSIZE, true)``: well formed (so the 5.3 bounds checks and every scratch-buffer fit
+    pass too), and passing each check ``opts`` enables."""
+    k = first_false(cols.well_formed)
+    if not k:
+        return 0
+    if opts.check_dup_info:
+        k = next((i for i in range(k) if not cl.dup_info_valid(cols.properties(i))), k)
+    k = _schedule_ok(cols, k)
+    if opts.check_crc and opts.force_verify_prop_crc:
+        k = _prop_crc_ok(cols, k)
+    elif opts.check_crc and opts.read_body and k:
+        first = cols.select(slice(0, k))
+        k = first_false(first.body_crcs() == first.body_crc)
+    return k
+
+
+def _schedule_ok(cols: RecordColumns, k: int) -> int:
+    """Cut at the first schedule-topic record whose DELAY makes the check fail."""
+    data = np.frombuffer(cols.buf, np.uint8)
+    n = len(_SCHEDULE)
+    cand = np.flatnonzero((cols.topic_length[:k] == n) & (cols.properties_length[:k] > 0))
+    if not len(cand):
+        return k
+    rows = windows(data, cols.topic_at[cand], n)
+    schedule = cand[(rows == _SCHEDULE).all(axis=1)]
+    starts = cols.properties_at[schedule]
+    ends = (starts + cols.properties_length[schedule]).tolist()
+    buf = cols.buf
+    for i, a, b in zip(schedule.tolist(), starts.tolist(), ends, strict=True):
+        if not _delay_parses(bytes(buf[a:b])):
+            return int(i)
+    return k
+
+
+_DELAY_ENTRY = (props.DELAY + props.NAME_VALUE_SEPARATOR).encode()
+_SURE_INT = re.compile(rb"[+-]?[0-9]{1,9}\Z")  # Integer.parseInt takes it whatever the digits
+
+
+def _delay_parses(raw: bytes) -> bool:
+    """Whether the properties ``raw`` certainly have no DELAY or an integer one (the only way a
+    schedule record passes the check). False also where unsure (several DELAY entries, an
+    unusual number): ``check_message`` then decides."""
+    at = raw.find(_DELAY_ENTRY)
+    if at < 0:
+        return True
+    if raw.find(_DELAY_ENTRY, at + 1) >= 0:
+        return False
+    if at > 0 and raw[at - 1] != _SEPARATOR:
+        return True  # inside another entry: there is no DELAY property
+    end = raw.find(_SEPARATOR, at)
+    value = raw[at + len(_DELAY_ENTRY) : end if end >= 0 else len(raw)]
+    return _SURE_INT.match(value) is not None
+
+
+def _prop_crc_ok(cols: RecordColumns, k: int) -> int:
+    """Cut at the first record whose properties do not end in the canonical ``__CRC32#`` entry
+    (preceded by a separator or alone) holding the CRC of the record without its 20-byte tail.
+    Anything else may still pass ``check_message`` (it parses the properties): it decides."""
+    data = np.frombuffer(cols.buf, np.uint8)
+    p, ends = cols.positions[:k], cols.ends[:k]
+    tail_at = ends - cl.CRC32_RESERVED_LEN
+    plen = cols.properties_length[:k]
+    ok = plen >= cl.CRC32_RESERVED_LEN
+    tail = data[np.where(ok, tail_at, p)[:, None] + np.arange(cl.CRC32_RESERVED_LEN)]
+    ok &= (tail[:, : len(_CRC_TAIL)] == np.frombuffer(_CRC_TAIL, np.uint8)).all(axis=1)
+    digits = tail[:, len(_CRC_TAIL) : len(_CRC_TAIL) + _DIGITS].astype(np.int64) - ord("0")
+    ok &= ((digits >= 0) & (digits <= 9)).all(axis=1) & (tail[:, -1] == _SEPARATOR)
+    before = data[np.maximum(tail_at - 1, 0)]
+    ok &= (plen == cl.CRC32_RESERVED_LEN) | (before == _SEPARATOR)
+    k = first_false(ok)
+    # The digits are written least significant first.
+    stored = digits[:k] @ (10 ** np.arange(_DIGITS, dtype=np.int64))
+    buf = cols.buf
+    computed = [
+        masked_crc32(buf[a:b]) for a, b in zip(p[:k].tolist(), tail_at[:k].tolist(), strict=True)
+    ]
+    return first_false(stored == np.array(computed, np.int64))
+
+
+# --- past damage ---------------------------------------------------------------------------------
+
+
+def _magic_pattern(*magics: int) -> re.Pattern[bytes]:
+    return re.compile(b"|".join(re.escape(struct.pack(">i", m)) for m in magics))
+
+
+_MAGICS_V1 = _magic_pattern(cl.MESSAGE_MAGIC_CODE, cl.BLANK_MAGIC_CODE)
+_MAGICS_V2 = _magic_pattern(cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2, cl.BLANK_MAGIC_CODE)
+
+
+def resync(
+    buf: Buffer,
+    pos: int,
+    stop: int,
+    file_start: int = 0,
+    options: cl.CheckOptions | None = None,
+    *,
+    own_offset: bool = True,
+) -> int | None:
+    """The next position in ``(pos, stop)`` (its header before ``stop``) that holds a record
+    ``check_message`` accepts as a message, or the file's closing BLANK (one whose TOTALSIZE
+    is exactly the rest of the file); None when there is none.
+
+    Candidates are found by searching for the magic codes, not by stepping through positions.
+    With ``own_offset`` a message must also name its own position in its PHYSICALOFFSET field,
+    which rules out stale bytes of another file (or of an earlier generation of this one).
+    """
+    opts = options or cl.CheckOptions()
+    pattern = _MAGICS_V2 if opts.profile.accepts_v2_magic else _MAGICS_V1
+    search_at = pos + 1 + cl.MAGIC_POS
+    while True:
+        m = pattern.search(buf, search_at, stop)
+        if m is None:
+            return None
+        cand = m.start() - cl.MAGIC_POS
+        r = cl.check_message(buf, cand, file_start, opts)
+        if r.is_blank and r.total_size == len(buf) - cand:
+            return cand
+        if (
+            r.is_message
+            and r.record is not None
+            and (not own_offset or r.record.physical_offset == file_start + cand)
+        ):
+            return cand
+        search_at = m.start() + 1
+
+
+_EXTENT_STEP = 1 << 22
+
+
+def data_extent(buf: Buffer, begin: int) -> int:
+    """Bytes from ``begin`` to the last non-zero byte of ``buf`` (inclusive), found by scanning
+    back from the end in chunks: past it lie only zeros, which hold no record."""
+    end = len(buf)
+    while end > begin:
+        lo = max(begin, end - _EXTENT_STEP)
+        chunk = np.frombuffer(buf, np.uint8, end - lo, lo)
+        if chunk.any():
+            return end - int(np.argmax(chunk[::-1] != 0)) - begin
+        end = lo
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Bytes ``[start, end)`` of a file that hold no readable record: ``result`` is the check's
+    verdict at ``start``; ``end`` is the next record found, or the end of the file's data."""
+
+    start: int
+    end: int
+    result: cl.CheckResult
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+FileEvent = CheckedRun | Skipped
+
+
+def scan_file(
+    buf: Buffer,
+    file_start: int = 0,
+    pos: int = 0,
+    options: cl.CheckOptions | None = None,
+    *,
+    resync_damage: bool = True,
+    own_offset: bool = True,
+    max_records: int = RUN_RECORDS,
+) -> Iterator[FileEvent]:
+    """Every run of checked records of one file from ``pos``, and the damage between them.
+
+    Each run is yielded (the last one also when it holds no record, for its ``stop``). A BLANK
+    ends the file; so does a failure followed only by zeros (the end of the data). A failure
+    with data after it is yielded as :class:`Skipped`: up to the next record :func:`resync`
+    finds (with ``resync_damage``; ``own_offset`` as there), else up to the end of the data,
+    where the file ends. Runs, skipped ranges, the BLANK and the zero tail cover the file.
+    """
+    opts = options or cl.CheckOptions()
+    data_end: int | None = None
+    while True:
+        run = check_run(buf, pos, file_start, opts, max_records=max_records)
+        if len(run) or run.stop is not None:
+            yield run
+        pos = run.end
+        if run.stop is None:
+            continue
+        if run.stop.success:
+            return
+        if data_end is None:
+            data_end = pos + data_extent(buf, pos)
+        if pos >= data_end:
+            return
+        nxt = (
+            resync(buf, pos, data_end, file_start, opts, own_offset=own_offset)
+            if resync_damage
+            else None
+        )
+        if nxt is None:
+            yield Skipped(pos, data_end, run.stop)
+            return
+        yield Skipped(pos, nxt, run.stop)
+        pos = nxt
