@@ -13,8 +13,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from rmqinspect.analysis.recovery import (
     QueueReport,
@@ -676,61 +674,3 @@ def test_lost_limit_caps_the_list_not_the_count(base: Base, tmp_path: Path) -> N
     assert capped.lost_messages.count == full.lost_messages.count
     assert capped.lost_messages.messages == [] and capped.lost_messages.truncated
     assert full.lost_messages.listed == full.lost_messages.count
-
-
-# --- the fast path agrees with the broker's check -----------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sample_log(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    root = tmp_path_factory.mktemp("fast") / "s"
-    specs = [spec(i) for i in range(40)]
-    specs += [
-        MessageSpec(topic="TopicD", body=b"", keys="K", store_timestamp=T0),
-        MessageSpec(topic="TopicA", body=b"delayed", delay_level=3, store_timestamp=T0 + 1),
-        MessageSpec(topic="T" * 140, body=b"v2 when allowed", store_timestamp=T0 + 2),
-    ]
-    with StoreWriter(root, layout(Profile.V5_3)) as w:
-        for s in specs:
-            w.put(s)
-    return (root / "commitlog" / f"{0:020d}").read_bytes()
-
-
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    flips=st.lists(st.tuples(st.integers(0, 12_000), st.integers(1, 255)), max_size=4),
-    profile=st.sampled_from(PROFILES),
-    check_crc=st.booleans(),
-)
-def test_fast_path_never_disagrees_with_check_message(
-    sample_log: bytes, flips: list[tuple[int, int]], profile: Profile, check_crc: bool
-) -> None:
-    from rmqinspect.analysis.recovery._fastpath import fast_check as _fast_check
-    from rmqinspect.analysis.recovery._fastpath import fast_run as _fast_run
-    from rmqinspect.format import commitlog as cl
-
-    data = bytearray(sample_log)
-    for at, xor in flips:
-        data[at] ^= xor
-    buf = memoryview(bytes(data))
-    opts = cl.CheckOptions(profile=profile, check_crc=check_crc)
-    run = _fast_run(buf, 0, check_crc, profile.accepts_v2_magic)
-    pos = 0
-    for i in range(run.count):
-        assert int(run.positions[i]) == pos
-        r = cl.check_message(buf, pos, 0, opts)
-        assert r.success and r.size == int(run.sizes[i]), (pos, r.reason)
-        assert r.record is not None and r.record.physical_offset == int(run.phys[i])
-        one = _fast_check(buf, pos, len(buf), check_crc, profile.accepts_v2_magic)
-        if r.record.topic != "SCHEDULE_TOPIC_XXXX":
-            assert one is not None and one.size == r.size and one.tags_code == r.tags_code
-            assert (one.topic, one.queue_offset) == (r.record.topic, r.record.queue_offset)
-        pos += r.size
-    # Every position the single-record fast path accepts, the broker accepts too.
-    for pos in range(0, 12_000, 7):
-        one = _fast_check(buf, pos, len(buf), check_crc, profile.accepts_v2_magic)
-        if one is not None:
-            r = cl.check_message(buf, pos, 0, opts)
-            assert r.success and r.size == one.size

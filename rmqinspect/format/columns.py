@@ -206,7 +206,7 @@ def _stop_reason(buf: Buffer, at: int, accept_v2: bool) -> WalkStop:
 
 
 @functools.lru_cache(maxsize=4096)
-def _decode_text(raw: bytes) -> str:
+def decode_text(raw: bytes) -> str:
     """Java decodes with replacement characters; so do we (cached: a log holds few topics)."""
     return raw.decode("utf-8", "replace")
 
@@ -294,7 +294,7 @@ class RecordColumns:
         return self._slice(self.topic_at, self.topic_length, i)
 
     def topic(self, i: int) -> str:
-        return _decode_text(self.topic_bytes(i))
+        return decode_text(self.topic_bytes(i))
 
     def properties_raw(self, i: int) -> bytes:
         return self._slice(self.properties_at, self.properties_length, i)
@@ -417,7 +417,7 @@ class RecordColumns:
     def topic_mask(self, wanted: Sequence[str]) -> Mask:
         """Records whose (decoded) topic is one of ``wanted``."""
         ids, topics = self.topic_ids()
-        hit = [i for i, t in enumerate(topics) if _decode_text(t) in wanted]
+        hit = [i for i, t in enumerate(topics) if decode_text(t) in wanted]
         return np.isin(ids, hit)
 
 

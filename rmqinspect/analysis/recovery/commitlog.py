@@ -6,12 +6,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from rmqinspect.analysis.recovery import _fastpath as fast
-from rmqinspect.analysis.recovery.dispatch import Dispatcher, record_of
+from rmqinspect.analysis.recovery.dispatch import Dispatcher
 from rmqinspect.analysis.recovery.report import BadRecord, RecordInfo, StartCandidate, StartFile
-from rmqinspect.analysis.recovery.state import BrokerState, CommitlogFile, DispatchedRecord
+from rmqinspect.analysis.recovery.state import BrokerState, CommitlogFile
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.checkpoint import Checkpoint
+from rmqinspect.format.scan import CheckedRun, check_run
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -94,6 +94,19 @@ def abnormal_start(state: BrokerState, cp: Checkpoint) -> StartFile:
     )
 
 
+def _record_info(run: CheckedRun, i: int, f: CommitlogFile) -> RecordInfo:
+    cols = run.columns
+    return RecordInfo(
+        f.start + int(cols.positions[i]),
+        int(cols.sizes[i]),
+        f.name,
+        cols.topic(i),
+        int(cols.queue_id[i]),
+        int(cols.queue_offset[i]),
+        int(cols.store_timestamp[i]),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ScanOutcome:
     """Where the scan loop stopped: the recovered end E and why."""
@@ -118,43 +131,26 @@ def scan(
     f = state.commitlog[idx]
     pos = 0
     scanned = 0
-    last: tuple[CommitlogFile, int, DispatchedRecord] | None = None
+    last: tuple[CommitlogFile, RecordInfo] | None = None
     opts = state.checks.recover
-    check_crc = opts.check_crc and not opts.force_verify_prop_crc
-    fast_ok = not opts.force_verify_prop_crc and not opts.check_dup_info
-    accept_v2 = state.profile.accepts_v2_magic
     above = -(1 << 63) if dispatch_above is None else dispatch_above
-    phase = "load" if dispatch else None
-    delays = dict(opts.delay_levels)
     size_cl = state.commitlog_file_size
     while True:
         buf = state.store.view(f.disk)
-        result: cl.CheckResult | None = None
         begin = pos
         try:
             while True:
-                if fast_ok:
-                    run = fast.fast_run(buf, pos, check_crc, accept_v2)
-                    done = dispatcher.take_run(buf, run, phase, above, delays)
-                    if done:
-                        last = (f, int(run.positions[done - 1]), record_of(buf, run, done - 1))
-                    if done < run.count:
-                        pos = int(run.positions[done])
-                    else:
-                        pos = run.end
-                        if run.complete:
-                            continue
-                result = cl.check_message(buf, pos, f.start, opts)
-                if not (result.success and result.size > 0):
+                run = check_run(buf, pos, f.start, opts)
+                if len(run):
+                    if dispatch:
+                        dispatcher.take_run(run, "load", above)
+                    last = (f, _record_info(run, len(run) - 1, f))
+                pos = run.end
+                if run.stop is not None:
+                    result = run.stop
                     break
-                msg = DispatchedRecord.of(result)
-                last = (f, pos, msg)
-                if dispatch and msg.phy > above:
-                    dispatcher.dispatch(msg, "load")
-                pos += msg.size
         finally:
             buf.release()
-        assert result is not None
         scanned += pos - begin
         state.progress(pos - begin)
         if result.success:  # BLANK: the next file, or the end after the last one
@@ -170,12 +166,7 @@ def scan(
         reason = "bad_record"
         break
     end = f.start + pos
-    info = None
-    if last is not None:
-        lf, lpos, m = last
-        info = RecordInfo(
-            lf.start + lpos, m.size, lf.name, m.topic, m.queue_id, m.queue_offset, m.store_ts
-        )
+    info = last[1] if last is not None else None
     bad = None
     if reason == "bad_record":
         bad = BadRecord(

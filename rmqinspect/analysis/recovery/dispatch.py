@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqinspect.analysis.recovery import _fastpath as fast
 from rmqinspect.analysis.recovery.index_service import IndexService
 from rmqinspect.analysis.recovery.report import ReputReport
 from rmqinspect.analysis.recovery.state import BrokerState, DispatchedRecord
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import properties as props
+from rmqinspect.format.columns import decode_text
 from rmqinspect.format.javamath import jmod, wrap32, wrap64
+from rmqinspect.format.scan import CheckedRun, check_run
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.model import QueueId
 
@@ -48,53 +48,28 @@ class Dispatcher:
         if self.index is not None:
             self.index.add(m)
 
-    def take_run(
-        self,
-        buf: memoryview,
-        run: fast.Run,
-        phase: str | None,
-        above: int,
-        delays: dict[int, int],
-    ) -> int:
-        """Take the records of ``run`` as the scan loop would, one by one, but with numpy where
-        the outcome is known, dispatching (when ``phase`` is given) the records whose physical
-        offset is above ``above``. Returns how many records it took: fewer than ``run.count``
-        when a schedule record's DELAY is not an integer (the broker's check rejects that one)."""
-        count = run.count
+    def take_run(self, run: CheckedRun, phase: str, above: int) -> None:
+        """Dispatch, as the scan loop would one by one, the records of ``run`` whose physical
+        offset is above ``above``: numpy works out which of them would change anything (a queue
+        that lacks the unit, an index that has not passed the offset), and only those are
+        handed over, in order."""
+        cols = run.columns
+        count = len(cols)
         if not count:
-            return 0
-        tids, topics = fast.topic_ids(buf, run.topic_at, run.topic_len)
-        # Schedule records: the DELAY property decides the verdict and the tagsCode.
-        sched: dict[int, int] = {}
-        if fast.SCHEDULE_BYTES in topics:
-            for i in np.flatnonzero(tids == topics.index(fast.SCHEDULE_BYTES)).tolist():
-                m = record_of(buf, run, i)
-                p = m.props
-                code = cl.dispatch_tags_code(
-                    m.topic, p.get(props.TAGS), p.get(props.DELAY), m.store_ts, delays
-                )
-                if code is None:
-                    count = i
-                    break
-                sched[i] = code
-        if not count:
-            return 0
-        if phase is None:
-            return count
-        tids = tids[:count]
-        names = [fast.topic_name(t) for t in topics]
-        qids = run.queue_ids[:count]
-        tt = run.sys_flags[:count] & cl.TRANSACTION_TYPE_MASK
-        cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
-        keys = (tids << 32) | (qids & 0xFFFFFFFF)
-        phys = run.phys[:count]
+            return
+        phys = cols.physical_offset
         sel = phys > above
         if not sel.any():
-            return count
+            return
         first = int(np.argmax(sel))
         state = self.state
         if state.first_dispatched is None:
             state.first_dispatched = int(phys[first])
+        tids, topics = cols.topic_ids()
+        names = [decode_text(t) for t in topics]
+        tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
+        cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+        keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
         # A dispatch is a no-op (except for logicsMsgTimestamp) when the queue already holds the
         # unit (phy + size <= its maxPhysicOffset, which only grows) and the index skips the
         # record (phy below the last file's endPhyOffset, which only grows).
@@ -104,38 +79,50 @@ class Dispatcher:
             for key in uniq.tolist()
         ]
         maxp = np.array([-1 if q is None else q.max_physic for q in known], np.int64)[inverse]
-        need = sel & cq_type & (phys + run.sizes[:count] > maxp)
+        need = sel & cq_type & (phys + cols.sizes > maxp)
         index = self.index
         if index is not None:
             need |= sel & (phys >= index.skip_below())
             if index.creates_file():
                 need[first] = True  # getAndCreateLastIndexFile creates a file even for a skip
         for i in np.flatnonzero(need).tolist():
-            self.dispatch(record_of(buf, run, i, sched.get(i)), phase)
-        ts = run.store_ts[:count][sel & cq_type]
+            self.dispatch(record_of(run, i, names[int(tids[i])]), phase)
+        ts = cols.store_timestamp[sel & cq_type]
         if ts.size:
             state.logics_timestamp = int(ts[-1])
-        return count
 
 
-def record_of(
-    buf: memoryview, run: fast.Run, i: int, tags_code: int | None = None
-) -> DispatchedRecord:
-    """Record ``i`` of a run as the dispatcher sees it."""
-    topic_at = int(run.topic_at[i])
-    topic = fast.topic_name(bytes(buf[topic_at : topic_at + int(run.topic_len[i])]))
-    pa, pl = int(run.props_at[i]), int(run.props_len[i])
+def record_of(run: CheckedRun, i: int, topic: str | None = None) -> DispatchedRecord:
+    """Record ``i`` of a run as the dispatcher sees it (its ``DispatchRequest``)."""
+    cols = run.columns
+    name = cols.topic(i) if topic is None else topic
     return DispatchedRecord(
-        topic,
-        int(run.queue_ids[i]),
-        int(run.queue_offsets[i]),
-        int(run.phys[i]),
-        int(run.sizes[i]),
-        int(run.sys_flags[i]),
-        int(run.store_ts[i]),
-        bytes(buf[pa : pa + pl]),
+        name,
+        int(cols.queue_id[i]),
+        int(cols.queue_offset[i]),
+        int(cols.physical_offset[i]),
+        int(cols.sizes[i]),
+        int(cols.sys_flag[i]),
+        int(cols.store_timestamp[i]),
+        cols.properties_raw(i) if cols.properties_length[i] > 0 else b"",
         None,
-        tags_code,
+        run.tags_code(i) if name == cl.SCHEDULE_TOPIC else None,
+    )
+
+
+def read_length(buf: memoryview, pos: int, r: cl.CheckResult) -> int:
+    """How far the Java buffer moves over a length-mismatch record: the length its fields add
+    up to (``calMsgLength``), not TOTALSIZE."""
+    rec = r.record
+    if rec is None:
+        return max(r.size, 1)
+    at = pos + cl.mid_fields_pos(rec.sys_flag) + cl.BODY_REL + max(rec.body_length, 0)
+    width = cl.topic_length_size(rec.magic)
+    if at + width > len(buf):
+        return max(r.size, 1)
+    topic_len = int.from_bytes(buf[at : at + width], "big", signed=True)
+    return cl.calc_msg_length(
+        rec.sys_flag, rec.body_length, topic_len, len(rec.properties_raw), width
     )
 
 
@@ -154,7 +141,6 @@ def reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> ReputReport
     )
     end = state.commitlog_max_offset
     bounded = profile.tracks_confirm_offset  # 5.x never dispatches past the confirm offset
-    accept_v2 = profile.accepts_v2_magic
     size_cl = state.commitlog_file_size
     reput_at = max(start, state.commitlog_min_offset)
     dispatched = skipped = 0
@@ -171,37 +157,34 @@ def reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> ReputReport
         try:
             result_size = f.wrote - pos
             bpos, read = pos, 0
-            limit = len(region)
             while read < result_size and (not bounded or reput_at < end):
-                msg = fast.fast_check(region, bpos, limit, False, accept_v2)
-                if msg is not None:
-                    if bounded and reput_at + msg.size > end:
+                run = check_run(region, bpos, f.start, state.checks.reput)
+                for i in range(len(run)):
+                    size = int(run.columns.sizes[i])
+                    if bounded and reput_at + size > end:
                         stuck = True
                         break
-                    dispatcher.dispatch(msg, "start")
+                    dispatcher.dispatch(record_of(run, i), "start")
                     dispatched += 1
-                    reput_at += msg.size
-                    read += msg.size
-                    bpos += msg.size
-                    continue
-                r = cl.check_message(region, bpos, f.start, state.checks.reput)
+                    reput_at += size
+                    read += size
+                if stuck or read >= result_size or (bounded and reput_at >= end):
+                    break
+                bpos = run.end
+                r = run.stop
+                if r is None:
+                    continue  # the run's record limit
                 size = r.size
                 if bounded and reput_at + size > end:
                     stuck = True
                     break
-                if r.success and size > 0:
-                    dispatcher.dispatch(DispatchedRecord.of(r), "start")
-                    dispatched += 1
-                    reput_at += size
-                    read += size
-                    bpos += size
-                elif r.success:
+                if r.success:  # BLANK: the next file
                     reput_at = reput_at + size_cl - jmod(reput_at, size_cl)
                     read = result_size
                 elif size > 0:
                     skipped += 1
                     reput_at += size
-                    bpos += fast.read_length(region, bpos, r)
+                    bpos += read_length(region, bpos, r)
                 else:
                     if stop_at is None:
                         stop_at, stop_reason = reput_at, r.reason.value

@@ -15,19 +15,18 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.analysis.recovery import _fastpath as fast
-from rmqinspect.analysis.recovery.dispatch import record_of
 from rmqinspect.analysis.recovery.report import LostMessage, LostReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import properties as props
+from rmqinspect.format.columns import I64, RecordColumns, decode_text
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
+from rmqinspect.format.scan import Skipped, data_extent, scan_file
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId
 
-_I32 = struct.Struct(">i")
+_MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
 _I64 = struct.Struct(">q")
 _NOT_OR_COMMIT = (cl.TRANSACTION_NOT_TYPE, cl.TRANSACTION_COMMIT_TYPE)
 
@@ -100,44 +99,21 @@ def _past_end(
     message headers met and the non-zero bytes from ``begin``."""
     if disk.length == 0:
         return 0, 0
-    check = state.checks.intact
-    accept_v2 = state.profile.accepts_v2_magic
-    magic_re = fast.MAGIC_RE_ANY if accept_v2 else fast.MAGIC_RE_V1
     damaged = 0
     buf = state.store.view(disk)
     try:
-        extent = fast.data_extent(buf, begin)
-        stop = begin + extent  # zeros after this hold no record: skip searching them
-        pos = begin
-        while pos + 8 <= stop:
-            run = fast.fast_run(buf, pos, True, accept_v2)
-            lost, taken = _lost_in_run(state, buf, run, queue_max)
-            for i in lost:
+        extent = data_extent(buf, begin)
+        for event in scan_file(buf, disk.start, begin, state.checks.intact, own_offset=True):
+            if isinstance(event, Skipped):
+                if event.result.magic in _MESSAGE_MAGICS:
+                    damaged += 1  # a message header whose record fails the check
+                continue
+            cols = event.columns
+            for i in _lost_in_run(cols, queue_max):
                 if listing.wants():
-                    r = cl.check_message(buf, int(run.positions[i]), disk.start, check)
-                    assert r.record is not None
-                    listing.add(r.record, disk.name, where)
+                    listing.add(cols.record(i), disk.name, where)
                 else:
                     listing.tally(where)
-            if taken:
-                pos = int(run.positions[taken - 1] + run.sizes[taken - 1])
-            if taken == run.count and run.complete:
-                continue
-            r = cl.check_message(buf, pos, disk.start, check)
-            rec = r.record
-            if r.success and r.size > 0 and rec is not None:
-                if _is_lost(rec, queue_max):
-                    listing.add(rec, disk.name, where)
-                pos += r.size
-                continue
-            if r.success:  # BLANK: the rest of the file is filler
-                break
-            if _I32.unpack_from(buf, pos + cl.MAGIC_POS)[0] in fast.MESSAGE_MAGICS:
-                damaged += 1  # a message header whose record fails the check
-            nxt = fast.resync(buf, pos + 1, stop, disk.start, magic_re, check)
-            if nxt is None:
-                break
-            pos = nxt
     finally:
         buf.release()
     return damaged, extent
@@ -147,53 +123,31 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
     """Walk the kept commitlog ``[min, E)`` (each file up to its write position) and list the
     intact NOT/COMMIT messages no consume-queue unit serves after the restart: their queue is
     missing, or no unit of ``[minOffset, maxOffset)`` near their queue offset leads to them (a
-    fillPreBlank placeholder stands there, or the queue ends before). Headers are read in runs
-    with numpy; only candidates get the full check."""
+    fillPreBlank placeholder stands there, or the queue ends before). Headers are checked in
+    runs with numpy; only candidates get the full check."""
     queues = {qid: q for qid, q in state.queues.items() if q.files}
     per_queue: dict[QueueId, int] = {}
     seen: set[QueueId] = set()
-    check = state.checks.intact
-    accept_v2 = state.profile.accepts_v2_magic
-    magic_re = fast.MAGIC_RE_ANY if accept_v2 else fast.MAGIC_RE_V1
-
-    def add(rec: cl.MessageRecord, file: str) -> None:
-        qid = QueueId(rec.topic, rec.queue_id)
-        if _copy_of_served(state, queues.get(qid), rec):
-            return
-        per_queue[qid] = per_queue.get(qid, 0) + 1
-        listing.add(rec, file, "no_queue_unit")
-
+    intact = state.checks.intact
     for f in state.commitlog:
         buf = state.store.view(f.disk)
         region = buf[: min(f.wrote, len(buf))]
         try:
-            pos = 0
-            while pos + 8 <= len(region):
-                run = fast.fast_run(region, pos, False, accept_v2)
-                for i in _unserved_in_run(region, run, f.start, queues, seen):
-                    r = cl.check_message(region, int(run.positions[i]), f.start, check)
-                    if r.is_message and r.record is not None:
-                        add(r.record, f.name)
-                if run.count:
-                    pos = int(run.positions[-1] + run.sizes[-1])
-                if run.complete:
+            for event in scan_file(region, f.start, 0, state.checks.reput, own_offset=True):
+                if isinstance(event, Skipped):
                     continue
-                r = cl.check_message(region, pos, f.start, check)
-                if r.is_blank:
-                    break
-                rec = r.record
-                if r.is_message and rec is not None:
-                    if rec.enters_consume_queue:
-                        qid = QueueId(rec.topic, rec.queue_id)
-                        seen.add(qid)
-                        if not _served(queues.get(qid), rec.queue_offset, f.start + pos):
-                            add(rec, f.name)
-                    pos += r.size
-                    continue
-                nxt = fast.resync(region, pos + 1, len(region), f.start, magic_re, check)
-                if nxt is None:
-                    break
-                pos = nxt
+                cols = event.columns
+                for i in _unserved_in_run(cols, queues, seen):
+                    at = int(cols.positions[i])
+                    r = cl.check_message(region, at, f.start, intact)
+                    rec = r.record
+                    if not r.is_message or rec is None:
+                        continue
+                    qid = QueueId(rec.topic, rec.queue_id)
+                    if _copy_of_served(state, queues.get(qid), rec):
+                        continue
+                    per_queue[qid] = per_queue.get(qid, 0) + 1
+                    listing.add(rec, f.name, "no_queue_unit")
         finally:
             region.release()
             buf.release()
@@ -207,7 +161,7 @@ _MISPLACED_SLOTS = 64
 
 
 def _served_mask(
-    q: ConsumeQueue | None, queue_offsets: fast.I64N, positions: fast.I64N
+    q: ConsumeQueue | None, queue_offsets: I64, positions: I64
 ) -> npt.NDArray[np.bool_]:
     """Whether a unit of ``q`` near each record's queue offset holds the record's position."""
     served = np.zeros(len(positions), bool)
@@ -240,79 +194,49 @@ def _copy_of_served(state: BrokerState, q: ConsumeQueue | None, rec: cl.MessageR
     return False
 
 
-def _served(q: ConsumeQueue | None, queue_offset: int, position: int) -> bool:
-    one = np.array([queue_offset], np.int64)
-    return bool(_served_mask(q, one, np.array([position], np.int64))[0])
-
-
 def _unserved_in_run(
-    buf: memoryview,
-    run: fast.Run,
-    file_start: int,
-    queues: dict[QueueId, ConsumeQueue],
-    seen: set[QueueId],
+    cols: RecordColumns, queues: dict[QueueId, ConsumeQueue], seen: set[QueueId]
 ) -> list[int]:
-    """Records of a run (headers only) that enter a consume queue whose unit at their queue
-    offset does not lead to them; also adds every queue the run holds records of to ``seen``."""
-    if not run.count:
+    """Records of a run that enter a consume queue whose units near their queue offset do not
+    lead to them; also adds every queue the run holds records of to ``seen``."""
+    if not len(cols):
         return []
-    tids, topics = fast.topic_ids(buf, run.topic_at, run.topic_len)
-    names = [fast.topic_name(t) for t in topics]
-    keys = (tids << 32) | (run.queue_ids & 0xFFFFFFFF)
-    tt = run.sys_flags & cl.TRANSACTION_TYPE_MASK
+    tids, topics = cols.topic_ids()
+    names = [decode_text(t) for t in topics]
+    keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
+    tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
     cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
     lacking = cq_type.copy()
     candidates = np.flatnonzero(cq_type)
     uniq, inverse = np.unique(keys[candidates], return_inverse=True)
     by_queue = candidates[np.argsort(inverse, kind="stable")]
     bounds = np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1]
-    qoff = run.queue_offsets
+    qoff = cols.queue_offset
+    positions = cols.file_start + cols.positions
     for key, members in zip(uniq.tolist(), np.split(by_queue, bounds), strict=True):
         qid = QueueId(names[key >> 32], wrap32(key & 0xFFFFFFFF))
         seen.add(qid)
-        q = queues.get(qid)
-        lacking[members] = ~_served_mask(q, qoff[members], file_start + run.positions[members])
+        lacking[members] = ~_served_mask(queues.get(qid), qoff[members], positions[members])
     return np.flatnonzero(lacking).tolist()
 
 
-def _lost_in_run(
-    state: BrokerState, buf: memoryview, run: fast.Run, queue_max: dict[QueueId, int]
-) -> tuple[list[int], int]:
-    """Which records of an intact run (checked with CRC) are lost, and how many records of the
-    run count as intact (a schedule record with a non-integer DELAY ends it)."""
-    count = run.count
-    if not count:
-        return [], 0
-    tids, topics = fast.topic_ids(buf, run.topic_at, run.topic_len)
-    if fast.SCHEDULE_BYTES in topics:
-        delays = dict(state.checks.intact.delay_levels)
-        for i in np.flatnonzero(tids == topics.index(fast.SCHEDULE_BYTES)).tolist():
-            m = record_of(buf, run, i)
-            p = m.props
-            tags, delay = p.get(props.TAGS), p.get(props.DELAY)
-            if cl.dispatch_tags_code(m.topic, tags, delay, m.store_ts, delays) is None:
-                count = i
-                break
-    names = [fast.topic_name(t) for t in topics]
-    tids, qids = tids[:count], run.queue_ids[:count]
-    keys = (tids << 32) | (qids & 0xFFFFFFFF)
+def _lost_in_run(cols: RecordColumns, queue_max: dict[QueueId, int]) -> list[int]:
+    """Which records of an intact run past E are lost: all but NOT/COMMIT copies of a queue
+    offset the queue holds after the restart (stale copies of an earlier generation)."""
+    if not len(cols):
+        return []
+    tids, topics = cols.topic_ids()
+    names = [decode_text(t) for t in topics]
+    keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
     uniq, inverse = np.unique(keys, return_inverse=True)
     tops = np.array(
         [queue_max.get(QueueId(names[k >> 32], wrap32(k & 0xFFFFFFFF)), 0) for k in uniq.tolist()],
         np.int64,
     )[inverse]
-    tt = run.sys_flags[:count] & cl.TRANSACTION_TYPE_MASK
+    tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
     cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
-    lost = ~cq_type | (run.queue_offsets[:count] >= tops)
-    return np.flatnonzero(lost).tolist(), count
-
-
-def _is_lost(rec: cl.MessageRecord, queue_max: dict[QueueId, int]) -> bool:
-    """A record past E is acknowledged data the restart destroys, unless its queue already holds
-    that queue offset after the restart (then it is a stale copy from an earlier generation)."""
-    if rec.sys_flag & cl.TRANSACTION_TYPE_MASK not in _NOT_OR_COMMIT:
-        return True
-    return rec.queue_offset >= queue_max.get(QueueId(rec.topic, rec.queue_id), 0)
+    lost = ~cq_type | (cols.queue_offset >= tops)
+    return np.flatnonzero(lost).tolist()
 
 
 def _lost(rec: cl.MessageRecord, file: str, where: str) -> LostMessage:
