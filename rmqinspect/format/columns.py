@@ -11,6 +11,7 @@ are :mod:`rmqinspect.format.scan`'s.
 from __future__ import annotations
 
 import functools
+import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -414,6 +415,38 @@ class RecordColumns:
                     ids[j] = names.setdefault(self.topic_bytes(j), len(names))
         return ids, list(names)
 
+    def property_values(self, name: str, rows: I64) -> list[str | None]:
+        """``properties(i).get(name)`` for each record of ``rows`` (ascending), found by one
+        search over the buffer instead of parsing every record's properties: the last entry
+        named ``name`` that starts an entry and has a non-empty value (as
+        :func:`rmqinspect.format.properties.property_value` rules, for one record)."""
+        out: list[str | None] = [None] * len(rows)
+        if not len(rows):
+            return out
+        at = self.properties_at[rows]
+        end = at + np.maximum(self.properties_length[rows], 0)
+        needle = name.encode("utf-8") + b"\x01"
+        buf = self.buf
+        lo, hi = int(at[0]), int(end.max())
+        hits = np.array([m.start() for m in re.finditer(re.escape(needle), buf[lo:hi])], np.int64)
+        if not len(hits):
+            return out
+        hits += lo
+        owner = np.searchsorted(at, hits, side="right") - 1
+        keep = owner >= 0
+        owner, hits = owner[keep], hits[keep]
+        inside = hits + len(needle) <= end[owner]
+        data = np.frombuffer(buf, np.uint8)
+        starts_entry = (hits == at[owner]) | (data[np.maximum(hits - 1, 0)] == _SEPARATOR)
+        keep = inside & starts_entry
+        for k, h in zip(owner[keep].tolist(), hits[keep].tolist(), strict=True):
+            rest = bytes(buf[h + len(needle) : int(end[k])])
+            sep = rest.find(b"\x02")
+            value = rest if sep < 0 else rest[:sep]
+            if value:  # an empty value is no entry: an earlier one stands
+                out[k] = value.decode("utf-8", "replace")
+        return out
+
     def topic_mask(self, wanted: Sequence[str]) -> Mask:
         """Records whose (decoded) topic is one of ``wanted``."""
         ids, topics = self.topic_ids()
@@ -424,6 +457,9 @@ class RecordColumns:
 _ARRAY_FIELDS = tuple(
     name for name in RecordColumns.__dataclass_fields__ if name not in ("buf", "file_start")
 )
+
+
+_SEPARATOR = ord(props.PROPERTY_SEPARATOR)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,26 +1,31 @@
 """Dispatch (``doDispatch``: consume queue and index, §10.11) and the reput service after
 ``start()``.
 
-:class:`Dispatcher` takes records one at a time or a whole run at once; for a run it works out
-with numpy which records would change anything (a queue that lacks the unit, an index that has
-not passed the offset) and hands only those over, one by one, in order.
+:class:`Dispatcher` takes the records of a checked run (:class:`~rmqinspect.format.scan.CheckedRun`)
+as columns: numpy works out which records would change anything (a queue that lacks the unit, an
+index that has not passed the offset); consume-queue units are put one by one (the broker's
+placement rules are sequential), index keys are found and hashed for the whole run at once.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from rmqinspect.analysis.recovery.index_service import IndexService
 from rmqinspect.analysis.recovery.report import ReputReport
-from rmqinspect.analysis.recovery.state import BrokerState, DispatchedRecord
+from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import decode_text
+from rmqinspect.format import properties as props
+from rmqinspect.format.columns import I64, RecordColumns, decode_text
+from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.javamath import jmod, wrap32, wrap64
 from rmqinspect.format.scan import CheckedRun, check_run
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.model import QueueId
 
-_NOT_OR_COMMIT = (cl.TRANSACTION_NOT_TYPE, cl.TRANSACTION_COMMIT_TYPE)
+Topics = tuple[I64, list[str]]  # each record's topic id, and the topics by id
 
 
 class Dispatcher:
@@ -31,31 +36,61 @@ class Dispatcher:
         self.index = index if state.options.message_index_enable else None
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
 
-    def dispatch(self, m: DispatchedRecord, phase: str) -> None:
-        """``doDispatch`` of one record; properties are parsed only when something writes."""
+    def dispatch_rows(
+        self,
+        run: CheckedRun,
+        rows: I64,
+        phase: str,
+        index_rows: I64 | None = None,
+        topics: Topics | None = None,
+    ) -> None:
+        """``doDispatch`` of the records ``rows`` (ascending) of a run: the consume queues get
+        ``putMessagePositionInfo`` for the NOT and COMMIT records among them, the index
+        ``buildIndex`` for ``index_rows`` (default: the same rows)."""
+        cols = run.columns
+        index_rows = rows if index_rows is None else index_rows
+        if not len(rows) and not len(index_rows):
+            return
+        tids, names = topics if topics is not None else _topics(cols)
         state = self.state
         if state.first_dispatched is None:
-            state.first_dispatched = m.phy
-        if m.sys_flag & cl.TRANSACTION_TYPE_MASK in _NOT_OR_COMMIT:
-            key = (m.topic, m.queue_id)
+            first = min(rows[:1].tolist() + index_rows[:1].tolist())
+            state.first_dispatched = int(cols.physical_offset[first])
+        tt = cols.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK
+        units = rows[(tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)]
+        if len(units):
+            self._put_units(run, units, tids, names, phase)
+            # putMessagePositionInfoWrapper moves logicsMsgTimestamp even on a skip.
+            state.logics_timestamp = int(cols.store_timestamp[units[-1]])
+        if self.index is not None:
+            self.index.add_run(cols, index_rows, tids, names)
+
+    def _put_units(
+        self, run: CheckedRun, rows: I64, tids: I64, names: list[str], phase: str
+    ) -> None:
+        """``putMessagePositionInfo`` record by record (skips, pre-blank fill and placement are
+        sequential rules); the tagsCode is the tag hash, or the schedule topic's delivery time."""
+        cols = run.columns
+        tags = cols.property_values(props.TAGS, rows)
+        phys = cols.physical_offset[rows].tolist()
+        sizes = cols.sizes[rows].tolist()
+        qids = cols.queue_id[rows].tolist()
+        qoffs = cols.queue_offset[rows].tolist()
+        for n, i in enumerate(rows.tolist()):
+            key = (names[int(tids[i])], qids[n])
             q = self._queues.get(key)
             if q is None:
-                q = self._queues[key] = state.queue(QueueId(m.topic, m.queue_id))
-            if wrap64(m.phy + m.size) > q.max_physic:
-                q.put(m.phy, m.size, m.tags_code, m.queue_offset, phase)
-            # putMessagePositionInfoWrapper moves logicsMsgTimestamp even on a skip.
-            state.logics_timestamp = m.store_ts
-        if self.index is not None:
-            self.index.add(m)
+                q = self._queues[key] = self.state.queue(QueueId(*key))
+            phy, size = phys[n], sizes[n]
+            if wrap64(phy + size) > q.max_physic:
+                code = run.tags_code(i) if key[0] == cl.SCHEDULE_TOPIC else _tag_hash(tags[n])
+                q.put(phy, size, code, qoffs[n], phase)
 
     def take_run(self, run: CheckedRun, phase: str, above: int) -> None:
-        """Dispatch, as the scan loop would one by one, the records of ``run`` whose physical
-        offset is above ``above``: numpy works out which of them would change anything (a queue
-        that lacks the unit, an index that has not passed the offset), and only those are
-        handed over, in order."""
+        """Dispatch, as the recovery scan loop would one by one, the records of ``run`` whose
+        physical offset is above ``above``, handing over only those that change anything."""
         cols = run.columns
-        count = len(cols)
-        if not count:
+        if not len(cols):
             return
         phys = cols.physical_offset
         sel = phys > above
@@ -65,49 +100,41 @@ class Dispatcher:
         state = self.state
         if state.first_dispatched is None:
             state.first_dispatched = int(phys[first])
-        tids, topics = cols.topic_ids()
-        names = [decode_text(t) for t in topics]
+        tids, names = _topics(cols)
         tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
         cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
         keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
-        # A dispatch is a no-op (except for logicsMsgTimestamp) when the queue already holds the
-        # unit (phy + size <= its maxPhysicOffset, which only grows) and the index skips the
-        # record (phy below the last file's endPhyOffset, which only grows).
+        # A queue already holds the unit when phy + size <= its maxPhysicOffset (which only
+        # grows); the index skips a record below the last file's endPhyOffset (which only
+        # grows), but a record still makes getAndCreateLastIndexFile create a file.
         uniq, inverse = np.unique(keys, return_inverse=True)
         known = [
             state.queues.get(QueueId(names[key >> 32], wrap32(key & 0xFFFFFFFF)))
             for key in uniq.tolist()
         ]
         maxp = np.array([-1 if q is None else q.max_physic for q in known], np.int64)[inverse]
-        need = sel & cq_type & (phys + cols.sizes > maxp)
-        index = self.index
-        if index is not None:
-            need |= sel & (phys >= index.skip_below())
-            if index.creates_file():
-                need[first] = True  # getAndCreateLastIndexFile creates a file even for a skip
-        for i in np.flatnonzero(need).tolist():
-            self.dispatch(record_of(run, i, names[int(tids[i])]), phase)
+        units = np.flatnonzero(sel & cq_type & (phys + cols.sizes > maxp))
+        indexed = np.zeros(0, np.int64)
+        if self.index is not None:
+            need = sel & (phys >= self.index.skip_below())
+            if self.index.creates_file():
+                need[first] = True
+            indexed = np.flatnonzero(need)
+        self.dispatch_rows(run, units, phase, indexed, (tids, names))
         ts = cols.store_timestamp[sel & cq_type]
         if ts.size:
             state.logics_timestamp = int(ts[-1])
 
 
-def record_of(run: CheckedRun, i: int, topic: str | None = None) -> DispatchedRecord:
-    """Record ``i`` of a run as the dispatcher sees it (its ``DispatchRequest``)."""
-    cols = run.columns
-    name = cols.topic(i) if topic is None else topic
-    return DispatchedRecord(
-        name,
-        int(cols.queue_id[i]),
-        int(cols.queue_offset[i]),
-        int(cols.physical_offset[i]),
-        int(cols.sizes[i]),
-        int(cols.sys_flag[i]),
-        int(cols.store_timestamp[i]),
-        cols.properties_raw(i) if cols.properties_length[i] > 0 else b"",
-        None,
-        run.tags_code(i) if name == cl.SCHEDULE_TOPIC else None,
-    )
+def _topics(cols: RecordColumns) -> Topics:
+    tids, topics = cols.topic_ids()
+    return tids, [decode_text(t) for t in topics]
+
+
+@functools.lru_cache(maxsize=4096)
+def _tag_hash(tags: str | None) -> int:
+    """A store holds few distinct tags: hash each once."""
+    return java_hash(tags) if tags else 0
 
 
 def read_length(buf: memoryview, pos: int, r: cl.CheckResult) -> int:
@@ -159,15 +186,17 @@ def reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> ReputReport
             bpos, read = pos, 0
             while read < result_size and (not bounded or reput_at < end):
                 run = check_run(region, bpos, f.start, state.checks.reput)
-                for i in range(len(run)):
-                    size = int(run.columns.sizes[i])
-                    if bounded and reput_at + size > end:
-                        stuck = True
-                        break
-                    dispatcher.dispatch(record_of(run, i), "start")
-                    dispatched += 1
-                    reput_at += size
-                    read += size
+                taken = len(run)
+                if bounded and taken:
+                    # 5.x stops before a record that would pass the confirm offset.
+                    ends = reput_at + np.cumsum(run.columns.sizes)
+                    taken = int(np.searchsorted(ends, end, side="right"))
+                    stuck = taken < len(run)
+                dispatcher.dispatch_rows(run, np.arange(taken, dtype=np.int64), "start")
+                size = int(run.columns.sizes[:taken].sum())
+                dispatched += taken
+                reput_at += size
+                read += size
                 if stuck or read >= result_size or (bounded and reput_at >= end):
                     break
                 bpos = run.end

@@ -17,10 +17,10 @@ from datetime import datetime
 import numpy as np
 
 from rmqinspect.analysis.recovery.report import IndexFileInfo, IndexReport, OffsetRange
-from rmqinspect.analysis.recovery.state import DispatchedRecord
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.checkpoint import Checkpoint
+from rmqinspect.format.columns import I64, RecordColumns
 from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
@@ -102,8 +102,6 @@ def _header(store: Store, f: StoreFile) -> IndexHeader:
 IndexSink = Callable[[IndexFileBuilder], None]
 """Receives each index file the restart writes (new or continued), with its bytes."""
 
-_CHUNK = 8192  # dispatched records indexed per builder call
-
 
 class IndexService:
     """``IndexService`` after ``load``: the kept files, and ``buildIndex`` for the dispatched
@@ -119,7 +117,6 @@ class IndexService:
         self.sink = sink
         self.written: list[str] = []
         self._builder: IndexBuilder | None = None
-        self._pending: list[DispatchedRecord] = []
         last = loaded.kept[-1] if loaded.kept else None
         self._last_kept = last
         self._last_kept_header = loaded.headers[last] if last is not None else None
@@ -129,7 +126,6 @@ class IndexService:
     def skip_below(self) -> int:
         """``buildIndex`` skips records below this offset (the last file's endPhyOffset; a new
         file inherits it)."""
-        self.flush()
         if self._builder is not None:
             return self._builder.end_phy_offset
         h = self._last_kept_header
@@ -137,7 +133,6 @@ class IndexService:
 
     def creates_file(self) -> bool:
         """The next ``buildIndex`` call creates a file (none yet, or the last one is full)."""
-        self.flush()
         if self._builder is not None:
             return self._builder.creates_file
         h = self._last_kept_header
@@ -145,47 +140,39 @@ class IndexService:
 
     # dispatch ---------------------------------------------------------------------------------
 
-    def add(self, m: DispatchedRecord) -> None:
-        """``IndexService.buildIndex`` for one dispatched record, in dispatch order."""
-        self._pending.append(m)
-        if len(self._pending) >= _CHUNK:
-            self.flush()
-
-    def flush(self) -> None:
-        """Index the pending records with one vectorised builder call."""
-        pending, self._pending = self._pending, []
-        if not pending:
+    def add_run(self, cols: RecordColumns, rows: I64, topic_ids: I64, topics: list[str]) -> None:
+        """``IndexService.buildIndex`` for the records ``rows`` (ascending) of a run, in
+        dispatch order, with one vectorised builder call: keys are found with one search per
+        property name over the run, hashed with numpy."""
+        if not len(rows):
             return
-        topics: dict[str, int] = {}
+        uniq = cols.property_values(props.UNIQ_KEY, rows)
+        keys = cols.property_values(props.KEYS, rows)
+        rollback = (cols.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK) == cl.TRANSACTION_ROLLBACK_TYPE
         prefix_of: list[int] = []
-        keys: list[str] = []
+        values: list[str] = []
         owners: list[int] = []
-        for n, m in enumerate(pending):
-            if m.sys_flag & cl.TRANSACTION_TYPE_MASK == cl.TRANSACTION_ROLLBACK_TYPE:
+        for n, (u, k, skip) in enumerate(zip(uniq, keys, rollback.tolist(), strict=True)):
+            if skip:
                 continue  # puts nothing (the builder knows it too, so no need to hash)
-            raw = m.properties_raw
-            record_keys = props.index_key_values(
-                props.property_value(raw, props.UNIQ_KEY), props.property_value(raw, props.KEYS)
-            )
-            if not record_keys:
-                continue
-            t = topics.setdefault(m.topic, len(topics))
-            for key in record_keys:
-                prefix_of.append(t)
-                keys.append(key)
-                owners.append(n)
+            record_keys = props.index_key_values(u, k)
+            if record_keys:
+                t = int(topic_ids[rows[n]])
+                prefix_of.extend([t] * len(record_keys))
+                values.extend(record_keys)
+                owners.extend([n] * len(record_keys))
         hashes = prefixed_key_hashes(
-            [index_key(topic, "") for topic in topics], np.array(prefix_of, np.int64), keys
+            [index_key(topic, "") for topic in topics], np.array(prefix_of, np.int64), values
         )
-        self._get_builder(pending[0]).dispatch(
-            np.array([m.phy for m in pending], np.int64),
-            np.array([m.store_ts for m in pending], np.int64),
-            np.array([m.sys_flag for m in pending], np.int64),
+        self._get_builder().dispatch(
+            cols.physical_offset[rows],
+            cols.store_timestamp[rows],
+            cols.sys_flag[rows],
             hashes,
             np.array(owners, np.int64),
         )
 
-    def _get_builder(self, first: DispatchedRecord) -> IndexBuilder:
+    def _get_builder(self) -> IndexBuilder:
         if self._builder is None:
             continued = None
             if self._last_kept is not None:
@@ -229,7 +216,6 @@ class IndexService:
 
     def finish(self) -> None:
         """The shutdown after the restart flushes the last file."""
-        self.flush()
         if self._builder is not None:
             last = self._builder.finish()
             if last is not None:

@@ -8,15 +8,12 @@ the emulation noticed on the way. Nothing here writes to disk.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rmqinspect.analysis.recovery.report import LoadFailure
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import properties as props
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
-from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.javamath import jmod
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.consume_queue import ConsumeQueue
@@ -62,89 +59,6 @@ class CommitlogFile:
     @property
     def name(self) -> str:
         return self.disk.name
-
-
-class DispatchedRecord:
-    """A record the dispatcher hands to the consume queue and the index: the fields of the
-    ``DispatchRequest`` the broker builds from the record itself; properties parsed on demand."""
-
-    __slots__ = (
-        "_props",
-        "_raw",
-        "_tags",
-        "phy",
-        "queue_id",
-        "queue_offset",
-        "size",
-        "store_ts",
-        "sys_flag",
-        "topic",
-    )
-
-    def __init__(
-        self,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        phy: int,
-        size: int,
-        sys_flag: int,
-        store_ts: int,
-        raw: bytes,
-        props_map: dict[str, str] | None = None,
-        tags_code: int | None = None,
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.phy = phy
-        self.size = size
-        self.sys_flag = sys_flag
-        self.store_ts = store_ts
-        self._raw = raw
-        self._props = props_map
-        self._tags = tags_code
-
-    @classmethod
-    def of(cls, r: cl.CheckResult) -> DispatchedRecord:
-        rec = r.record
-        assert rec is not None
-        return cls(
-            rec.topic,
-            rec.queue_id,
-            rec.queue_offset,
-            rec.physical_offset,
-            rec.store_size,
-            rec.sys_flag,
-            rec.store_timestamp,
-            rec.properties_raw,
-            rec.properties,
-            r.tags_code,
-        )
-
-    @property
-    def properties_raw(self) -> bytes:
-        return self._raw
-
-    @property
-    def props(self) -> dict[str, str]:
-        if self._props is None:
-            self._props = props.parse_properties(self._raw.decode("utf-8", "replace"))
-        return self._props
-
-    @property
-    def tags_code(self) -> int:
-        """The dispatch tagsCode; schedule-topic records arrive with theirs already computed."""
-        if self._tags is None:
-            tags = self.props.get(props.TAGS)
-            self._tags = _tag_hash(tags) if tags else 0
-        return self._tags
-
-
-@functools.lru_cache(maxsize=4096)
-def _tag_hash(tags: str) -> int:
-    """A store holds few distinct tags; hashing each once keeps dispatch cheap."""
-    return java_hash(tags)
 
 
 @dataclass
