@@ -514,13 +514,7 @@ def check_message(
                 f"__CRC32# {stored_text!r}, computed {prop_crc}",
                 rec,
             )
-    expected = calc_msg_length(
-        rec.sys_flag,
-        rec.body_length,
-        parsed.topic_length,
-        parsed.properties_length,
-        2 if magic == MESSAGE_MAGIC_CODE_V2 else 1,
-    )
+    expected = parsed.expected_length
     if expected != total_size:
         return CheckResult(
             total_size,
@@ -552,6 +546,18 @@ class _Parsed:
     properties_length: int = 0
     body_stop: str | None = None  # Java threw before or while reading the body
     tail_stop: str | None = None  # Java threw after the body (topic or properties)
+
+    @property
+    def expected_length(self) -> int:
+        """``calMsgLength`` of the parts read: what TOTALSIZE must be."""
+        rec = self.record
+        return calc_msg_length(
+            rec.sys_flag,
+            rec.body_length,
+            self.topic_length,
+            self.properties_length,
+            topic_length_size(rec.magic),
+        )
 
 
 def _parse(
@@ -684,13 +690,7 @@ def decode_message(
     if stop is not None:
         raise DecodeError(f"corrupt record: {stop}", pos)
     rec = parsed.record
-    expected = calc_msg_length(
-        rec.sys_flag,
-        rec.body_length,
-        parsed.topic_length,
-        parsed.properties_length,
-        2 if magic == MESSAGE_MAGIC_CODE_V2 else 1,
-    )
+    expected = parsed.expected_length
     if expected != total_size:
         raise DecodeError(f"TOTALSIZE {total_size} but the fields add up to {expected}", pos)
     return rec

@@ -67,13 +67,8 @@ def lost_message_json(message: LostMessage) -> dict[str, Any]:
 
 
 def _changed(q: QueueReport) -> bool:
-    return bool(
-        q.units_truncated
-        or q.units_dropped_by_cq_recover
-        or q.units_written_at_load
-        or q.units_written_after_start
-        or q.files_deleted
-        or q.files_created
+    return (
+        q.changed_by_restart
         or q.max_offset_on_disk != q.max_offset_after_dispatch
         or q.min_offset_after_start != q.min_offset_after_load
     )

@@ -225,14 +225,7 @@ def noop_differences(report: RecoveryReport) -> list[str]:
     if report.index is not None and (report.index.deleted_files or report.index.entries_written):
         diffs.append("index files deleted or written")
     for q in report.consume_queues:
-        if (
-            q.units_truncated
-            or q.units_dropped_by_cq_recover
-            or q.units_written_at_load
-            or q.units_written_after_start
-            or q.files_deleted
-            or q.files_created
-        ):
+        if q.changed_by_restart:
             diffs.append(f"consume queue {q.topic}/{q.queue_id} changes")
     lost = report.lost_messages
     # Messages no unit serves stay unserved across restarts: only what a restart destroys counts.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from rmqinspect.analysis.recovery.commitlog import (
     ScanOutcome,
@@ -137,17 +138,8 @@ def run_recovery(
     ]
     checkpoint, checkpoint_after = _checkpoint_report(state, cp, cp_present, index, confirm)
     report = RecoveryReport(
-        schema_version=SCHEMA_VERSION,
-        store=str(store.root),
-        profile=state.profile.value,
-        profile_reasons=list(store.profile.reasons),
-        options=_options_dict(state),
+        **_identity(state, last_ok, source),
         broker_starts=failure is None,
-        load_failures=state.failures,
-        abort_present=store.abort_present,
-        last_exit_ok=last_ok,
-        last_exit_source=source,
-        recovery_path=_path(last_ok).value,
         start_file=recovered.start_file,
         max_phy_offset_of_consume_queue=max_phy_cq,
         cq_truncation=recovered.cq_truncation,
@@ -272,8 +264,21 @@ def start(state: BrokerState, dispatcher: Dispatcher) -> ReputReport:
 # --- report sections ---------------------------------------------------------------------------
 
 
-def _path(last_exit_ok: bool) -> RecoveryPath:
-    return RecoveryPath.NORMAL if last_exit_ok else RecoveryPath.ABNORMAL
+def _identity(state: BrokerState, last_ok: bool, source: str) -> dict[str, Any]:
+    """The report fields that describe the store and the run, whatever the restart does."""
+    store = state.store
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "store": str(store.root),
+        "profile": state.profile.value,
+        "profile_reasons": list(store.profile.reasons),
+        "options": _options_dict(state),
+        "load_failures": state.failures,
+        "abort_present": store.abort_present,
+        "last_exit_ok": last_ok,
+        "last_exit_source": source,
+        "recovery_path": (RecoveryPath.NORMAL if last_ok else RecoveryPath.ABNORMAL).value,
+    }
 
 
 def _refused(state: BrokerState, last_ok: bool, source: str) -> RecoveryOutcome:
@@ -281,17 +286,8 @@ def _refused(state: BrokerState, last_ok: bool, source: str) -> RecoveryOutcome:
     chosen, and no end state (the broker never reaches one)."""
     store = state.store
     report = RecoveryReport(
-        schema_version=SCHEMA_VERSION,
-        store=str(store.root),
-        profile=state.profile.value,
-        profile_reasons=list(store.profile.reasons),
-        options=_options_dict(state),
+        **_identity(state, last_ok, source),
         broker_starts=False,
-        load_failures=state.failures,
-        abort_present=store.abort_present,
-        last_exit_ok=last_ok,
-        last_exit_source=source,
-        recovery_path=_path(last_ok).value,
         start_file=None,
         max_phy_offset_of_consume_queue=None,
         cq_truncation=False,

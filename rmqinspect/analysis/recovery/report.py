@@ -126,6 +126,18 @@ class QueueReport:
     files_deleted: list[str]
     files_created: list[str]
 
+    @property
+    def changed_by_restart(self) -> bool:
+        """Units or files the restart removes or writes (offsets aside)."""
+        return bool(
+            self.units_truncated
+            or self.units_dropped_by_cq_recover
+            or self.units_written_at_load
+            or self.units_written_after_start
+            or self.files_deleted
+            or self.files_created
+        )
+
 
 @dataclass
 class IndexFileInfo:
