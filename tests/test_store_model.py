@@ -15,6 +15,7 @@ import pytest
 
 from rmqinspect.errors import StoreError
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import encode
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import CheckedRun
@@ -26,7 +27,7 @@ FILE_SIZE = 4096
 
 
 def _record(offset: int, queue_offset: int, props: bytes = b"TAGS\x01A") -> bytes:
-    return cl.encode_message(
+    return encode.encode_message(
         topic="T",
         queue_id=0,
         flag=0,
@@ -55,7 +56,7 @@ def _write_commitlog(root: Path, files: int = 2) -> list[int]:
         while True:
             rec = _record(start + len(data), qo)
             if len(data) + len(rec) + 8 > FILE_SIZE:
-                data += cl.encode_blank(FILE_SIZE - len(data))
+                data += encode.encode_blank(FILE_SIZE - len(data))
                 break
             offsets.append(start + len(data))
             data += rec
