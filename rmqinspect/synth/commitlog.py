@@ -15,7 +15,8 @@ import numpy.typing as npt
 
 from rmqinspect.format.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqinspect.format.encode import encode_blank
-from rmqinspect.synth.files import create_file, offset_file_name
+from rmqinspect.format.names import offset_file_name
+from rmqinspect.synth.files import create_file
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from rmqinspect.format import columns
 from rmqinspect.format.commitlog import CheckOptions, MessageRecord, check_message
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
 from rmqinspect.format.encode import encode_message
+from rmqinspect.format.names import offset_file_name
 from rmqinspect.format.profile import Profile
-from rmqinspect.synth.files import offset_file_name
 
 _BODY_START_V4V4 = 88  # BODY offset in a record with two IPv4 hosts
 _WALK = CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=True)

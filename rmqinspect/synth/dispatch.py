@@ -16,8 +16,9 @@ from rmqinspect.format.commitlog import SCHEDULE_TOPIC, dispatch_tags_code
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, CQ_UNIT_DTYPE, PRE_BLANK_UNIT
 from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder, IndexNamer
 from rmqinspect.format.javahash import index_key, java_hash, prefixed_key_hashes
+from rmqinspect.format.names import offset_file_name
 from rmqinspect.format.profile import Profile
-from rmqinspect.synth.files import create_file, offset_file_name, write_at, write_pieces
+from rmqinspect.synth.files import create_file, write_at, write_pieces
 from rmqinspect.synth.layout import MessageColumns, StoreLayout
 
 # Dispatch work is buffered and done with numpy in chunks of this many messages.

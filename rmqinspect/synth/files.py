@@ -26,11 +26,6 @@ def write_at(path: Path, offset: int, data: bytes) -> None:
         os.close(fd)
 
 
-def offset_file_name(offset: int) -> str:
-    """``UtilAll.offset2FileName``: the 20-digit name of the file starting at ``offset``."""
-    return f"{offset:020d}"
-
-
 def write_pieces(path: Path, size: int, pieces: Iterable[tuple[int, Buffer]]) -> None:
     """A new file of ``size`` bytes holding ``(position, data)`` pieces written in order."""
     fd = create_file(path, size)
