@@ -35,3 +35,7 @@ class StoreError(Exception):
     def from_decode(cls, err: DecodeError, path: str, base_offset: int = 0) -> StoreError:
         offset = None if err.offset is None else base_offset + err.offset
         return cls(err.message, path, offset)
+
+
+class LiveStoreWarning(UserWarning):
+    """The store was being written while it was read (a broker still running on it)."""

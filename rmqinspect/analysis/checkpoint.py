@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmqinspect.errors import DecodeError, StoreError
-from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
+from rmqinspect.format.checkpoint import CHECKPOINT_READ_LIMIT, Checkpoint, decode_checkpoint
+from rmqinspect.store.files import read_small
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +26,11 @@ def checkpoint_path(target: Path) -> Path:
 
 def read_checkpoint(target: Path) -> CheckpointReport:
     path = checkpoint_path(target)
-    if not path.is_file():
+    raw = read_small(path, CHECKPOINT_READ_LIMIT)
+    if raw is None:
         raise StoreError("no checkpoint file (the broker would start from all zeros)", str(path))
-    with open(path, "rb") as fh:
-        data = fh.read(2 * CHECKPOINT_FILE_SIZE)
     try:
-        cp = decode_checkpoint(data)
+        cp = decode_checkpoint(raw.data, raw.size)
     except DecodeError as err:
         raise StoreError.from_decode(err, str(path)) from None
     notes: list[str] = []

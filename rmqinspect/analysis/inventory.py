@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqinspect.analysis.queues import QueueBounds, all_queue_bounds
-from rmqinspect.errors import DecodeError
+from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.checkpoint import Checkpoint, decode_checkpoint
+from rmqinspect.format.checkpoint import CHECKPOINT_READ_LIMIT, Checkpoint, decode_checkpoint
 from rmqinspect.format.config import (
     ConsumerOffsetTable,
     DelayOffsetTable,
@@ -25,7 +25,7 @@ from rmqinspect.format.config import (
 from rmqinspect.format.index import IndexHeader
 from rmqinspect.format.scan import CheckedRun, Skipped
 from rmqinspect.store.configfiles import ConfigFileResult, load_config_files
-from rmqinspect.store.files import FileQueue, LayoutProblem, StoreFile
+from rmqinspect.store.files import FileQueue, LayoutProblem, StoreFile, read_small
 from rmqinspect.store.model import Store, UnsupportedLayout
 
 
@@ -289,12 +289,14 @@ def _index_files(store: Store) -> list[IndexFileSummary]:
 
 
 def checkpoint_summary(path: Path) -> CheckpointSummary:
-    if not path.is_file():
-        return CheckpointSummary(str(path), False, None, "missing: the broker would use zeros")
-    with open(path, "rb") as fh:
-        data = fh.read(8192)
     try:
-        return CheckpointSummary(str(path), True, decode_checkpoint(data))
+        raw = read_small(path, CHECKPOINT_READ_LIMIT)
+    except StoreError as err:
+        return CheckpointSummary(str(path), True, None, err.message)
+    if raw is None:
+        return CheckpointSummary(str(path), False, None, "missing: the broker would use zeros")
+    try:
+        return CheckpointSummary(str(path), True, decode_checkpoint(raw.data, raw.size))
     except DecodeError as err:
         return CheckpointSummary(str(path), True, None, err.message)
 

@@ -147,7 +147,8 @@ def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int 
     buf = store.view(f)
     try:
         pos = from_offset - f.start
-        nxt = scan.resync(buf, pos, pos + scan.data_extent(buf, pos), f.start, opts)
+        extent = scan.data_extent(buf, pos, store.maps.data_end(f))
+        nxt = scan.resync(buf, pos, pos + extent, f.start, opts)
     finally:
         buf.release()
     return f.start + (nxt if nxt is not None else store.commitlog.file_size)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from pathlib import Path
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from rmqinspect.format.consumequeue import (
     tags_code_kind,
     units_array,
 )
+from rmqinspect.format.scan import data_extent
 from rmqinspect.store.consume_queue import ConsumeQueue, CorrectMinOffsetError
 from rmqinspect.store.files import FileQueue, StoreFile
 from rmqinspect.store.model import QueueId, Store
@@ -317,33 +319,58 @@ def queue_listing(
     store: Store, topic: str, queue_id: int, start: int | None, show_all: bool
 ) -> QueueListing:
     """Which units to list: from ``start`` (default: the first unit on disk) to the broker's
-    max offset, or to the end of the files with ``show_all``."""
+    max offset, or with ``show_all`` to the last non-zero unit in the files (the zeros after it
+    hold nothing, and a sparse file may hold billions of them)."""
     qid = QueueId(topic, queue_id)
     if qid not in store.queue_dirs:
         raise StoreError(f"no consume queue {qid}", str(store.root / "consumequeue" / topic))
     bounds = queue_bounds(store, qid)
     queue = store.consume_queue(topic, queue_id)
-    end_on_disk = max((f.start + f.length for f in queue.files), default=0) // CQ_STORE_UNIT_SIZE
-    stale = _nonzero_units_after(store, queue, bounds.max_offset)
+    extents = {f.path: _data_units(store, f) for f in queue.files}
+    end_on_disk = max(
+        (f.start // CQ_STORE_UNIT_SIZE + extents[f.path] for f in queue.files if extents[f.path]),
+        default=0,
+    )
+    stale = _nonzero_units_after(store, queue, bounds.max_offset, extents)
     first = bounds.first_unit if start is None else start
     stop = end_on_disk if show_all else bounds.max_offset
     return QueueListing(bounds, first, stop, stale)
 
 
-def _nonzero_units_after(store: Store, queue: FileQueue, max_offset: int) -> int:
+def _data_units(store: Store, f: StoreFile) -> int:
+    """Units of ``f`` up to its last non-zero one (holes never read)."""
+    buf = store.view(f)
+    try:
+        extent = data_extent(buf, 0, store.maps.data_end(f))
+        whole = len(buf) // CQ_STORE_UNIT_SIZE
+    finally:
+        buf.release()
+    return min(-(-extent // CQ_STORE_UNIT_SIZE), whole)
+
+
+_COUNT_CHUNK_UNITS = 1 << 16
+
+
+def _nonzero_units_after(
+    store: Store, queue: FileQueue, max_offset: int, extents: dict[Path, int]
+) -> int:
+    """Non-zero units at or after ``max_offset``, counted a chunk at a time up to each file's
+    last non-zero unit."""
     total = 0
     for f in queue.files:
         first = f.start // CQ_STORE_UNIT_SIZE
-        count = f.length // CQ_STORE_UNIT_SIZE
-        if first + count <= max_offset:
-            continue
+        end = extents[f.path]
         skip = max(max_offset - first, 0)
+        if skip >= end:
+            continue
         buf = store.view(f)
         try:
-            units = units_array(buf)[skip:]
-            nonzero = (units["phy_offset"] != 0) | (units["size"] != 0) | (units["tags_code"] != 0)
-            total += int(np.count_nonzero(nonzero))
-            del units, nonzero
+            units = units_array(buf)
+            for lo in range(skip, end, _COUNT_CHUNK_UNITS):
+                part = units[lo : min(end, lo + _COUNT_CHUNK_UNITS)]
+                nonzero = (part["phy_offset"] != 0) | (part["size"] != 0) | (part["tags_code"] != 0)
+                total += int(np.count_nonzero(nonzero))
+            del units, part, nonzero
         finally:
             buf.release()
     return total

@@ -18,6 +18,7 @@ Buffer = bytes | bytearray | memoryview
 CHECKPOINT_FILE_SIZE = 4096  # OS_PAGE_SIZE: the broker maps exactly one page
 CHECKPOINT_MIN_SIZE = 24  # the three timestamps every version reads
 CHECKPOINT_FIELDS_SIZE = 40
+CHECKPOINT_READ_LIMIT = 2 * CHECKPOINT_FILE_SIZE  # enough to tell a bad size and a dirty tail
 MIN_TIMESTAMP_MARGIN_MS = 3000
 
 _THREE = struct.Struct(">qqq")
@@ -56,8 +57,9 @@ class Checkpoint:
         return min(self.min_timestamp(), self.index_msg_timestamp)
 
 
-def decode_checkpoint(buf: Buffer) -> Checkpoint:
-    """Read all five fields; bytes the buffer lacks read as 0 (see ``size_anomaly``)."""
+def decode_checkpoint(buf: Buffer, file_size: int | None = None) -> Checkpoint:
+    """Read all five fields; bytes the buffer lacks read as 0 (see ``size_anomaly``).
+    ``file_size`` is the size of the file when ``buf`` holds only its first bytes."""
     size = len(buf)
     if size < CHECKPOINT_MIN_SIZE:
         raise DecodeError(
@@ -67,7 +69,13 @@ def decode_checkpoint(buf: Buffer) -> Checkpoint:
     physic, logics, index, master_flushed, confirm = _FIVE.unpack(head)
     tail = np.frombuffer(buf, np.uint8, offset=min(size, CHECKPOINT_FIELDS_SIZE))
     return Checkpoint(
-        physic, logics, index, master_flushed, confirm, size, nonzero_tail=bool(tail.any())
+        physic,
+        logics,
+        index,
+        master_flushed,
+        confirm,
+        size if file_size is None else max(file_size, size),
+        nonzero_tail=bool(tail.any()),
     )
 
 

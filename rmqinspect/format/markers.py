@@ -14,13 +14,19 @@ class AbortMarker:
     note: str
 
 
-def decode_abort(content: bytes) -> AbortMarker:
+MARKER_READ_LIMIT = 64  # a PID or "lock": what the broker writes fits many times over
+_PID_DIGITS = 19  # a Java long; anything longer is not what the broker writes
+
+
+def decode_abort(content: bytes, size: int | None = None) -> AbortMarker:
+    """``content``: the file's first bytes; ``size``: its size when that is more."""
+    size = len(content) if size is None else size
     text = content.strip()
-    if not text:
-        return AbortMarker(None, len(content), "empty (4.9 style)")
-    if text.isdigit():
-        return AbortMarker(int(text), len(content), "holds the broker PID (5.x style)")
-    return AbortMarker(None, len(content), "unexpected content; only its existence matters")
+    if not text and size == len(content):
+        return AbortMarker(None, size, "empty (4.9 style)")
+    if text.isdigit() and len(text) <= _PID_DIGITS and size == len(content):
+        return AbortMarker(int(text), size, "holds the broker PID (5.x style)")
+    return AbortMarker(None, size, "unexpected content; only its existence matters")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,5 +37,5 @@ class LockMarker:
     as_written: bool
 
 
-def decode_lock(content: bytes) -> LockMarker:
-    return LockMarker(len(content), content[:4] == b"lock")
+def decode_lock(content: bytes, size: int | None = None) -> LockMarker:
+    return LockMarker(len(content) if size is None else size, content[:4] == b"lock")

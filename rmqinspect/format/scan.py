@@ -252,10 +252,11 @@ def resync(
 _EXTENT_STEP = 1 << 22
 
 
-def data_extent(buf: Buffer, begin: int) -> int:
+def data_extent(buf: Buffer, begin: int, data_end: int | None = None) -> int:
     """Bytes from ``begin`` to the last non-zero byte of ``buf`` (inclusive), found by scanning
-    back from the end in chunks: past it lie only zeros, which hold no record."""
-    end = len(buf)
+    back in chunks from the end, or from ``data_end`` when the caller knows only zeros lie past
+    it (the holes of a sparse file, which the scan would otherwise page through)."""
+    end = len(buf) if data_end is None else max(0, min(len(buf), data_end))
     while end > begin:
         lo = max(begin, end - _EXTENT_STEP)
         chunk = np.frombuffer(buf, np.uint8, end - lo, lo)
@@ -291,6 +292,7 @@ def scan_file(
     resync_damage: bool = True,
     own_offset: bool = True,
     max_records: int = RUN_RECORDS,
+    data_end: int | None = None,
 ) -> Iterator[FileEvent]:
     """Every run of checked records of one file from ``pos``, and the damage between them.
 
@@ -299,9 +301,10 @@ def scan_file(
     with data after it is yielded as :class:`Skipped`: up to the next record :func:`resync`
     finds (with ``resync_damage``; ``own_offset`` as there), else up to the end of the data,
     where the file ends. Runs, skipped ranges, the BLANK and the zero tail cover the file.
+    ``data_end`` bounds the search for the end of the data (see :func:`data_extent`).
     """
     opts = options or cl.CheckOptions()
-    data_end: int | None = None
+    extent_end: int | None = None
     while True:
         run = check_run(buf, pos, file_start, opts, max_records=max_records)
         if len(run) or run.stop is not None:
@@ -311,17 +314,17 @@ def scan_file(
             continue
         if run.stop.success:
             return
-        if data_end is None:
-            data_end = pos + data_extent(buf, pos)
-        if pos >= data_end:
+        if extent_end is None:
+            extent_end = pos + data_extent(buf, pos, data_end)
+        if pos >= extent_end:
             return
         nxt = (
-            resync(buf, pos, data_end, file_start, opts, own_offset=own_offset)
+            resync(buf, pos, extent_end, file_start, opts, own_offset=own_offset)
             if resync_damage
             else None
         )
         if nxt is None:
-            yield Skipped(pos, data_end, run.stop)
+            yield Skipped(pos, extent_end, run.stop)
             return
         yield Skipped(pos, nxt, run.stop)
         pos = nxt

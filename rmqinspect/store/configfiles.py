@@ -4,7 +4,8 @@ The broker reads ``<name>``; when it is missing, empty, unreadable or fails to d
 ``<name>.bak``. A ``.bak`` that is non-empty but fails to decode (or cannot be read) makes
 ``load()`` return false and the broker refuses to start; a missing or empty ``.bak`` lets it start
 with an empty table. This module reports which file would win and why, and never raises on bad
-file content. Files are only ever opened for reading.
+file content. Files are only ever opened for reading, never followed through a symlink, and never
+read past :data:`MAX_CONFIG_BYTES`: a larger file is ``too_large`` and left unparsed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rmqinspect.format.config import (
     parse_untyped,
 )
 from rmqinspect.format.fastjson import loads
+from rmqinspect.store.files import read_small
 
 ConfigValue = (
     ConsumerOffsetTable
@@ -38,7 +40,12 @@ ConfigValue = (
     | UntypedConfig
 )
 Source = Literal["main", "bak", "none"]
-FileState = Literal["missing", "empty", "unreadable", "invalid", "ok"]
+FileState = Literal["missing", "empty", "unreadable", "too_large", "invalid", "ok"]
+
+MAX_CONFIG_BYTES = 16 << 20
+"""The largest config file rmqinspect parses. Brokers write these files whole from memory (a
+consumer-offset table of a million queues is about 15 MiB); parsing costs tens of bytes of memory
+per byte of JSON, so a larger file is reported, not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,13 +154,20 @@ def load_config_files(config_dir: Path) -> dict[str, ConfigFileResult]:
 
 def _load(path: Path, spec: ConfigFileSpec) -> tuple[FileState, ConfigValue | None, str | None]:
     try:
-        with path.open("rb") as file:
-            data = file.read()
-    except (FileNotFoundError, NotADirectoryError):
-        # Java's File.exists() is false for both.
+        # Java's File.exists() is false for a missing file and under a non-directory: None.
+        read = read_small(path, MAX_CONFIG_BYTES + 1)
+    except StoreError as err:
+        return "unreadable", None, str(err)
+    if read is None:
         return "missing", None, None
-    except OSError as err:
-        return "unreadable", None, f"{path}: cannot read: {err.strerror or err}"
+    if read.truncated or len(read.data) > MAX_CONFIG_BYTES:
+        return (
+            "too_large",
+            None,
+            f"{path}: {read.size} bytes, more than the {MAX_CONFIG_BYTES} rmqinspect parses; "
+            "not read",
+        )
+    data = read.data
     if not data:
         return "empty", None, None
     try:

@@ -1,4 +1,12 @@
-"""File families of a store: ordered lists of offset-named files, mapped read-only.
+"""Store files: the one way they are opened, listed, read and mapped, always read-only.
+
+Every reader in :mod:`rmqinspect.store` goes through this module, so hostile input is met in one
+place: :func:`open_regular` never blocks (a FIFO or device where a file should be is refused
+before anything is read), never follows a symlink, and accepts only a regular file;
+:func:`read_small` never reads more than its caller's cap, whatever a file's size says;
+:func:`list_family` lists a directory without following or opening anything, and parses names
+as the broker writes them (:mod:`rmqinspect.format.names`); :class:`MappedFiles` maps files
+read-only and knows where their data ends (sparse holes are never walked).
 
 A family (the commitlog, one consume queue) is a directory of files whose names are the 20-digit
 offset of their first byte. :class:`FileQueue` orders them, infers their configured size, finds the
@@ -9,22 +17,157 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import functools
 import mmap
 import os
+import stat
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from rmqinspect.errors import StoreError
+from rmqinspect.format.names import fits_offset_stream, parse_offset_name
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+# The last commitlog file is copied rather than mapped up to this size (see MappedFiles).
+SNAPSHOT_MAX_BYTES = 1 << 30
+_READ_CHUNK = 1 << 20
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: Path) -> int:
+    """Open a store file for reading: the only way rmqinspect opens one.
+
+    ``lstat`` first, so nothing that is not a regular file is ever opened (opening a FIFO or a
+    device can block or act); then ``O_RDONLY | O_NONBLOCK | O_NOFOLLOW`` and ``fstat`` again,
+    so a file swapped in between is refused too. Symlinks are not followed: what a store holds
+    is judged, not what a link points to. Raises :class:`StoreError` naming the file, except for
+    a missing one (``FileNotFoundError``/``NotADirectoryError``, which callers tell apart).
+    """
+    try:
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise StoreError(f"is {_kind(mode)}, not a regular file; not read", str(path))
+        fd = os.open(path, _OPEN_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise StoreError("is a symbolic link; not followed", str(path)) from None
+        raise StoreError(f"cannot open: {err.strerror or err}", str(path)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise StoreError(f"is {_kind(mode)}, not a regular file; not read", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@dataclass(frozen=True, slots=True)
+class SmallFile:
+    """The first bytes of a small file (at most what the caller asked for) and its size."""
+
+    data: bytes
+    size: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.size > len(self.data)
+
+
+def read_small(path: Path, limit: int) -> SmallFile | None:
+    """At most ``limit`` bytes of a small store file (checkpoint, markers, config JSON), however
+    large it is or says it is; None when it does not exist."""
+    try:
+        fd = open_regular(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        chunks: list[bytes] = []
+        got = 0
+        while got < limit:
+            chunk = os.read(fd, min(limit - got, _READ_CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return SmallFile(b"".join(chunks), size)
+    except OSError as err:
+        raise StoreError(f"cannot read: {err.strerror or err}", str(path)) from None
+    finally:
+        os.close(fd)
+
+
+# --- sparse files -------------------------------------------------------------------------------
+
+
+def data_extents(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """``[a, b)`` ranges of ``[start, end)`` that hold data (``SEEK_DATA``/``SEEK_HOLE``); holes
+    read as zeros. Where the file system cannot tell, the whole range is one extent."""
+    pos = start
+    while pos < end:
+        try:
+            a = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as err:
+            if err.errno != errno.ENXIO:
+                yield pos, end
+            return
+        if a >= end:
+            return
+        b = min(os.lseek(fd, a, os.SEEK_HOLE), end)
+        yield a, b
+        pos = b
+
+
+def last_data_end(fd: int, size: int) -> int:
+    """Where the last data extent of a file ends: past it the file is a hole (zeros). Probed
+    backwards from the end in doubling steps, so a huge sparse file costs a few system calls."""
+    step = _READ_CHUNK
+    while size > 0:
+        lo = max(0, size - step)
+        try:
+            first = os.lseek(fd, lo, os.SEEK_DATA)
+        except OSError as err:
+            if err.errno != errno.ENXIO:
+                return size  # no SEEK_DATA here: assume data to the end
+            if lo == 0:
+                return 0
+            step *= 2
+            continue
+        end = first
+        for _, b in data_extents(fd, first, size):
+            end = b
+        return end
+    return 0
+
+
+# --- families -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class StoreFile:
     path: Path
     start: int  # offset of the first byte in the family's stream (the file name)
-    length: int  # length on disk
+    length: int  # length on disk when listed
 
     @property
     def name(self) -> str:
@@ -35,7 +178,9 @@ class StoreFile:
 class LayoutProblem:
     """Something about the files themselves (not their content) that is wrong."""
 
-    kind: str  # stable id: bad_name, wrong_size, gap, zero_length, directory_entry
+    # stable id: bad_name, wrong_size, gap, overlap, zero_length, directory_entry, symlink,
+    # not_regular, unreadable
+    kind: str
     path: str
     message: str
     broker_fails_to_load: bool = False
@@ -79,9 +224,78 @@ class FileQueue:
         """Missing ``[start, end)`` ranges between consecutive files."""
         out = []
         for a, b in zip(self.files, self.files[1:], strict=False):
-            if b.start != a.start + self.file_size:
+            if b.start > a.start + self.file_size:
                 out.append((a.start + self.file_size, b.start))
         return out
+
+    def overlaps(self) -> list[tuple[StoreFile, StoreFile]]:
+        """Consecutive files whose names put the second inside the first."""
+        return [
+            (a, b)
+            for a, b in zip(self.files, self.files[1:], strict=False)
+            if b.start < a.start + self.file_size
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A directory's regular files (name, lstat size) and what else it holds, as problems."""
+
+    files: list[tuple[Path, int]]
+    problems: list[LayoutProblem]
+
+
+def list_directory(directory: Path, what: str) -> Listing:
+    """Regular files of ``directory`` by name, without following or opening anything: a
+    symlink, FIFO, device or subdirectory is a problem, not a file. A missing directory is
+    empty; one that cannot be listed raises :class:`StoreError`."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return Listing([], [])
+    except OSError as err:
+        raise StoreError(f"cannot list {what}: {err.strerror or err}", str(directory)) from None
+    files: list[tuple[Path, int]] = []
+    problems: list[LayoutProblem] = []
+    for entry in entries:
+        path = Path(entry.path)
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # gone since the listing
+        if stat.S_ISREG(st.st_mode):
+            files.append((path, st.st_size))
+        elif stat.S_ISDIR(st.st_mode):
+            problems.append(
+                LayoutProblem("directory_entry", str(path), f"unexpected directory in {what}")
+            )
+        elif stat.S_ISLNK(st.st_mode):
+            target = _readlink(path)
+            problems.append(
+                LayoutProblem(
+                    "symlink",
+                    str(path),
+                    f"symbolic link in {what} (to {target!r}): not followed, not read",
+                    broker_fails_to_load=False,
+                )
+            )
+        else:
+            problems.append(
+                LayoutProblem(
+                    "not_regular",
+                    str(path),
+                    f"{_kind(st.st_mode)} in {what}: not read",
+                    broker_fails_to_load=True,
+                )
+            )
+    return Listing(files, problems)
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
 
 
 def list_family(
@@ -92,36 +306,40 @@ def list_family(
     The configured size is ``file_size`` when given, otherwise the most common length among the
     files (stores often run with a non-default size), otherwise ``default_size``.
     """
-    problems: list[LayoutProblem] = []
-    files: list[StoreFile] = []
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except FileNotFoundError:
-        return FileQueue(directory, file_size or default_size)
-    except NotADirectoryError as exc:
-        raise StoreError(f"{family} path is not a directory", str(directory)) from exc
-    for entry in entries:
-        path = Path(entry.path)
-        if entry.is_dir(follow_symlinks=False):
-            problems.append(
-                LayoutProblem("directory_entry", str(path), f"unexpected directory in {family}")
-            )
-            continue
-        if not (entry.name.isascii() and entry.name.isdigit()):
+    listing = list_directory(directory, family)
+    problems = list(listing.problems)
+    named: list[tuple[Path, int, int]] = []
+    for path, length in listing.files:
+        start = parse_offset_name(path.name)
+        if start is None:
             problems.append(
                 LayoutProblem(
                     "bad_name",
                     str(path),
-                    f"{family} file name is not a decimal offset",
+                    f"{family} file name is not a 20-digit offset",
                     broker_fails_to_load=True,
                 )
             )
-            continue
-        files.append(StoreFile(path, int(entry.name), entry.stat().st_size))
-    files.sort(key=lambda f: f.start)
+        else:
+            named.append((path, start, length))
     if file_size is None:
-        lengths = Counter(f.length for f in files if f.length > 0)
+        lengths = Counter(length for _, _, length in named if length > 0)
         file_size = lengths.most_common(1)[0][0] if lengths else default_size
+    files: list[StoreFile] = []
+    for path, start, length in named:
+        if fits_offset_stream(start, file_size):
+            files.append(StoreFile(path, start, length))
+        else:
+            problems.append(
+                LayoutProblem(
+                    "bad_name",
+                    str(path),
+                    f"{family} file at offset {start} would end past the largest offset "
+                    f"(a Java long) with files of {file_size} bytes",
+                    broker_fails_to_load=True,
+                )
+            )
+    files.sort(key=lambda f: f.start)
     for i, f in enumerate(files):
         if f.length == file_size:
             continue
@@ -153,28 +371,68 @@ def list_family(
                 f"{family} files are missing between offsets {start} and {end}",
             )
         )
+    for a, b in queue.overlaps():
+        problems.append(
+            LayoutProblem(
+                "overlap",
+                str(b.path),
+                f"{family} file {b.name} starts inside {a.name} (files of {file_size} bytes)",
+            )
+        )
     return queue
 
 
-class MappedFiles:
-    """Read-only memory maps of store files, a bounded number open at once.
+# --- reading ------------------------------------------------------------------------------------
 
-    Maps are opened with ``ACCESS_READ``: the inspected store can never be written through them.
+
+def _snapshot(fd: int, size: int) -> tuple[mmap.mmap, int]:
+    """A private copy of the file in anonymous memory (holes stay untouched zero pages) and
+    where its data ends."""
+    copy = mmap.mmap(-1, size)
+    end = 0
+    with memoryview(copy) as whole:
+        for a, b in data_extents(fd, 0, size):
+            at = a
+            while at < b:
+                got = os.preadv(fd, [whole[at : min(b, at + _READ_CHUNK)]], at)
+                if got <= 0:
+                    break  # the file shrank: the rest stays zeros
+                at += got
+            end = b
+    return copy, end
+
+
+class MappedFiles:
+    """Read-only views of store files, a bounded number open at once.
+
+    Files are mapped with ``ACCESS_READ``: the inspected store can never be written through
+    them. A map covers the file as it is when first viewed, not as it was listed. The files in
+    :attr:`snapshot_paths` (the commitlog's last file, the only one a live broker writes) are
+    copied instead, up to :data:`SNAPSHOT_MAX_BYTES`, and kept for the whole run: every step
+    then sees the same bytes, and a writer truncating the file cannot fault a reader (a map
+    read past a shrunken end raises SIGBUS).
     """
 
     def __init__(self, max_open: int = 32) -> None:
         self._max_open = max_open
         self._maps: OrderedDict[Path, mmap.mmap] = OrderedDict()
+        self._pinned: dict[Path, mmap.mmap | None] = {}
+        self._data_ends: dict[Path, int] = {}
+        self.snapshot_paths: set[Path] = set()
 
     def view(self, file: StoreFile) -> memoryview:
-        """A memoryview of the whole file; release it (``with``) before the file is closed."""
-        return memoryview(self._map(file.path)) if file.length else memoryview(b"")
+        """A read-only memoryview of the whole file; release it (``with``) before the file is
+        closed."""
+        m = self._map(file.path)
+        return memoryview(m).toreadonly() if m is not None else memoryview(b"")
 
     def read(self, file: StoreFile, start: int, length: int) -> bytes:
         """Copy ``length`` bytes at ``start``; shorter at the end of the file."""
-        if not file.length:
+        if length <= 0 or start < 0:
             return b""
         m = self._map(file.path)
+        if m is None:
+            return b""
         return m[start : start + length]
 
     def read_padded(self, file: StoreFile | None, start: int, length: int) -> bytes:
@@ -185,13 +443,49 @@ class MappedFiles:
         data = self.read(file, start, length) if file is not None and start < file.length else b""
         return data if len(data) == length else data + bytes(length - len(data))
 
-    def _map(self, path: Path) -> mmap.mmap:
+    def data_end(self, file: StoreFile) -> int:
+        """Where the file's data ends: only zeros (holes) lie past it. Scans for the end of a
+        zero tail start here, so a sparse 100 GiB file costs nothing."""
+        end = self._data_ends.get(file.path)
+        if end is None:
+            fd = self._open(file.path)
+            try:
+                end = last_data_end(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+            self._data_ends[file.path] = end
+        return end
+
+    def _open(self, path: Path) -> int:
+        try:
+            return open_regular(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise StoreError("vanished since the store was listed", str(path)) from None
+
+    def _map(self, path: Path) -> mmap.mmap | None:
+        if path in self._pinned:
+            return self._pinned[path]
         m = self._maps.get(path)
         if m is not None:
             self._maps.move_to_end(path)
             return m
-        with open(path, "rb") as fh:
-            m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        fd = self._open(path)
+        try:
+            size = os.fstat(fd).st_size
+            if path in self.snapshot_paths and size <= SNAPSHOT_MAX_BYTES:
+                copy: mmap.mmap | None = None
+                self._data_ends[path] = 0
+                if size:
+                    copy, self._data_ends[path] = _snapshot(fd, size)
+                self._pinned[path] = copy
+                return copy
+            if not size:
+                return None
+            m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        except OSError as err:
+            raise StoreError(f"cannot read: {err.strerror or err}", str(path)) from None
+        finally:
+            os.close(fd)
         self._maps[path] = m
         while len(self._maps) > self._max_open:
             _, old = self._maps.popitem(last=False)
@@ -202,6 +496,10 @@ class MappedFiles:
         while self._maps:
             _, m = self._maps.popitem()
             _close(m)
+        for copy in self._pinned.values():
+            if copy is not None:
+                _close(copy)
+        self._pinned.clear()
 
     def __enter__(self) -> MappedFiles:
         return self

@@ -9,24 +9,42 @@ from __future__ import annotations
 
 import functools
 import os
-import re
+import stat
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from rmqinspect.errors import DecodeError, StoreError
+from rmqinspect.errors import DecodeError, LiveStoreWarning, StoreError
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE
+from rmqinspect.format.checkpoint import CHECKPOINT_READ_LIMIT
 from rmqinspect.format.columns import RUN_RECORDS
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
 from rmqinspect.format.javamath import java_parse_int
-from rmqinspect.format.markers import AbortMarker, LockMarker, decode_abort, decode_lock
+from rmqinspect.format.markers import (
+    MARKER_READ_LIMIT,
+    AbortMarker,
+    LockMarker,
+    decode_abort,
+    decode_lock,
+)
+from rmqinspect.format.names import is_index_name, parse_offset_name
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import CheckedRun, FileEvent, scan_file
-from rmqinspect.store.files import FileQueue, LayoutProblem, MappedFiles, StoreFile, list_family
+from rmqinspect.store.files import (
+    FileQueue,
+    LayoutProblem,
+    MappedFiles,
+    SmallFile,
+    StoreFile,
+    list_directory,
+    list_family,
+    read_small,
+)
+from rmqinspect.store.live import Fingerprint, live_evidence, lock_holder
 
-_INDEX_NAME = re.compile(r"^\d{17}$")
+_SMALL_FILES = ("checkpoint", "abort", "lock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +97,8 @@ class Store:
     maps: MappedFiles = field(default_factory=MappedFiles)
     _queues: dict[QueueId, FileQueue] = field(default_factory=dict)
     _profile: ProfileDetection | None = None
+    _opened: Fingerprint | None = None
+    _lock_holder: int | None = None
 
     # --- opening ---------------------------------------------------------------------------
 
@@ -86,12 +106,16 @@ class Store:
     def open(cls, root: str | os.PathLike[str], options: StoreOptions | None = None) -> Store:
         opts = options or StoreOptions()
         path = Path(root)
-        if not path.exists():
-            raise StoreError("no such directory", str(path))
-        if not path.is_dir():
-            raise StoreError("not a directory", str(path))
+        try:
+            entries = {e.name for e in os.scandir(path)}
+        except FileNotFoundError:
+            raise StoreError("no such directory", str(path)) from None
+        except NotADirectoryError:
+            raise StoreError("not a directory", str(path)) from None
+        except OSError as err:
+            raise StoreError(f"cannot list the store: {err.strerror or err}", str(path)) from None
         markers = ("commitlog", "consumequeue", "index", "checkpoint")
-        if not any((path / m).exists() for m in markers) and not _dledger_dirs(path):
+        if not entries.intersection(markers) and not _dledger_dirs(path):
             raise StoreError(
                 "not a RocketMQ store directory (none of commitlog/, consumequeue/, index/, "
                 "checkpoint found)",
@@ -103,19 +127,33 @@ class Store:
             "commitlog",
             cl.DEFAULT_COMMITLOG_FILE_SIZE,
         )
+        problems = list(commitlog.problems)
+        queue_dirs = _discover_queues(path / "consumequeue", problems)
+        index_files = _list_index(path / "index", problems)
         store = cls(
             root=path,
             options=opts,
             commitlog=commitlog,
-            queue_dirs=_discover_queues(path / "consumequeue"),
-            index_files=_list_index(path / "index"),
+            queue_dirs=queue_dirs,
+            index_files=index_files,
+            problems=problems,
+            _opened=Fingerprint.take(path),
+            _lock_holder=lock_holder(path / "lock"),
         )
-        store.problems.extend(commitlog.problems)
+        if commitlog.files:
+            # The only file a live broker appends to: read once and kept (see MappedFiles).
+            store.maps.snapshot_paths.add(commitlog.files[-1].path)
+        store.problems.extend(_small_file_problems(path))
         store.unsupported.extend(_detect_unsupported(path))
         return store
 
     def close(self) -> None:
         self.maps.close()
+        if self._opened is not None:
+            evidence = live_evidence(self.root, self._opened, self._lock_holder)
+            self._opened = None
+            if evidence is not None:
+                warnings.warn(evidence, LiveStoreWarning, stacklevel=2)
 
     def __enter__(self) -> Store:
         return self
@@ -140,30 +178,38 @@ class Store:
         return self.abort_path.exists()
 
     def abort_content(self) -> bytes:
-        """5.x writes the broker PID into ``abort``; 4.9 leaves it empty."""
-        return self.abort_path.read_bytes() if self.abort_path.is_file() else b""
+        """The first bytes of ``abort``: 5.x writes the broker PID, 4.9 leaves it empty. Empty
+        when it cannot be read (a layout problem says why)."""
+        return self._marker(self.abort_path).data
 
     def abort_marker(self) -> AbortMarker | None:
-        return decode_abort(self.abort_content()) if self.abort_present else None
+        if not self.abort_present:
+            return None
+        marker = self._marker(self.abort_path)
+        return decode_abort(marker.data, marker.size)
 
     def lock_marker(self) -> LockMarker | None:
         path = self.root / "lock"
         if not path.is_file():
             return None
-        with open(path, "rb") as fh:
-            return decode_lock(fh.read(64))
+        marker = self._marker(path)
+        return decode_lock(marker.data, marker.size)
+
+    def _marker(self, path: Path) -> SmallFile:
+        try:
+            return read_small(path, MARKER_READ_LIMIT) or SmallFile(b"", 0)
+        except StoreError:
+            return SmallFile(b"", 0)
 
     @property
     def checkpoint_path(self) -> Path:
         return self.root / "checkpoint"
 
-    def checkpoint_bytes(self) -> bytes | None:
-        """The checkpoint file's bytes, or None when it is missing (the broker then uses zeros)."""
-        p = self.checkpoint_path
-        if not p.is_file():
-            return None
-        with open(p, "rb") as fh:
-            return fh.read(CHECKPOINT_FILE_SIZE)
+    def checkpoint_file(self) -> SmallFile | None:
+        """The checkpoint's first bytes (enough for every field and a dirty tail) and its size,
+        or None when it is missing (the broker then uses zeros); StoreError when it is not a
+        file that can be read."""
+        return read_small(self.checkpoint_path, CHECKPOINT_READ_LIMIT)
 
     @property
     def config_dir(self) -> Path:
@@ -194,11 +240,13 @@ class Store:
     def _inferred_cq_file_size(self) -> int:
         counts: dict[int, int] = {}
         for directory in self.queue_dirs.values():
-            for entry in os.scandir(directory):
-                if entry.is_file() and entry.name.isdigit():
-                    size = entry.stat().st_size
-                    if size > 0:
-                        counts[size] = counts.get(size, 0) + 1
+            try:
+                listing = list_directory(directory, "consume queue")
+            except StoreError:
+                continue  # the queue's own listing reports it
+            for path, size in listing.files:
+                if size > 0 and parse_offset_name(path.name) is not None:
+                    counts[size] = counts.get(size, 0) + 1
         if not counts:
             return DEFAULT_CQ_FILE_SIZE
         return max(counts, key=lambda s: counts[s])
@@ -279,6 +327,7 @@ class Store:
                     resync_damage=resync,
                     own_offset=own_offset,
                     max_records=max_records,
+                    data_end=self.maps.data_end(f),
                 )
                 for event in events:
                     yield f, event
@@ -309,8 +358,12 @@ class Store:
                 five.append(why)
         if self.abort_content().strip():
             five.append("abort holds a PID (5.x)")
-        cp = self.checkpoint_bytes()
-        if cp is not None and len(cp) >= 40 and any(cp[24:40]):
+        try:
+            checkpoint = self.checkpoint_file()
+        except StoreError:
+            checkpoint = None  # reported where the checkpoint is read
+        cp = checkpoint.data if checkpoint is not None else b""
+        if len(cp) >= 40 and any(cp[24:40]):
             five.append("checkpoint has masterFlushedOffset/confirmPhyOffset (5.x)")
         sample = self._sample_records()
         if any(r.magic == cl.MESSAGE_MAGIC_CODE_V2 for r in sample):
@@ -341,33 +394,84 @@ class Store:
         return []
 
 
-def _discover_queues(directory: Path) -> dict[QueueId, Path]:
-    """``consumequeue/<topic>/<queueId>/``; non-integer queue dirs and plain files are skipped."""
+def _subdirectories(directory: Path, what: str, problems: list[LayoutProblem]) -> list[Path]:
+    """Real subdirectories (symlinks are not followed), by name; what cannot be listed is a
+    problem."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as err:
+        problems.append(
+            LayoutProblem("unreadable", str(directory), f"cannot list {what}: {err.strerror}")
+        )
+        return []
+    return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+
+
+def _discover_queues(directory: Path, problems: list[LayoutProblem]) -> dict[QueueId, Path]:
+    """``consumequeue/<topic>/<queueId>/``: the broker skips a queue directory whose name does
+    not parse as an int (``Integer.parseInt``), and files among topics (RocksDB's)."""
     queues: dict[QueueId, Path] = {}
-    if not directory.is_dir():
-        return queues
-    for topic in sorted(os.scandir(directory), key=lambda e: e.name):
-        if not topic.is_dir(follow_symlinks=False):
-            continue
-        for qdir in os.scandir(topic.path):
-            if qdir.is_dir(follow_symlinks=False) and _is_java_int(qdir.name):
-                queues[QueueId(topic.name, int(qdir.name))] = Path(qdir.path)
+    for topic in _subdirectories(directory, "consumequeue/", problems):
+        for qdir in _subdirectories(topic, f"topic {topic.name!r}", problems):
+            queue_id = java_parse_int(qdir.name)
+            if queue_id is None:
+                continue
+            qid = QueueId(topic.name, queue_id)
+            if qid in queues:
+                problems.append(
+                    LayoutProblem(
+                        "duplicate_queue",
+                        str(qdir),
+                        f"queue directory {qdir.name!r} names queue {queue_id} too; ignored",
+                    )
+                )
+                continue
+            queues[qid] = qdir
     return dict(sorted(queues.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id)))
 
 
-def _is_java_int(text: str) -> bool:
-    return java_parse_int(text) is not None
-
-
-def _list_index(directory: Path) -> list[StoreFile]:
-    if not directory.is_dir():
+def _list_index(directory: Path, problems: list[LayoutProblem]) -> list[StoreFile]:
+    """Files named by 17 digits, in load order (by name); anything else is a problem."""
+    try:
+        listing = list_directory(directory, "index/")
+    except StoreError as err:
+        problems.append(LayoutProblem("unreadable", str(directory), err.message))
         return []
-    out = [
-        StoreFile(Path(e.path), int(e.name), e.stat().st_size)
-        for e in os.scandir(directory)
-        if e.is_file() and _INDEX_NAME.match(e.name)
-    ]
+    problems.extend(listing.problems)
+    out = []
+    for path, size in listing.files:
+        if is_index_name(path.name):
+            out.append(StoreFile(path, int(path.name), size))
+        else:
+            problems.append(
+                LayoutProblem(
+                    "bad_name", str(path), "index file name is not 17 digits (yyyyMMddHHmmssSSS)"
+                )
+            )
     return sorted(out, key=lambda f: f.name)
+
+
+def _small_file_problems(root: Path) -> list[LayoutProblem]:
+    """``checkpoint``, ``abort`` and ``lock`` that exist but are not regular files."""
+    problems = []
+    for name in _SMALL_FILES:
+        path = root / name
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            problems.append(
+                LayoutProblem(
+                    "not_regular",
+                    str(path),
+                    f"{name} is not a regular file (a link, FIFO, device or directory): not read",
+                    broker_fails_to_load=name == "checkpoint",
+                )
+            )
+    return problems
 
 
 def _dledger_dirs(root: Path) -> list[Path]:
@@ -377,15 +481,16 @@ def _dledger_dirs(root: Path) -> list[Path]:
 def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
     found: list[UnsupportedLayout] = []
     bcq = root / "batchconsumequeue"
-    if bcq.is_dir() and any(bcq.iterdir()):
+    if _has_entries(bcq):
         found.append(
             UnsupportedLayout(
                 "batch_consume_queue", str(bcq), "BatchConsumeQueue (5.x) is not decoded yet"
             )
         )
     cq = root / "consumequeue"
-    if cq.is_dir() and any(
-        e.is_file() and (e.name == "CURRENT" or e.name.endswith(".sst")) for e in os.scandir(cq)
+    if any(
+        e.is_file(follow_symlinks=False) and (e.name == "CURRENT" or e.name.endswith(".sst"))
+        for e in _entries(cq)
     ):
         found.append(
             UnsupportedLayout(
@@ -400,7 +505,7 @@ def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
                 UnsupportedLayout("timer", str(root / name), "5.x timer store is not decoded yet")
             )
     log_dir = root / "compaction" / "compactionLog"
-    if log_dir.is_dir() and any(log_dir.iterdir()):
+    if _has_entries(log_dir):
         found.append(
             UnsupportedLayout("compaction", str(log_dir), "compaction store is not decoded yet")
         )
@@ -409,3 +514,14 @@ def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
             UnsupportedLayout("dledger", str(d), "DLedger commitlog mode is not decoded yet")
         )
     return found
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    try:
+        return list(os.scandir(directory))
+    except OSError:
+        return []
+
+
+def _has_entries(directory: Path) -> bool:
+    return directory.is_dir() and bool(_entries(directory))

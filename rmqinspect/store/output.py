@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from rmqinspect.errors import StoreError
+from rmqinspect.store.files import data_extents, open_regular
 
 _BLOCK = 1 << 20
 _ZEROS = bytes(_BLOCK)
@@ -61,16 +62,26 @@ def write_sparse(path: Path, data: bytes | memoryview) -> None:
 
 
 def copy_sparse(src: Path, dst: Path) -> int:
-    """Copy ``src`` to the new file ``dst`` keeping zero blocks as holes; returns the size."""
-    size = 0
-    with open(src, "rb") as fi, open(dst, "xb") as fo:
-        while chunk := fi.read(_BLOCK):
-            if chunk == _ZEROS[: len(chunk)]:
-                fo.seek(len(chunk), os.SEEK_CUR)
-            else:
-                fo.write(chunk)
-            size += len(chunk)
-        fo.truncate(size)
+    """Copy the store file ``src`` to the new file ``dst``, reading only its data extents (a
+    sparse file's holes are neither read nor written) and keeping zero blocks as holes; returns
+    the size. ``src`` is opened as every store file is (:func:`open_regular`)."""
+    fd = open_regular(src)
+    try:
+        size = os.fstat(fd).st_size
+        with open(dst, "xb") as fo:
+            for a, b in data_extents(fd, 0, size):
+                at = a
+                while at < b:
+                    chunk = os.pread(fd, min(_BLOCK, b - at), at)
+                    if not chunk:
+                        break
+                    if chunk != _ZEROS[: len(chunk)]:
+                        fo.seek(at)
+                        fo.write(chunk)
+                    at += len(chunk)
+            fo.truncate(size)
+    finally:
+        os.close(fd)
     return size
 
 
@@ -88,18 +99,21 @@ def write_at(path: Path, offset: int, data: bytes | bytearray | memoryview) -> N
 
 
 def zero_range(path: Path, start: int, end: int) -> bool:
-    """Zero ``[start, end)`` of an output file where it is not zero; True if it wrote."""
+    """Zero ``[start, end)`` of an output file where it is not zero (only its data extents are
+    read); True if it wrote."""
     wrote = False
     with open(path, "r+b") as fh:
-        pos = start
-        while pos < end:
-            fh.seek(pos)
-            chunk = fh.read(min(_BLOCK, end - pos))
-            if not chunk:
-                break
-            if chunk != _ZEROS[: len(chunk)]:
+        extents = list(data_extents(fh.fileno(), start, min(end, os.fstat(fh.fileno()).st_size)))
+        for a, b in extents:
+            pos = a
+            while pos < b:
                 fh.seek(pos)
-                fh.write(_ZEROS[: len(chunk)])
-                wrote = True
-            pos += len(chunk)
+                chunk = fh.read(min(_BLOCK, b - pos))
+                if not chunk:
+                    break
+                if chunk != _ZEROS[: len(chunk)]:
+                    fh.seek(pos)
+                    fh.write(_ZEROS[: len(chunk)])
+                    wrote = True
+                pos += len(chunk)
     return wrote

@@ -37,7 +37,12 @@ OPTION = "--apply-to"
 
 
 class ApplyRefused(Exception):
-    """The broker would not start, so there is no post-restart state to write."""
+    """The broker would not start, so there is no post-restart state to write; ``report`` says
+    why."""
+
+    def __init__(self, message: str, report: RecoveryReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 @dataclass
@@ -81,7 +86,9 @@ def apply_recovery(
         if created_dest:
             dest.rmdir()
         reasons = "; ".join(f.message for f in report.load_failures)
-        raise ApplyRefused(f"the broker would refuse to start ({reasons}): nothing to apply")
+        raise ApplyRefused(
+            f"the broker would refuse to start ({reasons}): nothing to apply", report
+        )
     applied = ApplyReport(str(dest))
     skip = _paths_deleted(outcome)
     _copy_store(store, dest, skip, applied)

@@ -421,7 +421,8 @@ def _checkpoint_report(
         "logics_msg_timestamp": logics,
         "index_msg_timestamp": index_ts,
     }
-    raw = bytearray((state.store.checkpoint_bytes() or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0"))
+    on_disk = state.store.checkpoint_file()
+    raw = bytearray((on_disk.data if on_disk else b"").ljust(CHECKPOINT_FILE_SIZE, b"\0"))
     struct.pack_into(">qqq", raw, 0, cp.physic_msg_timestamp, logics, index_ts)
     if five:
         confirm_after = confirm if confirm is not None else cp.confirm_phy_offset

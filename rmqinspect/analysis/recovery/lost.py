@@ -102,8 +102,12 @@ def _past_end(
     damaged = 0
     buf = state.store.view(disk)
     try:
-        extent = data_extent(buf, begin)
-        for event in scan_file(buf, disk.start, begin, state.checks.intact, own_offset=True):
+        data_end = state.store.maps.data_end(disk)
+        extent = data_extent(buf, begin, data_end)
+        events = scan_file(
+            buf, disk.start, begin, state.checks.intact, own_offset=True, data_end=data_end
+        )
+        for event in events:
             if isinstance(event, Skipped):
                 if event.result.magic in _MESSAGE_MAGICS:
                     damaged += 1  # a message header whose record fails the check
@@ -132,8 +136,12 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
     for f in state.commitlog:
         buf = state.store.view(f.disk)
         region = buf[: min(f.wrote, len(buf))]
+        data_end = state.store.maps.data_end(f.disk)
         try:
-            for event in scan_file(region, f.start, 0, state.checks.reput, own_offset=True):
+            events = scan_file(
+                region, f.start, 0, state.checks.reput, own_offset=True, data_end=data_end
+            )
+            for event in events:
                 if isinstance(event, Skipped):
                     continue
                 cols = event.columns

@@ -127,9 +127,9 @@ class BrokerState:
 
     def read_checkpoint(self) -> tuple[Checkpoint, bool]:
         """The checkpoint as ``StoreCheckpoint`` maps it (a missing file reads as zeros)."""
-        raw = self.store.checkpoint_bytes()
-        data = (raw or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0")[:CHECKPOINT_FILE_SIZE]
-        return decode_checkpoint(data), raw is not None
+        raw = self.store.checkpoint_file()
+        data = (raw.data if raw else b"").ljust(CHECKPOINT_FILE_SIZE, b"\0")
+        return decode_checkpoint(data[:CHECKPOINT_FILE_SIZE]), raw is not None
 
     def truncate_commitlog(self, end: int) -> None:
         """``truncateDirtyFiles(E)`` on the commitlog (§10.7)."""
