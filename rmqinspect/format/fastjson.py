@@ -11,6 +11,7 @@ offset into the file, and it keeps its own stack so hostile nesting cannot exhau
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -109,6 +110,12 @@ def _sort_token(key: Any) -> tuple[int, Any]:
     return (2, repr(key))
 
 
+LENIENT_MAX_BYTES = 2 << 20
+"""Largest document the lenient reader takes on. It spends a few microseconds a byte; the
+documents brokers write (plain JSON apart from unquoted integer keys) take the fast path, whatever
+their size, so only hand-edited dialect files meet this limit."""
+
+
 def loads(data: bytes | str) -> Any:
     """Parse one fastjson document. Integer keys come back as ``int``, identifier keys as ``str``,
     object keys as :class:`FrozenKey` and array keys as tuples.
@@ -116,7 +123,113 @@ def loads(data: bytes | str) -> Any:
     Raises :class:`DecodeError` whose offset is a byte offset into the UTF-8 form of ``data``.
     """
     buf = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    try:
+        return _fast_loads(buf)
+    except _NotPlain as plain:
+        if len(buf) > LENIENT_MAX_BYTES:
+            raise DecodeError(
+                f"not plain JSON ({plain}); at {len(buf)} bytes the document is too large for "
+                f"the lenient fastjson reader (at most {LENIENT_MAX_BYTES} bytes)",
+                plain.offset,
+            ) from None
     return _Reader(buf).document()
+
+
+# --- the fast path: plain JSON plus unquoted integer keys, through the C json module ------------
+
+
+class _NotPlain(Exception):
+    """The document is not plain JSON with integer keys: the lenient reader decides."""
+
+    def __init__(self, reason: str, offset: int = 0) -> None:
+        super().__init__(reason)
+        self.offset = offset
+
+
+# An unquoted integer key becomes a quoted one behind a private-use mark, so that the C json
+# module can read the document and the keys come back as ints. The fast substitution ignores
+# strings: a mark put inside one always leaves a bare mark outside any string, which json
+# rejects, and then the string-aware substitution (slower, by callback) decides.
+_INT_KEY_MARK = "\ue000"
+_INT_KEY = re.compile(r"([{,][ \t\n\r]*)(-?(?:0|[1-9][0-9]*))(?=[ \t\n\r]*:)")
+_INT_KEY_TEMPLATE = r'\1"' + _INT_KEY_MARK + r'\2"'
+_STRING_OR_INT_KEY = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|' + _INT_KEY.pattern, re.S)
+_MARK_IN_SOURCE = re.compile(rb"\xee\x80\x80|\\u[eE]000")
+
+
+def _mark_int_key(match: re.Match[str]) -> str:
+    if match.group(2) is None:
+        return match.group(0)
+    return f'{match.group(1)}"{_INT_KEY_MARK}{match.group(2)}"'
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[Any, Any]:
+    return {(_int(k[1:]) if k[:1] == _INT_KEY_MARK else k): v for k, v in pairs}
+
+
+def _int(text: str) -> int:
+    if len(text) > 20:
+        raise _NotPlain("a very long integer")
+    value = int(text)
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise _NotPlain("an integer out of the signed 64-bit range")
+    return value
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotPlain("a number out of the double range")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise _NotPlain(f"{text} is not JSON")
+
+
+def _fast_loads(buf: bytes, *, strings_aware: bool = False) -> Any:
+    if _MARK_IN_SOURCE.search(buf):
+        raise _NotPlain("holds the integer-key mark")
+    try:
+        text = buf.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _NotPlain("not UTF-8", err.start) from None
+    if strings_aware:
+        marked = _STRING_OR_INT_KEY.sub(_mark_int_key, text)
+    else:
+        marked = _INT_KEY.sub(_INT_KEY_TEMPLATE, text)
+    try:
+        value = json.loads(
+            marked,
+            object_pairs_hook=_object,
+            parse_int=_int,
+            parse_float=_float,
+            parse_constant=_constant,
+            strict=False,
+        )
+    except json.JSONDecodeError as err:
+        if not strings_aware and len(buf) > LENIENT_MAX_BYTES:
+            return _fast_loads(buf, strings_aware=True)
+        raise _NotPlain(err.msg) from None
+    except RecursionError:
+        raise _NotPlain("nested too deep for the C reader") from None
+    if buf.count(b"[") + buf.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+        raise _NotPlain(f"nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """Container nesting of a parsed value (iterative: the value may be deep)."""
+    deepest = 0
+    if not isinstance(value, dict | list):
+        return 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
+    return deepest
 
 
 class _Object:
