@@ -204,9 +204,10 @@ def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
     units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
     table: dict[int, int] = {}
     for i, item in enumerate(spec.split(" ")):
-        if not item or item[-1] not in units or not item[:-1].isdigit():
+        digits = item[:-1]
+        if not item or item[-1] not in units or not (digits.isascii() and digits.isdigit()):
             raise DecodeError(f"bad messageDelayLevel element {item!r}")
-        table[i + 1] = int(item[:-1]) * units[item[-1]]
+        table[i + 1] = int(digits) * units[item[-1]]
     return table
 
 
@@ -663,8 +664,9 @@ def decode_message(
 
 
 def decode_prop_crc_digits(text: str) -> int | None:
-    """The broker reads the digits from the last to the first."""
-    if not text or not text.isdigit():
+    """The broker reads the digits from the last to the first (``'0'..'9'`` only: a digit
+    ``str.isdigit`` knows beyond those, such as ``²``, is no digit to it)."""
+    if not text or len(text) > CRC32_RESERVED_LEN or not (text.isascii() and text.isdigit()):
         return None
     return int(text[::-1])
 

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.javahash import index_key, index_key_hash
-from rmqinspect.format.javamath import wrap64
+from rmqinspect.format.javamath import INT_MAX, wrap64
 from rmqinspect.format.properties import index_key_values
 
 Buffer = bytes | bytearray | memoryview
@@ -101,6 +101,12 @@ class IndexGeometry:
         if self.slot_num < 1 or self.index_num < 1:
             raise ValueError(
                 f"index geometry must be positive, got {self.slot_num}/{self.index_num}"
+            )
+        if self.file_size > INT_MAX:
+            # IndexFile computes its size as a Java int: the broker cannot create such a file.
+            raise DecodeError(
+                f"maxHashSlotNum {self.slot_num} and maxIndexNum {self.index_num} make an index "
+                f"file of {self.file_size} bytes, more than a Java int: no broker writes one"
             )
 
     @property

@@ -99,9 +99,10 @@ class IndexFileBuilder:
         builder._hash_slot_count = header.hash_slot_count
         builder._index_count = header.loaded_index_count
         builder._stored_header = bytes(buf[:INDEX_HEADER_SIZE])
-        table = bytes(buf[INDEX_HEADER_SIZE : geometry.entries_base])
-        table = table.ljust(geometry.slot_num * HASH_SLOT_SIZE, b"\0")
-        builder._slots = np.frombuffer(table, ">i4").astype(np.int32)
+        # Zeros stay untouched pages: memory follows the slots the file holds, not the geometry.
+        builder._slots = np.zeros(geometry.slot_num, dtype=np.int32)
+        present = max(0, min(len(buf), geometry.entries_base) - INDEX_HEADER_SIZE) // HASH_SLOT_SIZE
+        builder._slots[:present] = np.frombuffer(buf, ">i4", present, INDEX_HEADER_SIZE)
         if materialise:
             builder._base = buf
         return builder

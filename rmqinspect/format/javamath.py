@@ -7,6 +7,8 @@ own rules. Every emulated rule uses these helpers instead of Python's unbounded 
 
 from __future__ import annotations
 
+import unicodedata
+
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
 LONG_MAX = 2**63 - 1
@@ -46,7 +48,10 @@ def java_parse_int(text: str) -> int | None:
     body = text[1:] if text[:1] in ("+", "-") else text
     if not body or not body.isdecimal():
         return None
-    value = int(text)
+    digits = "".join(str(unicodedata.decimal(c)) for c in body).lstrip("0") or "0"
+    if len(digits) > 10:
+        return None  # past the int range (and far from Python's limit on digit strings)
+    value = -int(digits) if text[0] == "-" else int(digits)
     if not INT_MIN <= value <= INT_MAX:
         return None
     return value
