@@ -2,11 +2,56 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from rmqinspect import __version__
+from rmqinspect.render.values import printable
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors as one stderr line naming the command, like every other error (typer would
+    draw a usage box): scripts and on-call people read one line, and the help is one flag away."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        def run() -> Any:
+            return super(_OneLineErrors, self).main(
+                args, prog_name, complete_var, False, windows_expand_args, **extra
+            )
+
+        if not standalone_mode:
+            return run()
+        try:
+            result = run()
+        except typer.Abort:
+            print("Aborted!", file=sys.stderr)
+            sys.exit(1)
+        except typer.TyperException as err:  # click's ClickException and UsageError
+            if type(err).__name__ != "NoArgsIsHelpError":  # the help is already printed
+                ctx = getattr(err, "ctx", None)
+                command = getattr(ctx, "command_path", None) or "rmqinspect"
+                hint = f" (see '{command} --help')" if ctx is not None else ""
+                message = err.format_message()
+                print(f"rmqinspect: error: {printable(message)}{hint}", file=sys.stderr)
+            sys.exit(getattr(err, "exit_code", 2))
+        # Without standalone mode a command's typer.Exit comes back as its exit code.
+        sys.exit(result if isinstance(result, int) else 0)
+
 
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="rmqinspect",
     help="Offline forensic inspector for Apache RocketMQ broker store directories.",
     no_args_is_help=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +15,10 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from rmqinspect.analysis.messages import Progress
+from rmqinspect.cli.common import fail
+from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
+from rmqinspect.format.index import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE
+from rmqinspect.format.javamath import INT_MAX, LONG_MAX, LONG_MIN
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import OutputFormat, progress_bar
@@ -32,7 +37,12 @@ FormatOpt = Annotated[
 ]
 StoreArg = Annotated[
     Path,
-    typer.Argument(help="The broker's store directory (storePathRootDir).", show_default=False),
+    # readable=False: an unreadable store is reported by Store.open, as one line.
+    typer.Argument(
+        help="The broker's store directory (storePathRootDir).",
+        show_default=False,
+        readable=False,
+    ),
 ]
 _PROFILE_CHOICES = (*(p.value for p in Profile), "auto")
 
@@ -54,6 +64,7 @@ def _store_settings(
         typer.Option(
             "--commitlog-file-size",
             min=1,
+            max=INT_MAX,
             help="mappedFileSizeCommitLog in bytes (default: inferred from the files, else 1 GiB).",
             rich_help_panel="Store settings",
         ),
@@ -63,6 +74,7 @@ def _store_settings(
         typer.Option(
             "--cq-file-size",
             min=20,
+            max=INT_MAX // CQ_STORE_UNIT_SIZE * CQ_STORE_UNIT_SIZE,
             help="mappedFileSizeConsumeQueue in bytes (default: inferred, else 6000000).",
             rich_help_panel="Store settings",
         ),
@@ -72,6 +84,7 @@ def _store_settings(
         typer.Option(
             "--index-slots",
             min=1,
+            max=(INT_MAX - INDEX_HEADER_SIZE) // HASH_SLOT_SIZE,
             help="maxHashSlotNum (default: inferred from the index file size).",
             rich_help_panel="Store settings",
         ),
@@ -81,6 +94,7 @@ def _store_settings(
         typer.Option(
             "--index-entries",
             min=2,
+            max=(INT_MAX - INDEX_HEADER_SIZE) // INDEX_ENTRY_SIZE,
             help="maxIndexNum (default: inferred from the index file size).",
             rich_help_panel="Store settings",
         ),
@@ -98,7 +112,8 @@ def _store_settings(
     ] = None,
 ) -> StoreOptions:
     """The store-setting options, declared once: this signature is what
-    :func:`with_store_options` gives every command that opens a store."""
+    :func:`with_store_options` gives every command that opens a store. The bounds are the
+    broker's: these settings are Java ints, and so is the index file size they make."""
     return StoreOptions(
         commitlog_file_size=commitlog_file_size,
         cq_file_size=cq_file_size,
@@ -151,20 +166,29 @@ LimitOpt = Annotated[
 ]
 
 
+_EPOCH_MS = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit() also takes "²"
+
+
 def parse_time(text: str, option: str) -> int:
-    """Epoch milliseconds, or ISO 8601 (a time without a zone is UTC)."""
+    """Epoch milliseconds (a Java long), or ISO 8601 (a time without a zone is UTC); anything
+    else is a one-line usage error."""
     value = text.strip()
-    if value.lstrip("-").isdigit():
-        return int(value)
+    shown = repr(text if len(text) <= 40 else text[:40] + "...")
+    if _EPOCH_MS.fullmatch(value):
+        digits = len(value.lstrip("-"))
+        ms = int(value) if digits <= 19 else LONG_MAX + 1
+        if not LONG_MIN <= ms <= LONG_MAX:
+            raise fail(f"{option}: {shown} is out of the range of epoch milliseconds")
+        return ms
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is neither epoch milliseconds nor an ISO 8601 time", param_hint=option
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        return int(dt.timestamp() * 1000)
+    except (ValueError, OverflowError):
+        raise fail(
+            f"{option}: {shown} is neither epoch milliseconds nor an ISO 8601 time"
         ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
 
 
 def parse_optional_time(text: str | None, option: str) -> int | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +15,7 @@ from rmqinspect.analysis.recovery import (
 )
 from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, handle_errors
 from rmqinspect.cli.options import FormatOpt, StoreArg, commitlog_progress, with_store_options
-from rmqinspect.render.output import resolve_format
+from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.render.recover import render_recover
 from rmqinspect.store.model import Store, StoreOptions
 
@@ -94,8 +93,9 @@ def recover(
             try:
                 report, applied = apply_recovery(opened, apply_to, options, advance)
             except ApplyRefused as refused:
-                print(f"rmqinspect: error: {refused}", file=sys.stderr)
-                raise typer.Exit(EXIT_FINDINGS) from None
+                # The verdict still goes to stdout; the refusal to apply is the error line.
+                report, applied = refused.report, None
+                warn(f"{refused}")
     render_recover(report, fmt, applied)
     if not report.broker_starts or report.loses_data:
         raise typer.Exit(EXIT_FINDINGS)

@@ -25,6 +25,9 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+from rich.text import Text
+
+from rmqinspect.render.values import printable
 
 
 class OutputFormat(enum.StrEnum):
@@ -40,10 +43,19 @@ def resolve_format(requested: OutputFormat | None) -> OutputFormat:
     return OutputFormat.TABLE if sys.stdout.isatty() else OutputFormat.JSON
 
 
+class _StoreTextConsole(Console):
+    """A console that shows every string it renders (cells, titles, captions) with control
+    characters escaped: store data must not drive the terminal (an ESC sequence in a topic
+    name) or split a row. JSON output is exact and escapes them by itself."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
 def stdout_console() -> Console:
     # No markup: cells and titles hold store data (keys, tags, bodies, topic names), and a
     # "[...]" there is text to show, not a style to apply or a tag that fails to close.
-    return Console(soft_wrap=False, highlight=False, markup=False)
+    return _StoreTextConsole(soft_wrap=False, highlight=False, markup=False)
 
 
 def stderr_console() -> Console:
@@ -51,7 +63,8 @@ def stderr_console() -> Console:
 
 
 def warn(message: str) -> None:
-    print(f"rmqinspect: warning: {message}", file=sys.stderr)
+    """One warning line on stderr (control characters escaped, so it stays one line)."""
+    print(f"rmqinspect: warning: {printable(message)}", file=sys.stderr)
 
 
 def to_jsonable(value: Any) -> Any:

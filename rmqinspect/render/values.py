@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 _MIN_MS = -62135596800000  # 0001-01-01T00:00:00Z, datetime's lower bound
@@ -47,3 +48,19 @@ def with_times(doc: dict[str, object]) -> dict[str, object]:
         if key.endswith("_timestamp") and (value is None or isinstance(value, int)):
             out[key.removesuffix("stamp")] = iso_ms(value)
     return out
+
+
+# C0 and C1 controls, DEL, and the Unicode line breaks and bidirectional overrides that reorder or
+# split what a terminal shows.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``, ``\\x0a``, ``\\u202e`` as text), so
+    store data (topic names, keys, directory names) cannot drive the terminal or split a line."""
+    return _UNPRINTABLE.sub(_escape, text)
