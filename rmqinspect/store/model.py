@@ -410,25 +410,27 @@ def _subdirectories(directory: Path, what: str, problems: list[LayoutProblem]) -
 
 
 def _discover_queues(directory: Path, problems: list[LayoutProblem]) -> dict[QueueId, Path]:
-    """``consumequeue/<topic>/<queueId>/``: the broker skips a queue directory whose name does
-    not parse as an int (``Integer.parseInt``), and files among topics (RocksDB's)."""
+    """``consumequeue/<topic>/<queueId>/`` as ``loadConsumeQueue`` finds them: a queue directory
+    whose name does not parse as an int (``Integer.parseInt``) is skipped, and so are files among
+    topics (RocksDB's). The broker then reads a queue from ``<topic>/<queueId>`` rebuilt from the
+    parsed int, so a directory named otherwise ("02", "+2", "２") is listed but not read."""
     queues: dict[QueueId, Path] = {}
     for topic in _subdirectories(directory, "consumequeue/", problems):
         for qdir in _subdirectories(topic, f"topic {topic.name!r}", problems):
             queue_id = java_parse_int(qdir.name)
             if queue_id is None:
                 continue
-            qid = QueueId(topic.name, queue_id)
-            if qid in queues:
+            read_from = topic / str(queue_id)
+            if qdir != read_from:
                 problems.append(
                     LayoutProblem(
-                        "duplicate_queue",
+                        "queue_name",
                         str(qdir),
-                        f"queue directory {qdir.name!r} names queue {queue_id} too; ignored",
+                        f"the broker reads queue {queue_id} from {read_from.name!r}, "
+                        "not from this directory",
                     )
                 )
-                continue
-            queues[qid] = qdir
+            queues[QueueId(topic.name, queue_id)] = read_from
     return dict(sorted(queues.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id)))
 
 
