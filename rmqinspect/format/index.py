@@ -234,6 +234,8 @@ class ChainWalk:
         self.problem = None
         geometry, count = self._geometry, self._header.loaded_index_count
         limit = min(count, geometry.index_num)
+        if geometry.slot_position(self._slot) + HASH_SLOT_SIZE > len(self._buf):
+            return  # past a short buffer the broker's full-size mapping reads zeros: no chain
         head = read_slot(self._buf, geometry, self._slot)
         if head == INVALID_INDEX:
             return
