@@ -128,7 +128,7 @@ def build_inventory(store: Store) -> Inventory:
         profile_explicit=det.explicit,
         profile_reasons=det.reasons,
         clean_shutdown=not store.abort_present,
-        abort_content=store.abort_content().decode("utf-8", "replace").strip(),
+        abort_content=_abort_text(store),
         families=tuple(_families(store, bounds)),
         commitlog=commitlog_summary(store, bounds),
         topics=tuple(_topics(bounds)),
@@ -138,6 +138,17 @@ def build_inventory(store: Store) -> Inventory:
         unsupported=tuple(store.unsupported),
         problems=tuple(problems),
     )
+
+
+def _abort_text(store: Store) -> str:
+    """What ``abort`` holds (a 5.x PID), as text; "..." marks a file longer than what is read
+    of it (a broker writes a PID at most)."""
+    marker = store.abort_marker()
+    content = store.abort_content()
+    text = content.decode("utf-8", "replace").strip(" \t\r\n\x00")
+    if text and marker is not None and marker.size > len(content):
+        text += "..."
+    return text
 
 
 def _family(name: str, queue: FileQueue) -> FamilySummary:

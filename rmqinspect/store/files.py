@@ -62,6 +62,10 @@ def open_regular(path: Path) -> int:
     """
     try:
         mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            raise StoreError(
+                f"is a symbolic link (to {_readlink(path)!r}); not followed", str(path)
+            )
         if not stat.S_ISREG(mode):
             raise StoreError(f"is {_kind(mode)}, not a regular file; not read", str(path))
         fd = os.open(path, _OPEN_FLAGS)
