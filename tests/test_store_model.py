@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import builtins
-import hashlib
-import io
-import mmap
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,7 +14,6 @@ from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import CheckedRun
 from rmqinspect.store.model import Store, StoreOptions
-from tests.cli_helpers import SMALL_OPTS, build_store, orders, run, run_jsonl
 
 HOST = HostAddress(bytes([127, 0, 0, 1]), 10911)
 FILE_SIZE = 4096
@@ -148,121 +141,6 @@ def test_scan_stops_per_file_and_can_continue(tmp_path: Path) -> None:
                 assert f.start + ev.end == offsets[2]
                 break
         assert seen == offsets[:2]
-
-
-@dataclass(frozen=True)
-class FileAccess:
-    call: str  # open, os.open or mmap
-    path: str
-    writable: bool
-    mode: str
-
-
-def _fd_path(fd: int) -> str:
-    if fd == -1:
-        return "anonymous memory"  # mmap(-1, ...) maps no file at all
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return f"fd {fd}"
-
-
-def record_file_access(monkeypatch: pytest.MonkeyPatch) -> list[FileAccess]:
-    """Record every ``open`` (builtin, ``io`` and so ``pathlib``), ``os.open`` and ``mmap.mmap``
-    from now on, with whether the handle can write."""
-    log: list[FileAccess] = []
-    real_open, real_os_open, real_mmap = io.open, os.open, mmap.mmap
-
-    def path_of(file: Any) -> str:
-        return _fd_path(file) if isinstance(file, int) else os.path.realpath(os.fspath(file))
-
-    def recording_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        log.append(FileAccess("open", path_of(file), any(c in mode for c in "wax+"), mode))
-        return real_open(file, mode, *args, **kwargs)
-
-    def recording_os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-        log.append(FileAccess("os.open", path_of(path), bool(flags & writing), oct(flags)))
-        return real_os_open(path, flags, *args, **kwargs)
-
-    def recording_mmap(fileno: int, length: int, *args: Any, **kwargs: Any) -> mmap.mmap:
-        given = dict(zip(("flags", "prot", "access", "offset"), args, strict=False)) | kwargs
-        access = given.get("access", mmap.ACCESS_DEFAULT)
-        prot = given.get("prot", mmap.PROT_READ | mmap.PROT_WRITE)
-        # ACCESS_COPY writes only to memory, yet a read-only tool has no use for it either.
-        writable = access != mmap.ACCESS_READ and (
-            access != mmap.ACCESS_DEFAULT or bool(prot & mmap.PROT_WRITE)
-        )
-        log.append(FileAccess("mmap", _fd_path(fileno), writable, f"access={access}"))
-        return real_mmap(fileno, length, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", recording_open)
-    monkeypatch.setattr(io, "open", recording_open)
-    monkeypatch.setattr(os, "open", recording_os_open)
-    monkeypatch.setattr(mmap, "mmap", recording_mmap)
-    return log
-
-
-def tree_state(root: Path) -> dict[str, tuple[str, int, int] | None]:
-    """Every path under ``root``: a file's SHA-256, size and mtime (ns); None for a directory."""
-    state: dict[str, tuple[str, int, int] | None] = {}
-    for path in sorted(root.rglob("*")):
-        st = path.stat()
-        key = path.relative_to(root).as_posix()
-        if path.is_dir():
-            state[key] = None
-        else:
-            state[key] = (hashlib.sha256(path.read_bytes()).hexdigest(), st.st_size, st.st_mtime_ns)
-    return state
-
-
-def test_store_files_are_never_opened_for_writing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every command that reads a store, on a crashed store with every file family: no handle
-    that can write is opened on it, and not one byte, size or mtime changes. (Permissions
-    cannot prove this: the tests run as root, which ignores them.)"""
-    specs = orders(40)
-    for spec in specs[30:]:
-        spec.dispatch = False  # an unindexed tail, so that lookups scan and recover dispatches
-    store = build_store(
-        tmp_path / "store", specs, crash=True, consumer_offsets={"Orders@g1": {0: 3, 1: 4}}
-    )
-    before = tree_state(store)
-    dest = tmp_path / "after"
-    first = run_jsonl("messages", store)[0]
-    log = record_file_access(monkeypatch)
-    commands: list[tuple[str | Path, ...]] = [
-        ("info", store),
-        ("messages", store),
-        ("consumequeue", store, "Orders", "0", "--all"),
-        ("index", store, "--entries"),
-        ("checkpoint", store),
-        ("offsets", store),
-        ("lookup", store, "--msg-id", first["msg_id"]),
-        ("lookup", store, "--key", "ORDER-35", "--topic", "Orders"),
-        ("lookup", store, "--uniq-key", first["uniq_key"], "--as-recovered"),
-        ("lookup", store, "--time", "..", "--topic", "Orders", "--scan"),
-        ("lookup", store, "--queue-offset", "Orders:0:17"),
-        ("recover", store, *SMALL_OPTS),
-        ("recover", store, *SMALL_OPTS, "--apply-to", dest),
-    ]
-    for args in commands:
-        result = run(*args, "--format", "json")
-        assert result.exit_code in (0, 1), (args, result.stderr)
-        assert result.stdout, args
-    monkeypatch.undo()
-    root = os.path.realpath(store)
-    assert all(os.path.isabs(a.path) or a.path == "anonymous memory" for a in log), log
-    on_store = [
-        a for a in log if os.path.isabs(a.path) and os.path.commonpath([root, a.path]) == root
-    ]
-    # The hooks saw the model's reads: files opened and mapped, all of them read-only.
-    assert {a.call for a in on_store} >= {"open", "mmap"}
-    assert [a for a in on_store if a.writable] == []
-    # The hooks do tell writes: --apply-to's, into its own directory, are seen as such.
-    assert any(a.writable and Path(a.path).is_relative_to(dest.resolve()) for a in log)
-    assert tree_state(store) == before
 
 
 def test_consume_queue_discovery(tmp_path: Path) -> None:
