@@ -1,0 +1,465 @@
+"""The catalogue of bad inputs: each broken or hostile store shape and exactly what rmqinspect
+does with it. Corruption becomes a finding (a layout problem, a config state, an error field);
+unreadable input is one ``rmqinspect: error:`` line naming the file, with exit 2; nothing
+blocks, follows a link, reads past a cap, or walks a sparse file's holes.
+
+Every case starts from a copy of the ``clean49`` fixture (two 64 KiB commitlog files, seven
+topics' consume queues, two index files, config JSON with ``.bak`` twins).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import Result
+
+from rmqinspect.store.configfiles import MAX_CONFIG_BYTES
+from tests.cli_helpers import SMALL_OPTS, run
+from tests.conftest import FIXTURES, ROOT
+
+GIB = 1 << 30
+FIRST = "00000000000000000000"
+SECOND = "00000000000000065536"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURES / "stores" / "clean49", root)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def never_blocks() -> Iterator[None]:
+    """Fail instead of hanging: an open() that blocks (a FIFO) is interrupted after 30 s."""
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError("rmqinspect blocked")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(30)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def cli(*args: str | Path) -> Result:
+    return run(*args, *SMALL_OPTS) if args[0] not in ("checkpoint", "decode-id") else run(*args)
+
+
+def doc(*args: str | Path, code: int = 0) -> Any:
+    result = cli(*args, "--format", "json")
+    assert result.exit_code == code, result.stderr
+    return json.loads(result.stdout)
+
+
+def error_line(result: Result) -> str:
+    """The one error line of a run that exits 2 (warnings may precede it)."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    errors = [ln for ln in result.stderr.splitlines() if not ln.startswith("rmqinspect: warning")]
+    assert len(errors) == 1 and errors[0].startswith("rmqinspect: error: "), result.stderr
+    return errors[0]
+
+
+def problems(info: dict[str, Any], store: Path) -> set[tuple[str, str]]:
+    return {(p["kind"], os.path.relpath(p["path"], store)) for p in info["problems"]}
+
+
+def config(info: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in info["config_files"] if c["name"] == name)
+    return found
+
+
+def measured(*args: str | Path, timeout: float = 60) -> tuple[int, str, float, int]:
+    """Run ``python -m rmqinspect ARGS`` in a child: exit code, stderr, seconds and peak RSS
+    (bytes, from the child's own rusage)."""
+    argv = [sys.executable, "-m", "rmqinspect", *map(str, args), *SMALL_OPTS, "--format", "json"]
+    with tempfile.TemporaryFile() as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - started > timeout:
+                proc.kill()
+                raise TimeoutError(f"rmqinspect {args} ran over {timeout} s")
+            time.sleep(0.02)
+        seconds = time.monotonic() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        err.seek(0)
+        return proc.returncode, err.read().decode(), seconds, usage.ru_maxrss * 1024
+
+
+# --- not a store ------------------------------------------------------------------------------
+
+
+def test_a_path_that_is_not_a_store(tmp_path: Path) -> None:
+    assert "no such directory" in error_line(cli("info", tmp_path / "missing"))
+    (tmp_path / "file").write_bytes(b"x")
+    assert "not a directory" in error_line(cli("info", tmp_path / "file"))
+    (tmp_path / "empty").mkdir()
+    assert "not a RocketMQ store directory" in error_line(cli("messages", tmp_path / "empty"))
+
+
+def test_a_store_path_that_is_a_symlink_loop(tmp_path: Path) -> None:
+    (tmp_path / "loop").symlink_to("loop")
+    line = error_line(cli("info", tmp_path / "loop"))
+    assert str(tmp_path / "loop") in line
+
+
+# --- empty files and files of the wrong size -------------------------------------------------
+
+
+def test_empty_last_commitlog_file(store: Path) -> None:
+    os.truncate(store / "commitlog" / SECOND, 0)
+    info = doc("info", store)
+    assert ("zero_length", f"commitlog/{SECOND}") in problems(info, store)
+    report = doc("recover", store, code=1)  # 4.9 refuses to load a zero-length last file
+    assert report["broker_starts"] is False
+    assert [f["kind"] for f in report["load_failures"]] == ["zero_length"]
+    assert cli("messages", store, "--format", "jsonl").exit_code == 0
+
+
+def test_commitlog_file_of_the_wrong_size(store: Path) -> None:
+    os.truncate(store / "commitlog" / FIRST, 1000)
+    size = ("--commitlog-file-size", "65536")  # two files, two sizes: nothing to infer from
+    info = doc("info", store, *size)
+    assert ("wrong_size", f"commitlog/{FIRST}") in problems(info, store)
+    assert doc("recover", store, *size, code=1)["verdict"] == "refuses_to_start"
+
+
+def test_empty_checkpoint(store: Path) -> None:
+    (store / "checkpoint").write_bytes(b"")
+    line = error_line(cli("checkpoint", store))
+    assert "checkpoint needs at least 24 bytes" in line and str(store / "checkpoint") in line
+    assert "needs at least 24 bytes" in doc("info", store)["checkpoint"]["error"]
+
+
+def test_truncated_checkpoint(store: Path) -> None:
+    data = (store / "checkpoint").read_bytes()
+    (store / "checkpoint").write_bytes(data[:30])
+    report = doc("checkpoint", store)
+    assert report["physic_msg_timestamp"] == int.from_bytes(data[:8], "big")
+    assert report["file_size"] == 30 and report["confirm_phy_offset"] == 0  # read as zeros
+    assert report["notes"][0].startswith("checkpoint is 30 bytes; fields past the end read as 0")
+
+
+def test_empty_consume_queue_and_index_files(store: Path) -> None:
+    queue = store / "consumequeue" / "TopicA" / "0"
+    only = sorted(queue.iterdir())
+    os.truncate(only[-1], 0)
+    index = sorted((store / "index").iterdir())
+    os.truncate(index[0], 0)
+    info = doc("info", store)
+    assert ("zero_length", str(only[-1].relative_to(store))) in problems(info, store)
+    assert info["index_files"][0]["error"].startswith("index header needs 40 bytes")
+
+
+def test_empty_config_file_falls_back_to_bak(store: Path) -> None:
+    (store / "config" / "consumerOffset.json").write_bytes(b"")
+    c = config(doc("info", store), "consumerOffset.json")
+    assert (c["main_state"], c["source"], c["broker_starts"]) == ("empty", "bak", True)
+
+
+# --- names --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "0000000000000000000x",  # not digits
+        # digits that str.isdigit() takes and the broker does not
+        "０００００００００００００００００００１",
+        "9223372036854775807",  # a Java long, but not the 20 digits the broker writes
+        "99999999999999999999",  # 20 digits past a Java long
+        "09223372036854775807",  # a file there would end past the largest offset
+        "0000000000000000\x1b[2J",  # an escape sequence
+    ],
+)
+def test_bad_commitlog_names_are_layout_problems(store: Path, name: str) -> None:
+    os.rename(store / "commitlog" / SECOND, store / "commitlog" / name)
+    info = doc("info", store)
+    assert ("bad_name", f"commitlog/{name}") in problems(info, store)
+    assert info["families"][0]["file_count"] == 1
+    assert all(p["broker_fails_to_load"] for p in info["problems"] if p["kind"] == "bad_name")
+    assert doc("recover", store, code=1)["broker_starts"] is False
+    table = cli("info", store, "--format", "table")
+    assert table.exit_code == 0 and "\x1b" not in table.stdout
+
+
+def test_overlapping_and_missing_commitlog_files(store: Path) -> None:
+    shutil.copy(store / "commitlog" / FIRST, store / "commitlog" / "00000000000000000100")
+    info = doc("info", store)
+    assert ("overlap", "commitlog/00000000000000000100") in problems(info, store)
+    (store / "commitlog" / "00000000000000000100").unlink()
+    os.rename(store / "commitlog" / SECOND, store / "commitlog" / "00000000000000196608")
+    info = doc("info", store)
+    assert ("gap", "commitlog") in problems(info, store)
+    assert info["families"][0]["gaps"] == [[65536, 196608]]
+
+
+def test_index_file_not_named_by_17_digits(store: Path) -> None:
+    first = sorted((store / "index").iterdir())[0]
+    os.rename(first, first.with_name("2026010100000000"))
+    info = doc("info", store)
+    assert ("bad_name", "index/2026010100000000") in problems(info, store)
+    assert len(info["index_files"]) == 1
+
+
+def test_queue_directory_names(store: Path) -> None:
+    base = store / "consumequeue" / "TopicA"
+    os.rename(base / "3", base / "x3")  # not an int: the broker skips it, and so do we
+    # Integer.parseInt takes every Unicode digit, but the queue is then read from ".../2".
+    os.rename(base / "2", base / "２")
+    info = doc("info", store)
+    topic = next(t for t in info["topics"] if t["topic"] == "TopicA")
+    assert [q["queue_id"] for q in topic["queues"]] == [0, 1, 2]
+    assert topic["queues"][2]["file_count"] == 0
+    assert ("queue_name", "consumequeue/TopicA/２") in problems(info, store)
+    out = store.parent / "out"
+    assert cli("recover", store, "--apply-to", out, "--format", "json").exit_code in (0, 1)
+
+
+# --- not a file where a file should be ---------------------------------------------------------
+
+
+def test_directory_where_files_should_be(store: Path) -> None:
+    (store / "commitlog" / "00000000000000131072").mkdir()
+    (store / "checkpoint").unlink()
+    (store / "checkpoint").mkdir()
+    (store / "config" / "topics.json").unlink()
+    (store / "config" / "topics.json").mkdir()
+    info = doc("info", store)
+    found = problems(info, store)
+    assert ("directory_entry", "commitlog/00000000000000131072") in found
+    assert ("not_regular", "checkpoint") in found
+    assert "is a directory" in info["checkpoint"]["error"]
+    assert config(info, "topics.json")["main_state"] == "unreadable"
+    assert "is a directory" in error_line(cli("checkpoint", store))
+
+
+def test_fifos_never_block(store: Path) -> None:
+    for rel in ("config/consumerOffset.json", "config/consumerOffset.json.bak", "abort"):
+        (store / rel).unlink(missing_ok=True)
+        os.mkfifo(store / rel)
+    (store / "checkpoint").unlink()
+    os.mkfifo(store / "checkpoint")
+    os.rename(store / "commitlog" / SECOND, store / "commitlog" / "moved")
+    os.mkfifo(store / "commitlog" / SECOND)
+    info = doc("info", store)
+    c = config(info, "consumerOffset.json")
+    assert (c["main_state"], c["bak_state"], c["broker_starts"]) == (
+        "unreadable",
+        "unreadable",
+        False,
+    )
+    assert "is a FIFO" in c["main_error"]
+    assert ("not_regular", f"commitlog/{SECOND}") in problems(info, store)
+    assert info["shutdown"]["clean"] is False  # abort exists; what it holds is not read
+    assert "is a FIFO" in error_line(cli("checkpoint", store))
+    assert cli("offsets", store, "--format", "json").exit_code == 0
+    assert cli("recover", store, "--format", "json").exit_code == 1
+
+
+def test_device_where_a_file_should_be(store: Path) -> None:
+    target = store / "config" / "topics.json"
+    target.unlink()
+    try:
+        os.mknod(target, 0o600 | 0o020000, os.makedev(1, 5))  # a character device: /dev/zero
+    except PermissionError:
+        pytest.skip("mknod needs privileges")
+    c = config(doc("info", store), "topics.json")
+    assert c["main_state"] == "unreadable" and "character device" in c["main_error"]
+
+
+def test_symlinks_are_never_followed(store: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    shutil.copy(store / "commitlog" / SECOND, outside)
+    (store / "commitlog" / SECOND).unlink()
+    (store / "commitlog" / SECOND).symlink_to(outside)
+    (store / "config" / "topics.json").unlink()
+    (store / "config" / "topics.json").symlink_to("/dev/zero")
+    (store / "checkpoint").unlink()
+    (store / "checkpoint").symlink_to(store / "no-such-file")
+    info = doc("info", store)
+    found = problems(info, store)
+    assert ("symlink", f"commitlog/{SECOND}") in found
+    assert ("not_regular", "checkpoint") in found
+    assert info["families"][0]["file_count"] == 1
+    c = config(info, "topics.json")
+    assert c["main_state"] == "unreadable" and "not followed" in c["main_error"]
+    assert "symbolic link" in error_line(cli("checkpoint", store))
+
+
+def test_a_looping_index_symlink_costs_only_the_index(store: Path) -> None:
+    (store / "index" / "20260101000009999").symlink_to("20260101000009999")
+    info = doc("info", store)
+    assert ("symlink", "index/20260101000009999") in problems(info, store)
+    messages = cli("messages", store, "--format", "jsonl")
+    assert messages.exit_code == 0 and messages.stdout.count("\n") == 300
+    assert len(doc("index", store)["files"]) == 2
+
+
+# --- config JSON ----------------------------------------------------------------------------------
+
+
+def test_truncated_json(store: Path) -> None:
+    path = store / "config" / "consumerOffset.json"
+    path.write_bytes(path.read_bytes()[:40])
+    c = config(doc("info", store), "consumerOffset.json")
+    assert (c["main_state"], c["source"]) == ("invalid", "bak")
+    assert c["main_error"].startswith(f"{path}, byte ")
+
+
+def test_deeply_nested_json(store: Path) -> None:
+    (store / "config" / "topics.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    c = config(doc("info", store), "topics.json")
+    assert c["main_state"] == "invalid" and "nesting deeper than 512 levels" in c["main_error"]
+
+
+def test_huge_json_is_not_read(store: Path) -> None:
+    path = store / "config" / "consumerOffset.json.bak"
+    with open(path, "ab") as fh:
+        fh.truncate(5 * GIB)  # sparse: costs no disk
+    started = time.monotonic()
+    c = config(doc("info", store), "consumerOffset.json")
+    assert time.monotonic() - started < 20
+    assert (c["main_state"], c["bak_state"], c["source"]) == ("ok", "too_large", "main")
+    assert f"more than the {MAX_CONFIG_BYTES}" in c["bak_error"]
+
+
+def test_json_not_utf8_and_not_fastjson(store: Path) -> None:
+    cfg = store / "config"
+    (cfg / "topics.json").write_bytes(b'{"topicConfigTable":{"T\xff":{"topicName":"T\xff"}}}')
+    (cfg / "delayOffset.json").write_bytes(b'{"offsetTable":{1:1}} trailing')
+    info = doc("info", store)
+    topics = config(info, "topics.json")
+    assert topics["main_state"] == "ok" and topics["entries"] == 1  # decoded like Java: U+FFFD
+    delay = config(info, "delayOffset.json")
+    assert delay["main_state"] == "invalid" and "trailing data" in delay["main_error"]
+
+
+def test_bak_newer_or_older_never_decides(store: Path) -> None:
+    """ConfigManager.load reads the main file whenever it loads, whatever the mtimes."""
+    cfg = store / "config"
+    os.utime(cfg / "consumerOffset.json.bak", (2_000_000_000, 2_000_000_000))  # .bak newer
+    c = config(doc("info", store), "consumerOffset.json")
+    assert (c["source"], c["bak_differs"]) == ("main", True)
+    (cfg / "consumerOffset.json").write_bytes(b"{broken")
+    os.utime(cfg / "consumerOffset.json.bak", (1_000_000, 1_000_000))  # .bak older
+    c = config(doc("info", store), "consumerOffset.json")
+    assert (c["main_state"], c["source"], c["broker_starts"]) == ("invalid", "bak", True)
+    (cfg / "consumerOffset.json").unlink()
+    (cfg / "consumerOffset.json.bak").write_bytes(b"{broken")
+    c = config(doc("info", store), "consumerOffset.json")
+    assert (c["source"], c["broker_starts"]) == ("none", False)
+
+
+# --- sparse files -------------------------------------------------------------------------------
+
+
+def test_sparse_64_gib_consume_queue_file(store: Path) -> None:
+    """Extended by 64 GiB of holes: the commands read its data, never its holes."""
+    path = sorted((store / "consumequeue" / "TopicA" / "0").iterdir())[-1]
+    with open(path, "ab") as fh:
+        fh.truncate(os.path.getsize(path) + 64 * GIB)
+    for command in ("info", "offsets"):
+        code, stderr, seconds, rss = measured(command, store)
+        assert code == 0, stderr
+        assert seconds < 30 and rss < GIB // 2, (command, seconds, rss)
+    code, stderr, seconds, rss = measured("consumequeue", store, "TopicA", "0", "--all")
+    assert code == 0 and seconds < 30 and rss < GIB // 2, (stderr, seconds, rss)
+
+
+def test_sparse_100_gib_commitlog_file_and_5_gib_abort(store: Path) -> None:
+    with open(store / "commitlog" / SECOND, "ab") as fh:
+        fh.truncate(100 * GIB)
+    with open(store / "abort", "wb") as fh:
+        fh.truncate(5 * GIB)
+    for args in (("recover", store), ("messages", store), ("info", store)):
+        code, stderr, seconds, rss = measured(*args)
+        assert code in (0, 1), stderr
+        assert seconds < 30 and rss < GIB // 2, (args, seconds, rss)
+    info = doc("info", store)  # abort: what a broker never writes, and only 64 bytes of it read
+    assert info["shutdown"]["clean"] is False and info["shutdown"]["abort_content"] is None
+
+
+# --- hostile values -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["²", "１２", "9" * 5000, "a\nb", "1e400", " "])
+def test_bad_time_arguments_are_one_line(store: Path, text: str) -> None:
+    line = error_line(cli("messages", store, "--since", text))
+    assert line.startswith("rmqinspect: error: --since: ")
+    assert "rmqinspect: error: --reference" in error_line(
+        cli("decode-id", "0A01020300002A9F000000000000792E", "--reference", text)
+    )
+    if text.strip():  # an empty bound of --time is an open one
+        line = error_line(cli("lookup", store, "--time", f"{text}..", "--topic", "TopicA"))
+        assert "--time" in line
+
+
+def test_a_newline_in_an_argument_stays_on_one_line(store: Path) -> None:
+    line = error_line(cli("consumequeue", store, "Topic\nA", "0"))
+    assert "Topic\\x0aA" in line
+
+
+def test_store_settings_outside_the_brokers_ints(store: Path) -> None:
+    line = error_line(run("info", store, "--index-entries", "2147483647"))
+    assert "--index-entries" in line
+    line = error_line(run("recover", store, "--index-slots", "536870000", "--index-entries", "999"))
+    assert "more than a Java int" in line
+
+
+def test_escape_sequences_from_the_store_are_escaped_in_tables(
+    store: Path, wide_console: None
+) -> None:
+    base = store / "consumequeue"
+    os.rename(base / "TopicC", base / "Topic\x1b[2J\x1b[31mC")
+    table = cli("info", store, "--format", "table")
+    assert table.exit_code == 0
+    assert "\x1b" not in table.stdout and "Topic\\x1b[2J\\x1b[31mC" in table.stdout
+    info = doc("info", store)  # JSON keeps the exact name
+    assert "Topic\x1b[2J\x1b[31mC" in {t["topic"] for t in info["topics"]}
+
+
+def test_unexpected_errors_are_one_line_naming_the_command(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rmqinspect.cli.info
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(rmqinspect.cli.info, "build_inventory", broken)
+    line = error_line(cli("info", store))
+    assert line.startswith("rmqinspect: error: info: unexpected RuntimeError: boom\\x0asecond")
+    monkeypatch.setenv("RMQINSPECT_DEBUG", "1")
+    result = cli("info", store)
+    assert isinstance(result.exception, RuntimeError)  # the traceback, for a bug report
+
+
+def test_index_header_counts_at_their_extremes(store: Path) -> None:
+    last = sorted((store / "index").iterdir())[-1]
+    data = bytearray(last.read_bytes())
+    data[32:40] = b"\xff" * 8  # hashSlotCount and indexCount: -1
+    last.write_bytes(bytes(data))
+    assert cli("index", store, "--entries", "--format", "json").exit_code == 0
+    out = store.parent / "out"
+    assert cli("recover", store, "--apply-to", out, "--format", "json").exit_code in (0, 1)
+    as_recovered = cli("lookup", store, "--key", "KA-0", "--topic", "TopicA", "--as-recovered")
+    assert as_recovered.exit_code in (0, 1)
