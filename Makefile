@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_STORE := .demo/store
 
-.PHONY: demo test lint typecheck pytest fixtures bench clean
+.PHONY: demo test lint typecheck pytest fixtures bench fuzz campaign clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+$(VENV)/.installed-fuzz: $(VENV)/.installed-dev
+	$(PY) -m pip install --quiet -e '.[dev,fuzz]'
+	touch $@
+
 demo: $(VENV)/.installed
 	rm -rf .demo
 	$(VENV)/bin/rmqinspect synth $(DEMO_STORE) --messages 5000 --topics 3 --queues 4 --crash --seed 7
@@ -24,8 +28,8 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/rmqinspect recover $(DEMO_STORE); test $$? -le 1
 
 lint: $(VENV)/.installed-dev
-	$(VENV)/bin/ruff check rmqinspect tests benchmarks fixtures
-	$(VENV)/bin/ruff format --check rmqinspect tests benchmarks fixtures
+	$(VENV)/bin/ruff check rmqinspect tests benchmarks fixtures fuzz
+	$(VENV)/bin/ruff format --check rmqinspect tests benchmarks fixtures fuzz
 
 typecheck: $(VENV)/.installed-dev
 	$(VENV)/bin/mypy
@@ -41,6 +45,17 @@ fixtures: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/synth_throughput.py
 	$(PY) benchmarks/scan_commitlog.py
+
+# The long codec fuzz run (not part of make test): FUZZ_RUNS inputs per decoder under atheris.
+FUZZ_RUNS ?= 100000
+fuzz: $(VENV)/.installed-fuzz
+	$(PY) fuzz/run_all.py --runs $(FUZZ_RUNS)
+
+# The seeded mutation campaign over every command (not part of make test): CAMPAIGN_STORES stores.
+CAMPAIGN_STORES ?= 300
+CAMPAIGN_SEED ?= 1
+campaign: $(VENV)/.installed
+	$(PY) benchmarks/campaign.py --seed $(CAMPAIGN_SEED) --stores $(CAMPAIGN_STORES)
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
