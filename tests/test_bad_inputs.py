@@ -463,3 +463,59 @@ def test_index_header_counts_at_their_extremes(store: Path) -> None:
     assert cli("recover", store, "--apply-to", out, "--format", "json").exit_code in (0, 1)
     as_recovered = cli("lookup", store, "--key", "KA-0", "--topic", "TopicA", "--as-recovered")
     assert as_recovered.exit_code in (0, 1)
+
+
+def test_an_unreadable_store_is_one_line(store: Path) -> None:
+    """Permissions mean nothing to root: drop to nobody to meet an unreadable directory."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run as another user")
+    store.chmod(0o700)
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "rmqinspect",
+            "info",
+            str(store),
+        ],
+        cwd="/",
+        env={"PYTHONPATH": str(ROOT), "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if "Permission denied" in proc.stderr and str(store) not in proc.stderr:
+        pytest.skip("nobody cannot reach the interpreter or the test directory")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"rmqinspect: error: {store}: cannot list the store: Permission denied\n"
+
+
+def test_apply_to_a_store_the_broker_refuses_still_reports(store: Path) -> None:
+    os.truncate(store / "commitlog" / SECOND, 0)
+    out = store.parent / "out"
+    result = cli("recover", store, "--apply-to", out, "--format", "json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["broker_starts"] is False and report["apply"] is None
+    assert "refuse to start" in result.stderr and not out.exists()
+
+
+def test_escape_sequences_in_a_record_topic(store: Path, wide_console: None) -> None:
+    path = store / "commitlog" / FIRST
+    data = bytearray(path.read_bytes())
+    at = data.find(b"TopicA")
+    data[at : at + 6] = b"T\x1b[2JA"  # same length: the record stays whole (no CRC covers it)
+    path.write_bytes(bytes(data))
+    table = cli("messages", store, "--limit", "5", "--format", "table")
+    assert table.exit_code == 0 and "\x1b" not in table.stdout
+    assert "T\\x1b[2JA" in table.stdout
+    rows = [
+        json.loads(line)
+        for line in cli("messages", store, "--format", "jsonl").stdout.split("\n")
+        if line
+    ]
+    assert "T\x1b[2JA" in {r.get("topic") for r in rows}
