@@ -23,9 +23,9 @@ from rmqinspect.format.config import (
     UntypedConfig,
 )
 from rmqinspect.format.index import IndexHeader
-from rmqinspect.format.scan import CheckedRun, Skipped
+from rmqinspect.format.scan import Skipped
 from rmqinspect.store.configfiles import ConfigFileResult, load_config_files
-from rmqinspect.store.files import FileQueue, LayoutProblem, StoreFile
+from rmqinspect.store.files import FileQueue, LayoutProblem
 from rmqinspect.store.model import Store, UnsupportedLayout
 
 
@@ -223,18 +223,9 @@ def commitlog_summary(store: Store, bounds: list[QueueBounds]) -> CommitlogSumma
 def _last_nonempty_start(store: Store) -> int:
     opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
     for f in reversed(store.commitlog.files):
-        if _first_record(store, f, opts) is not None:
+        if store.first_records(f, opts):
             return f.start
     return store.commitlog.files[0].start
-
-
-def _first_record(store: Store, f: StoreFile, opts: cl.CheckOptions) -> cl.MessageRecord | None:
-    """The file's first record, when the check accepts one at its start."""
-    for _, event in store.scan(f.start, opts, files=[f], max_records=1):
-        if isinstance(event, CheckedRun) and len(event):
-            return event.columns.record(0, with_body=False)
-        break
-    return None
 
 
 def _walk_end(
@@ -261,9 +252,9 @@ def _walk_end(
 
 def _first_store_timestamp(store: Store, opts: cl.CheckOptions) -> int | None:
     for f in store.commitlog.files:
-        rec = _first_record(store, f, opts)
-        if rec is not None:
-            return rec.store_timestamp
+        found = store.first_records(f, opts)
+        if found:
+            return found[0].store_timestamp
     return None
 
 

@@ -16,6 +16,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.javamath import java_parse_int, java_split, wrap64
 from rmqinspect.format.profile import Profile
+
+if TYPE_CHECKING:
+    from rmqinspect.format.dledger import EntryHeader
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, topic length is an i8
 MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, topic length is an i16 (5.1.0+)
@@ -271,6 +275,7 @@ class MessageRecord:
     topic: str
     properties_raw: bytes
     properties: dict[str, str] = field(default_factory=dict)
+    entry: EntryHeader | None = None  # the DLedger entry holding the record, in a DLedger store
 
     @property
     def version(self) -> str:
@@ -343,6 +348,16 @@ class CheckReason(StrEnum):
     PROP_CRC_MISSING = "prop_crc_missing"
     PROP_CRC_MISMATCH = "prop_crc_mismatch"
     DUP_INFO_INVALID = "dup_info_invalid"
+    # A DLedger entry header that ends DLedger's own walk (dledger-store-format.md §7); the
+    # message inside is not looked at. See rmqinspect.format.dledger.
+    END_OF_DATA = "end_of_data"
+    POS_FIELD_MISMATCH = "pos_field_mismatch"
+    BODY_SIZE_MISMATCH = "body_size_mismatch"
+    BAD_ENTRY_MAGIC = "bad_entry_magic"
+    INDEX_NOT_CONSECUTIVE = "index_not_consecutive"
+    TERM_DECREASED = "term_decreased"
+    SIZE_TOO_SMALL = "size_too_small"
+    BEYOND_FILE_END = "beyond_file_end"
 
 
 @dataclass(frozen=True, slots=True)

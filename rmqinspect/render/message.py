@@ -92,6 +92,11 @@ def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> d
     if record.physical_offset != record.position:
         # The PHYSICALOFFSET field disagrees with where the record sits: worth seeing.
         out["physical_offset_field"] = record.physical_offset
+    if record.entry is not None:
+        # A DLedger store: the Raft log entry that holds the record (at physical offset - 48).
+        out["entry_index"] = record.entry.index
+        out["entry_term"] = record.entry.term
+        out["entry_position"] = record.entry.pos
     return out
 
 
@@ -151,6 +156,9 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
     ]
     if record.physical_offset != record.position:
         rows.append(("PHYSICALOFFSET field", f"{record.physical_offset} (differs!)"))
+    if record.entry is not None:
+        e = record.entry
+        rows.append(("DLedger entry", f"index {e.index}, term {e.term}, at {e.pos} ({e.size} B)"))
     if record.compression:
         rows.append(("compression", record.compression))
     for k, v in sorted(record.properties.items()):

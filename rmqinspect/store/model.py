@@ -17,6 +17,7 @@ from types import TracebackType
 
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE
 from rmqinspect.format.columns import RUN_RECORDS
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
@@ -24,6 +25,7 @@ from rmqinspect.format.javamath import java_parse_int
 from rmqinspect.format.markers import AbortMarker, LockMarker, decode_abort, decode_lock
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import CheckedRun, FileEvent, scan_file
+from rmqinspect.store.dledger import DLedgerStore, dledger_homes
 from rmqinspect.store.files import FileQueue, LayoutProblem, MappedFiles, StoreFile, list_family
 
 _INDEX_NAME = re.compile(r"^\d{17}$")
@@ -44,7 +46,7 @@ class StoreOptions:
 class UnsupportedLayout:
     """A layout rmqinspect recognises but does not decode yet."""
 
-    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger
+    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger (mixed)
     path: str
     note: str
 
@@ -67,13 +69,18 @@ class QueueId:
 
 @dataclass
 class Store:
-    """An opened store directory. Use as a context manager so maps are released."""
+    """An opened store directory. Use as a context manager so maps are released.
+
+    In a DLedger store (``enableDLegerCommitLog``) ``dledger`` is set and ``commitlog`` is its
+    data files: a record's physical offset is a position in them (its entry's + 48), so offsets
+    map to files as in a plain commitlog; walks go entry by entry."""
 
     root: Path
     options: StoreOptions
     commitlog: FileQueue
     queue_dirs: dict[QueueId, Path]
     index_files: list[StoreFile]
+    dledger: DLedgerStore | None = None
     problems: list[LayoutProblem] = field(default_factory=list)
     unsupported: list[UnsupportedLayout] = field(default_factory=list)
     maps: MappedFiles = field(default_factory=MappedFiles)
@@ -91,27 +98,33 @@ class Store:
         if not path.is_dir():
             raise StoreError("not a directory", str(path))
         markers = ("commitlog", "consumequeue", "index", "checkpoint")
-        if not any((path / m).exists() for m in markers) and not _dledger_dirs(path):
+        homes = dledger_homes(path)
+        if not any((path / m).exists() for m in markers) and not homes:
             raise StoreError(
                 "not a RocketMQ store directory (none of commitlog/, consumequeue/, index/, "
                 "checkpoint found)",
                 str(path),
             )
-        commitlog = list_family(
+        plain = list_family(
             path / "commitlog",
             opts.commitlog_file_size,
             "commitlog",
             cl.DEFAULT_COMMITLOG_FILE_SIZE,
         )
+        ledger = DLedgerStore.open(homes[0], opts.commitlog_file_size) if len(homes) == 1 else None
+        # A plain commitlog beside DLedger data is a switched-over ("mixed") store: refused.
+        use_ledger = ledger is not None and (bool(ledger.data.files) or not plain.files)
+        commitlog = ledger.data if ledger is not None and use_ledger else plain
         store = cls(
             root=path,
             options=opts,
             commitlog=commitlog,
             queue_dirs=_discover_queues(path / "consumequeue"),
             index_files=_list_index(path / "index"),
+            dledger=ledger if use_ledger else None,
         )
-        store.problems.extend(commitlog.problems)
-        store.unsupported.extend(_detect_unsupported(path))
+        store.problems.extend(plain.problems if store.dledger is None else store.dledger.problems)
+        store.unsupported.extend(_detect_unsupported(path, plain, homes, ledger))
         return store
 
     def close(self) -> None:
@@ -237,11 +250,19 @@ class Store:
             pos = physical_offset - f.start
             if pos >= len(buf):
                 raise StoreError("offset is past the end of the file on disk", str(f.path), pos)
-            return cl.decode_message(buf, pos, f.start, with_body=with_body)
+            record = cl.decode_message(buf, pos, f.start, with_body=with_body)
         except DecodeError as err:
             raise StoreError.from_decode(err, str(f.path)) from None
         finally:
             buf.release()
+        return self.with_entry(record)
+
+    def with_entry(self, record: cl.MessageRecord) -> cl.MessageRecord:
+        """In a DLedger store, ``record`` with the entry that holds it (its header 48 bytes
+        before the record, when that header names its own position); unchanged otherwise."""
+        if self.dledger is not None and record.entry is None:
+            record.entry = self.dledger.message_entry(self.maps, record.position)
+        return record
 
     def scan(
         self,
@@ -255,7 +276,9 @@ class Store:
     ) -> Iterator[tuple[StoreFile, FileEvent]]:
         """Walk the commitlog from ``start`` (a record boundary; default the first file), file by
         file, as :func:`~rmqinspect.format.scan.scan_file` does: runs of checked records and the
-        damage skipped between them, each with its file.
+        damage skipped between them, each with its file. In a DLedger store the walk goes entry
+        by entry (:func:`~rmqinspect.format.dledger.scan_data_file`) from the entry whose record
+        is at ``start`` (or the entry at ``start``, or the next one).
 
         A BLANK moves to the next file, as the broker does. A failure ends its file and the walk
         resumes at the next one (forensics wants everything), unless ``resync`` finds the next
@@ -271,19 +294,40 @@ class Store:
             pos = start - f.start if start is not None and start > f.start else 0
             buf = self.view(f)
             try:
-                events = scan_file(
-                    buf,
-                    f.start,
-                    pos,
-                    opts,
-                    resync_damage=resync,
-                    own_offset=own_offset,
-                    max_records=max_records,
-                )
+                if self.dledger is not None:
+                    events = dl.scan_data_file(
+                        buf,
+                        f.start,
+                        dl.entry_boundary(buf, pos, f.start),
+                        opts,
+                        resync_damage=resync,
+                        max_records=max_records,
+                    )
+                else:
+                    events = scan_file(
+                        buf,
+                        f.start,
+                        pos,
+                        opts,
+                        resync_damage=resync,
+                        own_offset=own_offset,
+                        max_records=max_records,
+                    )
                 for event in events:
                     yield f, event
             finally:
                 buf.release()
+
+    def first_records(
+        self, f: StoreFile, options: cl.CheckOptions, limit: int = 1
+    ) -> list[cl.MessageRecord]:
+        """Up to ``limit`` records from the start of commitlog file ``f`` that the check accepts
+        one after another (none when the file does not start with one), without bodies."""
+        for _, event in self.scan(f.start, options, files=[f], max_records=limit):
+            if isinstance(event, CheckedRun) and len(event):
+                return event.columns.records(range(len(event)), with_body=False)
+            break
+        return []
 
     # --- profile ---------------------------------------------------------------------------
 
@@ -334,10 +378,9 @@ class Store:
         """A few records from the start of the newest non-empty commitlog file."""
         opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=False)
         for f in reversed(self.commitlog.files):
-            for _, event in self.scan(f.start, opts, files=[f], max_records=limit):
-                if isinstance(event, CheckedRun) and len(event):
-                    return event.columns.records(range(len(event)), with_body=False)
-                break
+            found = self.first_records(f, opts, limit)
+            if found:
+                return found
         return []
 
 
@@ -370,11 +413,9 @@ def _list_index(directory: Path) -> list[StoreFile]:
     return sorted(out, key=lambda f: f.name)
 
 
-def _dledger_dirs(root: Path) -> list[Path]:
-    return sorted(p for p in root.glob("dledger-*") if p.is_dir())
-
-
-def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
+def _detect_unsupported(
+    root: Path, plain: FileQueue, homes: list[Path], ledger: DLedgerStore | None
+) -> list[UnsupportedLayout]:
     found: list[UnsupportedLayout] = []
     bcq = root / "batchconsumequeue"
     if bcq.is_dir() and any(bcq.iterdir()):
@@ -404,8 +445,22 @@ def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
         found.append(
             UnsupportedLayout("compaction", str(log_dir), "compaction store is not decoded yet")
         )
-    for d in _dledger_dirs(root):
+    if len(homes) > 1:
         found.append(
-            UnsupportedLayout("dledger", str(d), "DLedger commitlog mode is not decoded yet")
+            UnsupportedLayout(
+                "dledger",
+                str(root),
+                "several dledger-* directories (which one the broker's dLegerSelfId names is "
+                "not on disk): not decoded yet",
+            )
+        )
+    elif ledger is not None and ledger.data.files and plain.files:
+        found.append(
+            UnsupportedLayout(
+                "dledger",
+                str(ledger.home),
+                "a plain commitlog beside DLedger data (a store switched to DLedger, "
+                "dledger-store-format.md §9) is not decoded yet",
+            )
         )
     return found
