@@ -141,9 +141,10 @@ def encode_entry_header(index: int, term: int, pos: int, body_size: int) -> byte
 
 
 def encode_blank(remaining: int) -> bytes:
-    """The blank that closes a full data file: magic -1, the remaining length, then zeros to
-    the end of the file (``MmapFileList.preAppend`` writes them all)."""
-    return _MAGIC_SIZE.pack(BLANK_MAGIC, remaining) + bytes(remaining - _MAGIC_SIZE.size)
+    """The head of the blank that closes a full data file: magic -1 and the remaining length.
+    ``MmapFileList.preAppend`` writes zeros after it to the end of the file; a file created
+    zeroed already holds them."""
+    return _MAGIC_SIZE.pack(BLANK_MAGIC, remaining)
 
 
 def fits(position_in_file: int, entry_size: int, file_size: int) -> bool:
