@@ -14,6 +14,7 @@ import pytest
 from rmqinspect.analysis.messages import MessageFilter, stream_messages
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
+from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import CheckedRun, Skipped
 from rmqinspect.render.message import BodyFormat, message_json
 from rmqinspect.store.model import Store
@@ -183,3 +184,92 @@ def test_writer_rebuilds_the_store_byte_for_byte(
     assert set(want) == set(got) - WRITER_ONLY
     for name, path in want.items():
         assert path.read_bytes() == got[name].read_bytes(), name
+
+
+def _ledger_state(s: Any) -> dict[str, Any]:
+    return {
+        "ledgerBeginIndex": s.ledger_begin_index,
+        "ledgerEndIndex": s.ledger_end_index,
+        "ledgerEndTerm": s.ledger_end_term,
+        "committedIndex": s.committed_index,
+        "committedPos": s.committed_pos,
+        "currTerm": s.current_term,
+        "role": s.role,
+    }
+
+
+@pytest.mark.parametrize("auto_profile", [False, True], ids=["explicit", "inferred"])
+def test_recover_report_matches_the_broker(
+    meta: dict[str, Any], dledger_clean_store: Path, auto_profile: bool
+) -> None:
+    """The restart predicted field by field: DLedger's recovery (files, data and index ends,
+    ledger indexes and terms, committed index and position after load and after start, the
+    checkpoint and currterm read), RocketMQ's max offset after load and start, consume queues,
+    index files and the checkpoints the following shutdown leaves."""
+    from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
+    from tests.test_recover_conformance import _queues, _store_options
+
+    s = meta["summary"]
+    options = _store_options(meta, None if auto_profile else Profile.V4_9)
+    with Store.open(dledger_clean_store, options) as store:
+        report = run_recovery(store, RecoverOptions(check_crc=True)).report
+    assert report.profile == "4.9"
+    assert report.broker_starts is s["loadResult"]
+    assert report.last_exit_ok is s["lastExitOK"]
+    assert report.recovery_path == s["recoveryPath"]
+    c = report.commitlog
+    d = report.dledger
+    assert c is not None and d is not None
+    assert c.max_offset == s["commitlogEndOffsetAfterRecovery"]
+    assert d.after_load.max_offset == meta["afterLoad"]["commitlog"]["maxPhyOffset"]
+    assert d.after_start.max_offset == s["commitlogEndOffsetAfterStart"]
+    assert d.after_start.max_offset == meta["afterStart"]["commitlog"]["maxPhyOffset"]
+    assert c.min_offset == s["minPhyOffset"] == meta["afterLoad"]["commitlog"]["minPhyOffset"]
+    assert c.files_before == d.data_files_before == s["dledgerDataFilesBefore"]
+    assert c.deleted_files == d.data_files_deleted == s["dledgerDataFilesDeletedByRecovery"]
+    assert d.data_end == s["dledgerDataEndAfterRecovery"]
+    assert d.index_end == s["dledgerIndexEndAfterRecovery"]
+    assert _ledger_state(d.after_load) == s["dledgerAfterLoad"]
+    assert (
+        _ledger_state(d.after_start) | {"leaderId": d.after_start.leader_id}
+        == (s["dledgerAfterStart"])
+    )
+    for phase, state in (("afterLoad", d.after_load), ("afterStart", d.after_start)):
+        raw = meta[phase]["commitlog"]["dledger"]
+        assert (state.role, state.leader_id, state.current_term) == (
+            raw["role"],
+            raw["leaderId"],
+            raw["currTerm"],
+        )
+        assert [(f.name, f.wrote_position) for f in d.data_files_after] == [
+            (f["name"], f["wrotePosition"]) for f in raw["dataFiles"]
+        ]
+        assert [(f.name, f.wrote_position) for f in d.index_files_after] == [
+            (f["name"], f["wrotePosition"]) for f in raw["indexFiles"]
+        ]
+        assert d.data_end == raw["dataWritePos"] == raw["dataMaxWrotePosition"]
+        assert d.index_end == raw["indexMaxWrotePosition"]
+        assert d.checkpoint.lines == raw["checkpointFile"]["lines"]
+        assert d.currterm.lines == raw["currtermFile"]["lines"]
+    assert d.start_entry_index == 767
+    assert report.start_file is not None and report.start_file.index == 2
+    assert d.index_rebuilt_from is None and d.index_units_rewritten == 0
+    assert report.cq_truncation  # maxPhyOffsetOfConsumeQueue >= the data end ([TruncateCQ])
+    assert _queues(report) == s["consumeQueues"]
+    idx = report.index
+    assert idx is not None
+    assert idx.files_before == s["indexFilesBefore"]
+    assert idx.deleted_files == s["indexFilesDestroyedAtLoad"]
+    assert idx.files_created == len(s["indexFilesCreatedDuringRecoveryOrStart"])
+    after = meta["afterShutdown"]
+    cp = report.checkpoint
+    assert cp is not None
+    assert cp.after_shutdown["physic_msg_timestamp"] == after["checkpoint"]["physicMsgTimestamp"]
+    assert cp.after_shutdown["logics_msg_timestamp"] == after["checkpoint"]["logicsMsgTimestamp"]
+    assert cp.after_shutdown["index_msg_timestamp"] == after["checkpoint"]["indexMsgTimestamp"]
+    persisted = dl.encode_checkpoint(
+        d.checkpoint_after_shutdown["committed_index"], d.checkpoint_after_shutdown["end_index"]
+    )
+    assert persisted.decode().splitlines() == after["dledgerCheckpointFile"]["lines"]
+    assert len(persisted) == after["dledgerCheckpointFile"]["size"]
+    assert report.lost_messages.count == 0 and not report.loses_data

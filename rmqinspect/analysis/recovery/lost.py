@@ -18,10 +18,11 @@ import numpy.typing as npt
 from rmqinspect.analysis.recovery.report import LostMessage, LostReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import I64, RecordColumns, decode_text
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.scan import Skipped, data_extent, scan_file
+from rmqinspect.format.scan import Skipped, data_extent
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId
@@ -100,13 +101,16 @@ def _past_end(
     if disk.length == 0:
         return 0, 0
     damaged = 0
+    # A message header whose record fails the check; in DLedger data also an entry header
+    # (magic 1) that DLedger stops at.
+    headers = _MESSAGE_MAGICS + ((dl.ENTRY_MAGIC,) if state.ledger is not None else ())
     buf = state.store.view(disk)
     try:
         extent = data_extent(buf, begin)
-        for event in scan_file(buf, disk.start, begin, state.checks.intact, own_offset=True):
+        for event in state.scan_file(buf, disk.start, begin, state.checks.intact):
             if isinstance(event, Skipped):
-                if event.result.magic in _MESSAGE_MAGICS:
-                    damaged += 1  # a message header whose record fails the check
+                if event.result.magic in headers:
+                    damaged += 1
                 continue
             cols = event.columns
             for i in _lost_in_run(cols, queue_max):
@@ -133,7 +137,7 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
         buf = state.store.view(f.disk)
         region = buf[: min(f.wrote, len(buf))]
         try:
-            for event in scan_file(region, f.start, 0, state.checks.reput, own_offset=True):
+            for event in state.scan_file(region, f.start, 0, state.checks.reput):
                 if isinstance(event, Skipped):
                     continue
                 cols = event.columns

@@ -212,6 +212,74 @@ class CheckpointReport:
 
 
 @dataclass
+class EntryInfo:
+    """A DLedger entry: its index, term, position in the data space and size (header + body)."""
+
+    index: int
+    term: int
+    position: int
+    size: int
+
+
+@dataclass
+class LedgerState:
+    """The DLedger node as RocketMQ sees it at one moment (after ``load()``, after ``start()``)."""
+
+    role: str  # CANDIDATE until an election ran, then LEADER
+    leader_id: str | None
+    current_term: int | None
+    ledger_begin_index: int
+    ledger_end_index: int
+    ledger_end_term: int
+    committed_index: int  # -1: none
+    committed_pos: int  # -1: none
+    max_offset: int  # DLedgerCommitLog.getMaxOffset: committedPos when > 0
+
+
+@dataclass
+class TextFileReport:
+    """``checkpoint`` or ``currterm`` of the DLedger home, as read."""
+
+    present: bool
+    lines: list[str]
+    values: dict[str, str]
+    bak_present: bool
+    tmp_present: bool  # an interrupted write left it
+
+
+@dataclass
+class DLedgerReport:
+    """DLedger's own recovery (dledger-store-format.md §7) and what RocketMQ builds on it (§8)."""
+
+    home: str
+    self_id: str
+    data_file_size: int
+    data_files_before: list[str]
+    index_files_before: list[str]
+    start_entry_index: int  # the first entry of the start file (-1 when no file passed)
+    scanned_bytes: int
+    end_reason: str  # blank_in_last_file | end_of_data | a header reason | no_files
+    first_bad_entry: BadRecord | None  # the header the scan stopped at (not for end_of_data)
+    last_entry: EntryInfo | None
+    data_end: int  # the data write position after recovery (processOffset)
+    index_end: int  # (ledgerEndIndex + 1) * 32
+    index_rebuilt_from: int | None  # first entry whose index unit disagreed: rewritten from it
+    index_units_rewritten: int
+    data_files_deleted: list[str]
+    index_files_deleted: list[str]
+    data_files_after: list[FilePosition]
+    index_files_after: list[FilePosition]
+    checkpoint: TextFileReport
+    currterm: TextFileReport
+    committed_index_source: str  # how the committed index after load was found
+    after_load: LedgerState
+    after_start: LedgerState
+    undispatched_at_load: int  # bytes between the max offset after load and after start
+    assumption: str  # what after_start takes for granted
+    checkpoint_after_shutdown: dict[str, int]  # committedIndex and endIndex persisted
+
+
+@dataclass
 class RecoveryReport:
     schema_version: int
     store: str
@@ -236,6 +304,7 @@ class RecoveryReport:
     unreachable_messages: int  # intact messages below E no consume-queue unit serves
     queues_without_consume_queue: list[str]  # queues the scan saw records of but none exists
     warnings: list[str]
+    dledger: DLedgerReport | None = None  # set for a DLedger commitlog
 
     @property
     def loses_data(self) -> bool:
