@@ -273,3 +273,27 @@ def test_recover_report_matches_the_broker(
     assert persisted.decode().splitlines() == after["dledgerCheckpointFile"]["lines"]
     assert len(persisted) == after["dledgerCheckpointFile"]["size"]
     assert report.lost_messages.count == 0 and not report.loses_data
+
+
+def test_apply_to_leaves_what_the_broker_left(
+    meta: dict[str, Any], dledger_clean_store: Path, tmp_path: Path
+) -> None:
+    """``--apply-to`` leaves the files the broker left after start() and shutdown(), with the
+    same DLedger checkpoint and currterm (and the .bak the election wrote); a restart there
+    changes nothing."""
+    from rmqinspect.analysis.recovery import RecoverOptions, apply_recovery
+
+    dest = tmp_path / "after"
+    with Store.open(dledger_clean_store) as store:
+        _, applied = apply_recovery(store, dest, RecoverOptions())
+    assert applied.verification_noop, applied.verification_differences
+    after = meta["afterShutdown"]
+    got = {
+        p.relative_to(dest).as_posix(): p.stat().st_size
+        for p in dest.rglob("*")
+        if p.is_file() and not p.relative_to(dest).as_posix().startswith("config/")
+    }
+    assert got == {f["path"]: f["size"] for f in after["filesExceptConfig"]}
+    home = dest / "dledger-n0"
+    assert (home / "checkpoint").read_text().splitlines() == after["dledgerCheckpointFile"]["lines"]
+    assert (home / "currterm").read_text().splitlines() == after["dledgerCurrtermFile"]["lines"]

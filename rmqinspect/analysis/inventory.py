@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmqinspect.analysis.ledger import LedgerSummary, ledger_summary
 from rmqinspect.analysis.queues import QueueBounds, all_queue_bounds
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import commitlog as cl
@@ -114,6 +115,7 @@ class Inventory:
     config_files: tuple[ConfigFileSummary, ...]
     unsupported: tuple[UnsupportedLayout, ...]
     problems: tuple[LayoutProblem, ...] = field(default_factory=tuple)
+    dledger: LedgerSummary | None = None  # a DLedger commitlog's state on disk
 
 
 def build_inventory(store: Store) -> Inventory:
@@ -122,6 +124,7 @@ def build_inventory(store: Store) -> Inventory:
     for qid in store.queue_dirs:
         problems.extend(store.consume_queue(qid.topic, qid.queue_id).problems)
     det = store.profile
+    ledger = ledger_summary(store)
     return Inventory(
         root=str(store.root),
         profile=det.profile.value,
@@ -130,13 +133,14 @@ def build_inventory(store: Store) -> Inventory:
         clean_shutdown=not store.abort_present,
         abort_content=store.abort_content().decode("utf-8", "replace").strip(),
         families=tuple(_families(store, bounds)),
-        commitlog=commitlog_summary(store, bounds),
+        commitlog=commitlog_summary(store, bounds, ledger),
         topics=tuple(_topics(bounds)),
         index_files=tuple(_index_files(store)),
         checkpoint=checkpoint_summary(store.checkpoint_path),
         config_files=tuple(_config_files(store.config_dir)),
         unsupported=tuple(store.unsupported),
         problems=tuple(problems),
+        dledger=ledger,
     )
 
 
@@ -155,7 +159,11 @@ def _family(name: str, queue: FileQueue) -> FamilySummary:
 
 
 def _families(store: Store, bounds: list[QueueBounds]) -> list[FamilySummary]:
-    out = [_family("commitlog", store.commitlog)]
+    if store.dledger is not None:
+        out = [_family("dledger_data", store.dledger.data)]
+        out.append(_family("dledger_index", store.dledger.index))
+    else:
+        out = [_family("commitlog", store.commitlog)]
     cq_files = sum(b.file_count for b in bounds)
     out.append(
         FamilySummary(
@@ -197,13 +205,18 @@ def _tree_size(directory: Path) -> tuple[int, int]:
     return count, size
 
 
-def commitlog_summary(store: Store, bounds: list[QueueBounds]) -> CommitlogSummary:
+def commitlog_summary(
+    store: Store, bounds: list[QueueBounds], ledger: LedgerSummary | None = None
+) -> CommitlogSummary:
     """Min/max physical offsets. The max is found like 4.9's reput: start at the largest
-    consume-queue end and walk valid records forward (CRC unchecked, as dispatch reads them)."""
+    consume-queue end and walk valid records forward (CRC unchecked, as dispatch reads them).
+    In a DLedger store it is where DLedger's entries end (``ledger``, found when not given)."""
     clq = store.commitlog
     if not clq.files:
         return CommitlogSummary(-1, 0, "no commitlog files", None, None, None)
     opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+    if store.dledger is not None:
+        return _ledger_commitlog(store, ledger or ledger_summary(store), opts)
     cq_last = max((b.last_phy_offset for b in bounds), default=-1)
     last_record: int | None = None
     if clq.find(cq_last) is not None:
@@ -217,6 +230,24 @@ def commitlog_summary(store: Store, bounds: list[QueueBounds]) -> CommitlogSumma
     first_ts = _first_store_timestamp(store, opts)
     return CommitlogSummary(
         clq.min_offset, end, basis, last_record, first_ts, last_ts if last_ts is not None else None
+    )
+
+
+def _ledger_commitlog(
+    store: Store, ledger: LedgerSummary | None, opts: cl.CheckOptions
+) -> CommitlogSummary:
+    assert ledger is not None
+    last_ts = None
+    if ledger.last_record_offset is not None:
+        r = store.check_at(ledger.last_record_offset, opts)
+        last_ts = r.record.store_timestamp if r.is_message and r.record is not None else None
+    return CommitlogSummary(
+        store.commitlog.min_offset,
+        ledger.data_end,
+        f"DLedger entries walked in the last data file ({ledger.data_end_reason})",
+        ledger.last_record_offset,
+        _first_store_timestamp(store, opts),
+        last_ts,
     )
 
 

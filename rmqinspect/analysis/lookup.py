@@ -538,6 +538,10 @@ def restarted_index(store: Store, progress: Progress | None = None) -> Iterator[
         outcome = run_recovery(store, RecoverOptions(lost_limit=0), progress, index_sink=keep)
         report = outcome.report
         end = report.commitlog.max_offset if report.commitlog is not None else None
+        if report.dledger is not None:
+            # Once the node is leader again it serves every entry it kept, not only the part
+            # committed at load.
+            end = report.dledger.after_start.max_offset
         if end is None:
             raise StoreError(f"--as-recovered: {report.verdict_reason}", str(store.root))
         replaced = set(outcome.index_deleted) | set(outcome.index_written)

@@ -61,7 +61,7 @@ class LedgerRecovery:
     end_reason: str
     first_bad: BadRecord | None
     last_entry: EntryInfo | None
-    index_rebuilt_from: int | None
+    index_rebuilt_from: tuple[int, int] | None  # (entry index, position) of the first rewrite
     index_end: int
     index_files_deleted: list[str]
     index_files_after: list[FilePosition]
@@ -180,7 +180,7 @@ class _Scan:
     reason: str
     bad: BadRecord | None
     last: EntryInfo | None
-    rebuilt_from: int | None
+    rebuilt_from: tuple[int, int] | None
     scanned: int
 
 
@@ -194,7 +194,7 @@ def _scan(state: BrokerState, store: DLedgerStore, first_file: int) -> _Scan:
     pos = 0
     previous: tuple[int, int] | None = None
     last: EntryInfo | None = None
-    rebuilt_from: int | None = None
+    rebuilt_from: tuple[int, int] | None = None
     scanned = 0
     while True:
         buf = state.store.view(f.disk)
@@ -250,14 +250,15 @@ def _scan(state: BrokerState, store: DLedgerStore, first_file: int) -> _Scan:
 
 def _first_disagreement(
     store: DLedgerStore, maps: MappedFiles, walk: dl.EntryWalk, file_start: int
-) -> int | None:
-    """The first entry of ``walk`` whose index unit disagrees with it (or is missing)."""
+) -> tuple[int, int] | None:
+    """The index and position of the first entry of ``walk`` whose index unit disagrees with
+    it (or is missing)."""
     units = store.index_units(maps, int(walk.index[0]), len(walk))
     ok = (units["magic"] == dl.ENTRY_MAGIC) & (units["pos"] == file_start + walk.positions)
     ok &= (units["size"] == walk.sizes) & (units["index"] == walk.index)
     ok &= units["term"] == walk.term
     k = first_false(ok)
-    return int(walk.index[k]) if k < len(walk) else None
+    return (int(walk.index[k]), file_start + int(walk.positions[k])) if k < len(walk) else None
 
 
 def _truncate_family(family: FileQueue, end: int) -> tuple[list[str], list[FilePosition]]:
@@ -312,7 +313,7 @@ def _entry_pos_size(
 ) -> tuple[int, int]:
     """``getEntryPosAndSize`` after recovery: the unit on disk, or the one recovery rewrote
     (the entry as scanned) from the first disagreement on."""
-    if scan.rebuilt_from is None or index < scan.rebuilt_from:
+    if scan.rebuilt_from is None or index < scan.rebuilt_from[0]:
         unit = store.index_unit(state.store.maps, index)
         if unit is not None:
             return unit.pos, unit.size
@@ -479,13 +480,17 @@ def _text_report(t: TextFile) -> TextFileReport:
 
 
 def ledger_report(
-    state: BrokerState, recovery: LedgerRecovery, data_files_before: list[str]
+    state: BrokerState,
+    recovery: LedgerRecovery,
+    data_files_before: list[str],
+    kept_damage: list[BadRecord],
 ) -> DLedgerReport:
     store = _ledger(state)
     ledger = state.ledger
     assert ledger is not None
     first = state.commitlog[0].start if state.commitlog else 0
     term = store.current_term
+    rebuilt = recovery.index_rebuilt_from
     load = LedgerState(
         "CANDIDATE",
         None,
@@ -521,12 +526,9 @@ def ledger_report(
         last_entry=recovery.last_entry,
         data_end=ledger.data_end,
         index_end=recovery.index_end,
-        index_rebuilt_from=recovery.index_rebuilt_from,
-        index_units_rewritten=(
-            0
-            if recovery.index_rebuilt_from is None
-            else ledger.end_index - recovery.index_rebuilt_from + 1
-        ),
+        index_rebuilt_from=rebuilt[0] if rebuilt is not None else None,
+        index_rebuilt_position=rebuilt[1] if rebuilt is not None else None,
+        index_units_rewritten=0 if rebuilt is None else ledger.end_index - rebuilt[0] + 1,
         data_files_deleted=list(state.commitlog_deleted),
         index_files_deleted=recovery.index_files_deleted,
         data_files_after=[FilePosition(f.name, f.wrote) for f in state.commitlog],
@@ -537,6 +539,7 @@ def ledger_report(
         after_load=load,
         after_start=started,
         undispatched_at_load=max(started.max_offset - load.max_offset, 0),
+        kept_damage=kept_damage,
         assumption=ASSUMPTION,
         checkpoint_after_shutdown={
             "committed_index": ledger.end_index,

@@ -176,7 +176,9 @@ def run_recovery(
         unreachable_messages=sum(unserved.per_queue.values()),
         queues_without_consume_queue=[str(q) for q in unserved.queues_without_consume_queue],
         warnings=state.warnings,
-        dledger=None if ledger is None else ledger_report(state, ledger, recovered.files_before),
+        dledger=None
+        if ledger is None
+        else ledger_report(state, ledger, recovered.files_before, unserved.kept_damage),
     )
     return RecoveryOutcome(
         report,

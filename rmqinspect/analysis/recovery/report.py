@@ -264,6 +264,7 @@ class DLedgerReport:
     data_end: int  # the data write position after recovery (processOffset)
     index_end: int  # (ledgerEndIndex + 1) * 32
     index_rebuilt_from: int | None  # first entry whose index unit disagreed: rewritten from it
+    index_rebuilt_position: int | None  # that entry's position
     index_units_rewritten: int
     data_files_deleted: list[str]
     index_files_deleted: list[str]
@@ -275,6 +276,8 @@ class DLedgerReport:
     after_load: LedgerState
     after_start: LedgerState
     undispatched_at_load: int  # bytes between the max offset after load and after start
+    kept_damage: list[BadRecord]  # kept entries whose record the reput cannot read (or bad
+    # bytes between entries DLedger never scanned): DLedger keeps and serves them as they are
     assumption: str  # what after_start takes for granted
     checkpoint_after_shutdown: dict[str, int]  # committedIndex and endIndex persisted
 
