@@ -297,3 +297,68 @@ def test_apply_to_leaves_what_the_broker_left(
     home = dest / "dledger-n0"
     assert (home / "checkpoint").read_text().splitlines() == after["dledgerCheckpointFile"]["lines"]
     assert (home / "currterm").read_text().splitlines() == after["dledgerCurrtermFile"]["lines"]
+
+
+def test_queries_match_query_message(meta: dict[str, Any], dledger_clean_store: Path) -> None:
+    """Every recorded ``queryMessage``: on disk and as after the restart, the index's first
+    round, the broker's answer and the client-checked messages are the broker's."""
+    from rmqinspect.analysis.lookup import KeyQuery, lookup_key, restarted_index
+
+    assert len(meta["queries"]) > 80
+    with Store.open(dledger_clean_store) as store, restarted_index(store) as restart:
+        for q in meta["queries"]:
+            query = KeyQuery(q["key"], (q["topic"],), q["keyKind"] == "uniq", 32)
+            for result in (lookup_key(store, query), lookup_key(store, query, restart=restart)):
+                assert result.index is not None
+                where = (q["keyKind"], q["key"])
+                assert sorted(result.index.index_offsets) == q["indexPhyOffsets"], where
+                assert result.index.broker_offsets == sorted(q["queryMessageOffsets"]), where
+                got = sorted(h.record.position for h in result.hits)
+                assert got == sorted(set(q["queryMessageOffsets"])), where
+
+
+def test_msg_id_and_queue_offset_return_the_broker_message(
+    dledger_conformance_dir: Path, dledger_clean_store: Path
+) -> None:
+    from rmqinspect.analysis.lookup import lookup_msg_id, lookup_queue_offset
+    from rmqinspect.render.lookup import hit_json
+
+    checked = 0
+    with Store.open(dledger_clean_store) as store:
+        for line in jsonl(dledger_conformance_dir, SCENARIO, "messages"):
+            by_id = lookup_msg_id(store, line["msgId"])
+            assert len(by_id.hits) == 1, (line["msgId"], by_id.rejected)
+            doc = hit_json(by_id.hits[0], BodyFormat.BASE64)
+            assert_same_message(doc, line)
+            assert doc["entry_position"] == line["commitLogOffset"] - dl.BODY_OFFSET
+            by_queue = lookup_queue_offset(store, line["topic"], line["queueId"], line["cqIndex"])
+            assert len(by_queue.hits) == 1, (line["topic"], line["cqIndex"])
+            assert_same_message(hit_json(by_queue.hits[0], BodyFormat.TEXT), line)
+            checked += 1
+    assert checked == 1956
+
+
+def test_info_shows_the_ledger(meta: dict[str, Any], dledger_clean_store: Path) -> None:
+    """``info``: the DLedger state on disk as the broker's own dump shows it before the
+    restart (index file units, checkpoint, currterm)."""
+    doc = json.loads(run("info", dledger_clean_store, "--format", "json").stdout)
+    ledger = doc["dledger"]
+    raw = meta["before"]["dledgerRaw"]
+    (index,) = raw["index"]["files"]
+    assert ledger["index_files"] == [index["name"]]
+    assert (ledger["begin_index"], ledger["end_index"]) == (
+        index["firstUnit"]["index"],
+        index["lastUnit"]["index"],
+    )
+    assert ledger["data_end"] == index["lastUnit"]["pos"] + index["lastUnit"]["size"]
+    assert ledger["checkpoint_lines"] == raw["checkpointFile"]["lines"]
+    assert ledger["currterm_lines"] == raw["currtermFile"]["lines"]
+    assert ledger["committed_pos"] == meta["afterLoad"]["commitlog"]["dledger"]["committedPos"]
+    assert [f["name"] for f in ledger["files"]] == meta["summary"]["dledgerDataFilesBefore"]
+    per_file = meta["prescanSummary"]["perFile"]
+    assert [f["first_index"] for f in ledger["files"]][:2] == [
+        0,
+        per_file[ledger["files"][0]["name"]]["validMessages"],
+    ]
+    assert doc["commitlog"]["max_offset"] == ledger["data_end"]
+    assert not doc["unsupported"]

@@ -86,27 +86,10 @@ class EntryHeader:
             raise DecodeError("fewer than 48 bytes left for a DLedger entry header", at)
         return cls(*ENTRY_HEAD.unpack_from(buf, at))
 
-    def encode(self) -> bytes:
-        return ENTRY_HEAD.pack(
-            self.magic,
-            self.size,
-            self.index,
-            self.term,
-            self.pos,
-            self.channel,
-            self.chain_crc,
-            self.body_crc,
-            self.body_size,
-        )
-
     @property
     def message_position(self) -> int:
         """Where the body (the RocketMQ record) starts: its physical offset."""
         return self.pos + BODY_OFFSET
-
-    @property
-    def end(self) -> int:
-        return self.pos + self.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,24 +103,8 @@ class IndexUnit:
     term: int
 
     @classmethod
-    def decode(cls, buf: Buffer, at: int = 0) -> IndexUnit:
-        if at < 0 or at + INDEX_UNIT_SIZE > len(buf):
-            raise DecodeError("fewer than 32 bytes left for a DLedger index unit", at)
-        return cls(*INDEX_UNIT.unpack_from(buf, at))
-
-    @classmethod
     def of(cls, entry: EntryHeader) -> IndexUnit:
         return cls(entry.magic, entry.pos, entry.size, entry.index, entry.term)
-
-    def encode(self) -> bytes:
-        return INDEX_UNIT.pack(self.magic, self.pos, self.size, self.index, self.term)
-
-
-def encode_entry_header(index: int, term: int, pos: int, body_size: int) -> bytes:
-    """The header ``appendAsLeader`` writes: magic 1, no channel, no CRCs."""
-    return EntryHeader(
-        ENTRY_MAGIC, BODY_OFFSET + body_size, index, term, pos, 0, 0, 0, body_size
-    ).encode()
 
 
 def encode_blank(remaining: int) -> bytes:
@@ -145,11 +112,6 @@ def encode_blank(remaining: int) -> bytes:
     ``MmapFileList.preAppend`` writes zeros after it to the end of the file; a file created
     zeroed already holds them."""
     return _MAGIC_SIZE.pack(BLANK_MAGIC, remaining)
-
-
-def fits(position_in_file: int, entry_size: int, file_size: int) -> bool:
-    """``preAppend``: an entry goes into the current file only if it leaves room for a blank."""
-    return position_in_file + entry_size + MIN_BLANK_LEN <= file_size
 
 
 # --- DLedger's header rules ------------------------------------------------------------------

@@ -17,8 +17,12 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.format import dledger as dl
+from rmqinspect.format.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqinspect.synth.commitlog import CommitLogFiles, Run
 from rmqinspect.synth.files import create_file, offset_file_name
+
+# The commitlog's placement applies to entries because both keep the same room for a blank.
+assert dl.MIN_BLANK_LEN == END_FILE_MIN_BLANK_LENGTH
 
 
 class DLedgerFiles(CommitLogFiles):
