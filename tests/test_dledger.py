@@ -14,6 +14,8 @@ import struct
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from rmqinspect.analysis.lookup import KeyQuery, lookup_key, lookup_queue_offset, restarted_index
 from rmqinspect.analysis.messages import MessageFilter, SkippedRange, stream_messages
 from rmqinspect.analysis.recovery import (
@@ -490,3 +492,20 @@ def test_apply_to_rewrites_index_units_that_disagreed(tmp_path: Path) -> None:
     assert applied.verification_noop, applied.verification_differences
     after = tmp_path / "after" / "dledger-n0" / "index" / f"{0:020d}"
     assert after.read_bytes()[: 800 * 32] == good
+
+
+@pytest.mark.usefixtures("wide_console")
+def test_tables_and_checkpoint_say_what_dledger_holds(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    write(root, 300, dispatched=250, crash=True, lag_ms=500)
+    info = run("info", root, *SMALL_OPTS, "--format", "table")
+    assert info.exit_code == 0, info.stderr
+    assert "DLedger data files" in info.stdout and "committedIndex 249" in info.stdout
+    rec = run("recover", root, *SMALL_OPTS, "--format", "table")
+    assert rec.exit_code == 0, rec.stderr
+    for phrase in ("max offset after load (committed position)", "CANDIDATE", "LEADER, leader n0"):
+        assert phrase in rec.stdout
+    notes = run_json("checkpoint", root)["notes"]
+    assert any("dledger-n0/checkpoint says: committedIndex=249; endIndex=249" in n for n in notes)
+    lost = run("recover", root, *SMALL_OPTS, "--format", "jsonl")
+    assert lost.exit_code == 0 and lost.stdout == ""

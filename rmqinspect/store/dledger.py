@@ -16,6 +16,7 @@ import numpy as np
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
+from rmqinspect.format.javamath import java_parse_long
 from rmqinspect.store.files import FileQueue, LayoutProblem, MappedFiles, StoreFile, list_family
 
 HOME_PREFIX = "dledger-"
@@ -94,9 +95,7 @@ class DLedgerStore:
 
     @property
     def current_term(self) -> int | None:
-        pairs = self.currterm.pairs
-        text = (pairs or {}).get(dl.CURRENT_TERM_KEY, "").strip()
-        return int(text) if text.lstrip("-").isdigit() else None
+        return java_parse_long((self.currterm.pairs or {}).get(dl.CURRENT_TERM_KEY, "").strip())
 
     @property
     def vote_leader(self) -> str | None:
@@ -105,8 +104,7 @@ class DLedgerStore:
 
     def checkpoint_value(self, key: str) -> int | None:
         """An integer property of ``checkpoint`` (None: missing, empty or not a number)."""
-        text = (self.checkpoint.pairs or {}).get(key, "").strip()
-        return int(text) if text.lstrip("-").isdigit() else None
+        return java_parse_long((self.checkpoint.pairs or {}).get(key, "").strip())
 
     # --- entries ---------------------------------------------------------------------------------
 

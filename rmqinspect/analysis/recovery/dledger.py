@@ -39,6 +39,7 @@ from rmqinspect.analysis.recovery.state import BrokerState, CommitlogFile, Ledge
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import RUN_RECORDS, first_false, gather
+from rmqinspect.format.javamath import java_parse_long
 from rmqinspect.format.scan import CheckedRun, certain_mask
 from rmqinspect.store.dledger import DLedgerStore, TextFile
 from rmqinspect.store.files import FileQueue, MappedFiles
@@ -286,9 +287,8 @@ def _committed_index(state: BrokerState, store: DLedgerStore, scan: _Scan) -> st
     text = dl.committed_index_text(store.checkpoint.pairs)
     if text is None:
         return "the DLedger checkpoint has no committedIndex: none is committed until the election"
-    try:
-        value = int(text)
-    except ValueError:
+    value = java_parse_long(text)
+    if value is None:
         state.failures.append(
             LoadFailure(
                 "exception",
