@@ -139,3 +139,18 @@ def test_json_names_are_snake_case_like_every_other_command(tmp_path: Path) -> N
     assert names >= {"commitlog_files", "commitlog_end", "physic_msg_timestamp", "ranges"}
     assert [n for n in names if n != n.lower()] == []
 
+
+def test_zeroed_block_after_a_crash_lands_in_the_data(tmp_path: Path) -> None:
+    # After --crash the newest commitlog file is the pre-allocated empty one: the zeroed block
+    # must still fall among the records, so that the restart cuts there.
+    out = tmp_path / "s"
+    summary = synth_json(out, "--messages", "300", *SMALL, "--crash", "--damage", "zero-region")
+    (path, start, end) = summary["damage"][0]["ranges"][0]
+    file_start = int(Path(path).name)
+    assert file_start + end <= summary["commitlog_end"]
+    assert path != f"commitlog/{summary['commitlog_files'][-1]}"
+    recovered = CliRunner().invoke(app, ["recover", str(out), "--format", "json"])
+    assert recovered.exit_code == 1, recovered.stderr
+    doc = json.loads(recovered.stdout)
+    assert doc["commitlog"]["max_offset"] <= file_start + start
+    assert doc["lost_messages"]["count"] > 0

@@ -41,7 +41,9 @@ def _apply(kind: DamageKind, root: Path, summary: StoreSummary) -> damage.Damage
     if kind is DamageKind.FLIP_BODY:
         return damage.flip_body_byte(root)
     if kind is DamageKind.ZERO_REGION:
-        last_start = int(summary.commitlog_files[-1]) if summary.commitlog_files else 0
+        # The last file holding data: after --crash the newest file is the pre-allocated empty one.
+        holding = [int(n) for n in summary.commitlog_files if int(n) < summary.commitlog_end]
+        last_start = max(holding, default=0)
         middle = (last_start + summary.commitlog_end) // 2
         return damage.zero_region(root, middle, middle + _ZERO_REGION_BYTES)
     if kind is DamageKind.CQ_AHEAD:
