@@ -105,16 +105,17 @@ def print_plain_jsonl(rows: Iterable[dict[str, Any]]) -> int:
     return n
 
 
-def _write_json_array(rows: Iterable[dict[str, Any]]) -> int:
-    """A JSON array written element by element (a scan can be far larger than memory)."""
+def _write_json_array(rows: Iterable[dict[str, Any]], indent: str = "") -> int:
+    """A JSON array written element by element, one compact element per line (a scan can be far
+    larger than memory); ``indent`` is the array's own indentation."""
     n = 0
     write = sys.stdout.write
     write("[")
     for row in rows:
-        write(",\n  " if n else "\n  ")
+        write(f",\n{indent}  " if n else f"\n{indent}  ")
         write(json.dumps(row, ensure_ascii=False))
         n += 1
-    write("\n]" if n else "]")
+    write(f"\n{indent}]" if n else "]")
     return n
 
 
@@ -126,12 +127,13 @@ def print_json_array(rows: Iterable[dict[str, Any]]) -> int:
 
 
 def print_json_with_array(head: dict[str, Any], key: str, rows: Iterable[dict[str, Any]]) -> int:
-    """The JSON object ``head`` with one more member, ``key``: a streamed array of plain rows
-    (the head is small, the array may not be); returns the row count."""
-    text = json.dumps(head | {key: []}, ensure_ascii=False)
-    sys.stdout.write(text.removesuffix("[]}"))
-    n = _write_json_array(rows)
-    sys.stdout.write("}\n")
+    """The JSON object ``head``, pretty-printed like every JSON document, with one more member,
+    ``key``: a streamed array of plain rows (the head is small, the array may not be); returns
+    the row count."""
+    text = json.dumps(head | {key: None}, indent=2, ensure_ascii=False)
+    sys.stdout.write(text.removesuffix("null\n}"))
+    n = _write_json_array(rows, "  ")
+    sys.stdout.write("\n}\n")
     return n
 
 
