@@ -40,10 +40,18 @@ def resolve_format(requested: OutputFormat | None) -> OutputFormat:
     return OutputFormat.TABLE if sys.stdout.isatty() else OutputFormat.JSON
 
 
+class _StdoutConsole(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits 1 here, which the exit codes reserve for findings; the reader going away
+        # (``| head``) is handled, for every format alike, by the CLI's error handler.
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def stdout_console() -> Console:
     # No markup: cells and titles hold store data (keys, tags, bodies, topic names), and a
     # "[...]" there is text to show, not a style to apply or a tag that fails to close.
-    return Console(soft_wrap=False, highlight=False, markup=False)
+    return _StdoutConsole(soft_wrap=False, highlight=False, markup=False)
 
 
 def stderr_console() -> Console:
