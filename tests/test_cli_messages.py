@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from rmqinspect.synth.writer import MessageSpec
 from tests.cli_helpers import build_store, orders, run, run_json, run_jsonl
-from tests.render_helpers import decode_body
+from tests.render_helpers import decode_body, run_in_terminal
 
 
 def test_filters_by_topic_queue_and_limit(tmp_path: Path) -> None:
@@ -110,3 +111,15 @@ def test_time_filters_skip_whole_files_without_losing_messages(tmp_path: Path) -
             "messages", store, "--body", "none", "--since", str(since), "--until", str(until)
         )
         assert got == want and want
+
+
+def test_table_on_a_terminal_leaves_no_stale_progress_bar(conformance_dir: Path) -> None:
+    # The bar (stderr) is drawn while the table (stdout) is printed in batches on the same
+    # terminal: printing must not leave a copy of the bar among or after the rows.
+    store = conformance_dir / "stores" / "clean"
+    code, screen = run_in_terminal("messages", str(store), "--body", "none")
+    assert code == 0
+    rows = [line for line in screen if re.match(r"│ +\d+ │", line)]
+    assert len(rows) == 2000
+    assert [line for line in screen if "scanning commitlog" in line] == []
+    assert [line for line in screen if re.search(r"\d%", line)] == []

@@ -166,8 +166,20 @@ def print_table_batches(rows: Iterable[T], table: Callable[[list[T], bool], Tabl
     return count
 
 
+# Progress bars on the terminal now. A table printed under a live bar would be written between
+# the bar's redraws and leave a stale copy of it ("10%") among its rows, so printing pauses them.
+_LIVE_BARS: list[Progress] = []
+
+
 def print_table(table: Table) -> None:
-    stdout_console().print(table)
+    paused = list(_LIVE_BARS)
+    for bar in paused:
+        bar.stop()  # transient: the bar is erased and the cursor put back where it began
+    try:
+        stdout_console().print(table)
+    finally:
+        for bar in paused:
+            bar.start()
 
 
 def key_value_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
@@ -198,4 +210,8 @@ def progress_bar(total: int, description: str, enabled: bool) -> Iterator[Any]:
     )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
+        _LIVE_BARS.append(bar)
+        try:
+            yield lambda n: bar.advance(task, n)
+        finally:
+            _LIVE_BARS.remove(bar)
