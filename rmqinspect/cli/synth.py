@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from rmqinspect.cli.common import handle_errors
+from rmqinspect.cli.options import choice_metavar, choice_parser
 from rmqinspect.format.commitlog import DEFAULT_COMMITLOG_FILE_SIZE
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
@@ -77,7 +78,13 @@ def synth(
         int, typer.Option("--index-entries", min=2, help="maxIndexNum.")
     ] = DEFAULT_INDEX_NUM,
     profile: Annotated[
-        Profile, typer.Option("--profile", help="Broker line to imitate.")
+        Profile,
+        typer.Option(
+            "--profile",
+            parser=choice_parser(Profile),
+            metavar=choice_metavar(Profile),
+            help="Broker line to imitate.",
+        ),
     ] = Profile.V4_9,
     crash: Annotated[
         bool,
@@ -98,7 +105,12 @@ def synth(
     ] = False,
     damage_kinds: Annotated[
         list[DamageKind] | None,
-        typer.Option("--damage", help="Damage to apply afterwards (repeatable)."),
+        typer.Option(
+            "--damage",
+            parser=choice_parser(DamageKind),
+            metavar=choice_metavar(DamageKind),
+            help="Damage to apply afterwards (repeatable).",
+        ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
