@@ -24,8 +24,8 @@ def offsets(
     *,
     store_options: StoreOptions,
 ) -> None:
-    """consumerOffset.json and delayOffset.json against the queues: per queue the committed
-    offset, the queue's min/max on disk and the lag; offsets outside [min, max] are flagged.
+    r"""consumerOffset.json and delayOffset.json against the queues: per queue the committed
+    offset, the queue's min/max on disk and the lag; offsets outside \[min, max] are flagged.
 
     Example: rmqinspect offsets STORE --group GID_orders
     """
