@@ -123,3 +123,14 @@ def test_table_on_a_terminal_leaves_no_stale_progress_bar(conformance_dir: Path)
     assert len(rows) == 2000
     assert [line for line in screen if "scanning commitlog" in line] == []
     assert [line for line in screen if re.search(r"\d%", line)] == []
+
+
+def test_reversed_ranges_are_usage_errors(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(3))
+    for what, args in {
+        "--since/--until": ["--since", "2024-05-01T10:05", "--until", "2024-05-01T10:00"],
+        "--from/--to": ["--from", "500", "--to", "100"],
+    }.items():
+        result = run("messages", store, *args)
+        assert result.exit_code == 2 and f"{what}: the start" in result.stderr, what
+    assert run_jsonl("messages", store, "--from", "100", "--to", "100") == []

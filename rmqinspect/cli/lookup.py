@@ -28,6 +28,7 @@ from rmqinspect.cli.options import (
     FormatOpt,
     LimitOpt,
     StoreArg,
+    check_range,
     commitlog_progress,
     parse_optional_time,
     parse_time,
@@ -120,6 +121,10 @@ def lookup(
         raise fail("--as-recovered applies to --key and --uniq-key")
     if (key is not None or time_range is not None) and topic is None:
         raise fail(f"{given[0]} needs --topic")
+    begin_ms = parse_optional_time(begin, "--begin")
+    end_ms = parse_optional_time(end, "--end")
+    check_range(begin_ms, end_ms, "--begin/--end")
+    window = _time_range(time_range) if time_range is not None else None
     fmt = resolve_format(format)
     with (
         Store.open(store, store_options) as st,
@@ -131,9 +136,9 @@ def lookup(
             result = lookup_phy_offset(st, phy_offset)
         elif queue_offset is not None:
             result = _queue_offset(st, queue_offset, advance)
-        elif time_range is not None:
+        elif window is not None:
             assert topic is not None
-            start, stop = _time_range(time_range)
+            start, stop = window
             result = lookup_time(st, topic, start, stop, limit=limit, scan=scan, progress=advance)
         else:
             uniq = uniq_key is not None
@@ -145,8 +150,8 @@ def lookup(
                 topics,
                 uniq,
                 max_num or default_max_num(uniq),
-                parse_optional_time(begin, "--begin") or 0,
-                _or_max(parse_optional_time(end, "--end")),
+                begin_ms or 0,
+                _or_max(end_ms),
             )
             with contextlib.ExitStack() as stack:
                 restart = None
@@ -178,6 +183,7 @@ def _time_range(text: str) -> tuple[int, int]:
         raise fail(f"--time expects FROM..TO, got {text!r}")
     begin = parse_time(start, "--time") if start.strip() else 0
     end = parse_time(stop, "--time") if stop.strip() else LONG_MAX
+    check_range(begin, end, "--time")
     return begin, end
 
 

@@ -13,6 +13,7 @@ from rmqinspect.cli.options import (
     FormatOpt,
     LimitOpt,
     StoreArg,
+    check_range,
     commitlog_progress,
     parse_optional_time,
     with_store_options,
@@ -53,13 +54,17 @@ def messages(
 
     Example: rmqinspect messages STORE --topic TopicA --since 2024-05-01T10:00 --limit 20
     """
+    since_ms = parse_optional_time(since, "--since")
+    until_ms = parse_optional_time(until, "--until")
+    check_range(from_offset, to_offset, "--from/--to")
+    check_range(since_ms, until_ms, "--since/--until")
     flt = MessageFilter(
         topic=topic,
         queue_id=queue_id,
         from_offset=from_offset,
         to_offset=to_offset,
-        since=parse_optional_time(since, "--since"),
-        until=parse_optional_time(until, "--until"),
+        since=since_ms,
+        until=until_ms,
         limit=limit,
     )
     fmt = resolve_format(format)

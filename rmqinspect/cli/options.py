@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from rmqinspect.analysis.messages import Progress
+from rmqinspect.cli.common import fail
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import OutputFormat, progress_bar
@@ -191,6 +192,12 @@ def parse_time(text: str, option: str) -> int:
 
 def parse_optional_time(text: str | None, option: str) -> int | None:
     return None if text is None else parse_time(text, option)
+
+
+def check_range(low: int | None, high: int | None, what: str) -> None:
+    """A range given backwards is a usage error, not a silently empty answer."""
+    if low is not None and high is not None and low > high:
+        raise fail(f"{what}: the start {low} is after the end {high}")
 
 
 @contextmanager
