@@ -30,6 +30,7 @@ from rmqinspect.cli.options import (
     StoreArg,
     check_range,
     commitlog_progress,
+    open_store,
     parse_optional_time,
     parse_time,
     with_store_options,
@@ -37,7 +38,7 @@ from rmqinspect.cli.options import (
 from rmqinspect.render.lookup import render_lookup
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import ALL_PARTS, Store, StoreOptions, StorePart
 
 _MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--phy-offset", "--time")
 
@@ -127,7 +128,9 @@ def lookup(
     window = _time_range(time_range) if time_range is not None else None
     fmt = resolve_format(format)
     with (
-        Store.open(store, store_options) as st,
+        open_store(
+            store, store_options, f"lookup {given[0]}", _reads(given[0], scan, as_recovered)
+        ) as st,
         commitlog_progress(st, "scanning commitlog", fmt) as advance,
     ):
         if msg_id is not None:
@@ -163,6 +166,18 @@ def lookup(
         render_lookup(result, fmt, body)
     if not result.found:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _reads(mode: str, scan: bool, as_recovered: bool) -> StorePart:
+    """What a mode's answer is read from (the index and the queues are skipped by --scan)."""
+    reads = StorePart.COMMITLOG
+    if scan:
+        return reads
+    if mode in ("--key", "--uniq-key"):
+        reads |= StorePart.INDEX | (ALL_PARTS if as_recovered else StorePart(0))
+    elif mode in ("--queue-offset", "--time"):
+        reads |= StorePart.CONSUME_QUEUES
+    return reads
 
 
 def _or_max(value: int | None) -> int:

@@ -15,12 +15,13 @@ from rmqinspect.cli.options import (
     StoreArg,
     check_range,
     commitlog_progress,
+    open_store,
     parse_optional_time,
     with_store_options,
 )
 from rmqinspect.render.message import BodyFormat, render_message_stream
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import StoreOptions, StorePart
 
 
 @handle_errors
@@ -69,7 +70,7 @@ def messages(
     )
     fmt = resolve_format(format)
     with (
-        Store.open(store, store_options) as st,
+        open_store(store, store_options, "messages", StorePart.COMMITLOG) as st,
         commitlog_progress(st, "scanning commitlog", fmt) as advance,
     ):
         render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")

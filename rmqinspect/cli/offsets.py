@@ -8,10 +8,10 @@ import typer
 
 from rmqinspect.analysis.offsets import offsets_report
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import FormatOpt, StoreArg, with_store_options
+from rmqinspect.cli.options import FormatOpt, StoreArg, open_store, with_store_options
 from rmqinspect.render.offsets import render_offsets
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import StoreOptions, StorePart
 
 
 @handle_errors
@@ -29,7 +29,8 @@ def offsets(
 
     Example: rmqinspect offsets STORE --group GID_orders
     """
-    with Store.open(store, store_options) as st:
+    reads = StorePart.CONSUME_QUEUES | StorePart.COMMITLOG
+    with open_store(store, store_options, "offsets", reads) as st:
         report = offsets_report(st, group, topic)
     render_offsets(report, resolve_format(format))
 

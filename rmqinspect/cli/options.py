@@ -18,8 +18,8 @@ from rmqinspect.analysis.messages import Progress
 from rmqinspect.cli.common import fail
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.message import BodyFormat
-from rmqinspect.render.output import OutputFormat, progress_bar
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.render.output import OutputFormat, progress_bar, warn
+from rmqinspect.store.model import Store, StoreOptions, StorePart
 
 R = TypeVar("R")
 E = TypeVar("E", bound=enum.Enum)
@@ -198,6 +198,23 @@ def check_range(low: int | None, high: int | None, what: str) -> None:
     """A range given backwards is a usage error, not a silently empty answer."""
     if low is not None and high is not None and low > high:
         raise fail(f"{what}: the start {low} is after the end {high}")
+
+
+@contextmanager
+def open_store(
+    path: Path, options: StoreOptions, command: str, reads: StorePart
+) -> Iterator[Store]:
+    """Open the store ``command`` answers about. A layout that takes over a part the answer
+    reads is refused here (exit 2, one sentence), the one place every command passes; a forced
+    ``--profile`` the store contradicts is said once on stderr."""
+    with Store.open(path, options) as st:
+        refusal = st.refusal(command, reads)
+        if refusal is not None:
+            raise fail(refusal)
+        mismatch = st.profile_mismatch()
+        if mismatch is not None:
+            warn(mismatch)
+        yield st
 
 
 @contextmanager

@@ -15,10 +15,16 @@ from rmqinspect.analysis.recovery import (
     apply_recovery,
 )
 from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, handle_errors
-from rmqinspect.cli.options import FormatOpt, StoreArg, commitlog_progress, with_store_options
+from rmqinspect.cli.options import (
+    FormatOpt,
+    StoreArg,
+    commitlog_progress,
+    open_store,
+    with_store_options,
+)
 from rmqinspect.render.output import resolve_format
 from rmqinspect.render.recover import render_recover
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import ALL_PARTS, StoreOptions
 
 
 @handle_errors
@@ -84,7 +90,7 @@ def recover(
     )
     fmt = resolve_format(format)
     with (
-        Store.open(store, store_options) as opened,
+        open_store(store, store_options, "recover", ALL_PARTS) as opened,
         commitlog_progress(opened, "recovering", fmt) as advance,
     ):
         if apply_to is None:

@@ -66,6 +66,8 @@ def to_jsonable(value: Any) -> Any:
     """Plain JSON types from dataclasses, enums, paths, bytes (base64) and mappings."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Flag):
+        return [(m.name or "").lower() for m in value]  # the members set, by name
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, Path):
