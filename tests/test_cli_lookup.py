@@ -218,3 +218,29 @@ def test_reversed_ranges_are_usage_errors(tmp_path: Path) -> None:
         assert result.stdout == "" and f"{what}: the start" in result.stderr, what
     # An empty window the right way round is a question with no answer: exit 1.
     assert run("lookup", store, "--time", "5..5", "--topic", "Orders").exit_code == 1
+
+
+def test_time_range_reaches_past_the_consume_queues(tmp_path: Path) -> None:
+    specs = [
+        MessageSpec(topic="T", queue_id=i % 2, body=f"{i}".encode(), store_timestamp=1_000_000 + i)
+        for i in range(12)
+    ]
+    for spec in specs[8:]:
+        spec.dispatch = False  # stored, not yet in the consume queues (a crash)
+    store = build_store(tmp_path / "s", specs, _layout(), crash=True)
+    doc = run_json("lookup", store, "--time", "1000006..1000010", "--topic", "T")
+    assert [(m["body"], m["via"]) for m in doc["messages"]] == [
+        ("6", "consume_queue"),
+        ("7", "consume_queue"),
+        ("8", "tail_scan"),
+        ("9", "tail_scan"),
+        ("10", "tail_scan"),
+    ]
+    assert doc["tail_scanned"] is not None and doc["suggest_scan"] is False
+    limited = run_json("lookup", store, "--time", "1000006..", "--topic", "T", "--limit", "3")
+    assert [m["body"] for m in limited["messages"]] == ["6", "7", "8"] and limited["truncated"]
+    # A topic only the tail holds has no consume queue at all.
+    late = [*specs, MessageSpec(topic="New", body=b"n", store_timestamp=1_000_020, dispatch=False)]
+    store = build_store(tmp_path / "late", late, _layout(), crash=True)
+    new = run_json("lookup", store, "--time", "..", "--topic", "New")
+    assert [(m["body"], m["via"]) for m in new["messages"]] == [("n", "tail_scan")]

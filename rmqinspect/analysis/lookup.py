@@ -637,28 +637,31 @@ def _find_undispatched(
     offset: int,
     progress: Progress | None,
 ) -> None:
-    """Look for the record in the commitlog after the consume queues' end: messages the broker
-    stored but had not dispatched (it dispatches them when it restarts)."""
+    """Look for the record in the commitlog after the consume queues' end."""
+    tail = undispatched_range(store)
+    if tail is None:
+        return
+    result.tail_scanned = tail
+    for rec in _scan_records(store, *tail, progress):
+        if (rec.topic, rec.queue_id, rec.queue_offset) == (topic, queue_id, offset) and (
+            rec.enters_consume_queue
+        ):
+            result.hits.append(Hit(_with_body(store, rec), Via.TAIL_SCAN, (_UNDISPATCHED,)))
+            return
+
+
+_UNDISPATCHED = "not in the consume queue on disk: stored after the last dispatched record"
+
+
+def undispatched_range(store: Store) -> tuple[int, int] | None:
+    """``[start, end)`` of the commitlog after the consume queues' last record: what the broker
+    stored but had not dispatched (it dispatches it when it restarts); None when empty."""
     bounds = all_queue_bounds(store)
     start = max((b.last_phy_offset for b in bounds), default=-1)
     if start < 0 or store.commitlog.find(start) is None:
         start = max(store.commitlog.min_offset, 0)
     end = commitlog_summary(store, bounds).max_offset
-    if start >= end:
-        return
-    result.tail_scanned = (start, end)
-    for rec in _scan_records(store, start, end, progress):
-        if (rec.topic, rec.queue_id, rec.queue_offset) == (topic, queue_id, offset) and (
-            rec.enters_consume_queue
-        ):
-            result.hits.append(
-                Hit(
-                    _with_body(store, rec),
-                    Via.TAIL_SCAN,
-                    ("not in the consume queue on disk: stored after the last dispatched record",),
-                )
-            )
-            return
+    return (start, end) if start < end else None
 
 
 # --- store time ---------------------------------------------------------------------------
@@ -675,7 +678,8 @@ def lookup_time(
     progress: Progress | None = None,
 ) -> LookupResult:
     """Messages of ``topic`` stored in ``[begin, end]``: a binary search per consume queue on
-    store time (``getOffsetInQueueByTime``), then a forward walk; ``scan`` walks the commitlog."""
+    store time (``getOffsetInQueueByTime``), then a forward walk, and the commitlog after the
+    queues' end (what they do not hold yet); ``scan`` walks the whole commitlog instead."""
     result = LookupResult(Mode.TIME, {"topic": topic, "begin": begin, "end": end, "limit": limit})
     if scan:
         result.scanned = True
@@ -688,12 +692,6 @@ def lookup_time(
         _sort_hits(result)
         return result
     queues = [qid for qid in store.queue_dirs if qid.topic == topic]
-    if not queues:
-        result.warnings.append(
-            f"no consume queue for topic {topic!r}; messages only in the commitlog need --scan"
-        )
-        result.suggest_scan = True
-        return result
     for qid in queues:
         bounds = queue_bounds(store, qid)
         first = _first_at_or_after(store, qid, bounds.min_offset, bounds.max_offset, begin)
@@ -710,11 +708,38 @@ def lookup_time(
             if ts >= begin:
                 result.hits.append(Hit(view.message, Via.CONSUME_QUEUE))
                 taken += 1
+    _time_tail(store, topic, begin, end, result, progress)
+    if not queues and not result.hits:
+        result.warnings.append(
+            f"no consume queue for topic {topic!r}; messages only in the commitlog need --scan"
+        )
+        result.suggest_scan = True
     _sort_hits(result)
     if limit is not None and len(result.hits) > limit:
         del result.hits[limit:]
         result.truncated = True
     return result
+
+
+def _time_tail(
+    store: Store,
+    topic: str,
+    begin: int,
+    end: int,
+    result: LookupResult,
+    progress: Progress | None,
+) -> None:
+    """The messages of ``topic`` in ``[begin, end]`` the consume queues do not hold yet."""
+    tail = undispatched_range(store)
+    if tail is None:
+        return
+    result.tail_scanned = tail
+    seen = {h.record.position for h in result.hits}
+    for rec in _scan_records(store, *tail, progress):
+        if rec.topic != topic or not rec.enters_consume_queue or rec.position in seen:
+            continue
+        if begin <= rec.store_timestamp <= end:
+            result.hits.append(Hit(_with_body(store, rec), Via.TAIL_SCAN, (_UNDISPATCHED,)))
 
 
 def _ref(qid: QueueId) -> tuple[str, int]:
