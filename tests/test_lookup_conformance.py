@@ -177,3 +177,22 @@ def test_time_lookup_after_a_crash_finds_what_the_restarted_broker_serves(
         "messages", store, "--topic", "TopicA", "--since", str(window[0]), "--until", str(window[1])
     )
     assert sorted(m["physical_offset"] for m in json.loads(listed.stdout)) == want
+
+
+@pytest.mark.parametrize("corpus", CORPORA)
+@pytest.mark.parametrize("topic", ["TopicA", "TopicB"])
+def test_max_num_keeps_the_newest_and_says_when_it_cuts(
+    corpus: str, topic: str, request: pytest.FixtureRequest
+) -> None:
+    """The key HOT: TopicA has more messages than --max-num 32, TopicB fewer. On the crash
+    stores part of them is past the index (the tail scan finds them)."""
+    base: Path = request.getfixturevalue(f"{corpus}_dir")
+    for scenario in ("clean", "crash") if corpus == "conformance" else ("clean5", "crash5"):
+        store = input_store(base, scenario)
+        args = ("lookup", store, "--key", "HOT", "--topic", topic, "-F", "json")
+        every = [m["physical_offset"] for m in json.loads(run(*args, "--scan").stdout)["messages"]]
+        doc = json.loads(run(*args, "--max-num", "32").stdout)
+        got = [m["physical_offset"] for m in doc["messages"]]
+        assert got == every[-32:], scenario
+        assert doc["truncated"] is (len(every) > 32), scenario
+    assert len(every) != 32

@@ -123,7 +123,7 @@ class LookupResult:
     tail_scanned: tuple[int, int] | None = None  # [start, end) walked after the index
     warnings: list[str] = field(default_factory=list)
     suggest_scan: bool = False
-    truncated: bool = False  # --limit cut the result
+    truncated: bool = False  # more match than listed: --limit, or --max-num (see warnings)
 
     @property
     def found(self) -> bool:
@@ -187,12 +187,21 @@ class OpenIndex:
             covered_to=b.covered_to,
         )
 
-    def query_offset(self, full_key: str, max_num: int, begin: int, end: int) -> list[int]:
-        """``IndexService.queryOffset`` over the usable files (load order = name order)."""
+    def query_offset(
+        self, full_key: str, max_num: int, begin: int, end: int, batch: int = MAX_MSGS_NUM_BATCH
+    ) -> list[int]:
+        """``IndexService.queryOffset`` over the usable files (load order = name order);
+        ``batch`` is the broker's cap on ``max_num`` (maxMsgsNumBatch)."""
         if self.geometry is None:
             return []
         pairs = [(h, v) for _, h, v in self.files]
-        return query_offsets(pairs, self.geometry, full_key, max_num, begin, end)
+        return query_offsets(pairs, self.geometry, full_key, max_num, begin, end, batch)
+
+    def holds_more(self, full_key: str, max_num: int, begin: int, end: int) -> bool:
+        """Whether the index holds more hits for the key than a query of ``max_num`` returns
+        (the broker stops collecting there)."""
+        cap = min(max_num, MAX_MSGS_NUM_BATCH)
+        return len(self.query_offset(full_key, cap + 1, begin, end, cap + 1)) > cap
 
     def chain_problems(self, full_key: str) -> list[str]:
         """Corrupt links met walking this key's bucket in each file (slot + chain only)."""
@@ -341,9 +350,9 @@ def lookup_key(
     """Messages whose key (or UNIQ_KEY) is ``q.key``, oldest first. ``restart`` answers as the
     broker would after restarting on this store (recovered end, rebuilt index)."""
     result = _lookup_key(store, q, scan, restart, progress)
-    if limit is not None and len(result.hits) > limit:
-        del result.hits[limit:]
-        result.truncated = True
+    if not scan:
+        _keep_max_num(result, q)
+    _keep_limit(result, limit)
     return result
 
 
@@ -394,6 +403,8 @@ def _lookup_key(
                     result.hits.append(Hit(record, Via.INDEX))
                 else:
                     result.rejected.append(Rejected(offset, why, record))
+        if any(index.holds_more(k, q.max_num, q.begin, q.end) for k in report.keys_queried):
+            result.truncated = True
         for offset in dict.fromkeys(report.index_offsets):
             if offset in report.broker_offsets or offset in seen:
                 continue
@@ -443,6 +454,34 @@ def _scan_tail(
                     ("after the index's last entry: not indexed yet",),
                 )
             )
+
+
+def _keep_max_num(result: LookupResult, q: KeyQuery) -> None:
+    """``queryMessage`` answers at most maxNum messages, the newest (index chains run from the
+    newest entry); the tail scan's hits are newer than any indexed one, so the same cut keeps
+    what the broker would answer once it has indexed them. ``truncated`` says when more exist
+    (also when the index itself held more than it answered)."""
+    cap = min(q.max_num, MAX_MSGS_NUM_BATCH)
+    _sort_hits(result)
+    if len(result.hits) > cap:
+        del result.hits[: len(result.hits) - cap]
+        result.truncated = True
+    if result.truncated:
+        more = (
+            f"raise --max-num (up to {MAX_MSGS_NUM_BATCH}) or " if cap < MAX_MSGS_NUM_BATCH else ""
+        )
+        result.warnings.append(
+            f"more than {cap} messages match: the {cap} newest are listed, as the broker answers; "
+            f"{more}use --scan for all"
+        )
+
+
+def _keep_limit(result: LookupResult, limit: int | None) -> None:
+    """``--limit``: the first ``limit`` hits, oldest first."""
+    if limit is not None and len(result.hits) > limit:
+        del result.hits[limit:]
+        result.truncated = True
+        result.warnings.append("more messages match: raise --limit to see them")
 
 
 def _explain_index(result: LookupResult, report: IndexReport) -> None:
@@ -686,10 +725,10 @@ def lookup_time(
         for rec in _scan_records(store, None, None, progress):
             if rec.topic == topic and begin <= rec.store_timestamp <= end:
                 result.hits.append(Hit(_with_body(store, rec), Via.SCAN))
-                if limit is not None and len(result.hits) >= limit:
-                    result.truncated = True
-                    break
+                if limit is not None and len(result.hits) > limit:
+                    break  # one more than asked for: enough to know the list is cut
         _sort_hits(result)
+        _keep_limit(result, limit)
         return result
     queues = [qid for qid in store.queue_dirs if qid.topic == topic]
     for qid in queues:
@@ -715,9 +754,7 @@ def lookup_time(
         )
         result.suggest_scan = True
     _sort_hits(result)
-    if limit is not None and len(result.hits) > limit:
-        del result.hits[limit:]
-        result.truncated = True
+    _keep_limit(result, limit)
     return result
 
 
