@@ -520,7 +520,7 @@ class RestartedIndex:
 def restarted_index(store: Store, progress: Progress | None = None) -> Iterator[RestartedIndex]:
     """Emulate the restart (``analysis.recovery``) with the index files it would write put in a
     temporary directory, and yield the post-restart view; the store itself is only read."""
-    recover_opts = RecoverOptions(lost_limit=0)
+    recover_opts = RecoverOptions(lost_limit=0, find_lost=False)  # only the index is wanted
     with tempfile.TemporaryDirectory(prefix="rmqinspect-index-") as tmp:
         out = Path(tmp)
         outcome = run_recovery(store, recover_opts, progress, index_out=out)
