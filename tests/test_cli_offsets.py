@@ -120,6 +120,7 @@ def test_a_group_that_does_not_exist_is_not_an_empty_success(tmp_path: Path) -> 
     assert missing.exit_code == 1
     assert "no such group: 'nosuch' (groups with offsets: g1)" in missing.stderr
     assert json.loads(missing.stdout)["offsets"] == []
+    assert json.loads(missing.stdout)["restart"] is None  # nothing to judge: not emulated
     assert run("offsets", store, "--group", "g1", "--format", "json").exit_code == 0
 
 

@@ -80,7 +80,7 @@ class RestartView:
 class OffsetsReport:
     files: tuple[FileUse, ...]
     rows: tuple[OffsetRow, ...]
-    restart: RestartView | None = None
+    restart: RestartView | None = None  # None: no row to judge, no restart emulated
     groups: tuple[str, ...] = ()  # every group the loaded offset tables name, unfiltered
 
 
@@ -108,7 +108,9 @@ def offsets_report(
         files.append(_file_use(delay))
         if group is None and topic in (None, SCHEDULE_TOPIC):
             rows.extend(_delay_rows(store, delay, cache))
-    restart, rows = _after_restart(store, rows, progress)
+    restart = None
+    if rows:  # the emulation costs a recovery scan: not for nothing to judge
+        restart, rows = _after_restart(store, rows, progress)
     return OffsetsReport(tuple(files), tuple(rows), restart, tuple(sorted(groups)))
 
 
