@@ -677,7 +677,7 @@ def _find_undispatched(
     progress: Progress | None,
 ) -> None:
     """Look for the record in the commitlog after the consume queues' end."""
-    tail = undispatched_range(store)
+    tail = _undispatched_range(store)
     if tail is None:
         return
     result.tail_scanned = tail
@@ -692,7 +692,7 @@ def _find_undispatched(
 _UNDISPATCHED = "not in the consume queue on disk: stored after the last dispatched record"
 
 
-def undispatched_range(store: Store) -> tuple[int, int] | None:
+def _undispatched_range(store: Store) -> tuple[int, int] | None:
     """``[start, end)`` of the commitlog after the consume queues' last record: what the broker
     stored but had not dispatched (it dispatches it when it restarts); None when empty."""
     bounds = all_queue_bounds(store)
@@ -767,7 +767,7 @@ def _time_tail(
     progress: Progress | None,
 ) -> None:
     """The messages of ``topic`` in ``[begin, end]`` the consume queues do not hold yet."""
-    tail = undispatched_range(store)
+    tail = _undispatched_range(store)
     if tail is None:
         return
     result.tail_scanned = tail
