@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 CONFORMANCE = SHARED / "conformance"
 CONFORMANCE5 = SHARED / "conformance5"
+CONFORMANCE_DLEDGER = SHARED / "conformance-dledger"
 FIXTURES = ROOT / "fixtures"
 
 
@@ -27,6 +28,15 @@ def conformance5_dir() -> Path:
     if not (CONFORMANCE5 / "expected").is_dir():
         pytest.skip(f"real-broker corpus not found at {CONFORMANCE5} (dev workspace only)")
     return CONFORMANCE5
+
+
+@pytest.fixture(scope="session")
+def conformance_dledger_dir() -> Path:
+    """The RocketMQ 4.9.8 DLedger corpus; skipped where ``../shared/conformance-dledger`` is
+    absent."""
+    if not (CONFORMANCE_DLEDGER / "expected").is_dir():
+        pytest.skip(f"real-broker corpus not found at {CONFORMANCE_DLEDGER} (dev workspace only)")
+    return CONFORMANCE_DLEDGER
 
 
 @pytest.fixture

@@ -129,7 +129,7 @@ class LookupResult:
     tail_scanned: tuple[int, int] | None = None  # [start, end) walked after the index
     warnings: list[str] = field(default_factory=list)
     suggest_scan: bool = False
-    truncated: bool = False  # --limit cut the result
+    truncated: bool = False  # more match than listed: --limit, or --max-num (see warnings)
 
     @property
     def found(self) -> bool:
@@ -198,12 +198,21 @@ class OpenIndex:
             covered_to=b.covered_to,
         )
 
-    def query_offset(self, full_key: str, max_num: int, begin: int, end: int) -> list[int]:
-        """``IndexService.queryOffset`` over the usable files (load order = name order)."""
+    def query_offset(
+        self, full_key: str, max_num: int, begin: int, end: int, batch: int = MAX_MSGS_NUM_BATCH
+    ) -> list[int]:
+        """``IndexService.queryOffset`` over the usable files (load order = name order);
+        ``batch`` is the broker's cap on ``max_num`` (maxMsgsNumBatch)."""
         if self.geometry is None:
             return []
         pairs = [(h, v) for _, h, v in self.files]
-        return query_offsets(pairs, self.geometry, full_key, max_num, begin, end)
+        return query_offsets(pairs, self.geometry, full_key, max_num, begin, end, batch)
+
+    def holds_more(self, full_key: str, max_num: int, begin: int, end: int) -> bool:
+        """Whether the index holds more hits for the key than a query of ``max_num`` returns
+        (the broker stops collecting there)."""
+        cap = min(max_num, MAX_MSGS_NUM_BATCH)
+        return len(self.query_offset(full_key, cap + 1, begin, end, cap + 1)) > cap
 
     def chain_problems(self, full_key: str) -> list[str]:
         """Corrupt links met walking this key's bucket in each file (slot + chain only)."""
@@ -373,9 +382,9 @@ def lookup_key(
     """Messages whose key (or UNIQ_KEY) is ``q.key``, oldest first. ``restart`` answers as the
     broker would after restarting on this store (recovered end, rebuilt index)."""
     result = _lookup_key(store, q, scan, restart, progress)
-    if limit is not None and len(result.hits) > limit:
-        del result.hits[limit:]
-        result.truncated = True
+    if not scan:
+        _keep_max_num(result, q)
+    _keep_limit(result, limit)
     return result
 
 
@@ -426,6 +435,8 @@ def _lookup_key(
                     result.hits.append(Hit(record, Via.INDEX))
                 else:
                     result.rejected.append(Rejected(offset, why, record))
+        if any(index.holds_more(k, q.max_num, q.begin, q.end) for k in report.keys_queried):
+            result.truncated = True
         for offset in dict.fromkeys(report.index_offsets):
             if offset in report.broker_offsets or offset in seen:
                 continue
@@ -475,6 +486,34 @@ def _scan_tail(
                     ("after the index's last entry: not indexed yet",),
                 )
             )
+
+
+def _keep_max_num(result: LookupResult, q: KeyQuery) -> None:
+    """``queryMessage`` answers at most maxNum messages, the newest (index chains run from the
+    newest entry); the tail scan's hits are newer than any indexed one, so the same cut keeps
+    what the broker would answer once it has indexed them. ``truncated`` says when more exist
+    (also when the index itself held more than it answered)."""
+    cap = min(q.max_num, MAX_MSGS_NUM_BATCH)
+    _sort_hits(result)
+    if len(result.hits) > cap:
+        del result.hits[: len(result.hits) - cap]
+        result.truncated = True
+    if result.truncated:
+        more = (
+            f"raise --max-num (up to {MAX_MSGS_NUM_BATCH}) or " if cap < MAX_MSGS_NUM_BATCH else ""
+        )
+        result.warnings.append(
+            f"more than {cap} messages match: the {cap} newest are listed, as the broker answers; "
+            f"{more}use --scan for all"
+        )
+
+
+def _keep_limit(result: LookupResult, limit: int | None) -> None:
+    """``--limit``: the first ``limit`` hits, oldest first."""
+    if limit is not None and len(result.hits) > limit:
+        del result.hits[limit:]
+        result.truncated = True
+        result.warnings.append("more messages match: raise --limit to see them")
 
 
 def _explain_index(result: LookupResult, report: IndexReport) -> None:
@@ -535,7 +574,9 @@ def restarted_index(store: Store, progress: Progress | None = None) -> Iterator[
         built.append(BuiltIndexFile(f.name, f.header, f.geometry, memoryview(image).toreadonly()))
 
     try:
-        outcome = run_recovery(store, RecoverOptions(lost_limit=0), progress, index_sink=keep)
+        outcome = run_recovery(
+            store, RecoverOptions(lost_limit=0, find_lost=False), progress, index_sink=keep
+        )
         report = outcome.report
         end = report.commitlog.max_offset if report.commitlog is not None else None
         if end is None:
@@ -689,34 +730,37 @@ def _find_undispatched(
     offset: int,
     progress: Progress | None,
 ) -> None:
-    """Look for the record in the commitlog after the consume queues' end: messages the broker
-    stored but had not dispatched (it dispatches them when it restarts)."""
-    bounds = all_queue_bounds(store)
-    start = max((b.last_phy_offset for b in bounds), default=-1)
-    if start < 0 or store.commitlog.find(start) is None:
-        start = max(store.commitlog.min_offset, 0)
-    end = commitlog_summary(store, bounds).max_offset
-    if start >= end:
+    """Look for the record in the commitlog after the consume queues' end."""
+    tail = _undispatched_range(store)
+    if tail is None:
         return
-    result.tail_scanned = (start, end)
+    result.tail_scanned = tail
 
     def select(cols: RecordColumns) -> npt.NDArray[np.bool_]:
         keep: npt.NDArray[np.bool_] = cols.queue_id == queue_id
         keep &= cols.queue_offset == offset
         return keep
 
-    for rec in _scan_records(store, start, end, progress, [topic], select):
+    for rec in _scan_records(store, *tail, progress, [topic], select):
         if (rec.topic, rec.queue_id, rec.queue_offset) == (topic, queue_id, offset) and (
             rec.enters_consume_queue
         ):
-            result.hits.append(
-                Hit(
-                    _with_body(store, rec),
-                    Via.TAIL_SCAN,
-                    ("not in the consume queue on disk: stored after the last dispatched record",),
-                )
-            )
+            result.hits.append(Hit(_with_body(store, rec), Via.TAIL_SCAN, (_UNDISPATCHED,)))
             return
+
+
+_UNDISPATCHED = "not in the consume queue on disk: stored after the last dispatched record"
+
+
+def _undispatched_range(store: Store) -> tuple[int, int] | None:
+    """``[start, end)`` of the commitlog after the consume queues' last record: what the broker
+    stored but had not dispatched (it dispatches it when it restarts); None when empty."""
+    bounds = all_queue_bounds(store)
+    start = max((b.last_phy_offset for b in bounds), default=-1)
+    if start < 0 or store.commitlog.find(start) is None:
+        start = max(store.commitlog.min_offset, 0)
+    end = commitlog_summary(store, bounds).max_offset
+    return (start, end) if start < end else None
 
 
 # --- store time ---------------------------------------------------------------------------
@@ -733,30 +777,20 @@ def lookup_time(
     progress: Progress | None = None,
 ) -> LookupResult:
     """Messages of ``topic`` stored in ``[begin, end]``: a binary search per consume queue on
-    store time (``getOffsetInQueueByTime``), then a forward walk; ``scan`` walks the commitlog."""
+    store time (``getOffsetInQueueByTime``), then a forward walk, and the commitlog after the
+    queues' end (what they do not hold yet); ``scan`` walks the whole commitlog instead."""
     result = LookupResult(Mode.TIME, {"topic": topic, "begin": begin, "end": end, "limit": limit})
     if scan:
         result.scanned = True
-
-        def in_time(cols: RecordColumns) -> npt.NDArray[np.bool_]:
-            keep: npt.NDArray[np.bool_] = cols.store_timestamp >= begin
-            return keep & (cols.store_timestamp <= end)
-
-        for rec in _scan_records(store, None, None, progress, [topic], in_time):
+        for rec in _scan_records(store, None, None, progress, [topic], _in_time(begin, end)):
             if rec.topic == topic and begin <= rec.store_timestamp <= end:
                 result.hits.append(Hit(_with_body(store, rec), Via.SCAN))
-                if limit is not None and len(result.hits) >= limit:
-                    result.truncated = True
-                    break
+                if limit is not None and len(result.hits) > limit:
+                    break  # one more than asked for: enough to know the list is cut
         _sort_hits(result)
+        _keep_limit(result, limit)
         return result
     queues = [qid for qid in store.queue_dirs if qid.topic == topic]
-    if not queues:
-        result.warnings.append(
-            f"no consume queue for topic {topic!r}; messages only in the commitlog need --scan"
-        )
-        result.suggest_scan = True
-        return result
     for qid in queues:
         bounds = queue_bounds(store, qid)
         first = _first_at_or_after(store, qid, bounds.min_offset, bounds.max_offset, begin)
@@ -773,11 +807,45 @@ def lookup_time(
             if ts >= begin:
                 result.hits.append(Hit(view.message, Via.CONSUME_QUEUE))
                 taken += 1
+    _time_tail(store, topic, begin, end, result, progress)
+    if not queues and not result.hits:
+        result.warnings.append(
+            f"no consume queue for topic {topic!r}; messages only in the commitlog need --scan"
+        )
+        result.suggest_scan = True
     _sort_hits(result)
-    if limit is not None and len(result.hits) > limit:
-        del result.hits[limit:]
-        result.truncated = True
+    _keep_limit(result, limit)
     return result
+
+
+def _in_time(begin: int, end: int) -> Callable[[RecordColumns], npt.NDArray[np.bool_]]:
+    def select(cols: RecordColumns) -> npt.NDArray[np.bool_]:
+        keep: npt.NDArray[np.bool_] = cols.store_timestamp >= begin
+        keep &= cols.store_timestamp <= end
+        return keep
+
+    return select
+
+
+def _time_tail(
+    store: Store,
+    topic: str,
+    begin: int,
+    end: int,
+    result: LookupResult,
+    progress: Progress | None,
+) -> None:
+    """The messages of ``topic`` in ``[begin, end]`` the consume queues do not hold yet."""
+    tail = _undispatched_range(store)
+    if tail is None:
+        return
+    result.tail_scanned = tail
+    seen = {h.record.position for h in result.hits}
+    for rec in _scan_records(store, *tail, progress, [topic], _in_time(begin, end)):
+        if rec.topic != topic or not rec.enters_consume_queue or rec.position in seen:
+            continue
+        if begin <= rec.store_timestamp <= end:
+            result.hits.append(Hit(_with_body(store, rec), Via.TAIL_SCAN, (_UNDISPATCHED,)))
 
 
 def _ref(qid: QueueId) -> tuple[str, int]:

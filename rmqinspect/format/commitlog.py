@@ -234,6 +234,7 @@ class MessageRecord:
     topic: str
     properties_raw: bytes
     properties: dict[str, str] = field(default_factory=dict)
+    prop_crc: PropCrc | None = None  # 5.2+ __CRC32# property; read with the body
 
     @property
     def version(self) -> str:
@@ -463,18 +464,17 @@ def check_message(
         dup = rec.properties.get(props.DUP_INFO)
         return _failed(total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec)
     if opts.check_crc and opts.force_verify_prop_crc:
-        stored_text = rec.properties.get(props.CRC32)
-        if stored_text is None:
+        crc = rec.prop_crc or record_prop_crc(buf, pos, total_size, rec.properties)
+        if crc is None:
             return _failed(
                 total_size, magic, CheckReason.PROP_CRC_MISSING, "no __CRC32# property", rec
             )
-        prop_crc = prop_crc_computed(buf, pos, total_size)
-        if prop_crc is None or decode_prop_crc_digits(stored_text) != prop_crc:
+        if not crc.match:
             return _failed(
                 total_size,
                 magic,
                 CheckReason.PROP_CRC_MISMATCH,
-                f"__CRC32# {stored_text!r}, computed {prop_crc}",
+                f"__CRC32# {crc.raw!r}, computed {crc.computed}",
                 rec,
             )
     expected = parsed.expected_length
@@ -617,6 +617,8 @@ def _parse(
             at = r.take(properties_length, "properties")
             rec.properties_raw = bytes(buf[at : at + properties_length])
             rec.properties = props.parse_properties(rec.properties_raw.decode("utf-8", "replace"))
+            if read_body:
+                rec.prop_crc = record_prop_crc(buf, pos, total_size, rec.properties)
     except _Stop as stop:
         parsed.tail_stop = str(stop)
     return parsed
@@ -678,15 +680,27 @@ def prop_crc_computed(buf: bytes | memoryview, pos: int, total_size: int) -> int
 
 @dataclass(frozen=True, slots=True)
 class PropCrc:
-    """The ``__CRC32#`` tail of a record, read from the record's last 20 bytes."""
+    """A record's ``__CRC32#`` property: its digits, the value they give (None when they are
+    not digits) and the CRC the record's bytes give (None when the record does not fit)."""
 
     raw: str
     stored: int | None
-    computed: int
+    computed: int | None
 
     @property
     def match(self) -> bool:
-        return self.stored == self.computed
+        return self.stored is not None and self.stored == self.computed
+
+
+def record_prop_crc(
+    buf: bytes | memoryview, pos: int, total_size: int, properties: Mapping[str, str]
+) -> PropCrc | None:
+    """The property CRC as ``forceVerifyPropCRC`` checks it: the ``__CRC32#`` property's digits
+    against the CRC of the record minus its 20-byte tail; None without the property."""
+    raw = properties.get(props.CRC32)
+    if raw is None:
+        return None
+    return PropCrc(raw, decode_prop_crc_digits(raw), prop_crc_computed(buf, pos, total_size))
 
 
 CRC_TAIL_PREFIX = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()

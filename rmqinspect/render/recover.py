@@ -49,8 +49,10 @@ def render_recover(
     elif fmt is OutputFormat.JSONL:
         # Only the messages go to stdout: what else decides the exit code is said on stderr.
         lost = report.lost_messages
-        if not report.broker_starts:
+        if not report.broker_starts or lost is None:
             warn(report.verdict_reason)
+        if lost is None:
+            return
         if lost.damaged_records:
             warn(f"{lost.damaged_records} damaged record(s) past the recovered end are discarded")
         if lost.truncated:
@@ -137,7 +139,7 @@ def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -
             )
         tables.append(key_value_table("Index", rows))
     lost = report.lost_messages
-    if lost.messages:
+    if lost is not None and lost.messages:
         t = Table(
             title=f"Messages the restart destroys ({lost.listed} of {lost.count} listed)",
             title_justify="left",
@@ -221,8 +223,8 @@ def _summary(report: RecoveryReport) -> Table:
             text += f"; stopped at {rp.stop_offset}: {rp.stop_reason}"
         rows.append(("reput after start", text))
     lost = report.lost_messages
-    rows.append(("messages destroyed", lost.count))
-    if lost.damaged_records:
+    rows.append(("messages destroyed", "not searched for" if lost is None else lost.count))
+    if lost is not None and lost.damaged_records:
         rows.append(("damaged records discarded", lost.damaged_records))
     if report.unreachable_messages:
         rows.append(("scanned messages left without a CQ unit", report.unreachable_messages))

@@ -7,6 +7,7 @@ detects the version profile. It never opens anything for writing.
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import re
@@ -40,13 +41,48 @@ class StoreOptions:
     profile: Profile | None = None
 
 
+class StorePart(enum.Flag):
+    """What an answer is read from. A command refuses a store (see :meth:`Store.refusal`) when
+    a layout there takes over a part its answer reads."""
+
+    COMMITLOG = enum.auto()
+    CONSUME_QUEUES = enum.auto()
+    INDEX = enum.auto()
+    RESTART = enum.auto()  # the restart emulation, which reads every part
+
+
+ALL_PARTS = StorePart.COMMITLOG | StorePart.CONSUME_QUEUES | StorePart.INDEX | StorePart.RESTART
+
+
 @dataclass(frozen=True, slots=True)
 class UnsupportedLayout:
-    """A layout rmqinspect recognises but does not decode yet."""
+    """A layout rmqinspect recognises but does not decode yet, and the parts whose answers it
+    makes wrong (none: it keeps its own files beside ones that are read correctly)."""
 
     kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger
     path: str
     note: str
+    takes_over: StorePart
+
+
+# The one table of refusals: per layout, its name in a sentence and the parts it takes over.
+# Supporting a layout means emptying its parts; nothing else refuses.
+#  - DLedger: the messages live in dledger-n0/data, in DLedger entries; the consume queues and
+#    the index point into that log, and its recovery is DLedger's own.
+#  - RocksDB consume queue, BatchConsumeQueue: the queues of (some) topics are not in
+#    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
+#  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
+#    index; what is read from those is right, and the restart of those is unchanged.
+_LAYOUTS: dict[str, tuple[str, StorePart]] = {
+    "dledger": ("DLedger", ALL_PARTS),
+    "rocksdb_consume_queue": (
+        "RocksDB consume queues",
+        StorePart.CONSUME_QUEUES | StorePart.RESTART,
+    ),
+    "batch_consume_queue": ("BatchConsumeQueue", StorePart.CONSUME_QUEUES | StorePart.RESTART),
+    "timer": ("the 5.x timer store", StorePart(0)),
+    "compaction": ("the compaction store", StorePart(0)),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +163,18 @@ class Store:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    # --- layouts rmqinspect does not read yet ------------------------------------------------
+
+    def refusal(self, command: str, reads: StorePart) -> str | None:
+        """Why ``command``, whose answer reads ``reads``, must not answer about this store (one
+        sentence), or None."""
+        for u in self.unsupported:
+            if u.takes_over & reads:
+                name = _LAYOUTS[u.kind][0]
+                where = Path(u.path).relative_to(self.root).as_posix()
+                return f"this store uses {name} ({where}/); `{command}` does not support it yet"
+        return None
 
     # --- small files -----------------------------------------------------------------------
 
@@ -293,9 +341,26 @@ class Store:
             self._profile = self._detect_profile()
         return self._profile
 
+    def profile_mismatch(self) -> str | None:
+        """When ``--profile`` was forced and the store shows another profile, says so."""
+        forced = self.options.profile
+        seen = self._looks_like() if forced is not None else None
+        if forced is None or seen is None or seen.profile is forced:
+            return None
+        return (
+            f"--profile {forced} is forced, but the store looks like {seen.profile} "
+            f"({'; '.join(seen.reasons)}); {forced}'s format and recovery rules apply"
+        )
+
     def _detect_profile(self) -> ProfileDetection:
         if self.options.profile is not None:
             return ProfileDetection(self.options.profile, True, ("given explicitly",))
+        return self._looks_like() or ProfileDetection(
+            Profile.V4_9, False, ("no 5.x files, fields or records found",)
+        )
+
+    def _looks_like(self) -> ProfileDetection | None:
+        """The profile the files show, or None when nothing on disk tells (4.9 by default)."""
         five: list[str] = []
         for marker, why in (
             ("abort.bak", "abort.bak exists (5.x writes the PID into abort)"),
@@ -326,9 +391,8 @@ class Store:
             return ProfileDetection(Profile.V5_1, False, tuple(five))
         if trailing:
             reason = "properties have no trailing 0x02 and no 5.x files or fields are present"
-        else:
-            reason = "no 5.x files, fields or records found"
-        return ProfileDetection(Profile.V4_9, False, (reason,))
+            return ProfileDetection(Profile.V4_9, False, (reason,))
+        return None
 
     def _sample_records(self, limit: int = 64) -> list[cl.MessageRecord]:
         """A few records from the start of the newest non-empty commitlog file."""
@@ -374,38 +438,34 @@ def _dledger_dirs(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("dledger-*") if p.is_dir())
 
 
+def _unsupported(kind: str, path: Path, note: str) -> UnsupportedLayout:
+    return UnsupportedLayout(kind, str(path), note, _LAYOUTS[kind][1])
+
+
 def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
     found: list[UnsupportedLayout] = []
     bcq = root / "batchconsumequeue"
     if bcq.is_dir() and any(bcq.iterdir()):
         found.append(
-            UnsupportedLayout(
-                "batch_consume_queue", str(bcq), "BatchConsumeQueue (5.x) is not decoded yet"
-            )
+            _unsupported("batch_consume_queue", bcq, "BatchConsumeQueue (5.x) is not decoded yet")
         )
     cq = root / "consumequeue"
     if cq.is_dir() and any(
         e.is_file() and (e.name == "CURRENT" or e.name.endswith(".sst")) for e in os.scandir(cq)
     ):
         found.append(
-            UnsupportedLayout(
+            _unsupported(
                 "rocksdb_consume_queue",
-                str(cq),
+                cq,
                 "RocksDB consume queue (storeType=defaultRocksDB) is not decoded yet",
             )
         )
     for name in ("timerwheel", "timerlog"):
         if (root / name).exists():
-            found.append(
-                UnsupportedLayout("timer", str(root / name), "5.x timer store is not decoded yet")
-            )
+            found.append(_unsupported("timer", root / name, "5.x timer store is not decoded yet"))
     log_dir = root / "compaction" / "compactionLog"
     if log_dir.is_dir() and any(log_dir.iterdir()):
-        found.append(
-            UnsupportedLayout("compaction", str(log_dir), "compaction store is not decoded yet")
-        )
+        found.append(_unsupported("compaction", log_dir, "compaction store is not decoded yet"))
     for d in _dledger_dirs(root):
-        found.append(
-            UnsupportedLayout("dledger", str(d), "DLedger commitlog mode is not decoded yet")
-        )
+        found.append(_unsupported("dledger", d, "DLedger commitlog mode is not decoded yet"))
     return found

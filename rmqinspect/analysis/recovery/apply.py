@@ -228,6 +228,9 @@ def noop_differences(report: RecoveryReport) -> list[str]:
         if q.changed_by_restart:
             diffs.append(f"consume queue {q.topic}/{q.queue_id} changes")
     lost = report.lost_messages
+    if lost is None:
+        diffs.append("what the restart loses was not searched for")
+        return diffs
     # Messages no unit serves stay unserved across restarts: only what a restart destroys counts.
     destroyed = lost.count - lost.by_where.get("no_queue_unit", 0)
     if destroyed or lost.damaged_records:

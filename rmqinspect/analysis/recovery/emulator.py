@@ -10,7 +10,8 @@ step per broker step (rocketmq-store-format.md §10.1), each returning its own p
    ``truncateDirtyLogicFiles``;
 6. :func:`recover_topic_queue_table`: ``correctMinOffset`` per queue;
 7. :func:`start`: the reput service, and 4.9's second ``recoverTopicQueueTable``;
-8. the loss search (:mod:`rmqinspect.analysis.recovery.lost`) and the report sections.
+8. the loss search (:mod:`rmqinspect.analysis.recovery.lost`; skipped without
+   ``RecoverOptions.find_lost``) and the report sections.
 
 Nothing is written to the store; consume-queue writes land in in-memory overlays, index files in
 an optional output directory.
@@ -127,9 +128,13 @@ def run_recovery(
     index.finish()
     if failure is not None:
         state.failures.append(failure)
-    queue_max = {qid: q.max_offset_in_queue for qid, q in state.queues.items()}
-    deleted_disks = recovered.deleted_disks
-    lost, data_bytes, unserved = lost_messages(state, recovered.scan.end, deleted_disks, queue_max)
+    lost: LostReport | None = None
+    data_bytes: int | None = None
+    unserved: Unserved | None = None
+    if opts.find_lost:
+        queue_max = {qid: q.max_offset_in_queue for qid, q in state.queues.items()}
+        end, deleted_disks = recovered.scan.end, recovered.deleted_disks
+        lost, data_bytes, unserved = lost_messages(state, end, deleted_disks, queue_max)
     confirm = _confirm_offset(state, recovered)
     queues = [
         _queue_report(state, unserved, qid)
@@ -149,8 +154,10 @@ def run_recovery(
         reput=reput_report,
         checkpoint=checkpoint,
         lost_messages=lost,
-        unreachable_messages=sum(unserved.per_queue.values()),
-        queues_without_consume_queue=[str(q) for q in unserved.queues_without_consume_queue],
+        unreachable_messages=None if unserved is None else sum(unserved.per_queue.values()),
+        queues_without_consume_queue=None
+        if unserved is None
+        else [str(q) for q in unserved.queues_without_consume_queue],
         warnings=state.warnings,
     )
     return RecoveryOutcome(
@@ -331,7 +338,7 @@ def _confirm_offset(state: BrokerState, recovered: CommitlogRecovery) -> int | N
 
 
 def _commitlog_report(
-    state: BrokerState, recovered: CommitlogRecovery, data_bytes: int, confirm: int | None
+    state: BrokerState, recovered: CommitlogRecovery, data_bytes: int | None, confirm: int | None
 ) -> CommitlogReport:
     outcome = recovered.scan
     last_file = state.commitlog[-1] if state.commitlog else None
@@ -356,7 +363,7 @@ def _commitlog_report(
     )
 
 
-def _queue_report(state: BrokerState, unserved: Unserved, qid: QueueId) -> QueueReport:
+def _queue_report(state: BrokerState, unserved: Unserved | None, qid: QueueId) -> QueueReport:
     q = state.queues[qid]
     h = state.history[qid]
     min_load, max_load, phys_load = h.after_load
@@ -378,7 +385,7 @@ def _queue_report(state: BrokerState, unserved: Unserved, qid: QueueId) -> Queue
         units_written_after_start=c.written.get("start", 0),
         pre_blank_units=c.pre_blank,
         misplaced_units=c.misplaced,
-        unreachable_after_start=unserved.per_queue.get(qid, 0),
+        unreachable_after_start=None if unserved is None else unserved.per_queue.get(qid, 0),
         files_deleted=h.deleted_at_load + c.deleted,
         files_created=list(c.created),
     )

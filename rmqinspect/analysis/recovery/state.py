@@ -35,6 +35,9 @@ class RecoverOptions:
     force_verify_prop_crc: bool = False  # 5.2+
     delay_levels: str = cl.DEFAULT_DELAY_LEVELS
     lost_limit: int | None = 1000  # messages listed (the count is always complete)
+    # Search the store for what the restart destroys (lost.py). Off when only the restarted
+    # state is wanted (queue bounds, the rebuilt index): the report's loss fields are then None.
+    find_lost: bool = True
     master: bool = True  # brokerId 0: the reput skips an unreadable region instead of stalling
 
 
