@@ -325,9 +325,7 @@ class RecordColumns:
         properties_raw = self.properties_raw(i) if self.properties_length[i] > 0 else b""
         properties = self.properties(i)
         position, size = int(self.positions[i]), int(self.sizes[i])
-        prop_crc = (
-            cl.record_prop_crc(self.buf, position, size, properties) if with_body else None
-        )
+        prop_crc = cl.record_prop_crc(self.buf, position, size, properties) if with_body else None
         return cl.MessageRecord(
             position=self.file_start + int(self.positions[i]),
             store_size=int(self.sizes[i]),
