@@ -9,10 +9,10 @@ Lag and offsets outside ``[min, max]`` show at once; a different ``.bak`` value 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from rmqinspect.analysis import Progress
 from rmqinspect.analysis.queues import QueueBounds, queue_bounds
 from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
@@ -82,9 +82,6 @@ class OffsetsReport:
     rows: tuple[OffsetRow, ...]
     restart: RestartView | None = None  # None: no row to judge, no restart emulated
     groups: tuple[str, ...] = ()  # every group the loaded offset tables name, unfiltered
-
-
-Progress = Callable[[int], None]
 
 
 def offsets_report(

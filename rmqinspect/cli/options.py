@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from rmqinspect.analysis.messages import Progress
+from rmqinspect.analysis import Progress
 from rmqinspect.cli.common import fail
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.message import BodyFormat

@@ -25,9 +25,10 @@ import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.emulator import RecoveryOutcome, analyze_recovery, run_recovery
 from rmqinspect.analysis.recovery.report import RecoveryReport
-from rmqinspect.analysis.recovery.state import Progress, RecoverOptions
+from rmqinspect.analysis.recovery.state import RecoverOptions
 from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.store import output
 from rmqinspect.store.model import Store

@@ -23,6 +23,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.commitlog import (
     ScanOutcome,
     abnormal_start,
@@ -50,12 +51,7 @@ from rmqinspect.analysis.recovery.report import (
     ReputReport,
     StartFile,
 )
-from rmqinspect.analysis.recovery.state import (
-    BrokerState,
-    Progress,
-    RecoverOptions,
-    load,
-)
+from rmqinspect.analysis.recovery.state import BrokerState, RecoverOptions, load
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.format.javamath import jdiv

@@ -8,9 +8,9 @@ the emulation noticed on the way. Nothing here writes to disk.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.report import LoadFailure
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
@@ -19,8 +19,6 @@ from rmqinspect.format.profile import Profile
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import LayoutProblem, StoreFile
 from rmqinspect.store.model import QueueId, Store
-
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)
