@@ -6,6 +6,9 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from rmqinspect.errors import DecodeError
 
 
@@ -22,10 +25,13 @@ class HostAddress:
     def ip_text(self) -> str:
         return str(ipaddress.ip_address(self.ip))
 
+    @property
+    def host_text(self) -> str:
+        """The address part of ``str()``: IPv6 in brackets, so the port stays unambiguous."""
+        return f"[{self.ip_text}]" if self.is_v6 else self.ip_text
+
     def __str__(self) -> str:
-        if self.is_v6:
-            return f"[{self.ip_text}]:{self.port}"
-        return f"{self.ip_text}:{self.port}"
+        return f"{self.host_text}:{self.port}"
 
     def encode(self) -> bytes:
         return self.ip + struct.pack(">i", self.port)
@@ -49,3 +55,15 @@ def decode_host(buf: bytes | memoryview, offset: int, v6: bool) -> HostAddress:
     ip = bytes(buf[offset : offset + n])
     (port,) = struct.unpack_from(">i", buf, offset + n)
     return HostAddress(ip, port)
+
+
+def host_text_column(ip: pa.Array, port: pa.Array) -> pa.Array:
+    """``str(HostAddress)`` for a column of raw addresses (binary) and ports (int32).
+
+    A store holds few distinct addresses, so each is formatted once and the text is taken per row.
+    """
+    encoded = pc.dictionary_encode(ip)
+    texts = pa.array(
+        [HostAddress(raw, 0).host_text for raw in encoded.dictionary.to_pylist()], pa.string()
+    )
+    return pc.binary_join_element_wise(texts.take(encoded.indices), pc.cast(port, pa.string()), ":")

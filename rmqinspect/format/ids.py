@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.host import HostAddress
 
@@ -55,6 +59,37 @@ def encode_offset_msg_id(store_host: HostAddress, physical_offset: int) -> str:
     if len(store_host.ip) not in (4, 16):
         raise ValueError(f"store host address must be 4 or 16 bytes, got {len(store_host.ip)}")
     return (store_host.encode() + struct.pack(">q", physical_offset)).hex().upper()
+
+
+_HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
+
+
+def offset_msg_id_column(
+    ip: pa.Array, port: npt.NDArray[np.int64], physical_offset: npt.NDArray[np.int64]
+) -> pa.Array:
+    """:func:`encode_offset_msg_id` for whole columns: raw store addresses (binary, 4 or 16
+    bytes), ports and PHYSICALOFFSET fields in, a string column of offsetMsgIds out."""
+    n = len(ip)
+    offsets = np.frombuffer(ip.buffers()[1], np.int32)[ip.offset : ip.offset + n + 1]
+    data = np.frombuffer(ip.buffers()[2] or b"", np.uint8)
+    widths = np.diff(offsets).astype(np.int64)
+    if np.any((widths != 4) & (widths != 16)):
+        raise ValueError("store host addresses must be 4 or 16 bytes")
+    text_offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(2 * (widths + 12), out=text_offsets[1:])
+    text = np.empty(int(text_offsets[-1]), np.uint8)
+    for width in (4, 16):
+        rows = np.flatnonzero(widths == width)
+        raw = np.empty((rows.size, width + 12), np.uint8)
+        raw[:, :width] = data[offsets[rows, None] + np.arange(width)]
+        raw[:, width : width + 4] = port[rows].astype(">i4").view(np.uint8).reshape(-1, 4)
+        raw[:, width + 4 :] = physical_offset[rows].astype(">i8").view(np.uint8).reshape(-1, 8)
+        text[text_offsets[rows, None] + np.arange(2 * (width + 12))] = _HEX_PAIRS[raw].reshape(
+            rows.size, 2 * (width + 12)
+        )
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(text_offsets), pa.py_buffer(text)]
+    )
 
 
 def decode_offset_msg_id(text: str) -> OffsetMsgId:

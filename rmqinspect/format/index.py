@@ -356,7 +356,7 @@ def query_offsets(
 
 # --- statistics -------------------------------------------------------------------------------
 
-_ENTRY_DTYPE = np.dtype(
+ENTRY_DTYPE = np.dtype(  # one entry of the entry table, as numpy reads it
     [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]
 )
 
@@ -391,7 +391,7 @@ def slot_statistics(buf: Buffer, geometry: IndexGeometry, header: IndexHeader) -
     # int32 suffices (entry numbers are i32) and halves the working set on 20M-entry files.
     nxt = np.zeros(entries + 1, dtype=np.int32)
     if entries:
-        table = np.frombuffer(buf, _ENTRY_DTYPE, entries, geometry.entry_position(1))
+        table = np.frombuffer(buf, ENTRY_DTYPE, entries, geometry.entry_position(1))
         nxt[1:] = table["prev"]
         del table
     nonzero = int(np.count_nonzero(nxt))

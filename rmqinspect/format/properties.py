@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -61,3 +66,96 @@ def split_keys(keys: str | None) -> list[str]:
     if not keys:
         return []
     return [k for k in keys.split(KEY_SEPARATOR) if k]
+
+
+# --- whole columns (the Parquet export) -------------------------------------------------------
+
+PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
+KEYS_TYPE = pa.list_(pa.string())
+
+
+def utf8_column(raw: pa.Array) -> pa.Array:
+    """Binary to string, decoding invalid UTF-8 with replacement characters as Java does."""
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array(
+            [None if b is None else b.decode("utf-8", "replace") for b in raw.to_pylist()],
+            pa.string(),
+        )
+
+
+def properties_column(raw: pa.Array) -> pa.Array:
+    """:func:`parse_properties` for a binary column of raw properties: a map column.
+
+    The same rules, applied to all rows at once: entries split on 0x02, the name ends at the
+    entry's first 0x01, entries with an empty name or value are dropped and a later duplicate
+    name wins. Splitting the bytes before decoding equals decoding first, because 0x01 and 0x02
+    never belong to a multi-byte UTF-8 sequence.
+    """
+    entries = pc.split_pattern(raw, pattern=PROPERTY_SEPARATOR.encode())
+    rows = pc.list_parent_indices(entries).to_numpy()
+    pairs = pc.split_pattern(
+        pc.list_flatten(entries), pattern=NAME_VALUE_SEPARATOR.encode(), max_splits=1
+    )
+    bounds = pairs.offsets.to_numpy()
+    first = bounds[:-1]
+    names = pairs.values.take(pa.array(first))
+    # An entry without 0x01 has no value; it is dropped like an empty one.
+    values = pairs.values.take(pa.array(first + 1, mask=np.diff(bounds) != 2))
+    keep = pc.and_kleene(
+        pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0)
+    )
+    valid = pc.fill_null(keep, False)
+    names, values, rows = (
+        names.filter(valid),
+        values.filter(valid),
+        rows[valid.to_numpy(zero_copy_only=False)],
+    )
+    last = _last_of_each_name(names, rows)
+    rows = rows[last]
+    mask = pa.array(last)
+    offsets = np.zeros(len(raw) + 1, np.int32)
+    np.cumsum(np.bincount(rows, minlength=len(raw)), out=offsets[1:])
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        utf8_column(names.filter(mask)),
+        utf8_column(values.filter(mask)),
+        type=PROPERTIES_TYPE,
+    )
+
+
+def _last_of_each_name(names: pa.Array, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """False for an entry whose name comes again later in the same row (the later one wins).
+
+    Writers never repeat a name, so rows are only inspected one by one where the cheap test
+    (distinct names per row fewer than entries per row) says a repeat exists.
+    """
+    keep = np.ones(len(names), np.bool_)
+    if not len(names):
+        return keep
+    codes = pc.dictionary_encode(names).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    pairs = np.unique(rows * (int(codes.max()) + 1) + codes)
+    distinct = np.bincount(pairs // (int(codes.max()) + 1), minlength=int(rows.max()) + 1)
+    total = np.bincount(rows, minlength=int(rows.max()) + 1)
+    for row in np.flatnonzero(distinct < total):
+        at = np.flatnonzero(rows == row)
+        seen: set[int] = set()
+        for i in at[::-1]:
+            keep[i] = int(codes[i]) not in seen
+            seen.add(int(codes[i]))
+    return keep
+
+
+def keys_column(keys: pa.Array) -> pa.Array:
+    """:func:`split_keys` for a string column (null for a message without KEYS)."""
+    pieces = pc.split_pattern(pc.fill_null(keys, ""), pattern=KEY_SEPARATOR)
+    rows = pc.list_parent_indices(pieces).to_numpy()
+    flat = pc.list_flatten(pieces)
+    mask = pc.greater(pc.binary_length(flat), 0)
+    rows = rows[mask.to_numpy(zero_copy_only=False)]
+    offsets = np.zeros(len(keys) + 1, np.int32)
+    np.cumsum(np.bincount(rows, minlength=len(keys)), out=offsets[1:])
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), flat.filter(mask), type=KEYS_TYPE
+    )
