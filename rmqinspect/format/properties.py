@@ -71,7 +71,7 @@ def split_keys(keys: str | None) -> list[str]:
 # --- whole columns (the Parquet export) -------------------------------------------------------
 
 PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
-KEYS_TYPE = pa.list_(pa.string())
+KEYS_TYPE = pa.list_(pa.field("element", pa.string()))  # Parquet's name for list items
 
 
 def utf8_column(raw: pa.Array) -> pa.Array:

@@ -156,6 +156,27 @@ def list_family(
     return queue
 
 
+def read_range(file: StoreFile, start: int, length: int) -> bytes:
+    """``length`` bytes at ``start`` (fewer at the end of the file), read with ``pread``.
+
+    For streaming a large file once: pages touched through a mapping stay in the process's
+    resident set until it is unmapped, bytes read this way are gone once dropped.
+    """
+    parts: list[bytes] = []
+    fd = os.open(file.path, os.O_RDONLY)
+    try:
+        while length > 0:
+            part = os.pread(fd, length, start)
+            if not part:
+                break
+            parts.append(part)
+            start += len(part)
+            length -= len(part)
+    finally:
+        os.close(fd)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 class MappedFiles:
     """Read-only memory maps of store files, a bounded number open at once.
 

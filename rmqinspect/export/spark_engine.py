@@ -1,0 +1,157 @@
+"""``--engine spark``: each table is a DataFrame of the ``rocketmq-store`` source, written by
+Spark's Parquet writer. Any master URL works (``local[*]`` by default); the same code runs under
+``spark-submit`` (:mod:`rmqinspect.export.submit`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rmqinspect.errors import StoreError
+from rmqinspect.export.schema import PARTITION_COLUMN, Table
+
+MIN_JAVA = 17
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only, on stderr
+# Parquet as the arrow engine writes it: zstd, timestamps in ms, no _SUCCESS or .crc files.
+WRITE_CONF = {
+    "spark.sql.parquet.compression.codec": "zstd",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+    # A task writes its few topics' files side by side instead of sorting its rows first.
+    "spark.sql.maxConcurrentOutputFileWriters": "64",
+}
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+}
+
+Tick = Callable[[str, int, int], None]  # (table, tasks done, tasks in all)
+
+
+class SparkUnavailable(StoreError):
+    """Spark cannot run here (no suitable Java): the message says so in one sentence."""
+
+
+def java_major() -> int | None:
+    """The major version of the Java Spark would launch (JAVA_HOME, else PATH), or None."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home, "bin", "java")) if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        return None
+    try:
+        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', proc.stderr + proc.stdout)
+    if match is None:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def require_java() -> None:
+    major = java_major()
+    if major is None or major < MIN_JAVA:
+        found = "no Java was found" if major is None else f"Java {major} was found"
+        raise SparkUnavailable(
+            f"the spark engine needs Java {MIN_JAVA} or newer and {found}; "
+            "install it or use --engine arrow"
+        )
+
+
+@contextmanager
+def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator[Any]:
+    """A session on ``master`` whose Python workers run this interpreter (so they import
+    rmqinspect), quiet on the console; stopped on exit."""
+    require_java()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName("rmqinspect export")
+    settings = {
+        **(LOCAL_CONF if master.startswith("local") else {}),
+        **WRITE_CONF,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
+        "spark.pyspark.python": sys.executable,
+        **dict(conf),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def apply_write_conf(spark: Any) -> None:
+    """The SQL settings of :data:`WRITE_CONF` on a session someone else built."""
+    for key, value in WRITE_CONF.items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
+
+
+def write_tables(
+    spark: Any, store: str, out: Path, tables: Sequence[Table], options: dict[str, str], tick: Tick
+) -> dict[Table, int]:
+    """Write each table under ``out/<table>``; returns the rows written per table."""
+    from rmqinspect.export import read_store
+
+    rows: dict[Table, int] = {}
+    for table in tables:
+        df = read_store(spark, store, table=table.value, **options)
+        writer = df.write.mode("error")
+        column = PARTITION_COLUMN[table]
+        if column is not None:
+            writer = writer.partitionBy(column)
+        with _watch(spark, table, tick):
+            writer.parquet(str(out / table.value))
+        rows[table] = parquet_rows(out / table.value)
+    return rows
+
+
+def parquet_rows(directory: Path) -> int:
+    """Rows in a Parquet dataset, from the files' footers."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(directory.rglob("*.parquet")))
+
+
+@contextmanager
+def _watch(spark: Any, table: Table, tick: Tick) -> Iterator[None]:
+    """Report the tasks of the running job to ``tick`` twice a second."""
+    tracker = spark.sparkContext.statusTracker()
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(0.5):
+            done = total = 0
+            for stage in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(stage)
+                if info is not None:
+                    done += info.numCompletedTasks
+                    total += info.numTasks
+            if total:
+                tick(table.value, done, total)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
