@@ -105,10 +105,10 @@ def _run_spark(
 ) -> tuple[dict[Table, int], list[tuple[str, int, int, int]]]:
     from rmqinspect.export import read_store
     from rmqinspect.export.source import SOURCE_FILES
-    from rmqinspect.export.spark_engine import spark_session, write_tables
+    from rmqinspect.export.spark_engine import spark_errors, spark_session, write_tables
 
     settings = _source_options(store)
-    with spark_session(options.master, options.conf) as spark:
+    with spark_errors(), spark_session(options.master, options.conf) as spark:
         rows = write_tables(spark, str(store.root.resolve()), out, options.tables, settings, tick)
         hashes = [
             (r.path, r.size, r.mtime_ns, r.crc32c)

@@ -45,6 +45,24 @@ class SparkUnavailable(StoreError):
     """Spark cannot run here (no suitable Java): the message says so in one sentence."""
 
 
+class SparkJobFailed(StoreError):
+    """The session or a job failed; the message is the first line of Spark's error."""
+
+
+@contextmanager
+def spark_errors() -> Iterator[None]:
+    """Spark's and the JVM's exceptions as one-line :class:`SparkJobFailed` (the full error
+    is chained for ``RMQINSPECT_DEBUG=1``)."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except (PySparkException, Py4JError) as err:
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+        raise SparkJobFailed(f"the Spark job failed: {first or type(err).__name__}") from err
+
+
 def java_major() -> int | None:
     """The major version of the Java Spark would launch (JAVA_HOME, else PATH), or None."""
     home = os.environ.get("JAVA_HOME")
