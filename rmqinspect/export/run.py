@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -21,7 +22,7 @@ from rmqinspect.export.arrow_engine import run_arrow
 from rmqinspect.export.plan import source_files
 from rmqinspect.export.progress import Reporter
 from rmqinspect.export.schema import PARTITION_COLUMN, Table
-from rmqinspect.export.spark_engine import require_java
+from rmqinspect.export.spark_engine import SUBMITTED, require_java
 from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.store.output import prepare_output_dir
 
@@ -46,12 +47,21 @@ class ExportOptions:
 
 
 def export_store(
-    root: Path, out: Path, options: ExportOptions, reporter: Reporter | None = None
+    root: Path,
+    out: Path,
+    options: ExportOptions,
+    reporter: Reporter | None = None,
+    spark: Any = None,
 ) -> dict[str, Any]:
-    """Export ``root`` into ``out``; returns the manifest (also written to ``out``)."""
+    """Export ``root`` into ``out``; returns the manifest (also written to ``out``).
+
+    The spark engine starts a session on ``options.master`` unless ``spark`` is a session to
+    use (it is left running). The arrow engine's worker processes are spawned: a script calling
+    this needs the ``if __name__ == "__main__":`` guard of :mod:`multiprocessing`.
+    """
     report = reporter or Reporter()
     started = _now()
-    if options.engine is Engine.SPARK:
+    if options.engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
         require_java()  # before OUT is touched
     with Store.open(root, options.store) as store:
         prepare_output_dir(out, "OUT", store.root, overwrite=options.overwrite)
@@ -61,7 +71,7 @@ def export_store(
             result = run_arrow(store, out, options.tables, options.jobs, report)
             rows, hashes = result.rows, result.hashes
         else:
-            rows, hashes = _run_spark(store, out, options, report.tasks)
+            rows, hashes = _run_spark(store, out, options, report.tasks, spark)
         after = dict(_stat_files(store.root))
     manifest = {
         "schema_version": MANIFEST_VERSION,
@@ -101,20 +111,32 @@ def export_store(
 
 
 def _run_spark(
-    store: Store, out: Path, options: ExportOptions, tick: Callable[[str, int, int], None]
+    store: Store,
+    out: Path,
+    options: ExportOptions,
+    tick: Callable[[str, int, int], None],
+    session: Any,
 ) -> tuple[dict[Table, int], list[tuple[str, int, int, int]]]:
     from rmqinspect.export import read_store
     from rmqinspect.export.source import SOURCE_FILES
-    from rmqinspect.export.spark_engine import spark_errors, spark_session, write_tables
+    from rmqinspect.export.spark_engine import (
+        apply_write_conf,
+        spark_errors,
+        spark_session,
+        write_tables,
+    )
 
     settings = _source_options(store)
-    with spark_errors(), spark_session(options.master, options.conf) as spark:
-        rows = write_tables(spark, str(store.root.resolve()), out, options.tables, settings, tick)
-        hashes = [
-            (r.path, r.size, r.mtime_ns, r.crc32c)
-            for r in read_store(spark, store.root.resolve(), SOURCE_FILES, **settings).collect()
-        ]
-    return rows, sorted(hashes)
+    root = str(store.root.resolve())
+    with spark_errors(), ExitStack() as stack:
+        if session is None:
+            spark = stack.enter_context(spark_session(options.master, options.conf))
+        else:
+            spark = session
+            apply_write_conf(spark)
+        rows = write_tables(spark, root, out, options.tables, settings, tick)
+        files = read_store(spark, root, SOURCE_FILES, **settings).collect()
+    return rows, sorted((r.path, r.size, r.mtime_ns, r.crc32c) for r in files)
 
 
 def _source_options(store: Store) -> dict[str, str]:

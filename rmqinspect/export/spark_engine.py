@@ -38,6 +38,7 @@ LOCAL_CONF = {
     "spark.sql.shuffle.partitions": "4",
 }
 
+SUBMITTED = "PYSPARK_GATEWAY_PORT"  # set for a Python driver that spark-submit launched
 Tick = Callable[[str, int, int], None]  # (table, tasks done, tasks in all)
 
 
@@ -94,18 +95,31 @@ def require_java() -> None:
 def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator[Any]:
     """A session on ``master`` whose Python workers run this interpreter (so they import
     rmqinspect), quiet on the console; stopped on exit."""
+    from pyspark.sql import SparkSession
+
+    if SUBMITTED in os.environ:
+        # Started by spark-submit: its JVM, master and settings are already there.
+        session = SparkSession.builder.appName("rmqinspect export").getOrCreate()
+        apply_write_conf(session)
+        try:
+            yield session
+        finally:
+            session.stop()
+        return
     require_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     builder = SparkSession.builder.master(master).appName("rmqinspect export")
+    given = dict(conf)
+    java_options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
     settings = {
         **(LOCAL_CONF if master.startswith("local") else {}),
         **WRITE_CONF,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
         "spark.pyspark.python": sys.executable,
-        **dict(conf),
+        **given,
+        "spark.driver.extraJavaOptions": " ".join(
+            o for o in (java_options, given.get("spark.driver.extraJavaOptions")) if o
+        ),
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -117,9 +131,13 @@ def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
 
 
 def apply_write_conf(spark: Any) -> None:
-    """The SQL settings of :data:`WRITE_CONF` on a session someone else built."""
+    """:data:`WRITE_CONF` on a session someone else built (SQL settings on the session, Hadoop
+    ones on its context)."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in WRITE_CONF.items():
-        if key.startswith("spark.sql."):
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
+        else:
             spark.conf.set(key, value)
 
 
