@@ -81,3 +81,13 @@ def test_transaction_and_compression_names_follow_sys_flag() -> None:
     assert cl.compression_name(0x200) is None
     assert cl.compression_name(cl.COMPRESSED_FLAG | 0x200) == "zstd"
     assert cl.compression_name(cl.COMPRESSED_FLAG | 0x700) == "unknown(7)"
+
+
+def test_properties_column_with_many_distinct_names() -> None:
+    names = [f"n{i}" for i in range(100)]  # more names than the bit-set test covers
+    raw = "\x02".join(f"{n}\x01v" for n in names) + "\x02n5\x01w"
+    column = properties_column(pa.array([raw.encode(), b"a\x01b\x02a\x01c"]))
+    assert [dict(m) for m in column.to_pylist()] == [
+        parse_properties(raw),
+        {"a": "c"},
+    ]

@@ -87,10 +87,9 @@ def record_runs(
             )
             at = walk.end
             rest = walk
-            while len(rest.positions) and not decode:
+            if not decode and len(rest.positions):
                 yield RecordRun(pos + rest.positions, None, None, (), pos + at, False)
-                rest = _tail(rest, len(rest.positions))
-            while len(rest.positions):
+            while decode and len(rest.positions):
                 bad = None
                 try:
                     batch, taken = decode_batch(buf, rest, file.start + pos), len(rest.positions)

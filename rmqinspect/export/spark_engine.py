@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -144,19 +145,25 @@ def apply_write_conf(spark: Any) -> None:
 def write_tables(
     spark: Any, store: str, out: Path, tables: Sequence[Table], options: dict[str, str], tick: Tick
 ) -> dict[Table, int]:
-    """Write each table under ``out/<table>``; returns the rows written per table."""
+    """Write each table under ``out/<table>``; returns the rows written per table.
+
+    The tables' jobs are submitted from threads, so one table's planning on the driver (the
+    restart emulation for ``messages``) overlaps the other tables' tasks.
+    """
     from rmqinspect.export import read_store
 
-    rows: dict[Table, int] = {}
-    for table in tables:
+    def write(table: Table) -> int:
+        spark.sparkContext.setJobGroup(table.value, f"rmqinspect export: {table.value}")
         df = read_store(spark, store, table=table.value, **options)
         writer = df.write.mode("error")
         column = PARTITION_COLUMN[table]
         if column is not None:
             writer = writer.partitionBy(column)
-        with _watch(spark, table, tick):
-            writer.parquet(str(out / table.value))
-        rows[table] = parquet_rows(out / table.value)
+        writer.parquet(str(out / table.value))
+        return parquet_rows(out / table.value)
+
+    with _watch(spark, tables, tick), ThreadPoolExecutor(len(tables) or 1) as pool:
+        rows = dict(zip(tables, pool.map(write, tables), strict=True))
     return rows
 
 
@@ -168,21 +175,24 @@ def parquet_rows(directory: Path) -> int:
 
 
 @contextmanager
-def _watch(spark: Any, table: Table, tick: Tick) -> Iterator[None]:
-    """Report the tasks of the running job to ``tick`` twice a second."""
+def _watch(spark: Any, tables: Sequence[Table], tick: Tick) -> Iterator[None]:
+    """Report each table's tasks (its job group's stages) to ``tick`` twice a second."""
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(0.5):
-            done = total = 0
-            for stage in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(stage)
-                if info is not None:
-                    done += info.numCompletedTasks
-                    total += info.numTasks
-            if total:
-                tick(table.value, done, total)
+            for table in tables:
+                done = total = 0
+                for job in tracker.getJobIdsForGroup(table.value):
+                    info = tracker.getJobInfo(job)
+                    for stage in info.stageIds if info is not None else ():
+                        stage_info = tracker.getStageInfo(stage)
+                        if stage_info is not None:
+                            done += stage_info.numCompletedTasks
+                            total += stage_info.numTasks
+                if total:
+                    tick(table.value, done, total)
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()

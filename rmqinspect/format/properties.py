@@ -134,12 +134,20 @@ def _last_of_each_name(names: pa.Array, rows: npt.NDArray[np.int64]) -> npt.NDAr
     keep = np.ones(len(names), np.bool_)
     if not len(names):
         return keep
-    codes = pc.dictionary_encode(names).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    pairs = np.unique(rows * (int(codes.max()) + 1) + codes)
-    distinct = np.bincount(pairs // (int(codes.max()) + 1), minlength=int(rows.max()) + 1)
-    total = np.bincount(rows, minlength=int(rows.max()) + 1)
-    for row in np.flatnonzero(distinct < total):
-        at = np.flatnonzero(rows == row)
+    encoded = pc.dictionary_encode(names)
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    starts = np.flatnonzero(np.diff(rows, prepend=-1))  # rows come in order, entries together
+    total = np.diff(starts, append=len(rows))
+    if len(encoded.dictionary) <= 64:
+        seen_bits = np.bitwise_or.reduceat(
+            np.left_shift(np.uint64(1), codes.astype(np.uint64)), starts
+        )
+        distinct = np.unpackbits(seen_bits.view(np.uint8)).reshape(-1, 64).sum(axis=1)
+    else:
+        pairs = np.unique(rows * len(encoded.dictionary) + codes) // len(encoded.dictionary)
+        distinct = np.bincount(pairs, minlength=int(rows.max()) + 1)[rows[starts]]
+    for first, count in zip(starts[distinct < total], total[distinct < total], strict=True):
+        at = np.arange(first, first + count)
         seen: set[int] = set()
         for i in at[::-1]:
             keep[i] = int(codes[i]) not in seen
