@@ -69,9 +69,9 @@ def export_store(
         profile = store.profile
         if options.engine is Engine.ARROW:
             result = run_arrow(store, out, options.tables, options.jobs, report)
-            rows, hashes = result.rows, result.hashes
+            rows, hashes, master = result.rows, result.hashes, None
         else:
-            rows, hashes = _run_spark(store, out, options, report.tasks, spark)
+            rows, hashes, master = _run_spark(store, out, options, report.tasks, spark)
         after = dict(_stat_files(store.root))
     manifest = {
         "schema_version": MANIFEST_VERSION,
@@ -83,7 +83,7 @@ def export_store(
             "reasons": list(profile.reasons),
         },
         "engine": options.engine.value,
-        "master": options.master if options.engine is Engine.SPARK else None,
+        "master": master,
         "tables": {
             t.value: {"rows": rows[t], "path": t.value, "partitioned_by": PARTITION_COLUMN[t]}
             for t in options.tables
@@ -116,7 +116,8 @@ def _run_spark(
     options: ExportOptions,
     tick: Callable[[str, int, int], None],
     session: Any,
-) -> tuple[dict[Table, int], list[tuple[str, int, int, int]]]:
+) -> tuple[dict[Table, int], list[tuple[str, int, int, int]], str]:
+    """Rows per table, the source files' hashes and the master the job ran on."""
     from rmqinspect.export import read_store
     from rmqinspect.export.source import SOURCE_FILES
     from rmqinspect.export.spark_engine import (
@@ -136,7 +137,8 @@ def _run_spark(
             apply_write_conf(spark)
         rows = write_tables(spark, root, out, options.tables, settings, tick)
         files = read_store(spark, root, SOURCE_FILES, **settings).collect()
-    return rows, sorted((r.path, r.size, r.mtime_ns, r.crc32c) for r in files)
+        master = str(spark.sparkContext.master)
+    return rows, sorted((r.path, r.size, r.mtime_ns, r.crc32c) for r in files), master
 
 
 def _source_options(store: Store) -> dict[str, str]:
