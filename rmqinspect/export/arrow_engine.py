@@ -55,7 +55,10 @@ def _store(ref: StoreRef) -> Store:
 
 
 def _restart(ref: StoreRef) -> RestartKeeps:
-    return restart_keeps(_store(ref))
+    # A store of its own, closed afterwards: the emulation maps the files it scans, and their
+    # pages should not stay resident while this worker goes on to other parts.
+    with ref.open() as store:
+        return restart_keeps(store)
 
 
 def _run(
