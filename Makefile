@@ -23,6 +23,7 @@ demo: $(VENV)/.installed
 	# a zeroed block in the last data file: the restart cuts there and discards the intact
 	# messages after it, which recover names; its exit 1 ("data is lost") is what the demo shows
 	$(VENV)/bin/rmqinspect recover $(DEMO_STORE); test $$? -eq 1
+	$(VENV)/bin/rmqinspect export $(DEMO_STORE) .demo/export
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check rmqinspect tests benchmarks fixtures
@@ -42,6 +43,7 @@ fixtures: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/synth_throughput.py
 	$(PY) benchmarks/scan_commitlog.py
+	$(PY) benchmarks/export.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -141,6 +141,19 @@ _TRANSACTION_NAMES = {
 _COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 
 
+def transaction_name(sys_flag: int) -> str:
+    """not, prepared, commit or rollback: the transaction type bits of ``sys_flag``."""
+    return _TRANSACTION_NAMES[sys_flag & TRANSACTION_TYPE_MASK]
+
+
+def compression_name(sys_flag: int) -> str | None:
+    """Body compression named by ``sys_flag``, or None when the body is stored as sent."""
+    if not sys_flag & COMPRESSED_FLAG:
+        return None
+    kind = (sys_flag & COMPRESSION_TYPE_MASK) >> 8
+    return _COMPRESSION_NAMES.get(kind, f"unknown({kind})")
+
+
 def body_crc(data: bytes | bytearray | memoryview) -> int:
     """``UtilAll.crc32``: zlib CRC-32 masked to 31 bits."""
     return masked_crc32(data)
@@ -258,15 +271,11 @@ class MessageRecord:
 
     @property
     def transaction_name(self) -> str:
-        return _TRANSACTION_NAMES[self.transaction_type]
+        return transaction_name(self.sys_flag)
 
     @property
     def compression(self) -> str | None:
-        """Body compression named by sysFlag, or None when the body is stored as sent."""
-        if not self.sys_flag & COMPRESSED_FLAG:
-            return None
-        kind = (self.sys_flag & COMPRESSION_TYPE_MASK) >> 8
-        return _COMPRESSION_NAMES.get(kind, f"unknown({kind})")
+        return compression_name(self.sys_flag)
 
     @property
     def body_crc_ok(self) -> bool | None:
