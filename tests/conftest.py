@@ -33,19 +33,20 @@ def conformance5_dir() -> Path:
     return CONFORMANCE5
 
 
+@pytest.fixture(scope="session")
+def conformance_dledger_dir() -> Path:
+    """The RocketMQ 4.9.8 DLedger corpus; skipped where ``../shared/conformance-dledger`` is
+    absent."""
+    if not (CONFORMANCE_DLEDGER / "expected").is_dir():
+        pytest.skip(f"real-broker corpus not found at {CONFORMANCE_DLEDGER} (dev workspace only)")
+    return CONFORMANCE_DLEDGER
+
+
 @pytest.fixture
 def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tables as wide as they want (rich reads COLUMNS), so no cell wraps and a test can find
     a cell's text whole."""
     monkeypatch.setenv("COLUMNS", "400")
-
-
-@pytest.fixture(scope="session")
-def dledger_conformance_dir() -> Path:
-    """The RocketMQ 4.9.8 + DLedger 0.3.1.2 corpus; skipped where it is absent."""
-    if not (CONFORMANCE_DLEDGER / "expected").is_dir():
-        pytest.skip(f"real-broker corpus not found at {CONFORMANCE_DLEDGER} (dev workspace only)")
-    return CONFORMANCE_DLEDGER
 
 
 def restore_dledger_store(corpus: Path, scenario: str, dest: Path) -> Path:
@@ -63,9 +64,9 @@ def restore_dledger_store(corpus: Path, scenario: str, dest: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def dledger_clean_store(
-    dledger_conformance_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    conformance_dledger_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """The ``dledger_clean`` store, restored in a temporary copy (shared by the session: tests
     only read it)."""
     dest = tmp_path_factory.mktemp("dledger") / "dledger_clean"
-    return restore_dledger_store(dledger_conformance_dir, "dledger_clean", dest)
+    return restore_dledger_store(conformance_dledger_dir, "dledger_clean", dest)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqinspect.format import columns
+from rmqinspect.format import columns, encode
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.batch import BatchDecodeError, decode_batch
 from rmqinspect.format.host import HostAddress
@@ -57,7 +57,7 @@ def test_batch_equals_record_decoder(specs: list[dict[str, object]]) -> None:
     buf = bytearray()
     for spec in specs:
         topic = str(spec["topic"])
-        buf += cl.encode_message(
+        buf += encode.encode_message(
             topic=topic,
             queue_id=3,
             flag=1,
@@ -74,7 +74,7 @@ def test_batch_equals_record_decoder(specs: list[dict[str, object]]) -> None:
             properties=spec["properties"],  # type: ignore[arg-type]
             version=2 if len(topic.encode()) > 127 else 1,
         )
-    buf += cl.encode_blank(64) + bytes(56)
+    buf += encode.encode_blank(64) + bytes(56)
     rows = _rows(bytes(buf))
     assert len(rows) == len(specs)
     for row in rows:
@@ -82,12 +82,12 @@ def test_batch_equals_record_decoder(specs: list[dict[str, object]]) -> None:
 
 
 def test_walk_stops_and_reports_why() -> None:
-    rec = cl.encode_message(
+    rec = encode.encode_message(
         topic="T", queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=0,
         born_timestamp=0, born_host=V4, store_timestamp=0, store_host=V4, reconsume_times=0,
         prepared_transaction_offset=0, body=b"b", properties=b"",
     )  # fmt: skip
-    assert columns.walk(rec + cl.encode_blank(8)).stop == "blank"
+    assert columns.walk(rec + encode.encode_blank(8)).stop == "blank"
     assert columns.walk(rec + bytes(8)).stop == "bad_magic"
     assert columns.walk(rec[:-1]).stop == "bad_size"
     w = columns.walk(rec * 3 + bytes(8), max_records=2)
@@ -95,7 +95,7 @@ def test_walk_stops_and_reports_why() -> None:
 
 
 def test_inconsistent_lengths_name_the_record() -> None:
-    rec = cl.encode_message(
+    rec = encode.encode_message(
         topic="T", queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=0,
         born_timestamp=0, born_host=V4, store_timestamp=0, store_host=V4, reconsume_times=0,
         prepared_transaction_offset=0, body=b"body", properties=b"a\x01b",
@@ -124,7 +124,7 @@ def test_corpus_files_decode_in_batches(conformance5_dir: Path) -> None:
 def test_short_values_at_the_very_end_of_the_buffer() -> None:
     """Values ending at the buffer's last byte are read in full (no padding or shifting)."""
     recs = [
-        cl.encode_message(
+        encode.encode_message(
             topic=topic, queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0,
             born_timestamp=0, born_host=V4, store_timestamp=0, store_host=V6, reconsume_times=0,
             prepared_transaction_offset=0, body=body, properties=props,

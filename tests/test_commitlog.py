@@ -9,6 +9,7 @@ import pytest
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import encode
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javamath import java_parse_int
 from rmqinspect.format.profile import Profile
@@ -36,7 +37,7 @@ def record(**overrides: object) -> bytes:
         properties=encode_properties([("TAGS", "TagA"), ("KEYS", "k1 k2")], False).encode(),
     )
     fields.update(overrides)
-    return cl.encode_message(**fields)  # type: ignore[arg-type]
+    return encode.encode_message(**fields)  # type: ignore[arg-type]
 
 
 def test_crc_vectors_from_spec() -> None:
@@ -82,7 +83,7 @@ def test_record_head_dtype_reads_the_encoded_record(hosts: int) -> None:
         properties=b"",
     )
     rec = cl.decode_message(data, 0)
-    dtype = cl.record_head_dtype(rec.sys_flag)
+    dtype = encode.record_head_dtype(rec.sys_flag)
     assert dtype.itemsize == cl.mid_fields_pos(rec.sys_flag) + cl.BODY_REL
     assert dtype.fields is not None
     assert dtype.fields["store_timestamp"][1] == cl.store_timestamp_pos(rec.sys_flag)
@@ -108,7 +109,7 @@ def test_v2_record_has_two_byte_topic_length() -> None:
 
 
 def test_blank_and_zeroes() -> None:
-    blank = cl.encode_blank(100)
+    blank = encode.encode_blank(100)
     r = cl.check_message(blank + bytes(92), 0)
     assert (r.size, r.success, r.reason) == (0, True, cl.CheckReason.BLANK)
     r = cl.check_message(bytes(64), 0)
@@ -207,9 +208,27 @@ def test_property_crc_tail() -> None:
     assert r.reason is cl.CheckReason.PROP_CRC_MISSING
 
 
+def test_a_decoded_record_carries_its_property_crc() -> None:
+    props = encode_properties([("TAGS", "TagA")], True).encode()
+    data = record(properties=props, append_prop_crc=True)
+    tail = cl.read_prop_crc(data, 0, len(data))
+    assert tail is not None
+    rec = cl.decode_message(data, 0)
+    assert rec.prop_crc == cl.PropCrc(tail.raw, tail.stored, tail.computed)
+    assert rec.prop_crc.match and rec.prop_crc.stored == cl.body_crc(data[:-20])
+    corrupted = bytearray(data)
+    corrupted[20] ^= 1
+    bad = cl.decode_message(bytes(corrupted), 0).prop_crc
+    assert bad is not None and (bad.stored, bad.match) == (tail.stored, False)
+    assert cl.decode_message(record(), 0).prop_crc is None  # no __CRC32# property
+    assert cl.decode_message(data, 0, with_body=False).prop_crc is None  # read with the body
+    scanned = cl.check_message(data, 0, options=cl.CheckOptions(profile=Profile.V5_3))
+    assert scanned.record is not None and scanned.record.prop_crc == rec.prop_crc
+
+
 def test_prop_crc_digit_order() -> None:
-    assert cl.encode_prop_crc_digits(1234567) == "7654321000"
-    assert cl.encode_prop_crc_digits(0) == "0000000000"
+    assert encode.encode_prop_crc_digits(1234567) == "7654321000"
+    assert encode.encode_prop_crc_digits(0) == "0000000000"
     assert cl.decode_prop_crc_digits("7654321000") == 1234567
     assert cl.decode_prop_crc_digits("12x") is None
 

@@ -27,7 +27,7 @@ from rmqinspect.analysis.recovery import (
 )
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import Store, StoreOptions, StorePart
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import MessageSpec, PutResult, StoreWriter
 from tests.cli_helpers import SMALL_LAYOUT, SMALL_OPTS, run, run_json, run_jsonl
@@ -82,7 +82,10 @@ def test_writer_round_trips_through_the_store_model(tmp_path: Path) -> None:
     assert not (root / "commitlog").exists()
     with open_store(root) as store:
         assert store.dledger is not None and store.dledger.self_id == "n0"
-        assert not store.unsupported and not store.problems
+        assert not store.problems
+        assert [(u.kind, u.takes_over) for u in store.unsupported] == [
+            ("dledger", StorePart.EXPORT)  # only the export does not read entries yet
+        ]
         records = [
             e for e in stream_messages(store, MessageFilter()) if isinstance(e, cl.MessageRecord)
         ]
@@ -157,7 +160,7 @@ def test_synth_cli_writes_a_dledger_store(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)
     assert summary["dledger"]["home"] == "dledger-n0"
     assert summary["dledger"]["entries"] == 500
-    assert summary["dledger"]["committedIndex"] < 499
+    assert summary["dledger"]["committed_index"] < 499
     assert summary["damage"][0]["kind"] == "torn_tail"
     assert (out / "dledger-n0" / "currterm").read_text() == "voteLeader=n0\ncurrTerm=0\n"
 
@@ -407,7 +410,7 @@ def test_a_plain_commitlog_beside_dledger_data_is_not_decoded(tmp_path: Path) ->
     (root / "commitlog").mkdir()
     (root / "commitlog" / f"{0:020d}").write_bytes(bytes(65536))
     with open_store(root) as store:
-        assert [u.kind for u in store.unsupported] == ["dledger"]
+        assert [u.kind for u in store.unsupported] == ["dledger_mixed"]
         assert "switched" in store.unsupported[0].note
 
 
@@ -428,10 +431,10 @@ def test_damage_in_an_entry_header_is_skipped_and_the_walk_resumes(tmp_path: Pat
     assert listed == [p.physical_offset for p in puts if p is not victim]
 
 
-def test_the_trimmed_corpus_index_makes_dledger_exit(dledger_conformance_dir: Path) -> None:
+def test_the_trimmed_corpus_index_makes_dledger_exit(conformance_dledger_dir: Path) -> None:
     """The corpus keeps its index file trimmed; DLedger would exit on it, and recover says so
     (the inspection commands still read it)."""
-    store_dir = dledger_conformance_dir / "stores" / "dledger_clean"
+    store_dir = conformance_dledger_dir / "stores" / "dledger_clean"
     with Store.open(store_dir) as store:
         report = run_recovery(store).report
         assert not report.broker_starts

@@ -26,8 +26,8 @@ SCENARIO = "dledger_clean"
 
 
 @pytest.fixture(scope="module")
-def meta(dledger_conformance_dir: Path) -> dict[str, Any]:
-    return expected(dledger_conformance_dir, SCENARIO)
+def meta(conformance_dledger_dir: Path) -> dict[str, Any]:
+    return expected(conformance_dledger_dir, SCENARIO)
 
 
 def _prescan(corpus: Path) -> list[dict[str, Any]]:
@@ -35,12 +35,12 @@ def _prescan(corpus: Path) -> list[dict[str, Any]]:
 
 
 def test_every_entry_walks_as_the_prescan_saw_it(
-    dledger_conformance_dir: Path, dledger_clean_store: Path
+    conformance_dledger_dir: Path, dledger_clean_store: Path
 ) -> None:
     """Each data file walked from position 0 with the broker's record check (CRC on; before
     ``load()`` 4.9.8 has no delay levels, so schedule records keep their tag hash): every
     message where the prescan found one, the same blanks and the same end of data."""
-    lines = _prescan(dledger_conformance_dir)
+    lines = _prescan(conformance_dledger_dir)
     seen: list[dict[str, Any]] = []
     with Store.open(dledger_clean_store) as store:
         opts = cl.CheckOptions(check_crc=True, delay_levels=())
@@ -94,11 +94,11 @@ def seen_keys(line: dict[str, Any]) -> list[str]:
 
 
 def test_every_retrievable_message_decodes_like_the_broker(
-    dledger_conformance_dir: Path, dledger_clean_store: Path
+    conformance_dledger_dir: Path, dledger_clean_store: Path
 ) -> None:
     """``messages`` gives each message as ``getMessage`` served it, with its entry."""
     entries = {
-        line["offset"]: line for line in _prescan(dledger_conformance_dir) if line["kind"] == "msg"
+        line["offset"]: line for line in _prescan(conformance_dledger_dir) if line["kind"] == "msg"
     }
     with Store.open(dledger_clean_store) as store:
         records = {
@@ -108,7 +108,7 @@ def test_every_retrievable_message_decodes_like_the_broker(
         }
     assert len(records) == 2000
     checked = 0
-    for line in jsonl(dledger_conformance_dir, SCENARIO, "messages"):
+    for line in jsonl(conformance_dledger_dir, SCENARIO, "messages"):
         assert line["retrievable"]
         record = records[line["commitLogOffset"]]
         doc = message_json(record, BodyFormat.BASE64)
@@ -124,14 +124,14 @@ def test_every_retrievable_message_decodes_like_the_broker(
 
 
 def test_messages_cli_streams_the_dledger_store(
-    dledger_conformance_dir: Path, dledger_clean_store: Path
+    conformance_dledger_dir: Path, dledger_clean_store: Path
 ) -> None:
     result = run("messages", dledger_clean_store, "--format", "jsonl", "--topic", "TopicC")
     assert result.exit_code == 0, result.stderr
     docs = [json.loads(line) for line in result.stdout.splitlines()]
     want = [
         line
-        for line in jsonl(dledger_conformance_dir, SCENARIO, "messages")
+        for line in jsonl(conformance_dledger_dir, SCENARIO, "messages")
         if line["topic"] == "TopicC"
     ]
     assert [d["physical_offset"] for d in docs] == [w["commitLogOffset"] for w in want]
@@ -139,7 +139,7 @@ def test_messages_cli_streams_the_dledger_store(
 
 
 def test_writer_rebuilds_the_store_byte_for_byte(
-    dledger_conformance_dir: Path, dledger_clean_store: Path, tmp_path: Path
+    conformance_dledger_dir: Path, dledger_clean_store: Path, tmp_path: Path
 ) -> None:
     """Every record of the store, put again through ``StoreWriter`` with the DLedger commitlog,
     gives the same data files (entry headers, blanks), index file, consume queues, RocketMQ
@@ -318,14 +318,14 @@ def test_queries_match_query_message(meta: dict[str, Any], dledger_clean_store: 
 
 
 def test_msg_id_and_queue_offset_return_the_broker_message(
-    dledger_conformance_dir: Path, dledger_clean_store: Path
+    conformance_dledger_dir: Path, dledger_clean_store: Path
 ) -> None:
     from rmqinspect.analysis.lookup import lookup_msg_id, lookup_queue_offset
     from rmqinspect.render.lookup import hit_json
 
     checked = 0
     with Store.open(dledger_clean_store) as store:
-        for line in jsonl(dledger_conformance_dir, SCENARIO, "messages"):
+        for line in jsonl(conformance_dledger_dir, SCENARIO, "messages"):
             by_id = lookup_msg_id(store, line["msgId"])
             assert len(by_id.hits) == 1, (line["msgId"], by_id.rejected)
             doc = hit_json(by_id.hits[0], BodyFormat.BASE64)
@@ -361,4 +361,4 @@ def test_info_shows_the_ledger(meta: dict[str, Any], dledger_clean_store: Path) 
         per_file[ledger["files"][0]["name"]]["validMessages"],
     ]
     assert doc["commitlog"]["max_offset"] == ledger["data_end"]
-    assert not doc["unsupported"]
+    assert [u["takes_over"] for u in doc["unsupported"]] == [["export"]]

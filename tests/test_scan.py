@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqinspect.format import columns, scan
+from rmqinspect.format import columns, encode, scan
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
@@ -237,12 +237,12 @@ def test_the_fast_path_decides_clean_records_alone(
 
 
 def test_walk_follows_sizes_and_says_why_it_stopped() -> None:
-    rec = cl.encode_message(
+    rec = encode.encode_message(
         topic="T", queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=0,
         born_timestamp=0, born_host=V6, store_timestamp=0, store_host=V6, reconsume_times=0,
         prepared_transaction_offset=0, body=b"b", properties=b"",
     )  # fmt: skip
-    w = columns.walk(rec * 2 + cl.encode_blank(8))
+    w = columns.walk(rec * 2 + encode.encode_blank(8))
     assert (w.positions.tolist(), w.sizes.tolist()) == ([0, len(rec)], [len(rec)] * 2)
     assert (w.end, w.stop) == (2 * len(rec), columns.WalkStop.BLANK)
     assert columns.walk(rec + bytes(8)).stop is columns.WalkStop.BAD_MAGIC

@@ -15,6 +15,7 @@ import pytest
 
 from rmqinspect.errors import StoreError
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import encode
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import CheckedRun
@@ -26,7 +27,7 @@ FILE_SIZE = 4096
 
 
 def _record(offset: int, queue_offset: int, props: bytes = b"TAGS\x01A") -> bytes:
-    return cl.encode_message(
+    return encode.encode_message(
         topic="T",
         queue_id=0,
         flag=0,
@@ -55,7 +56,7 @@ def _write_commitlog(root: Path, files: int = 2) -> list[int]:
         while True:
             rec = _record(start + len(data), qo)
             if len(data) + len(rec) + 8 > FILE_SIZE:
-                data += cl.encode_blank(FILE_SIZE - len(data))
+                data += encode.encode_blank(FILE_SIZE - len(data))
                 break
             offsets.append(start + len(data))
             data += rec
@@ -303,12 +304,18 @@ def test_abort_and_lock_markers(conformance_dir: Path, conformance5_dir: Path) -
         assert store.abort_marker() is None
 
 
-def test_cli_stops_quietly_when_the_reader_goes_away(conformance_dir: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    ["messages {store} -F jsonl", "messages {store} -F table", "info {store} -F table"],
+)
+def test_cli_stops_quietly_when_the_reader_goes_away(conformance_dir: Path, command: str) -> None:
+    # Exit 0 whatever the format: 1 means findings, and a table into ``| head`` found nothing.
     import subprocess
     import sys
 
     store = conformance_dir / "stores" / "clean"
-    cmd = f"{sys.executable} -m rmqinspect messages {store} -F jsonl | head -c 100 > /dev/null"
+    args = command.format(store=store)
+    cmd = f"{sys.executable} -m rmqinspect {args} | head -c 100 > /dev/null"
     proc = subprocess.run(
         ["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, check=False
     )

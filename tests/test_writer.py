@@ -25,11 +25,11 @@ from rmqinspect.format.commitlog import (
     CheckOptions,
     MessageRecord,
     check_message,
-    encode_message,
     read_prop_crc,
 )
 from rmqinspect.format.config import parse_consumer_offsets, parse_topics
 from rmqinspect.format.consumequeue import PRE_BLANK_UNIT, decode_unit
+from rmqinspect.format.encode import encode_message
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import decode_offset_msg_id
 from rmqinspect.format.index import (

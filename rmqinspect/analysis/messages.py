@@ -9,20 +9,19 @@ an event so the caller can report it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from rmqinspect.analysis import Progress
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import scan
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.scan import Skipped
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
-
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ def _register_commands() -> None:
         checkpoint,
         consumequeue,
         decode_id,
+        export,
         index,
         info,
         lookup,
@@ -55,6 +56,7 @@ def _register_commands() -> None:
         lookup,
         decode_id,
         recover,
+        export,
         synth,
     ):
         module.register(app)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from rmqinspect.cli.common import handle_errors
+from rmqinspect.cli.options import choice_metavar, choice_parser
 from rmqinspect.format.commitlog import DEFAULT_COMMITLOG_FILE_SIZE
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
@@ -42,7 +43,9 @@ def _apply(kind: DamageKind, root: Path, summary: StoreSummary) -> damage.Damage
     if kind is DamageKind.FLIP_BODY:
         return damage.flip_body_byte(root)
     if kind is DamageKind.ZERO_REGION:
-        last_start = int(summary.commitlog_files[-1]) if summary.commitlog_files else 0
+        # The last file holding data: after --crash the newest file is the pre-allocated empty one.
+        holding = [int(n) for n in summary.commitlog_files if int(n) < summary.commitlog_end]
+        last_start = max(holding, default=0)
         middle = (last_start + summary.commitlog_end) // 2
         return damage.zero_region(root, middle, middle + _ZERO_REGION_BYTES)
     if kind is DamageKind.CQ_AHEAD:
@@ -78,7 +81,13 @@ def synth(
         int, typer.Option("--index-entries", min=2, help="maxIndexNum.")
     ] = DEFAULT_INDEX_NUM,
     profile: Annotated[
-        Profile, typer.Option("--profile", help="Broker line to imitate.")
+        Profile,
+        typer.Option(
+            "--profile",
+            parser=choice_parser(Profile),
+            metavar=choice_metavar(Profile),
+            help="Broker line to imitate.",
+        ),
     ] = Profile.V4_9,
     crash: Annotated[
         bool,
@@ -107,7 +116,12 @@ def synth(
     ] = False,
     damage_kinds: Annotated[
         list[DamageKind] | None,
-        typer.Option("--damage", help="Damage to apply afterwards (repeatable)."),
+        typer.Option(
+            "--damage",
+            parser=choice_parser(DamageKind),
+            metavar=choice_metavar(DamageKind),
+            help="Damage to apply afterwards (repeatable).",
+        ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,

@@ -11,14 +11,11 @@ Two entry points read records:
 
 from __future__ import annotations
 
-import functools
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
@@ -125,21 +122,6 @@ def mid_fields_pos(sys_flag: int) -> int:
     return store_timestamp_pos(sys_flag) + STORETIMESTAMP_SIZE + store_host_size(sys_flag)
 
 
-@functools.cache
-def record_head_dtype(sys_flag: int) -> np.dtype[np.void]:
-    """The record from TOTALSIZE to BODYLENGTH as a numpy structured type (fields named as in
-    FIXED_FIELDS and MID_FIELDS, hosts as raw bytes), for the host sizes ``sys_flag`` selects:
-    bulk encoders fill one array of it per host layout."""
-    head = [(n, ">" + c) for n, c in zip(FIXED_FIELDS, FIXED_HEAD.format[1:], strict=True)]
-    mid = [(n, ">" + c) for n, c in zip(MID_FIELDS, MID_FIELDS_STRUCT.format[1:], strict=True)]
-    hosts = [
-        ("born_host", f"V{born_host_size(sys_flag)}"),
-        ("store_timestamp", f">i{STORETIMESTAMP_SIZE}"),
-        ("store_host", f"V{store_host_size(sys_flag)}"),
-    ]
-    return np.dtype(head + hosts + mid)
-
-
 def topic_length_size(magic: int) -> int:
     """The topic length is an i8 in V1 records and an i16 in V2 records."""
     return 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
@@ -161,6 +143,19 @@ _TRANSACTION_NAMES = {
     TRANSACTION_ROLLBACK_TYPE: "rollback",
 }
 _COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
+
+
+def transaction_name(sys_flag: int) -> str:
+    """not, prepared, commit or rollback: the transaction type bits of ``sys_flag``."""
+    return _TRANSACTION_NAMES[sys_flag & TRANSACTION_TYPE_MASK]
+
+
+def compression_name(sys_flag: int) -> str | None:
+    """Body compression named by ``sys_flag``, or None when the body is stored as sent."""
+    if not sys_flag & COMPRESSED_FLAG:
+        return None
+    kind = (sys_flag & COMPRESSION_TYPE_MASK) >> 8
+    return _COMPRESSION_NAMES.get(kind, f"unknown({kind})")
 
 
 def body_crc(data: bytes | bytearray | memoryview) -> int:
@@ -221,25 +216,6 @@ def dup_info_valid(properties: Mapping[str, str]) -> bool:
     return dup is not None and len(java_split(dup, "_")) == 2
 
 
-def rewrite_delay(
-    pairs: dict[str, str], topic: str, queue_id: int, delay: str, max_level: int
-) -> tuple[str, int]:
-    """The delay-level rewrite (4.9 ``CommitLog.putMessage``, 5.x ``HookUtils``) of a NOT or
-    COMMIT message whose ``DELAY`` is ``delay``: clamp the level, record ``REAL_TOPIC`` and
-    ``REAL_QID`` in ``pairs``, and return the schedule topic and queue (unchanged for level 0)."""
-    level = java_parse_int(delay)
-    if level is None:
-        raise ValueError(f"DELAY property {delay!r} is not an integer")
-    if level <= 0:
-        return topic, queue_id
-    if level > max_level:
-        level = max_level
-        pairs[props.DELAY] = str(level)
-    pairs[props.REAL_TOPIC] = topic
-    pairs[props.REAL_QID] = str(queue_id)
-    return SCHEDULE_TOPIC, level - 1
-
-
 def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
     """``messageDelayLevel`` → {level: delay ms}; level = position + 1."""
     units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -275,6 +251,7 @@ class MessageRecord:
     topic: str
     properties_raw: bytes
     properties: dict[str, str] = field(default_factory=dict)
+    prop_crc: PropCrc | None = None  # 5.2+ __CRC32# property; read with the body
     entry: EntryHeader | None = None  # the DLedger entry holding the record, in a DLedger store
 
     @property
@@ -299,15 +276,11 @@ class MessageRecord:
 
     @property
     def transaction_name(self) -> str:
-        return _TRANSACTION_NAMES[self.transaction_type]
+        return transaction_name(self.sys_flag)
 
     @property
     def compression(self) -> str | None:
-        """Body compression named by sysFlag, or None when the body is stored as sent."""
-        if not self.sys_flag & COMPRESSED_FLAG:
-            return None
-        kind = (self.sys_flag & COMPRESSION_TYPE_MASK) >> 8
-        return _COMPRESSION_NAMES.get(kind, f"unknown({kind})")
+        return compression_name(self.sys_flag)
 
     @property
     def body_crc_ok(self) -> bool | None:
@@ -515,27 +488,20 @@ def check_message(
         dup = rec.properties.get(props.DUP_INFO)
         return _failed(total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec)
     if opts.check_crc and opts.force_verify_prop_crc:
-        stored_text = rec.properties.get(props.CRC32)
-        if stored_text is None:
+        crc = rec.prop_crc or record_prop_crc(buf, pos, total_size, rec.properties)
+        if crc is None:
             return _failed(
                 total_size, magic, CheckReason.PROP_CRC_MISSING, "no __CRC32# property", rec
             )
-        prop_crc = prop_crc_computed(buf, pos, total_size)
-        if prop_crc is None or decode_prop_crc_digits(stored_text) != prop_crc:
+        if not crc.match:
             return _failed(
                 total_size,
                 magic,
                 CheckReason.PROP_CRC_MISMATCH,
-                f"__CRC32# {stored_text!r}, computed {prop_crc}",
+                f"__CRC32# {crc.raw!r}, computed {crc.computed}",
                 rec,
             )
-    expected = calc_msg_length(
-        rec.sys_flag,
-        rec.body_length,
-        parsed.topic_length,
-        parsed.properties_length,
-        2 if magic == MESSAGE_MAGIC_CODE_V2 else 1,
-    )
+    expected = parsed.expected_length
     if expected != total_size:
         return CheckResult(
             total_size,
@@ -567,6 +533,18 @@ class _Parsed:
     properties_length: int = 0
     body_stop: str | None = None  # Java threw before or while reading the body
     tail_stop: str | None = None  # Java threw after the body (topic or properties)
+
+    @property
+    def expected_length(self) -> int:
+        """``calMsgLength`` of the parts read: what TOTALSIZE must be."""
+        rec = self.record
+        return calc_msg_length(
+            rec.sys_flag,
+            rec.body_length,
+            self.topic_length,
+            self.properties_length,
+            topic_length_size(rec.magic),
+        )
 
 
 def _parse(
@@ -663,6 +641,8 @@ def _parse(
             at = r.take(properties_length, "properties")
             rec.properties_raw = bytes(buf[at : at + properties_length])
             rec.properties = props.parse_properties(rec.properties_raw.decode("utf-8", "replace"))
+            if read_body:
+                rec.prop_crc = record_prop_crc(buf, pos, total_size, rec.properties)
     except _Stop as stop:
         parsed.tail_stop = str(stop)
     return parsed
@@ -699,24 +679,13 @@ def decode_message(
     if stop is not None:
         raise DecodeError(f"corrupt record: {stop}", pos)
     rec = parsed.record
-    expected = calc_msg_length(
-        rec.sys_flag,
-        rec.body_length,
-        parsed.topic_length,
-        parsed.properties_length,
-        2 if magic == MESSAGE_MAGIC_CODE_V2 else 1,
-    )
+    expected = parsed.expected_length
     if expected != total_size:
         raise DecodeError(f"TOTALSIZE {total_size} but the fields add up to {expected}", pos)
     return rec
 
 
 # --- 5.2+ whole-record property CRC (§3.2) ---------------------------------------------------
-
-
-def encode_prop_crc_digits(crc: int) -> str:
-    """Ten decimal digits, least significant first, as ``MessageDecoder.createCrc32`` writes."""
-    return str(crc)[::-1].ljust(10, "0")
 
 
 def decode_prop_crc_digits(text: str) -> int | None:
@@ -735,35 +704,30 @@ def prop_crc_computed(buf: bytes | memoryview, pos: int, total_size: int) -> int
 
 @dataclass(frozen=True, slots=True)
 class PropCrc:
-    """The ``__CRC32#`` tail of a record, read from the record's last 20 bytes."""
+    """A record's ``__CRC32#`` property: its digits, the value they give (None when they are
+    not digits) and the CRC the record's bytes give (None when the record does not fit)."""
 
     raw: str
     stored: int | None
-    computed: int
+    computed: int | None
 
     @property
     def match(self) -> bool:
-        return self.stored == self.computed
+        return self.stored is not None and self.stored == self.computed
 
 
-_CRC_TAIL_PREFIX = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()
-_SEPARATOR = props.PROPERTY_SEPARATOR.encode()
+def record_prop_crc(
+    buf: bytes | memoryview, pos: int, total_size: int, properties: Mapping[str, str]
+) -> PropCrc | None:
+    """The property CRC as ``forceVerifyPropCRC`` checks it: the ``__CRC32#`` property's digits
+    against the CRC of the record minus its 20-byte tail; None without the property."""
+    raw = properties.get(props.CRC32)
+    if raw is None:
+        return None
+    return PropCrc(raw, decode_prop_crc_digits(raw), prop_crc_computed(buf, pos, total_size))
 
 
-def reserve_prop_crc(properties: bytes) -> bytes:
-    """``properties`` with room for the CRC tail (§3.2): a 0x02 unless they end with one, then
-    ``__CRC32#`` 0x01, ten placeholder digits and 0x02 (CRC32_RESERVED_LEN bytes)."""
-    if properties and not properties.endswith(_SEPARATOR):
-        properties += _SEPARATOR
-    return properties + _CRC_TAIL_PREFIX + b"0" * 10 + _SEPARATOR
-
-
-def fill_prop_crc(buf: bytearray | memoryview, pos: int, total_size: int) -> None:
-    """Write the digits of the tail :func:`reserve_prop_crc` left in the record at ``pos``: the
-    masked CRC32 of the record minus its tail, least significant digit first."""
-    end = pos + total_size
-    digits = encode_prop_crc_digits(body_crc(buf[pos : end - CRC32_RESERVED_LEN]))
-    buf[end - 11 : end - 1] = digits.encode("ascii")
+CRC_TAIL_PREFIX = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()
 
 
 def read_prop_crc(buf: bytes | memoryview, pos: int, total_size: int) -> PropCrc | None:
@@ -771,92 +735,8 @@ def read_prop_crc(buf: bytes | memoryview, pos: int, total_size: int) -> PropCrc
     if total_size < CRC32_RESERVED_LEN or pos + total_size > len(buf):
         return None
     tail = bytes(buf[pos + total_size - CRC32_RESERVED_LEN : pos + total_size])
-    if not tail.startswith(_CRC_TAIL_PREFIX) or tail[-1:] != b"\x02":
+    if not tail.startswith(CRC_TAIL_PREFIX) or tail[-1:] != b"\x02":
         return None
-    raw = tail[len(_CRC_TAIL_PREFIX) : -1].decode("ascii", "replace")
+    raw = tail[len(CRC_TAIL_PREFIX) : -1].decode("ascii", "replace")
     computed = body_crc(buf[pos : pos + total_size - CRC32_RESERVED_LEN])
     return PropCrc(raw, decode_prop_crc_digits(raw), computed)
-
-
-# --- Encoding (the store writer) -------------------------------------------------------------
-
-
-def encode_message(
-    *,
-    topic: str,
-    queue_id: int,
-    flag: int,
-    queue_offset: int,
-    physical_offset: int,
-    sys_flag: int,
-    born_timestamp: int,
-    born_host: HostAddress,
-    store_timestamp: int,
-    store_host: HostAddress,
-    reconsume_times: int,
-    prepared_transaction_offset: int,
-    body: bytes,
-    properties: bytes,
-    version: int = 1,
-    append_prop_crc: bool = False,
-) -> bytes:
-    """Encode one record as the broker's append callback lays it out.
-
-    The IPv6 sysFlag bits are set from the host types (the broker derives them the same way).
-    With ``append_prop_crc`` (5.2+ ``enabledAppendPropCRC``) the 20-byte CRC tail is reserved at
-    the end of the properties and filled in over the finished record.
-    """
-    sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-    if born_host.is_v6:
-        sys_flag |= BORNHOST_V6_FLAG
-    if store_host.is_v6:
-        sys_flag |= STOREHOSTADDRESS_V6_FLAG
-    topic_bytes = topic.encode("utf-8")
-    props_bytes = reserve_prop_crc(properties) if append_prop_crc else properties
-    if version == 1 and len(topic_bytes) > 127:
-        raise ValueError(f"topic of {len(topic_bytes)} bytes needs a V2 record")
-    if len(props_bytes) > 32767:
-        raise ValueError(f"properties of {len(props_bytes)} bytes exceed 32767")
-    total = calc_msg_length(sys_flag, len(body), len(topic_bytes), len(props_bytes), version)
-    magic = MESSAGE_MAGIC_CODE_V2 if version == 2 else MESSAGE_MAGIC_CODE
-    out = bytearray(total)
-    FIXED_HEAD.pack_into(
-        out,
-        0,
-        total,
-        magic,
-        body_crc(body),
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_timestamp,
-    )
-    at = FIXED_HEAD.size
-    for part in (born_host.encode(), _I64.pack(store_timestamp), store_host.encode()):
-        out[at : at + len(part)] = part
-        at += len(part)
-    MID_FIELDS_STRUCT.pack_into(out, at, reconsume_times, prepared_transaction_offset, len(body))
-    at += MID_FIELDS_STRUCT.size
-    out[at : at + len(body)] = body
-    at += len(body)
-    if version == 2:
-        _I16.pack_into(out, at, len(topic_bytes))
-        at += 2
-    else:
-        _I8.pack_into(out, at, len(topic_bytes))
-        at += 1
-    out[at : at + len(topic_bytes)] = topic_bytes
-    at += len(topic_bytes)
-    _I16.pack_into(out, at, len(props_bytes))
-    at += 2
-    out[at : at + len(props_bytes)] = props_bytes
-    if append_prop_crc:
-        fill_prop_crc(out, 0, total)
-    return bytes(out)
-
-
-def encode_blank(remaining: int) -> bytes:
-    """The 8 bytes a full file ends with: TOTALSIZE = all remaining space, then the BLANK magic."""
-    return struct.pack(">ii", remaining, BLANK_MAGIC_CODE)

@@ -267,7 +267,9 @@ def inventory_tables(inv: Inventory) -> list[Table]:
         issues.add_column("path")
         issues.add_column("what")
         for u in inv.unsupported:
-            issues.add_row(f"unsupported: {u.kind}", u.path, u.note)
+            parts = ", ".join(to_jsonable(u.takes_over))
+            refused = f"; answers read from {parts} are refused" if parts else ""
+            issues.add_row(f"unsupported: {u.kind}", u.path, u.note + refused)
         for p in inv.problems:
             fatal = " (the broker fails to load)" if p.broker_fails_to_load else ""
             issues.add_row(p.kind, p.path, p.message + fatal)

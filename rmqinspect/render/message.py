@@ -71,6 +71,8 @@ def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> d
         "flag": record.flag,
         "body_crc": record.body_crc,
         "body_crc_ok": record.body_crc_ok,
+        "prop_crc": None if record.prop_crc is None else record.prop_crc.stored,
+        "prop_crc_ok": None if record.prop_crc is None else record.prop_crc.match,
         "born_timestamp": record.born_timestamp,
         "born_time": iso_ms(record.born_timestamp),
         "born_host": str(record.born_host),
@@ -154,6 +156,10 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
         ("keys", " ".join(record.keys)),
         ("body crc", f"{record.body_crc} ({crc})"),
     ]
+    if record.prop_crc is not None:
+        p = record.prop_crc
+        verdict = "ok" if p.match else f"MISMATCH: the record gives {p.computed}"
+        rows.append(("property crc (__CRC32#)", f"{p.raw} ({verdict})"))
     if record.physical_offset != record.position:
         rows.append(("PHYSICALOFFSET field", f"{record.physical_offset} (differs!)"))
     if record.entry is not None:

@@ -50,8 +50,10 @@ def render_recover(
     elif fmt is OutputFormat.JSONL:
         # Only the messages go to stdout: what else decides the exit code is said on stderr.
         lost = report.lost_messages
-        if not report.broker_starts:
+        if not report.broker_starts or lost is None:
             warn(report.verdict_reason)
+        if lost is None:
+            return
         if lost.damaged_records:
             warn(f"{lost.damaged_records} damaged record(s) past the recovered end are discarded")
         if lost.truncated:
@@ -68,13 +70,8 @@ def lost_message_json(message: LostMessage) -> dict[str, Any]:
 
 
 def _changed(q: QueueReport) -> bool:
-    return bool(
-        q.units_truncated
-        or q.units_dropped_by_cq_recover
-        or q.units_written_at_load
-        or q.units_written_after_start
-        or q.files_deleted
-        or q.files_created
+    return (
+        q.changed_by_restart
         or q.max_offset_on_disk != q.max_offset_after_dispatch
         or q.min_offset_after_start != q.min_offset_after_load
     )
@@ -145,7 +142,7 @@ def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -
             )
         tables.append(key_value_table("Index", rows))
     lost = report.lost_messages
-    if lost.messages:
+    if lost is not None and lost.messages:
         t = Table(
             title=f"Messages the restart destroys ({lost.listed} of {lost.count} listed)",
             title_justify="left",
@@ -222,7 +219,7 @@ def _dledger_table(d: DLedgerReport) -> Table:
         rows.append(
             ("dispatched after the election", f"{size_cell(d.undispatched_at_load)} of entries")
         )
-    for b in d.kept_damage:
+    for b in d.kept_damage or []:
         rows.append(("kept damaged entry", f"{b.offset} in {b.file}: {b.reason} {b.detail}"))
     rows.append(("assumes", d.assumption))
     return key_value_table("DLedger", rows)
@@ -283,8 +280,8 @@ def _summary(report: RecoveryReport) -> Table:
             text += f"; stopped at {rp.stop_offset}: {rp.stop_reason}"
         rows.append(("reput after start", text))
     lost = report.lost_messages
-    rows.append(("messages destroyed", lost.count))
-    if lost.damaged_records:
+    rows.append(("messages destroyed", "not searched for" if lost is None else lost.count))
+    if lost is not None and lost.damaged_records:
         rows.append(("damaged records discarded", lost.damaged_records))
     if report.unreachable_messages:
         rows.append(("scanned messages left without a CQ unit", report.unreachable_messages))

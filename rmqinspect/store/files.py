@@ -156,6 +156,27 @@ def list_family(
     return queue
 
 
+def read_range(file: StoreFile, start: int, length: int) -> bytes:
+    """``length`` bytes at ``start`` (fewer at the end of the file), read with ``pread``.
+
+    For streaming a large file once: pages touched through a mapping stay in the process's
+    resident set until it is unmapped, bytes read this way are gone once dropped.
+    """
+    parts: list[bytes] = []
+    fd = os.open(file.path, os.O_RDONLY)
+    try:
+        while length > 0:
+            part = os.pread(fd, length, start)
+            if not part:
+                break
+            parts.append(part)
+            start += len(part)
+            length -= len(part)
+    finally:
+        os.close(fd)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 class MappedFiles:
     """Read-only memory maps of store files, a bounded number open at once.
 
@@ -176,6 +197,16 @@ class MappedFiles:
             return b""
         m = self._map(file.path)
         return m[start : start + length]
+
+    def release(self, file: StoreFile, start: int, end: int) -> None:
+        """Drop this process's pages of ``[start, end)`` of a mapped file (rounded inward to
+        whole pages): a long walk keeps only what it still reads mapped, so its memory stays
+        flat however large the files (the data stays in the page cache)."""
+        m = self._maps.get(file.path)
+        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+        last = min(end, file.length) // mmap.PAGESIZE * mmap.PAGESIZE
+        if m is not None and last > first and hasattr(m, "madvise"):
+            m.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def read_padded(self, file: StoreFile | None, start: int, length: int) -> bytes:
         """``length`` bytes at ``start`` as the broker's full-size mapping shows them: zeros past

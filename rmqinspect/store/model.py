@@ -7,6 +7,7 @@ detects the version profile. It never opens anything for writing.
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import re
@@ -42,13 +43,54 @@ class StoreOptions:
     profile: Profile | None = None
 
 
+class StorePart(enum.Flag):
+    """What an answer is read from. A command refuses a store (see :meth:`Store.refusal`) when
+    a layout there takes over a part its answer reads."""
+
+    COMMITLOG = enum.auto()
+    CONSUME_QUEUES = enum.auto()
+    INDEX = enum.auto()
+    RESTART = enum.auto()  # the restart emulation, which reads every part
+    EXPORT = enum.auto()  # the Parquet export's own record reader (export/records.py)
+
+
+ALL_PARTS = StorePart.COMMITLOG | StorePart.CONSUME_QUEUES | StorePart.INDEX | StorePart.RESTART
+
+
 @dataclass(frozen=True, slots=True)
 class UnsupportedLayout:
-    """A layout rmqinspect recognises but does not decode yet."""
+    """A layout rmqinspect recognises but does not decode yet, and the parts whose answers it
+    makes wrong (none: it keeps its own files beside ones that are read correctly)."""
 
-    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger (mixed)
+    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger_mixed,
+    # dledger_homes
     path: str
     note: str
+    takes_over: StorePart
+
+
+# The one table of refusals: per layout, its name in a sentence and the parts it takes over.
+# Supporting a layout means emptying its parts; nothing else refuses.
+#  - DLedger itself is read (store/dledger.py) by every command but the export, whose record
+#    reader walks bare records. A plain commitlog beside DLedger data (a store switched over:
+#    reads below the divide go to the old log) and several DLedger homes (which one is the
+#    node's is not on disk) are not read: every part depends on which log answers.
+#  - RocksDB consume queue, BatchConsumeQueue: the queues of (some) topics are not in
+#    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
+#  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
+#    index; what is read from those is right, and the restart of those is unchanged.
+_LAYOUTS: dict[str, tuple[str, StorePart]] = {
+    "dledger": ("DLedger", StorePart.EXPORT),
+    "dledger_mixed": ("a plain commitlog beside DLedger data", ALL_PARTS | StorePart.EXPORT),
+    "dledger_homes": ("several DLedger homes", ALL_PARTS | StorePart.EXPORT),
+    "rocksdb_consume_queue": (
+        "RocksDB consume queues",
+        StorePart.CONSUME_QUEUES | StorePart.RESTART,
+    ),
+    "batch_consume_queue": ("BatchConsumeQueue", StorePart.CONSUME_QUEUES | StorePart.RESTART),
+    "timer": ("the 5.x timer store", StorePart(0)),
+    "compaction": ("the compaction store", StorePart(0)),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +182,18 @@ class Store:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    # --- layouts rmqinspect does not read yet ------------------------------------------------
+
+    def refusal(self, command: str, reads: StorePart) -> str | None:
+        """Why ``command``, whose answer reads ``reads``, must not answer about this store (one
+        sentence), or None."""
+        for u in self.unsupported:
+            if u.takes_over & reads:
+                name = _LAYOUTS[u.kind][0]
+                where = Path(u.path).relative_to(self.root).as_posix()
+                return f"this store uses {name} ({where}/); `{command}` does not support it yet"
+        return None
 
     # --- small files -----------------------------------------------------------------------
 
@@ -337,9 +391,26 @@ class Store:
             self._profile = self._detect_profile()
         return self._profile
 
+    def profile_mismatch(self) -> str | None:
+        """When ``--profile`` was forced and the store shows another profile, says so."""
+        forced = self.options.profile
+        seen = self._looks_like() if forced is not None else None
+        if forced is None or seen is None or seen.profile is forced:
+            return None
+        return (
+            f"--profile {forced} is forced, but the store looks like {seen.profile} "
+            f"({'; '.join(seen.reasons)}); {forced}'s format and recovery rules apply"
+        )
+
     def _detect_profile(self) -> ProfileDetection:
         if self.options.profile is not None:
             return ProfileDetection(self.options.profile, True, ("given explicitly",))
+        return self._looks_like() or ProfileDetection(
+            Profile.V4_9, False, ("no 5.x files, fields or records found",)
+        )
+
+    def _looks_like(self) -> ProfileDetection | None:
+        """The profile the files show, or None when nothing on disk tells (4.9 by default)."""
         five: list[str] = []
         for marker, why in (
             ("abort.bak", "abort.bak exists (5.x writes the PID into abort)"),
@@ -370,9 +441,8 @@ class Store:
             return ProfileDetection(Profile.V5_1, False, tuple(five))
         if trailing:
             reason = "properties have no trailing 0x02 and no 5.x files or fields are present"
-        else:
-            reason = "no 5.x files, fields or records found"
-        return ProfileDetection(Profile.V4_9, False, (reason,))
+            return ProfileDetection(Profile.V4_9, False, (reason,))
+        return None
 
     def _sample_records(self, limit: int = 64) -> list[cl.MessageRecord]:
         """A few records from the start of the newest non-empty commitlog file."""
@@ -413,6 +483,10 @@ def _list_index(directory: Path) -> list[StoreFile]:
     return sorted(out, key=lambda f: f.name)
 
 
+def _unsupported(kind: str, path: Path, note: str) -> UnsupportedLayout:
+    return UnsupportedLayout(kind, str(path), note, _LAYOUTS[kind][1])
+
+
 def _detect_unsupported(
     root: Path, plain: FileQueue, homes: list[Path], ledger: DLedgerStore | None
 ) -> list[UnsupportedLayout]:
@@ -420,47 +494,50 @@ def _detect_unsupported(
     bcq = root / "batchconsumequeue"
     if bcq.is_dir() and any(bcq.iterdir()):
         found.append(
-            UnsupportedLayout(
-                "batch_consume_queue", str(bcq), "BatchConsumeQueue (5.x) is not decoded yet"
-            )
+            _unsupported("batch_consume_queue", bcq, "BatchConsumeQueue (5.x) is not decoded yet")
         )
     cq = root / "consumequeue"
     if cq.is_dir() and any(
         e.is_file() and (e.name == "CURRENT" or e.name.endswith(".sst")) for e in os.scandir(cq)
     ):
         found.append(
-            UnsupportedLayout(
+            _unsupported(
                 "rocksdb_consume_queue",
-                str(cq),
+                cq,
                 "RocksDB consume queue (storeType=defaultRocksDB) is not decoded yet",
             )
         )
     for name in ("timerwheel", "timerlog"):
         if (root / name).exists():
-            found.append(
-                UnsupportedLayout("timer", str(root / name), "5.x timer store is not decoded yet")
-            )
+            found.append(_unsupported("timer", root / name, "5.x timer store is not decoded yet"))
     log_dir = root / "compaction" / "compactionLog"
     if log_dir.is_dir() and any(log_dir.iterdir()):
-        found.append(
-            UnsupportedLayout("compaction", str(log_dir), "compaction store is not decoded yet")
-        )
+        found.append(_unsupported("compaction", log_dir, "compaction store is not decoded yet"))
     if len(homes) > 1:
         found.append(
-            UnsupportedLayout(
-                "dledger",
-                str(root),
+            _unsupported(
+                "dledger_homes",
+                homes[1],
                 "several dledger-* directories (which one the broker's dLegerSelfId names is "
                 "not on disk): not decoded yet",
             )
         )
     elif ledger is not None and ledger.data.files and plain.files:
         found.append(
-            UnsupportedLayout(
-                "dledger",
-                str(ledger.home),
+            _unsupported(
+                "dledger_mixed",
+                ledger.home,
                 "a plain commitlog beside DLedger data (a store switched to DLedger, "
                 "dledger-store-format.md §9) is not decoded yet",
+            )
+        )
+    elif ledger is not None:
+        found.append(
+            _unsupported(
+                "dledger",
+                ledger.home,
+                "a DLedger commitlog: every command reads it but export, whose record reader "
+                "does not walk entries yet",
             )
         )
     return found

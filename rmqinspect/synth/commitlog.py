@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.format.commitlog import END_FILE_MIN_BLANK_LENGTH, encode_blank
+from rmqinspect.format.commitlog import END_FILE_MIN_BLANK_LENGTH
+from rmqinspect.format.encode import encode_blank
 from rmqinspect.synth.files import create_file, offset_file_name
 
 

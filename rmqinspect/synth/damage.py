@@ -24,13 +24,9 @@ from pathlib import Path
 
 from rmqinspect.format import columns
 from rmqinspect.format import dledger as dl
-from rmqinspect.format.commitlog import (
-    CheckOptions,
-    MessageRecord,
-    check_message,
-    encode_message,
-)
+from rmqinspect.format.commitlog import CheckOptions, MessageRecord, check_message
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
+from rmqinspect.format.encode import encode_message
 from rmqinspect.format.profile import Profile
 from rmqinspect.synth.files import offset_file_name
 

@@ -21,9 +21,8 @@ from rmqinspect.format.commitlog import (
     STOREHOSTADDRESS_V6_FLAG,
     body_crc,
     calc_msg_length,
-    fill_prop_crc,
-    record_head_dtype,
 )
+from rmqinspect.format.encode import fill_prop_crc, record_head_dtype
 from rmqinspect.format.host import HostAddress
 from rmqinspect.synth.layout import MessageColumns
 

@@ -30,8 +30,8 @@ from rmqinspect.format.commitlog import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     parse_delay_levels,
-    rewrite_delay,
 )
+from rmqinspect.format.encode import rewrite_delay
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.index_build import IndexNamer

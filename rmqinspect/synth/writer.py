@@ -44,10 +44,9 @@ from rmqinspect.format.commitlog import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
     parse_delay_levels,
-    reserve_prop_crc,
-    rewrite_delay,
 )
 from rmqinspect.format.config import TopicConfig
+from rmqinspect.format.encode import reserve_prop_crc, rewrite_delay
 from rmqinspect.format.index_build import IndexNamer
 from rmqinspect.synth.commitlog import CommitLogFiles
 from rmqinspect.synth.dispatch import Dispatcher, UtcNamer

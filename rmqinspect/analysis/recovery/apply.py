@@ -31,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.emulator import RecoveryOutcome, analyze_recovery, run_recovery
 from rmqinspect.analysis.recovery.report import DLedgerReport, RecoveryReport
-from rmqinspect.analysis.recovery.state import Progress, RecoverOptions
+from rmqinspect.analysis.recovery.state import RecoverOptions
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.index_build import IndexFileBuilder
@@ -338,16 +339,12 @@ def noop_differences(report: RecoveryReport) -> list[str]:
     if report.index is not None and (report.index.deleted_files or report.index.entries_written):
         diffs.append("index files deleted or written")
     for q in report.consume_queues:
-        if (
-            q.units_truncated
-            or q.units_dropped_by_cq_recover
-            or q.units_written_at_load
-            or q.units_written_after_start
-            or q.files_deleted
-            or q.files_created
-        ):
+        if q.changed_by_restart:
             diffs.append(f"consume queue {q.topic}/{q.queue_id} changes")
     lost = report.lost_messages
+    if lost is None:
+        diffs.append("what the restart loses was not searched for")
+        return diffs
     # Messages no unit serves stay unserved across restarts: only what a restart destroys counts.
     destroyed = lost.count - lost.by_where.get("no_queue_unit", 0)
     if destroyed or lost.damaged_records:

@@ -483,7 +483,7 @@ def ledger_report(
     state: BrokerState,
     recovery: LedgerRecovery,
     data_files_before: list[str],
-    kept_damage: list[BadRecord],
+    kept_damage: list[BadRecord] | None,
 ) -> DLedgerReport:
     store = _ledger(state)
     ledger = state.ledger

@@ -12,7 +12,8 @@ step per broker step (rocketmq-store-format.md §10.1), each returning its own p
 6. :func:`recover_topic_queue_table`: ``correctMinOffset`` per queue;
 7. :func:`start`: the reput service (over DLedger entries in a DLedger store), and 4.9's
    second ``recoverTopicQueueTable``;
-8. the loss search (:mod:`rmqinspect.analysis.recovery.lost`) and the report sections.
+8. the loss search (:mod:`rmqinspect.analysis.recovery.lost`; skipped without
+   ``RecoverOptions.find_lost``) and the report sections.
 
 Nothing is written to the store; consume-queue writes land in in-memory overlays, index files in
 an optional output directory.
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
+from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.commitlog import (
     ScanOutcome,
     abnormal_start,
@@ -57,12 +60,7 @@ from rmqinspect.analysis.recovery.report import (
     ReputReport,
     StartFile,
 )
-from rmqinspect.analysis.recovery.state import (
-    BrokerState,
-    Progress,
-    RecoverOptions,
-    load,
-)
+from rmqinspect.analysis.recovery.state import BrokerState, RecoverOptions, load
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.format.javamath import jdiv
@@ -142,9 +140,13 @@ def run_recovery(
     index.finish()
     if failure is not None:
         state.failures.append(failure)
-    queue_max = {qid: q.max_offset_in_queue for qid, q in state.queues.items()}
-    deleted_disks = recovered.deleted_disks
-    lost, data_bytes, unserved = lost_messages(state, recovered.scan.end, deleted_disks, queue_max)
+    lost: LostReport | None = None
+    data_bytes: int | None = None
+    unserved: Unserved | None = None
+    if opts.find_lost:
+        queue_max = {qid: q.max_offset_in_queue for qid, q in state.queues.items()}
+        end, deleted_disks = recovered.scan.end, recovered.deleted_disks
+        lost, data_bytes, unserved = lost_messages(state, end, deleted_disks, queue_max)
     confirm = _confirm_offset(state, recovered)
     queues = [
         _queue_report(state, unserved, qid)
@@ -153,17 +155,8 @@ def run_recovery(
     ]
     checkpoint, checkpoint_after = _checkpoint_report(state, cp, cp_present, index, confirm)
     report = RecoveryReport(
-        schema_version=SCHEMA_VERSION,
-        store=str(store.root),
-        profile=state.profile.value,
-        profile_reasons=list(store.profile.reasons),
-        options=_options_dict(state),
+        **_identity(state, last_ok, source),
         broker_starts=failure is None,
-        load_failures=state.failures,
-        abort_present=store.abort_present,
-        last_exit_ok=last_ok,
-        last_exit_source=source,
-        recovery_path=_path(last_ok).value,
         start_file=recovered.start_file,
         max_phy_offset_of_consume_queue=max_phy_cq,
         cq_truncation=recovered.cq_truncation,
@@ -173,12 +166,19 @@ def run_recovery(
         reput=reput_report,
         checkpoint=checkpoint,
         lost_messages=lost,
-        unreachable_messages=sum(unserved.per_queue.values()),
-        queues_without_consume_queue=[str(q) for q in unserved.queues_without_consume_queue],
+        unreachable_messages=None if unserved is None else sum(unserved.per_queue.values()),
+        queues_without_consume_queue=None
+        if unserved is None
+        else [str(q) for q in unserved.queues_without_consume_queue],
         warnings=state.warnings,
         dledger=None
         if ledger is None
-        else ledger_report(state, ledger, recovered.files_before, unserved.kept_damage),
+        else ledger_report(
+            state,
+            ledger,
+            recovered.files_before,
+            None if unserved is None else unserved.kept_damage,
+        ),
     )
     return RecoveryOutcome(
         report,
@@ -333,8 +333,21 @@ def start(state: BrokerState, dispatcher: Dispatcher) -> ReputReport:
 # --- report sections ---------------------------------------------------------------------------
 
 
-def _path(last_exit_ok: bool) -> RecoveryPath:
-    return RecoveryPath.NORMAL if last_exit_ok else RecoveryPath.ABNORMAL
+def _identity(state: BrokerState, last_ok: bool, source: str) -> dict[str, Any]:
+    """The report fields that describe the store and the run, whatever the restart does."""
+    store = state.store
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "store": str(store.root),
+        "profile": state.profile.value,
+        "profile_reasons": list(store.profile.reasons),
+        "options": _options_dict(state),
+        "load_failures": state.failures,
+        "abort_present": store.abort_present,
+        "last_exit_ok": last_ok,
+        "last_exit_source": source,
+        "recovery_path": (RecoveryPath.NORMAL if last_ok else RecoveryPath.ABNORMAL).value,
+    }
 
 
 def _refused(state: BrokerState, last_ok: bool, source: str) -> RecoveryOutcome:
@@ -342,17 +355,8 @@ def _refused(state: BrokerState, last_ok: bool, source: str) -> RecoveryOutcome:
     chosen, and no end state (the broker never reaches one)."""
     store = state.store
     report = RecoveryReport(
-        schema_version=SCHEMA_VERSION,
-        store=str(store.root),
-        profile=state.profile.value,
-        profile_reasons=list(store.profile.reasons),
-        options=_options_dict(state),
+        **_identity(state, last_ok, source),
         broker_starts=False,
-        load_failures=state.failures,
-        abort_present=store.abort_present,
-        last_exit_ok=last_ok,
-        last_exit_source=source,
-        recovery_path=_path(last_ok).value,
         start_file=None,
         max_phy_offset_of_consume_queue=None,
         cq_truncation=False,
@@ -396,7 +400,7 @@ def _confirm_offset(state: BrokerState, recovered: CommitlogRecovery) -> int | N
 
 
 def _commitlog_report(
-    state: BrokerState, recovered: CommitlogRecovery, data_bytes: int, confirm: int | None
+    state: BrokerState, recovered: CommitlogRecovery, data_bytes: int | None, confirm: int | None
 ) -> CommitlogReport:
     outcome = recovered.scan
     last_file = state.commitlog[-1] if state.commitlog else None
@@ -421,7 +425,7 @@ def _commitlog_report(
     )
 
 
-def _queue_report(state: BrokerState, unserved: Unserved, qid: QueueId) -> QueueReport:
+def _queue_report(state: BrokerState, unserved: Unserved | None, qid: QueueId) -> QueueReport:
     q = state.queues[qid]
     h = state.history[qid]
     min_load, max_load, phys_load = h.after_load
@@ -443,7 +447,7 @@ def _queue_report(state: BrokerState, unserved: Unserved, qid: QueueId) -> Queue
         units_written_after_start=c.written.get("start", 0),
         pre_blank_units=c.pre_blank,
         misplaced_units=c.misplaced,
-        unreachable_after_start=unserved.per_queue.get(qid, 0),
+        unreachable_after_start=None if unserved is None else unserved.per_queue.get(qid, 0),
         files_deleted=h.deleted_at_load + c.deleted,
         files_created=list(c.created),
     )

@@ -96,7 +96,8 @@ class CommitlogReport:
     end_reason: str  # bad_record | blank_in_last_file | no_files | load_failed
     last_valid_record: RecordInfo | None
     first_bad_record: BadRecord | None
-    discarded_bytes: int | None  # data (non-zero) bytes past E that the broker ignores/deletes
+    discarded_bytes: int | None  # data (non-zero) bytes past E the broker ignores/deletes (None:
+    # no end state, or the loss search was not run)
     deleted_files: list[str]
     deleted_at_load: list[str]  # 5.x: a zero-length last file is deleted by load()
     last_file: FilePosition | None
@@ -122,9 +123,21 @@ class QueueReport:
     units_written_after_start: int  # written by the reput service
     pre_blank_units: int  # fillPreBlank placeholders written
     misplaced_units: int  # appended at a position other than their queue offset
-    unreachable_after_start: int  # intact messages of this queue no unit serves after start
+    unreachable_after_start: int | None  # intact messages no unit serves (None: not searched)
     files_deleted: list[str]
     files_created: list[str]
+
+    @property
+    def changed_by_restart(self) -> bool:
+        """Units or files the restart removes or writes (offsets aside)."""
+        return bool(
+            self.units_truncated
+            or self.units_dropped_by_cq_recover
+            or self.units_written_at_load
+            or self.units_written_after_start
+            or self.files_deleted
+            or self.files_created
+        )
 
 
 @dataclass
@@ -276,8 +289,9 @@ class DLedgerReport:
     after_load: LedgerState
     after_start: LedgerState
     undispatched_at_load: int  # bytes between the max offset after load and after start
-    kept_damage: list[BadRecord]  # kept entries whose record the reput cannot read (or bad
-    # bytes between entries DLedger never scanned): DLedger keeps and serves them as they are
+    # Kept entries whose record the reput cannot read (or bad bytes between entries DLedger
+    # never scanned): DLedger keeps and serves them as they are. None: not searched (find_lost).
+    kept_damage: list[BadRecord] | None
     assumption: str  # what after_start takes for granted
     checkpoint_after_shutdown: dict[str, int]  # committedIndex and endIndex persisted
 
@@ -303,24 +317,39 @@ class RecoveryReport:
     index: IndexReport | None
     reput: ReputReport | None
     checkpoint: CheckpointReport | None
-    lost_messages: LostReport
-    unreachable_messages: int  # intact messages below E no consume-queue unit serves
-    queues_without_consume_queue: list[str]  # queues the scan saw records of but none exists
+    # The loss search's findings; None when it was not run (RecoverOptions.find_lost).
+    lost_messages: LostReport | None
+    unreachable_messages: int | None  # intact messages below E no consume-queue unit serves
+    queues_without_consume_queue: list[str] | None  # queues with records but none exists
     warnings: list[str]
     dledger: DLedgerReport | None = None  # set for a DLedger commitlog
 
     @property
-    def loses_data(self) -> bool:
+    def loses_data(self) -> bool | None:
         """Exit-code rule: the restart destroys messages: intact ones it can no longer serve
         (past the end, in deleted files, or without a consume-queue unit), or damaged records
-        past the end."""
-        return bool(self.lost_messages.count or self.lost_messages.damaged_records)
+        past the end. None when the loss search was not run."""
+        lost = self.lost_messages
+        return None if lost is None else bool(lost.count or lost.damaged_records)
+
+    @property
+    def end_after_start(self) -> int | None:
+        """Where the commitlog the restarted broker serves ends (None: it does not start):
+        the recovered end; in a DLedger store the last kept entry's end, which the committed
+        position reaches once the node is leader again (after ``load()`` the max offset is
+        only the committed position, ``commitlog.max_offset``)."""
+        if self.dledger is not None:
+            return self.dledger.after_start.max_offset
+        return self.commitlog.max_offset if self.commitlog is not None else None
 
     @property
     def verdict(self) -> str:
-        """refuses_to_start, loses_data or no_loss: what the restart does, in one word."""
+        """refuses_to_start, loses_data, no_loss or loss_not_computed: what the restart does,
+        in one word."""
         if not self.broker_starts:
             return "refuses_to_start"
+        if self.loses_data is None:
+            return "loss_not_computed"
         return "loses_data" if self.loses_data else "no_loss"
 
     @property
@@ -329,6 +358,8 @@ class RecoveryReport:
             why = "; ".join(f"{f.path}: {f.message}" for f in self.load_failures)
             return f"the broker refuses to start: {why}"
         lost = self.lost_messages
+        if lost is None:
+            return "what the restart loses was not searched for"
         if not self.loses_data:
             return "nothing is lost"
         parts = [

@@ -8,9 +8,10 @@ the emulation noticed on the way. Nothing here writes to disk.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.report import LoadFailure
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
@@ -20,9 +21,7 @@ from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import FileEvent, scan_file
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import LayoutProblem, StoreFile
-from rmqinspect.store.model import QueueId, Store
-
-Progress = Callable[[int], None]
+from rmqinspect.store.model import QueueId, Store, StorePart
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +36,9 @@ class RecoverOptions:
     force_verify_prop_crc: bool = False  # 5.2+
     delay_levels: str = cl.DEFAULT_DELAY_LEVELS
     lost_limit: int | None = 1000  # messages listed (the count is always complete)
+    # Search the store for what the restart destroys (lost.py). Off when only the restarted
+    # state is wanted (queue bounds, the rebuilt index): the report's loss fields are then None.
+    find_lost: bool = True
     master: bool = True  # brokerId 0: the reput skips an unreadable region instead of stalling
 
 
@@ -247,7 +249,8 @@ def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerSta
     for start, end in store.commitlog.gaps():
         state.warnings.append(f"commitlog files are missing between offsets {start} and {end}")
     for u in store.unsupported:
-        state.warnings.append(f"{u.note} ({u.path}); the emulation ignores it")
+        if u.takes_over != StorePart.EXPORT:  # a layout only the export refuses is read here
+            state.warnings.append(f"{u.note} ({u.path}); the emulation ignores it")
     return state
 
 
