@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
 from typing import Any
 
 import pytest
@@ -63,3 +71,61 @@ def table_text(tables: list[Table], capsys: pytest.CaptureFixture[str]) -> str:
     for table in tables:
         print_table(table)
     return capsys.readouterr().out
+
+
+_TERMINAL_TOKEN = re.compile(
+    r"\x1b\[(?P<args>[0-9;?]*)(?P<code>[A-Za-z])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\r|\n|[^\x1b\r\n]+"
+)
+
+
+def terminal_screen(output: str) -> list[str]:
+    """The lines a terminal shows after ``output``: text, newlines and carriage returns, and the
+    cursor-up and erase-line controls rich's live display redraws with (other escapes ignored)."""
+    lines = [""]
+    row = col = 0
+    for m in _TERMINAL_TOKEN.finditer(output):
+        token = m.group(0)
+        if token == "\n":
+            row += 1
+            col = 0
+            if row == len(lines):
+                lines.append("")
+        elif token == "\r":
+            col = 0
+        elif m.group("code") == "A":
+            row = max(row - int(m.group("args") or 1), 0)
+        elif m.group("code") == "K":
+            mode = m.group("args") or "0"
+            lines[row] = "" if mode == "2" else lines[row][:col]
+        elif not token.startswith("\x1b"):
+            line = lines[row].ljust(col)
+            lines[row] = line[:col] + token + line[col + len(token) :]
+            col += len(token)
+    return [line.rstrip() for line in lines]
+
+
+def run_in_terminal(*args: str, columns: int = 200) -> tuple[int, list[str]]:
+    """``python -m rmqinspect ARGS`` with stdout and stderr on one pseudo-terminal, as a person
+    runs it; returns the exit code and the screen it leaves."""
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": str(columns), "LINES": "50"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqinspect", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=child,
+        stderr=child,
+        env=env,
+    )
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    return proc.wait(), terminal_screen(b"".join(chunks).decode("utf-8", "replace"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -66,3 +67,15 @@ def test_real_broker_headers(conformance_dir: Path) -> None:
     ]
     assert got == [(w["name"], w["indexCount"], w["endPhyOffset"]) for w in want]
     assert all(f["statistics"]["broken_links"] == 0 for f in doc["files"])
+
+
+def test_json_is_pretty_printed_like_every_other_command(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(5))
+    plain = run("index", store, "--format", "json")
+    assert plain.stdout == json.dumps(json.loads(plain.stdout), indent=2, ensure_ascii=False) + "\n"
+    listed = run("index", store, "--entries", "--limit", "2", "--format", "json").stdout
+    head, entries = listed.split('"entries": [\n')
+    assert head.startswith('{\n  "files": [\n    {\n      "file": ')
+    assert [json.loads(line.strip().rstrip(",")) for line in entries.splitlines()[:2]] == (
+        json.loads(listed)["entries"]
+    )

@@ -204,3 +204,76 @@ def _rss_file_kib() -> int:
     except OSError:
         pass
     return -1
+
+
+def test_reversed_ranges_are_usage_errors(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    cases = {
+        "--time": ["--time", "2024-05-01T10:05..2024-05-01T10:00", "--topic", "Orders"],
+        "--begin/--end": ["--key", "ORDER-2", "--topic", "Orders", "--begin", "9", "--end", "1"],
+    }
+    for what, args in cases.items():
+        result = run("lookup", store, *args)
+        assert result.exit_code == 2, what
+        assert result.stdout == "" and f"{what}: the start" in result.stderr, what
+    # An empty window the right way round is a question with no answer: exit 1.
+    assert run("lookup", store, "--time", "5..5", "--topic", "Orders").exit_code == 1
+
+
+def test_time_range_reaches_past_the_consume_queues(tmp_path: Path) -> None:
+    specs = [
+        MessageSpec(topic="T", queue_id=i % 2, body=f"{i}".encode(), store_timestamp=1_000_000 + i)
+        for i in range(12)
+    ]
+    for spec in specs[8:]:
+        spec.dispatch = False  # stored, not yet in the consume queues (a crash)
+    store = build_store(tmp_path / "s", specs, _layout(), crash=True)
+    doc = run_json("lookup", store, "--time", "1000006..1000010", "--topic", "T")
+    assert [(m["body"], m["via"]) for m in doc["messages"]] == [
+        ("6", "consume_queue"),
+        ("7", "consume_queue"),
+        ("8", "tail_scan"),
+        ("9", "tail_scan"),
+        ("10", "tail_scan"),
+    ]
+    assert doc["tail_scanned"] is not None and doc["suggest_scan"] is False
+    limited = run_json("lookup", store, "--time", "1000006..", "--topic", "T", "--limit", "3")
+    assert [m["body"] for m in limited["messages"]] == ["6", "7", "8"] and limited["truncated"]
+    # A topic only the tail holds has no consume queue at all.
+    late = [*specs, MessageSpec(topic="New", body=b"n", store_timestamp=1_000_020, dispatch=False)]
+    store = build_store(tmp_path / "late", late, _layout(), crash=True)
+    new = run_json("lookup", store, "--time", "..", "--topic", "New")
+    assert [(m["body"], m["via"]) for m in new["messages"]] == [("n", "tail_scan")]
+
+
+def test_max_num_is_honoured_and_a_cut_answer_says_so(tmp_path: Path) -> None:
+    def hot(n: int, dispatched: int) -> list[MessageSpec]:
+        return [
+            MessageSpec(
+                topic="Orders",
+                body=f"{i}".encode(),
+                keys="HOT",
+                store_timestamp=1_000_000 + i,
+                dispatch=i < dispatched,
+            )
+            for i in range(n)
+        ]
+
+    # 44 match: the index holds 41 of them, the commitlog tail 3 more (a crash).
+    store = build_store(tmp_path / "a", hot(44, 41), _layout(), crash=True)
+    args = ("lookup", store, "--key", "HOT", "--topic", "Orders", "--max-num", "32")
+    doc = run_json(*args)
+    # The 32 newest, as the broker answers once it has indexed the tail.
+    assert [m["body"] for m in doc["messages"]] == [str(i) for i in range(12, 44)]
+    assert [m["via"] for m in doc["messages"]][-4:] == ["index", *["tail_scan"] * 3]
+    assert doc["truncated"] is True
+    assert "more than 32 messages match" in run(*args, "--format", "json").stderr
+    # The index alone holding more than asked for is a cut answer too.
+    clean = build_store(tmp_path / "b", hot(40, 40), _layout())
+    cut = run_json("lookup", clean, "--key", "HOT", "--topic", "Orders", "--max-num", "32")
+    assert len(cut["messages"]) == 32 and cut["truncated"] is True
+    # Exactly as many as asked for: nothing is cut.
+    exact = build_store(tmp_path / "c", hot(32, 32), _layout())
+    whole = run_json("lookup", exact, "--key", "HOT", "--topic", "Orders", "--max-num", "32")
+    assert len(whole["messages"]) == 32 and whole["truncated"] is False
+    assert whole["warnings"] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import MessageSpec
 from tests.cli_helpers import build_store, orders, run, run_json, run_jsonl
-from tests.render_helpers import decode_body
+from tests.render_helpers import decode_body, run_in_terminal
 
 
 def test_filters_by_topic_queue_and_limit(tmp_path: Path) -> None:
@@ -245,3 +246,26 @@ def test_from_inside_a_record_starts_at_the_next_one_past_damage(tmp_path: Path)
         ]
         # Where --from lands there is no readable record: the walk starts at the next one.
         assert skipped == []
+
+
+def test_table_on_a_terminal_leaves_no_stale_progress_bar(conformance_dir: Path) -> None:
+    # The bar (stderr) is drawn while the table (stdout) is printed in batches on the same
+    # terminal: printing must not leave a copy of the bar among or after the rows.
+    store = conformance_dir / "stores" / "clean"
+    code, screen = run_in_terminal("messages", str(store), "--body", "none")
+    assert code == 0
+    rows = [line for line in screen if re.match(r"│ +\d+ │", line)]
+    assert len(rows) == 2000
+    assert [line for line in screen if "scanning commitlog" in line] == []
+    assert [line for line in screen if re.search(r"\d%", line)] == []
+
+
+def test_reversed_ranges_are_usage_errors(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(3))
+    for what, args in {
+        "--since/--until": ["--since", "2024-05-01T10:05", "--until", "2024-05-01T10:00"],
+        "--from/--to": ["--from", "500", "--to", "100"],
+    }.items():
+        result = run("messages", store, *args)
+        assert result.exit_code == 2 and f"{what}: the start" in result.stderr, what
+    assert run_jsonl("messages", store, "--from", "100", "--to", "100") == []

@@ -4,6 +4,7 @@ opens a store, and only those."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,47 @@ def test_the_decorator_hands_over_one_store_options() -> None:
 
     with pytest.raises(TypeError, match="no store_options parameter"):
         with_store_options(no_settings)
+
+
+@pytest.mark.parametrize(
+    ("args", "listed"),
+    [
+        (["info", ".", "-F", "xml"], "'xml' is not one of 'table', 'json', 'jsonl'."),
+        (["messages", ".", "--body", "rot13"], "'rot13' is not one of 'text', 'hex', 'base64'"),
+        (["info", ".", "--profile", "6"], "'6' is not one of '4.9', '5.1', '5.3', 'auto'."),
+        (["synth", "x", "--profile", "auto"], "'auto' is not one of '4.9', '5.1', '5.3'."),
+        (["synth", "x", "--damage", "fire"], "'fire' is not one of 'torn-tail', 'flip-body'"),
+    ],
+)
+def test_a_wrong_choice_lists_the_choices(args: list[str], listed: str) -> None:
+    result = run(*args)
+    assert result.exit_code == 2
+    said = " ".join(result.stderr.replace("│", " ").split())
+    assert listed in said and "Value error" not in said
+
+
+def test_choices_are_case_insensitive(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(2))
+    assert json.loads(run("info", store, "-F", "JSON").stdout)["profile"]["version"] == "4.9"
+
+
+def _help_texts() -> list[tuple[str, str]]:
+    """(command, text) for every command's description and option help."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    out = []
+    for name, command in group.commands.items():
+        out.append((name, command.help or ""))
+        out.extend((name, getattr(p, "help", None) or "") for p in command.params)
+    return out
+
+
+def test_help_shows_bracketed_text_literally(wide_console: None) -> None:
+    # Help is rendered as rich markup: an unescaped "[min, max]" vanished from offsets --help.
+    checked = 0
+    for name, text in _help_texts():
+        for inner in re.findall(r"\\?\[([^\]]*)\]", text):
+            shown = " ".join(run(name, "--help").stdout.replace("│", " ").split())
+            assert f"[{inner}]" in shown, (name, inner)
+            checked += 1
+    assert checked > 0

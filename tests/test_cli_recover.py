@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rmqinspect.format.profile import Profile
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import MessageSpec
-from tests.cli_helpers import SMALL_OPTS, build_store, run
+from tests.cli_helpers import SMALL_LAYOUT, SMALL_OPTS, build_store, run
 
 TOP_LEVEL_KEYS = {
     "schema_version",
@@ -38,6 +41,7 @@ TOP_LEVEL_KEYS = {
     "unreachable_messages",
     "queues_without_consume_queue",
     "warnings",
+    "dledger",  # null unless the commitlog is DLedger's
     "loses_data",
     "verdict",
     "verdict_reason",
@@ -110,6 +114,7 @@ def test_clean_store_exits_0_with_the_documented_schema(clean: Path) -> None:
     assert doc["schema_version"] == 1
     assert doc["recovery_path"] == "normal" and doc["broker_starts"] is True
     assert doc["loses_data"] is False and doc["apply"] is None
+    assert doc["dledger"] is None
     assert doc["lost_messages"] == {
         "count": 0,
         "listed": 0,
@@ -313,3 +318,73 @@ def test_apply_to_empty_existing_directory(clean: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert (dest / "commitlog").is_dir()
     assert json.loads(result.stdout)["apply"]["verification_noop"] is True
+
+
+def _change_a_property(
+    store: Path, physical_offset: int, size: int, old: bytes, new: bytes
+) -> None:
+    """Rewrite one property value of the record at ``physical_offset`` in place (same length):
+    the body CRC still holds, the record's __CRC32# property does not."""
+    (path,) = [p for p in (store / "commitlog").iterdir() if int(p.name) <= physical_offset][-1:]
+    data = bytearray(path.read_bytes())
+    start = physical_offset - int(path.name)
+    at = data.index(old, start, start + size)
+    data[at : at + len(old)] = new
+    path.write_bytes(bytes(data))
+
+
+def test_force_verify_prop_crc_cuts_at_a_changed_property(tmp_path: Path) -> None:
+    layout = dataclasses.replace(SMALL_LAYOUT, profile=Profile.V5_3, append_prop_crc=True)
+    store = build_store(tmp_path / "s", specs(60), layout)
+    listed = json.loads(run("messages", store, "--format", "json").stdout)
+    victim = next(m for m in listed[40:] if m["tags"] == "TagA")
+    _change_a_property(store, victim["physical_offset"], victim["store_size"], b"TagA", b"TagX")
+    after = json.loads(run("messages", store, "--format", "json").stdout)
+    changed = [m for m in after if m["prop_crc_ok"] is False]
+    assert [m["physical_offset"] for m in changed] == [victim["physical_offset"]]
+    assert changed[0]["body_crc_ok"] is True and changed[0]["tags"] == "TagX"
+    assert changed[0]["prop_crc"] == victim["prop_crc"] is not None
+    assert all(m["prop_crc_ok"] is True for m in after if m is not changed[0])
+    # Without the switch the broker checks body CRCs only: nothing is cut.
+    plain = recover_json(store, code=0)
+    assert plain["options"]["force_verify_prop_crc"] is False
+    assert plain["options"]["check_crc_on_recover"] is True
+    end = after[-1]["physical_offset"] + after[-1]["store_size"]
+    assert plain["commitlog"]["max_offset"] == end and plain["lost_messages"]["count"] == 0
+    # With it, recovery stops at the record whose property changed; it and all after are lost.
+    forced = recover_json(store, "--force-verify-prop-crc", code=1)
+    assert forced["options"]["force_verify_prop_crc"] is True
+    assert forced["commitlog"]["max_offset"] == victim["physical_offset"]
+    assert forced["commitlog"]["first_bad_record"]["reason"] == "prop_crc_mismatch"
+    later = [
+        m["physical_offset"] for m in after if m["physical_offset"] >= victim["physical_offset"]
+    ]
+    lost = forced["lost_messages"]
+    assert sorted(m["physical_offset"] for m in lost["messages"]) == later
+    assert {m["where"] for m in lost["messages"]} == {"past_end"}
+
+
+def test_force_verify_prop_crc_needs_a_broker_that_has_it(clean: Path) -> None:
+    result = run("recover", clean, "--force-verify-prop-crc")
+    assert result.exit_code == 2
+    assert "a 4.9 broker has no forceVerifyPropCRC" in result.stderr
+
+
+def test_force_verify_prop_crc_on_the_real_5_3_store_written_with_it(
+    conformance5_dir: Path, tmp_path: Path
+) -> None:
+    # clean5_propcrc: every record's property CRC is right, so the switch changes nothing (the
+    # real 5.3.3 recovery kept the end at 1,284,176). A copy with one property value changed in
+    # the last file is cut there.
+    original = conformance5_dir / "stores" / "clean5_propcrc"
+    intact = recover_json(original, "--force-verify-prop-crc", code=0)
+    assert intact["commitlog"]["max_offset"] == 1_284_176
+    store = tmp_path / "store"
+    shutil.copytree(original, store)
+    rows = json.loads(run("messages", store, "--from", "1100000", "--format", "json").stdout)
+    victim = next(m for m in rows if m["tags"] == "TagA")
+    _change_a_property(store, victim["physical_offset"], victim["store_size"], b"TagA", b"TagX")
+    assert recover_json(store, code=0)["commitlog"]["max_offset"] == 1_284_176
+    forced = recover_json(store, "--force-verify-prop-crc", code=1)
+    assert forced["commitlog"]["max_offset"] == victim["physical_offset"]
+    assert forced["commitlog"]["first_bad_record"]["reason"] == "prop_crc_mismatch"

@@ -46,13 +46,13 @@ def test_options_shape_the_store(tmp_path: Path) -> None:
     )
     assert summary["messages"] == summary["dispatched"] == 500
     assert not summary["crashed"]
-    assert summary["commitlogFiles"] == sorted(summary["commitlogFiles"])
-    assert all((out / "commitlog" / n).stat().st_size == 65536 for n in summary["commitlogFiles"])
-    plain_queues = {q for q in summary["consumeQueues"] if q.startswith(("TopicA/", "TopicB/"))}
+    assert summary["commitlog_files"] == sorted(summary["commitlog_files"])
+    assert all((out / "commitlog" / n).stat().st_size == 65536 for n in summary["commitlog_files"])
+    plain_queues = {q for q in summary["consume_queues"] if q.startswith(("TopicA/", "TopicB/"))}
     assert plain_queues == {f"Topic{t}/{q}" for t in "AB" for q in range(3)}
     assert not (out / "consumequeue" / "TopicC").exists()
-    assert all((out / "index" / n).stat().st_size == 8296 for n in summary["indexFiles"])
-    assert summary["indexEntries"] > 500
+    assert all((out / "index" / n).stat().st_size == 8296 for n in summary["index_files"])
+    assert summary["index_entries"] > 500
     assert not (out / "abort").exists()
 
 
@@ -76,9 +76,9 @@ def test_crash_profile_and_prop_crc(tmp_path: Path) -> None:
     assert (out / "abort").read_bytes() == b"4242"
     cp = decode_checkpoint((out / "checkpoint").read_bytes())
     assert cp.physic_msg_timestamp < cp.logics_msg_timestamp  # the flush lags 4.5 s
-    last = summary["commitlogFiles"][-1]
+    last = summary["commitlog_files"][-1]
     assert not any((out / "commitlog" / last).read_bytes())  # pre-allocated
-    data = (out / "commitlog" / summary["commitlogFiles"][0]).read_bytes()
+    data = (out / "commitlog" / summary["commitlog_files"][0]).read_bytes()
     options = CheckOptions(profile=Profile.V5_3, force_verify_prop_crc=True)
     first = check_message(data, 0, 0, options)
     assert first.is_message and first.record is not None
@@ -89,7 +89,7 @@ def test_plain_has_no_special_messages(tmp_path: Path) -> None:
     summary = synth_json(tmp_path / "s", "--messages", "300", "--plain", *SMALL)
     assert all(
         q.startswith("TopicA/") or q.startswith("TopicB/") or q.startswith("TopicC/")
-        for q in summary["consumeQueues"]
+        for q in summary["consume_queues"]
     )
 
 
@@ -123,3 +123,34 @@ def test_refuses_non_empty_directory_and_bad_settings(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "5.3" in bad.stderr
     too_small = synth(tmp_path / "m", "--commitlog-file-size", "256", "--body-size", "1000")
     assert too_small.exit_code == 2 and "fit" in too_small.stderr
+
+
+def _keys(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v)}
+    return set()
+
+
+def test_json_names_are_snake_case_like_every_other_command(tmp_path: Path) -> None:
+    summary = synth_json(tmp_path / "s", "--messages", "20", *SMALL, "--damage", "torn-tail")
+    names = _keys({k: v for k, v in summary.items() if k != "consume_queues"})
+    assert names >= {"commitlog_files", "commitlog_end", "physic_msg_timestamp", "ranges"}
+    assert [n for n in names if n != n.lower()] == []
+
+
+def test_zeroed_block_after_a_crash_lands_in_the_data(tmp_path: Path) -> None:
+    # After --crash the newest commitlog file is the pre-allocated empty one: the zeroed block
+    # must still fall among the records, so that the restart cuts there.
+    out = tmp_path / "s"
+    summary = synth_json(out, "--messages", "300", *SMALL, "--crash", "--damage", "zero-region")
+    (path, start, end) = summary["damage"][0]["ranges"][0]
+    file_start = int(Path(path).name)
+    assert file_start + end <= summary["commitlog_end"]
+    assert path != f"commitlog/{summary['commitlog_files'][-1]}"
+    recovered = CliRunner().invoke(app, ["recover", str(out), "--format", "json"])
+    assert recovered.exit_code == 1, recovered.stderr
+    doc = json.loads(recovered.stdout)
+    assert doc["commitlog"]["max_offset"] <= file_start + start
+    assert doc["lost_messages"]["count"] > 0

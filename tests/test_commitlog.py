@@ -208,6 +208,24 @@ def test_property_crc_tail() -> None:
     assert r.reason is cl.CheckReason.PROP_CRC_MISSING
 
 
+def test_a_decoded_record_carries_its_property_crc() -> None:
+    props = encode_properties([("TAGS", "TagA")], True).encode()
+    data = record(properties=props, append_prop_crc=True)
+    tail = cl.read_prop_crc(data, 0, len(data))
+    assert tail is not None
+    rec = cl.decode_message(data, 0)
+    assert rec.prop_crc == cl.PropCrc(tail.raw, tail.stored, tail.computed)
+    assert rec.prop_crc.match and rec.prop_crc.stored == cl.body_crc(data[:-20])
+    corrupted = bytearray(data)
+    corrupted[20] ^= 1
+    bad = cl.decode_message(bytes(corrupted), 0).prop_crc
+    assert bad is not None and (bad.stored, bad.match) == (tail.stored, False)
+    assert cl.decode_message(record(), 0).prop_crc is None  # no __CRC32# property
+    assert cl.decode_message(data, 0, with_body=False).prop_crc is None  # read with the body
+    scanned = cl.check_message(data, 0, options=cl.CheckOptions(profile=Profile.V5_3))
+    assert scanned.record is not None and scanned.record.prop_crc == rec.prop_crc
+
+
 def test_prop_crc_digit_order() -> None:
     assert encode.encode_prop_crc_digits(1234567) == "7654321000"
     assert encode.encode_prop_crc_digits(0) == "0000000000"

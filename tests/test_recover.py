@@ -7,6 +7,7 @@ emulator itself.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import struct
 from collections import Counter
@@ -674,3 +675,31 @@ def test_lost_limit_caps_the_list_not_the_count(base: Base, tmp_path: Path) -> N
     assert capped.lost_messages.count == full.lost_messages.count
     assert capped.lost_messages.messages == [] and capped.lost_messages.truncated
     assert full.lost_messages.listed == full.lost_messages.count
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_without_the_loss_search_the_queues_are_the_same_and_loss_is_not_computed(
+    base: Base, tmp_path: Path, profile: Profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "s"
+    base.copy(profile, "crash", store)
+    damage.torn_tail(store)
+    full = recover(store, profile)
+    assert full.loses_data  # the torn record: there is loss to find
+    from rmqinspect.analysis.recovery import emulator
+
+    def searched(*_args: object) -> None:
+        raise AssertionError("the loss search ran")
+
+    monkeypatch.setattr(emulator, "lost_messages", searched)
+    quick = recover(store, profile, find_lost=False)
+    assert quick.lost_messages is None and quick.loses_data is None
+    assert quick.verdict == "loss_not_computed"
+    assert quick.unreachable_messages is None and quick.queues_without_consume_queue is None
+    assert quick.commitlog is not None and quick.commitlog.discarded_bytes is None
+    assert {q.unreachable_after_start for q in quick.consume_queues} == {None}
+    strip = {"unreachable_after_start": None}
+    assert [dataclasses.replace(q, **strip) for q in quick.consume_queues] == [
+        dataclasses.replace(q, **strip) for q in full.consume_queues
+    ]
+    assert quick.commitlog.max_offset == full.commitlog.max_offset  # type: ignore[union-attr]

@@ -10,8 +10,14 @@ import pytest
 
 from rmqinspect.analysis.messages import ScanEvent, SkippedRange
 from rmqinspect.format import properties as props
-from rmqinspect.format.commitlog import MESSAGE_MAGIC_CODE, MessageRecord, body_crc
+from rmqinspect.format.commitlog import (
+    MESSAGE_MAGIC_CODE,
+    MessageRecord,
+    body_crc,
+    decode_message,
+)
 from rmqinspect.format.host import HostAddress
+from rmqinspect.format.properties import encode_properties
 from rmqinspect.render.message import (
     BodyFormat,
     body_preview,
@@ -23,6 +29,7 @@ from rmqinspect.render.message import (
 )
 from rmqinspect.render.output import TABLE_BATCH_ROWS, OutputFormat, print_table
 from tests.render_helpers import decode_body
+from tests.test_commitlog import record as encoded_record
 
 pytestmark = pytest.mark.usefixtures("wide_console")
 
@@ -41,6 +48,8 @@ MESSAGE_FIELDS = [
     "flag",
     "body_crc",
     "body_crc_ok",
+    "prop_crc",
+    "prop_crc_ok",
     "born_timestamp",
     "born_time",
     "born_host",
@@ -111,6 +120,26 @@ def test_message_json_fields_in_order_with_time_siblings() -> None:
     assert list(doc["properties"]) == sorted(doc["properties"])
     assert (doc["body_encoding"], doc["body"], doc["body_crc_ok"]) == ("text", "hello", True)
     assert (doc["transaction"], doc["version"], doc["compression"]) == ("not", "v1", None)
+    assert (doc["prop_crc"], doc["prop_crc_ok"]) == (None, None)  # no __CRC32# property
+
+
+def test_the_property_crc_is_the_stored_value_and_whether_the_record_gives_it() -> None:
+    # A 5.3 record written with enabledAppendPropCRC, then one property value changed.
+    tail = encode_properties([(props.TAGS, "TagA"), (props.KEYS, "K1")], True).encode()
+    data = bytearray(encoded_record(properties=tail, append_prop_crc=True))
+    intact = decode_message(bytes(data), 0)
+    assert intact.prop_crc is not None
+    stored = intact.prop_crc.stored
+    assert message_json(intact)["prop_crc"] == stored and message_json(intact)["prop_crc_ok"]
+    at = bytes(data).index(b"TagA")
+    data[at : at + 4] = b"TagB"
+    changed = message_json(decode_message(bytes(data), 0))
+    assert (changed["prop_crc"], changed["prop_crc_ok"], changed["body_crc_ok"]) == (
+        stored,
+        False,
+        True,
+    )
+    assert changed["tags"] == "TagB"
 
 
 def test_a_physical_offset_field_that_disagrees_is_shown() -> None:

@@ -10,7 +10,13 @@ import pytest
 
 from rmqinspect.analysis.checkpoint import CheckpointReport
 from rmqinspect.analysis.ids import IdDecoding, OffsetMsgIdReading, UniqKeyReading, decode_id
-from rmqinspect.analysis.offsets import FileUse, OffsetRow, OffsetsReport, OffsetStatus
+from rmqinspect.analysis.offsets import (
+    FileUse,
+    OffsetRow,
+    OffsetsReport,
+    OffsetStatus,
+    RestartView,
+)
 from rmqinspect.format.checkpoint import Checkpoint
 from rmqinspect.render.checkpoint import checkpoint_json, render_checkpoint
 from rmqinspect.render.ids import id_json, render_id
@@ -128,19 +134,37 @@ def test_id_in_every_format(capsys: pytest.CaptureFixture[str]) -> None:
 
 ROWS = (
     OffsetRow("consumer", "g[1]", "Orders", 0, 3, 2, ".bak says 2", 0, 5, 2, OffsetStatus.OK),
-    OffsetRow("consumer", "g2", "Orders", 1, 9, None, None, 0, 5, -4, OffsetStatus.ABOVE_MAX),
+    OffsetRow(
+        "consumer",
+        "g2",
+        "Orders",
+        1,
+        9,
+        None,
+        None,
+        0,
+        5,
+        -4,
+        OffsetStatus.ABOVE_MAX,
+        None,
+        0,
+        10,
+        1,
+        OffsetStatus.OK,
+    ),
     OffsetRow("delay", None, "SCHEDULE_TOPIC_XXXX", 2, 1, None, None, 0, 1, 0, OffsetStatus.OK, 3),
 )
 FILES = (
     FileUse("consumerOffset.json", "bak", "invalid", "ok", True, True, ("torn at byte 20",)),
     FileUse("delayOffset.json", "none", "missing", "missing", False, False, ()),
 )
-OFFSETS = OffsetsReport(FILES, ROWS)
+OFFSETS = OffsetsReport(FILES, ROWS, RestartView(True, "abnormal", None), ("g[1]", "g2"))
 
 
 def test_offsets_json_rows_and_files() -> None:
     doc = offsets_json(OFFSETS)
-    assert list(doc) == ["files", "offsets"]
+    assert list(doc) == ["files", "restart", "offsets"]
+    assert doc["restart"] == {"broker_starts": True, "recovery_path": "abnormal", "refusal": None}
     assert doc["files"][0] == {
         "name": "consumerOffset.json",
         "source": "bak",
@@ -163,6 +187,10 @@ def test_offsets_json_rows_and_files() -> None:
         "lag": -4,
         "status": "above_max",
         "delay_level": None,
+        "min_offset_after_start": 0,
+        "max_offset_after_dispatch": 10,
+        "lag_after_restart": 1,
+        "status_after_restart": "ok",
     }
     assert doc["offsets"][2]["delay_level"] == 3
 

@@ -147,7 +147,10 @@ def test_streamed_json_arrays(capsys: pytest.CaptureFixture[str]) -> None:
     head = {"queue": {"topic": "T"}, "n": 0}
     assert print_json_with_array(head, "units", iter(rows)) == 2
     out = capsys.readouterr().out
-    assert out == '{"queue": {"topic": "T"}, "n": 0, "units": [\n  {"a": 1},\n  {"b": "é"}\n]}\n'
+    assert out == (
+        '{\n  "queue": {\n    "topic": "T"\n  },\n  "n": 0,\n  "units": [\n'
+        '    {"a": 1},\n    {"b": "é"}\n  ]\n}\n'
+    )
     assert print_json_with_array({}, "entries", iter([])) == 0
     assert json.loads(capsys.readouterr().out) == {"entries": []}
 

@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format.index import (
+    ENTRY_DTYPE,
     HASH_SLOT_SIZE,
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
@@ -22,7 +24,6 @@ from rmqinspect.format.index import (
     IndexGeometry,
     IndexHeader,
     SlotStatistics,
-    read_entry,
     slot_statistics,
 )
 from rmqinspect.store.files import StoreFile
@@ -182,25 +183,77 @@ class IndexEntryRow:
     store_timestamp: int  # beginTimestamp + timeDiff * 1000, as the query path computes it
 
 
-def iter_entries(store: Store, info: IndexFileInfo) -> Iterator[IndexEntryRow]:
-    """Entries 1..indexCount-1 of one file, in write order."""
+@dataclass(frozen=True, slots=True)
+class IndexEntryBlock:
+    """Consecutive entries of one file as columns (the fields of :class:`IndexEntryRow`)."""
+
+    file: str
+    number: npt.NDArray[np.int64]
+    key_hash: npt.NDArray[np.int64]
+    phy_offset: npt.NDArray[np.int64]
+    time_diff: npt.NDArray[np.int64]
+    prev: npt.NDArray[np.int64]
+    slot: npt.NDArray[np.int64]  # -1 for a negative keyHash
+    store_timestamp: npt.NDArray[np.int64]
+
+
+def entry_numbers(store: Store, info: IndexFileInfo) -> range:
+    """The written entries of one file, 1..indexCount-1, cut where the file on disk ends."""
     if not info.usable:
+        return range(1, 1)
+    assert info.geometry is not None and info.header is not None
+    geometry = info.geometry
+    fits = max(0, (info.file.length - geometry.entries_base) // INDEX_ENTRY_SIZE)
+    return range(1, max(1, min(info.header.loaded_index_count, geometry.index_num, fits)))
+
+
+def entry_blocks(
+    store: Store, info: IndexFileInfo, numbers: range | None = None, rows: int = 1 << 16
+) -> Iterator[IndexEntryBlock]:
+    """The entries ``numbers`` (default: all of :func:`entry_numbers`) in blocks of ``rows``."""
+    wanted = entry_numbers(store, info)
+    if numbers is not None:
+        wanted = range(max(wanted.start, numbers.start), min(wanted.stop, numbers.stop))
+    if not wanted:
         return
     assert info.geometry is not None and info.header is not None
     geometry, header = info.geometry, info.header
-    last = min(header.loaded_index_count, geometry.index_num)
     buf = store.view(info.file)
     try:
-        for number in range(1, last):
-            try:
-                entry = read_entry(buf, geometry, number)
-            except DecodeError:
-                return
-            yield IndexEntryRow(
+        for first in range(wanted.start, wanted.stop, rows):
+            count = min(rows, wanted.stop - first)
+            table = np.frombuffer(buf, ENTRY_DTYPE, count, geometry.entry_position(first))
+            key_hash = table["key_hash"].astype(np.int64)
+            time_diff = table["time_diff"].astype(np.int64)
+            block = IndexEntryBlock(
                 info.file.name,
-                entry,
-                entry.key_hash % geometry.slot_num if entry.key_hash >= 0 else -1,
-                header.begin_timestamp + entry.time_diff * 1000,
+                np.arange(first, first + count, dtype=np.int64),
+                key_hash,
+                table["phy_offset"].astype(np.int64),
+                time_diff,
+                table["prev"].astype(np.int64),
+                np.where(key_hash >= 0, key_hash % geometry.slot_num, -1),
+                header.begin_timestamp + time_diff * 1000,
             )
+            del table
+            yield block
     finally:
         buf.release()
+
+
+def iter_entries(store: Store, info: IndexFileInfo) -> Iterator[IndexEntryRow]:
+    """Entries 1..indexCount-1 of one file, in write order."""
+    for b in entry_blocks(store, info):
+        for i in range(len(b.number)):
+            yield IndexEntryRow(
+                b.file,
+                IndexEntry(
+                    int(b.number[i]),
+                    int(b.key_hash[i]),
+                    int(b.phy_offset[i]),
+                    int(b.time_diff[i]),
+                    int(b.prev[i]),
+                ),
+                int(b.slot[i]),
+                int(b.store_timestamp[i]),
+            )

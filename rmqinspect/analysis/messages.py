@@ -9,20 +9,19 @@ an event so the caller can report it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from rmqinspect.analysis import Progress
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import scan
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.scan import Skipped
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
-
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +92,7 @@ def stream_messages(
             continue
         cols = event.columns
         for i in np.flatnonzero(flt.mask(cols)).tolist():
-            yield cols.record(i)
+            yield store.with_entry(cols.record(i))
             emitted += 1
             if flt.limit is not None and emitted >= flt.limit:
                 return
@@ -126,12 +125,8 @@ def _files_in_time_range(store: Store, since: int | None, until: int | None) -> 
 
 
 def _first_time(store: Store, f: StoreFile, opts: cl.CheckOptions) -> int | None:
-    buf = store.view(f)
-    try:
-        res = cl.check_message(buf, 0, f.start, opts)
-    finally:
-        buf.release()
-    return res.record.store_timestamp if res.is_message and res.record is not None else None
+    found = store.first_records(f, opts)
+    return found[0].store_timestamp if found else None
 
 
 def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int | None:
@@ -140,8 +135,10 @@ def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int 
     if from_offset is None:
         return None
     f = store.commitlog.find(from_offset)
-    if f is None:
-        return from_offset  # before, between or after the files: scan skips what it must
+    if f is None or store.dledger is not None:
+        # Before, between or after the files the scan skips what it must; in a DLedger store
+        # it starts at the entry whose record is at the offset, or the next one.
+        return from_offset
     if store.check_at(from_offset, opts).is_message:
         return from_offset
     buf = store.view(f)

@@ -1,16 +1,20 @@
-"""``offsets``: committed consumer (and delay) offsets against the queues on disk.
+"""``offsets``: committed consumer (and delay) offsets against the queues.
 
 Each row pairs the offset the broker would load (``consumerOffset.json``, else its ``.bak``)
-with the queue's min/max offsets as the broker computes them, so lag and offsets outside
-``[min, max]`` show at once. Where the ``.bak`` holds a different value it is shown beside it.
+with the queue's min/max offsets twice: as the broker computes them from the queues on disk,
+and as its restart rebuilds the queues (the recovery emulation without its loss search). After a
+crash the queues on disk lag the commitlog, so only the second says what a consumer will see.
+Lag and offsets outside ``[min, max]`` show at once; a different ``.bak`` value is shown beside.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from rmqinspect.analysis import Progress
 from rmqinspect.analysis.queues import QueueBounds, queue_bounds
+from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
 from rmqinspect.format.config import (
     ConsumerOffsetTable,
@@ -38,11 +42,16 @@ class OffsetRow:
     offset: int
     bak_offset: int | None  # the .bak value when it differs (None: same or no .bak)
     bak_note: str | None  # "absent from .bak", "only in .bak" ...
-    min_offset: int | None
+    min_offset: int | None  # the queue on disk
     max_offset: int | None
     lag: int | None  # max - offset (negative when ahead)
     status: OffsetStatus
     delay_level: int | None = None
+    # The same against the queue as the restart rebuilds it (None: the broker would not start).
+    min_offset_after_start: int | None = None
+    max_offset_after_dispatch: int | None = None
+    lag_after_restart: int | None = None
+    status_after_restart: OffsetStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,29 +68,75 @@ class FileUse:
 
 
 @dataclass(frozen=True, slots=True)
+class RestartView:
+    """The restart the ``*_after_*`` columns come from."""
+
+    broker_starts: bool
+    recovery_path: str | None
+    refusal: str | None  # why the broker refuses to start, when it does
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetsReport:
     files: tuple[FileUse, ...]
     rows: tuple[OffsetRow, ...]
+    restart: RestartView | None = None  # None: no row to judge, no restart emulated
+    groups: tuple[str, ...] = ()  # every group the loaded offset tables name, unfiltered
 
 
 def offsets_report(
-    store: Store, group: str | None = None, topic: str | None = None
+    store: Store,
+    group: str | None = None,
+    topic: str | None = None,
+    progress: Progress | None = None,
 ) -> OffsetsReport:
     cache: dict[QueueId, QueueBounds] = {}
     rows: list[OffsetRow] = []
     files = []
+    groups: set[str] = set()
     for name in ("consumerOffset.json", "lmqConsumerOffset.json"):
         r = load_config_file(store.config_dir, name)
         if r.main_state == "missing" and r.bak_state == "missing":
             continue
         files.append(_file_use(r))
-        rows.extend(_consumer_rows(store, r, group, topic, cache))
+        rows.extend(_consumer_rows(store, r, group, topic, cache, groups))
     delay = load_config_file(store.config_dir, "delayOffset.json")
     if not (delay.main_state == "missing" and delay.bak_state == "missing"):
         files.append(_file_use(delay))
         if group is None and topic in (None, SCHEDULE_TOPIC):
             rows.extend(_delay_rows(store, delay, cache))
-    return OffsetsReport(tuple(files), tuple(rows))
+    restart = None
+    if rows:  # the emulation costs a recovery scan: not for nothing to judge
+        restart, rows = _after_restart(store, rows, progress)
+    return OffsetsReport(tuple(files), tuple(rows), restart, tuple(sorted(groups)))
+
+
+def _after_restart(
+    store: Store, rows: list[OffsetRow], progress: Progress | None
+) -> tuple[RestartView, list[OffsetRow]]:
+    """Each row judged again against the queues the restart rebuilds. Only the queue bounds are
+    wanted, so the emulation runs without its loss search."""
+    report = run_recovery(store, RecoverOptions(lost_limit=0, find_lost=False), progress).report
+    if not report.broker_starts:
+        return RestartView(False, report.recovery_path, report.verdict_reason), rows
+    view = RestartView(True, report.recovery_path, None)
+    after = {
+        QueueId(q.topic, q.queue_id): (q.min_offset_after_start, q.max_offset_after_dispatch)
+        for q in report.consume_queues
+    }
+    out = []
+    for row in rows:
+        status, lo, hi, lag = _judge(after.get(QueueId(row.topic, row.queue_id)), row.offset)
+        out.append(
+            replace(
+                row,
+                min_offset_after_start=lo,
+                max_offset_after_dispatch=hi,
+                lag_after_restart=lag,
+                status_after_restart=status,
+            )
+        )
+    return view, out
 
 
 def _file_use(r: ConfigFileResult) -> FileUse:
@@ -112,25 +167,29 @@ def _row(
     delay_level: int | None = None,
 ) -> OffsetRow:
     b = _bounds(store, QueueId(topic, queue_id), cache)
-    lo: int | None
-    hi: int | None
-    lag: int | None
-    if b is None and offset == 0:
-        # A queue without files is empty to the broker (min = max = 0): nothing is owed.
-        status, lo, hi, lag = OffsetStatus.OK, 0, 0, 0
-    elif b is None:
-        status, lo, hi, lag = OffsetStatus.NO_QUEUE, None, None, None
-    else:
-        lo, hi, lag = b.min_offset, b.max_offset, b.max_offset - offset
-        if offset < b.min_offset:
-            status = OffsetStatus.BELOW_MIN
-        elif offset > b.max_offset:
-            status = OffsetStatus.ABOVE_MAX
-        else:
-            status = OffsetStatus.OK
+    status, lo, hi, lag = _judge(None if b is None else (b.min_offset, b.max_offset), offset)
     return OffsetRow(
         table, group, topic, queue_id, offset, bak, bak_note, lo, hi, lag, status, delay_level
     )
+
+
+def _judge(
+    bounds: tuple[int, int] | None, offset: int
+) -> tuple[OffsetStatus, int | None, int | None, int | None]:
+    """(status, min, max, lag) of a committed offset against a queue's ``(min, max)``."""
+    if bounds is None and offset == 0:
+        # A queue without files is empty to the broker (min = max = 0): nothing is owed.
+        return OffsetStatus.OK, 0, 0, 0
+    if bounds is None:
+        return OffsetStatus.NO_QUEUE, None, None, None
+    lo, hi = bounds
+    if offset < lo:
+        status = OffsetStatus.BELOW_MIN
+    elif offset > hi:
+        status = OffsetStatus.ABOVE_MAX
+    else:
+        status = OffsetStatus.OK
+    return status, lo, hi, hi - offset
 
 
 def _consumer_rows(
@@ -139,6 +198,7 @@ def _consumer_rows(
     group: str | None,
     topic: str | None,
     cache: dict[QueueId, QueueBounds],
+    groups: set[str],
 ) -> list[OffsetRow]:
     value = r.value if isinstance(r.value, ConsumerOffsetTable) else None
     other_value = r.bak_value if r.source == "main" else None
@@ -151,6 +211,7 @@ def _consumer_rows(
         if pair is None:
             continue
         t, g = pair
+        groups.add(g)
         if (group is not None and g != group) or (topic is not None and t != topic):
             continue
         bak_queues = None if other is None else other.offset_table.get(key)
@@ -166,6 +227,7 @@ def _consumer_rows(
         if pair is None:
             continue
         t, g = pair
+        groups.add(g)
         if (group is not None and g != group) or (topic is not None and t != topic):
             continue
         rows.append(_row(store, cache, "lmq", g, t, 0, offset, None, None))

@@ -229,7 +229,10 @@ def _resolve(
     try:
         record = store.read_message(phy)
     except StoreError as err:
-        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.NO_RECORD, err.message)
+        detail = err.message
+        if store.dledger is not None and store.dledger.message_entry(store.maps, phy):
+            detail += " (DLedger keeps this entry: the broker serves these bytes as they are)"
+        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.NO_RECORD, detail)
     if record.store_size != size:
         return UnitView(
             queue_offset,

@@ -81,6 +81,7 @@ def _register_commands() -> None:
         checkpoint,
         consumequeue,
         decode_id,
+        export,
         index,
         info,
         lookup,
@@ -100,6 +101,7 @@ def _register_commands() -> None:
         lookup,
         decode_id,
         recover,
+        export,
         synth,
     ):
         module.register(app)

@@ -8,11 +8,18 @@ import typer
 
 from rmqinspect.analysis.queues import list_units, queue_listing
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import BodyOpt, FormatOpt, LimitOpt, StoreArg, with_store_options
+from rmqinspect.cli.options import (
+    BodyOpt,
+    FormatOpt,
+    LimitOpt,
+    StoreArg,
+    open_store,
+    with_store_options,
+)
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.render.queues import render_queue_listing
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import StoreOptions, StorePart
 
 
 @handle_errors
@@ -40,7 +47,8 @@ def consumequeue(
     Example: rmqinspect consumequeue STORE TopicA 0 --from 100 --limit 20
     """
     fmt = resolve_format(format)
-    with Store.open(store, store_options) as st:
+    reads = StorePart.CONSUME_QUEUES | StorePart.COMMITLOG
+    with open_store(store, store_options, "consumequeue", reads) as st:
         listing = queue_listing(st, topic, queue_id, from_offset, show_all)
         bad = render_queue_listing(
             listing, list_units(st, listing, topic, queue_id, limit), fmt, body

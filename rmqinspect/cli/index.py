@@ -9,10 +9,10 @@ import typer
 
 from rmqinspect.analysis.indexes import IndexEntryRow, index_reports, iter_entries
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import FormatOpt, LimitOpt, StoreArg, with_store_options
+from rmqinspect.cli.options import FormatOpt, LimitOpt, StoreArg, open_store, with_store_options
 from rmqinspect.render.indexes import render_index
 from rmqinspect.render.output import resolve_format, warn
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import StoreOptions, StorePart
 
 
 @handle_errors
@@ -35,7 +35,7 @@ def index(
     Example: rmqinspect index STORE 20240501100000000 --entries --limit 50
     """
     fmt = resolve_format(format)
-    with Store.open(store, store_options) as st:
+    with open_store(store, store_options, "index", StorePart.INDEX) as st:
         reports = index_reports(st, file)
         if not reports:
             warn(f"no index files under {st.root / 'index'}")

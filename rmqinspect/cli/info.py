@@ -6,10 +6,10 @@ import typer
 
 from rmqinspect.analysis.inventory import build_inventory
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import FormatOpt, StoreArg, with_store_options
+from rmqinspect.cli.options import FormatOpt, StoreArg, open_store, with_store_options
 from rmqinspect.render.inventory import render_inventory
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import StoreOptions, StorePart
 
 
 @handle_errors
@@ -25,7 +25,7 @@ def info(
 
     Example: rmqinspect info /data/rocketmq/store
     """
-    with Store.open(store, store_options) as st:
+    with open_store(store, store_options, "info", StorePart(0)) as st:
         inv = build_inventory(st)
     render_inventory(inv, resolve_format(format))
 

@@ -28,7 +28,9 @@ from rmqinspect.cli.options import (
     FormatOpt,
     LimitOpt,
     StoreArg,
+    check_range,
     commitlog_progress,
+    open_store,
     parse_optional_time,
     parse_time,
     with_store_options,
@@ -36,7 +38,7 @@ from rmqinspect.cli.options import (
 from rmqinspect.render.lookup import render_lookup
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import ALL_PARTS, Store, StoreOptions, StorePart
 
 _MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--phy-offset", "--time")
 
@@ -120,9 +122,15 @@ def lookup(
         raise fail("--as-recovered applies to --key and --uniq-key")
     if (key is not None or time_range is not None) and topic is None:
         raise fail(f"{given[0]} needs --topic")
+    begin_ms = parse_optional_time(begin, "--begin")
+    end_ms = parse_optional_time(end, "--end")
+    check_range(begin_ms, end_ms, "--begin/--end")
+    window = _time_range(time_range) if time_range is not None else None
     fmt = resolve_format(format)
     with (
-        Store.open(store, store_options) as st,
+        open_store(
+            store, store_options, f"lookup {given[0]}", _reads(given[0], scan, as_recovered)
+        ) as st,
         commitlog_progress(st, "scanning commitlog", fmt) as advance,
     ):
         if msg_id is not None:
@@ -131,9 +139,9 @@ def lookup(
             result = lookup_phy_offset(st, phy_offset)
         elif queue_offset is not None:
             result = _queue_offset(st, queue_offset, advance)
-        elif time_range is not None:
+        elif window is not None:
             assert topic is not None
-            start, stop = _time_range(time_range)
+            start, stop = window
             result = lookup_time(st, topic, start, stop, limit=limit, scan=scan, progress=advance)
         else:
             uniq = uniq_key is not None
@@ -145,8 +153,8 @@ def lookup(
                 topics,
                 uniq,
                 max_num or default_max_num(uniq),
-                parse_optional_time(begin, "--begin") or 0,
-                _or_max(parse_optional_time(end, "--end")),
+                begin_ms or 0,
+                _or_max(end_ms),
             )
             with contextlib.ExitStack() as stack:
                 restart = None
@@ -158,6 +166,18 @@ def lookup(
         render_lookup(result, fmt, body)
     if not result.found:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _reads(mode: str, scan: bool, as_recovered: bool) -> StorePart:
+    """What a mode's answer is read from (the index and the queues are skipped by --scan)."""
+    reads = StorePart.COMMITLOG
+    if scan:
+        return reads
+    if mode in ("--key", "--uniq-key"):
+        reads |= StorePart.INDEX | (ALL_PARTS if as_recovered else StorePart(0))
+    elif mode in ("--queue-offset", "--time"):
+        reads |= StorePart.CONSUME_QUEUES
+    return reads
 
 
 def _or_max(value: int | None) -> int:
@@ -178,6 +198,7 @@ def _time_range(text: str) -> tuple[int, int]:
         raise fail(f"--time expects FROM..TO, got {text!r}")
     begin = parse_time(start, "--time") if start.strip() else 0
     end = parse_time(stop, "--time") if stop.strip() else LONG_MAX
+    check_range(begin, end, "--time")
     return begin, end
 
 

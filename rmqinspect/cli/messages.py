@@ -13,13 +13,15 @@ from rmqinspect.cli.options import (
     FormatOpt,
     LimitOpt,
     StoreArg,
+    check_range,
     commitlog_progress,
+    open_store,
     parse_optional_time,
     with_store_options,
 )
 from rmqinspect.render.message import BodyFormat, render_message_stream
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import StoreOptions, StorePart
 
 
 @handle_errors
@@ -53,18 +55,22 @@ def messages(
 
     Example: rmqinspect messages STORE --topic TopicA --since 2024-05-01T10:00 --limit 20
     """
+    since_ms = parse_optional_time(since, "--since")
+    until_ms = parse_optional_time(until, "--until")
+    check_range(from_offset, to_offset, "--from/--to")
+    check_range(since_ms, until_ms, "--since/--until")
     flt = MessageFilter(
         topic=topic,
         queue_id=queue_id,
         from_offset=from_offset,
         to_offset=to_offset,
-        since=parse_optional_time(since, "--since"),
-        until=parse_optional_time(until, "--until"),
+        since=since_ms,
+        until=until_ms,
         limit=limit,
     )
     fmt = resolve_format(format)
     with (
-        Store.open(store, store_options) as st,
+        open_store(store, store_options, "messages", StorePart.COMMITLOG) as st,
         commitlog_progress(st, "scanning commitlog", fmt) as advance,
     ):
         render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")

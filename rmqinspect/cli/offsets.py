@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 
 from rmqinspect.analysis.offsets import offsets_report
-from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import FormatOpt, StoreArg, with_store_options
+from rmqinspect.cli.common import EXIT_FINDINGS, handle_errors
+from rmqinspect.cli.options import (
+    FormatOpt,
+    StoreArg,
+    commitlog_progress,
+    open_store,
+    with_store_options,
+)
 from rmqinspect.render.offsets import render_offsets
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import ALL_PARTS, StoreOptions
 
 
 @handle_errors
@@ -24,14 +31,27 @@ def offsets(
     *,
     store_options: StoreOptions,
 ) -> None:
-    """consumerOffset.json and delayOffset.json against the queues: per queue the committed
-    offset, the queue's min/max on disk and the lag; offsets outside [min, max] are flagged.
+    r"""consumerOffset.json and delayOffset.json against the queues: per queue the committed
+    offset, the queue's min/max and the lag, both against the queues on disk and against the
+    queues as a restart rebuilds them (after a crash only the latter is what consumers will
+    see); offsets outside \[min, max] are flagged. Exits 1 when --group names no group.
 
     Example: rmqinspect offsets STORE --group GID_orders
     """
-    with Store.open(store, store_options) as st:
-        report = offsets_report(st, group, topic)
-    render_offsets(report, resolve_format(format))
+    fmt = resolve_format(format)
+    # The restart emulation reads every part of the store.
+    with (
+        open_store(store, store_options, "offsets", ALL_PARTS) as st,
+        commitlog_progress(st, "rebuilding the queues as the restart does", fmt) as advance,
+    ):
+        report = offsets_report(st, group, topic, advance)
+    render_offsets(report, fmt)
+    if group is not None and group not in report.groups:
+        known = ", ".join(report.groups) or "none"
+        print(
+            f"rmqinspect: no such group: {group!r} (groups with offsets: {known})", file=sys.stderr
+        )
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import re
@@ -14,24 +15,48 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from rmqinspect.analysis.messages import Progress
+from rmqinspect.analysis import Progress
 from rmqinspect.cli.common import fail
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.format.index import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE
 from rmqinspect.format.javamath import INT_MAX, LONG_MAX, LONG_MIN
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.message import BodyFormat
-from rmqinspect.render.output import OutputFormat, progress_bar
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.render.output import OutputFormat, progress_bar, warn
+from rmqinspect.store.model import Store, StoreOptions, StorePart
 
 R = TypeVar("R")
+E = TypeVar("E", bound=enum.Enum)
+
+
+def choice_parser(kind: type[E], extra: tuple[str, ...] = ()) -> Callable[[str], E]:
+    """Parse one of ``kind``'s values (any case). A wrong value is a usage error that lists the
+    choices (typer's own enum conversion prefixes its message with "Value error,"); ``extra``
+    names choices the caller handles before parsing, such as ``auto``."""
+
+    def parse(text: str | E) -> E:
+        if isinstance(text, kind):
+            return text  # a default typer passes through
+        for member in kind:
+            if str(member.value).casefold() == str(text).casefold():
+                return member
+        choices = ", ".join(f"'{c}'" for c in (*(m.value for m in kind), *extra))
+        raise typer.BadParameter(f"{text!r} is not one of {choices}.")
+
+    return parse
+
+
+def choice_metavar(kind: type[enum.Enum], extra: tuple[str, ...] = ()) -> str:
+    return f"<{'|'.join((*(str(m.value) for m in kind), *extra))}>"
+
 
 FormatOpt = Annotated[
     OutputFormat | None,
     typer.Option(
         "--format",
         "-F",
-        case_sensitive=False,
+        parser=choice_parser(OutputFormat),
+        metavar=choice_metavar(OutputFormat),
         help="table, json or jsonl (default: table on a terminal, json when piped).",
     ),
 ]
@@ -44,18 +69,14 @@ StoreArg = Annotated[
         readable=False,
     ),
 ]
-_PROFILE_CHOICES = (*(p.value for p in Profile), "auto")
+_AUTO = ("auto",)
 
 
 def _parse_profile(text: str) -> Profile | None:
     """A profile, or None for ``auto`` (detect it from the store, as when the option is absent)."""
     if text == "auto":
         return None
-    try:
-        return Profile(text)
-    except ValueError:
-        choices = ", ".join(f"'{c}'" for c in _PROFILE_CHOICES)
-        raise typer.BadParameter(f"{text!r} is not one of {choices}.") from None
+    return choice_parser(Profile, _AUTO)(text)
 
 
 def _store_settings(
@@ -104,7 +125,7 @@ def _store_settings(
         typer.Option(
             "--profile",
             parser=_parse_profile,
-            metavar=f"<{'|'.join(_PROFILE_CHOICES)}>",
+            metavar=choice_metavar(Profile, _AUTO),
             help="Broker line whose format and recovery rules apply: 4.9, 5.1, 5.3, or auto "
             "(the default: detected from the store).",
             rich_help_panel="Store settings",
@@ -157,7 +178,8 @@ BodyOpt = Annotated[
     BodyFormat,
     typer.Option(
         "--body",
-        case_sensitive=False,
+        parser=choice_parser(BodyFormat),
+        metavar=choice_metavar(BodyFormat),
         help="How to show bodies: text (UTF-8, else base64), hex, base64 or none.",
     ),
 ]
@@ -175,7 +197,7 @@ def parse_time(text: str, option: str) -> int:
     value = text.strip()
     shown = repr(text if len(text) <= 40 else text[:40] + "...")
     if _EPOCH_MS.fullmatch(value):
-        digits = len(value.lstrip("-"))
+        digits = len(value.lstrip("-").lstrip("0"))
         ms = int(value) if digits <= 19 else LONG_MAX + 1
         if not LONG_MIN <= ms <= LONG_MAX:
             raise fail(f"{option}: {shown} is out of the range of epoch milliseconds")
@@ -193,6 +215,29 @@ def parse_time(text: str, option: str) -> int:
 
 def parse_optional_time(text: str | None, option: str) -> int | None:
     return None if text is None else parse_time(text, option)
+
+
+def check_range(low: int | None, high: int | None, what: str) -> None:
+    """A range given backwards is a usage error, not a silently empty answer."""
+    if low is not None and high is not None and low > high:
+        raise fail(f"{what}: the start {low} is after the end {high}")
+
+
+@contextmanager
+def open_store(
+    path: Path, options: StoreOptions, command: str, reads: StorePart
+) -> Iterator[Store]:
+    """Open the store ``command`` answers about. A layout that takes over a part the answer
+    reads is refused here (exit 2, one sentence), the one place every command passes; a forced
+    ``--profile`` the store contradicts is said once on stderr."""
+    with Store.open(path, options) as st:
+        refusal = st.refusal(command, reads)
+        if refusal is not None:
+            raise fail(refusal)
+        mismatch = st.profile_mismatch()
+        if mismatch is not None:
+            warn(mismatch)
+        yield st
 
 
 @contextmanager

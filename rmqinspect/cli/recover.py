@@ -13,11 +13,17 @@ from rmqinspect.analysis.recovery import (
     analyze_recovery,
     apply_recovery,
 )
-from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, handle_errors
-from rmqinspect.cli.options import FormatOpt, StoreArg, commitlog_progress, with_store_options
+from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, fail, handle_errors
+from rmqinspect.cli.options import (
+    FormatOpt,
+    StoreArg,
+    commitlog_progress,
+    open_store,
+    with_store_options,
+)
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.render.recover import render_recover
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import ALL_PARTS, StoreOptions
 
 
 @handle_errors
@@ -45,6 +51,14 @@ def recover(
         typer.Option(
             "--message-index-safe",
             help="The broker runs with messageIndexSafe=true (crash start file honours the index).",
+        ),
+    ] = False,
+    force_verify_prop_crc: Annotated[
+        bool,
+        typer.Option(
+            "--force-verify-prop-crc",
+            help="The broker (5.2+) runs with forceVerifyPropCRC=true: recovery checks each "
+            "record's __CRC32# property instead of the body CRC, and stops at the first mismatch.",
         ),
     ] = False,
     format: FormatOpt = None,
@@ -79,13 +93,17 @@ def recover(
         last_exit_ok=True if assume_clean else False if assume_crash else None,
         check_crc=not no_check_crc,
         message_index_safe=message_index_safe,
+        force_verify_prop_crc=force_verify_prop_crc,
         lost_limit=lost_limit,
     )
     fmt = resolve_format(format)
     with (
-        Store.open(store, store_options) as opened,
+        open_store(store, store_options, "recover", ALL_PARTS) as opened,
         commitlog_progress(opened, "recovering", fmt) as advance,
     ):
+        profile = opened.profile.profile
+        if force_verify_prop_crc and not profile.supports_prop_crc:
+            raise fail(f"--force-verify-prop-crc: a {profile} broker has no forceVerifyPropCRC")
         if apply_to is None:
             report = analyze_recovery(opened, options, advance)
             applied = None

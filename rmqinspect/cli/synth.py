@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from rmqinspect.cli.common import handle_errors
+from rmqinspect.cli.options import choice_metavar, choice_parser
 from rmqinspect.format.commitlog import DEFAULT_COMMITLOG_FILE_SIZE
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
@@ -27,6 +28,7 @@ class DamageKind(enum.StrEnum):
     CQ_AHEAD = "cq-ahead"
     MISSING_CQ = "missing-cq"
     STALE_TAIL = "stale-tail"
+    TORN_HEADER = "torn-header"
 
 
 _ZERO_REGION_BYTES = 256
@@ -41,13 +43,17 @@ def _apply(kind: DamageKind, root: Path, summary: StoreSummary) -> damage.Damage
     if kind is DamageKind.FLIP_BODY:
         return damage.flip_body_byte(root)
     if kind is DamageKind.ZERO_REGION:
-        last_start = int(summary.commitlog_files[-1]) if summary.commitlog_files else 0
+        # The last file holding data: after --crash the newest file is the pre-allocated empty one.
+        holding = [int(n) for n in summary.commitlog_files if int(n) < summary.commitlog_end]
+        last_start = max(holding, default=0)
         middle = (last_start + summary.commitlog_end) // 2
         return damage.zero_region(root, middle, middle + _ZERO_REGION_BYTES)
     if kind is DamageKind.CQ_AHEAD:
         return damage.cq_ahead_of_commitlog(root, topic, 0)
     if kind is DamageKind.MISSING_CQ:
         return damage.remove_cq_dir(root, topic, 0)
+    if kind is DamageKind.TORN_HEADER:
+        return damage.torn_entry_header(root)
     return damage.stale_bytes_past_write_position(root)
 
 
@@ -75,7 +81,13 @@ def synth(
         int, typer.Option("--index-entries", min=2, help="maxIndexNum.")
     ] = DEFAULT_INDEX_NUM,
     profile: Annotated[
-        Profile, typer.Option("--profile", help="Broker line to imitate.")
+        Profile,
+        typer.Option(
+            "--profile",
+            parser=choice_parser(Profile),
+            metavar=choice_metavar(Profile),
+            help="Broker line to imitate.",
+        ),
     ] = Profile.V4_9,
     crash: Annotated[
         bool,
@@ -94,9 +106,22 @@ def synth(
     prop_crc: Annotated[
         bool, typer.Option("--prop-crc", help="enabledAppendPropCRC (profile 5.3 only).")
     ] = False,
+    dledger: Annotated[
+        bool,
+        typer.Option(
+            "--dledger",
+            help="enableDLegerCommitLog: the commitlog is DLedger's, in dledger-n0/ (no "
+            "commitlog/); --crash then also leaves DLedger's checkpoint behind the data.",
+        ),
+    ] = False,
     damage_kinds: Annotated[
         list[DamageKind] | None,
-        typer.Option("--damage", help="Damage to apply afterwards (repeatable)."),
+        typer.Option(
+            "--damage",
+            parser=choice_parser(DamageKind),
+            metavar=choice_metavar(DamageKind),
+            help="Damage to apply afterwards (repeatable).",
+        ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -114,6 +139,7 @@ def synth(
             index_slot_num=index_slots,
             index_num=index_entries,
             append_prop_crc=prop_crc,
+            enable_dledger_commitlog=dledger,
         )
         config = WorkloadConfig(
             messages=messages,

@@ -10,9 +10,12 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns, windows
+from rmqinspect.format.host import HostAddress
+from rmqinspect.format.properties import KEY_SEPARATOR, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -146,3 +149,147 @@ def decode_batch(cols: RecordColumns) -> pa.RecordBatch:
         _binary(mv, cols.body_at, cols.body_length),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
+
+
+# --- whole columns of the message object (the Parquet export) --------------------------------
+
+_HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
+
+
+PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
+KEYS_TYPE = pa.list_(pa.field("element", pa.string()))  # Parquet's name for list items
+
+
+def utf8_column(raw: pa.Array) -> pa.Array:
+    """Binary to string, decoding invalid UTF-8 with replacement characters as Java does."""
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array(
+            [None if b is None else b.decode("utf-8", "replace") for b in raw.to_pylist()],
+            pa.string(),
+        )
+
+
+def properties_column(raw: pa.Array) -> pa.Array:
+    """:func:`parse_properties` for a binary column of raw properties: a map column.
+
+    The same rules, applied to all rows at once: entries split on 0x02, the name ends at the
+    entry's first 0x01, entries with an empty name or value are dropped and a later duplicate
+    name wins. Splitting the bytes before decoding equals decoding first, because 0x01 and 0x02
+    never belong to a multi-byte UTF-8 sequence.
+    """
+    entries = pc.split_pattern(raw, pattern=PROPERTY_SEPARATOR.encode())
+    rows = pc.list_parent_indices(entries).to_numpy()
+    pairs = pc.split_pattern(
+        pc.list_flatten(entries), pattern=NAME_VALUE_SEPARATOR.encode(), max_splits=1
+    )
+    bounds = pairs.offsets.to_numpy()
+    first = bounds[:-1]
+    names = pairs.values.take(pa.array(first))
+    # An entry without 0x01 has no value; it is dropped like an empty one.
+    values = pairs.values.take(pa.array(first + 1, mask=np.diff(bounds) != 2))
+    keep = pc.and_kleene(
+        pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0)
+    )
+    valid = pc.fill_null(keep, False)
+    names, values, rows = (
+        names.filter(valid),
+        values.filter(valid),
+        rows[valid.to_numpy(zero_copy_only=False)],
+    )
+    last = _last_of_each_name(names, rows)
+    rows = rows[last]
+    mask = pa.array(last)
+    offsets = np.zeros(len(raw) + 1, np.int32)
+    np.cumsum(np.bincount(rows, minlength=len(raw)), out=offsets[1:])
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        utf8_column(names.filter(mask)),
+        utf8_column(values.filter(mask)),
+        type=PROPERTIES_TYPE,
+    )
+
+
+def _last_of_each_name(names: pa.Array, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """False for an entry whose name comes again later in the same row (the later one wins).
+
+    Writers never repeat a name, so rows are only inspected one by one where the cheap test
+    (distinct names per row fewer than entries per row) says a repeat exists.
+    """
+    keep = np.ones(len(names), np.bool_)
+    if not len(names):
+        return keep
+    encoded = pc.dictionary_encode(names)
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    starts = np.flatnonzero(np.diff(rows, prepend=-1))  # rows come in order, entries together
+    total = np.diff(starts, append=len(rows))
+    if len(encoded.dictionary) <= 64:
+        seen_bits = np.bitwise_or.reduceat(
+            np.left_shift(np.uint64(1), codes.astype(np.uint64)), starts
+        )
+        distinct = np.unpackbits(seen_bits.view(np.uint8)).reshape(-1, 64).sum(axis=1)
+    else:
+        pairs = np.unique(rows * len(encoded.dictionary) + codes) // len(encoded.dictionary)
+        distinct = np.bincount(pairs, minlength=int(rows.max()) + 1)[rows[starts]]
+    for first, count in zip(starts[distinct < total], total[distinct < total], strict=True):
+        at = np.arange(first, first + count)
+        seen: set[int] = set()
+        for i in at[::-1]:
+            keep[i] = int(codes[i]) not in seen
+            seen.add(int(codes[i]))
+    return keep
+
+
+def keys_column(keys: pa.Array) -> pa.Array:
+    """:func:`split_keys` for a string column (null for a message without KEYS)."""
+    pieces = pc.split_pattern(pc.fill_null(keys, ""), pattern=KEY_SEPARATOR)
+    rows = pc.list_parent_indices(pieces).to_numpy()
+    flat = pc.list_flatten(pieces)
+    mask = pc.greater(pc.binary_length(flat), 0)
+    rows = rows[mask.to_numpy(zero_copy_only=False)]
+    offsets = np.zeros(len(keys) + 1, np.int32)
+    np.cumsum(np.bincount(rows, minlength=len(keys)), out=offsets[1:])
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), flat.filter(mask), type=KEYS_TYPE
+    )
+
+
+def host_text_column(ip: pa.Array, port: pa.Array) -> pa.Array:
+    """``str(HostAddress)`` for a column of raw addresses (binary) and ports (int32).
+
+    A store holds few distinct addresses, so each is formatted once and the text is taken per row.
+    """
+    encoded = pc.dictionary_encode(ip)
+    texts = pa.array(
+        [HostAddress(raw, 0).host_text for raw in encoded.dictionary.to_pylist()], pa.string()
+    )
+    return pc.binary_join_element_wise(texts.take(encoded.indices), pc.cast(port, pa.string()), ":")
+
+
+def offset_msg_id_column(
+    ip: pa.Array, port: npt.NDArray[np.int64], physical_offset: npt.NDArray[np.int64]
+) -> pa.Array:
+    """:func:`encode_offset_msg_id` for whole columns: raw store addresses (binary, 4 or 16
+    bytes), ports and PHYSICALOFFSET fields in, a string column of offsetMsgIds out."""
+    n = len(ip)
+    offsets = np.frombuffer(ip.buffers()[1], np.int32)[ip.offset : ip.offset + n + 1]
+    data = np.frombuffer(ip.buffers()[2] or b"", np.uint8)
+    widths = np.diff(offsets).astype(np.int64)
+    if np.any((widths != 4) & (widths != 16)):
+        raise ValueError("store host addresses must be 4 or 16 bytes")
+    text_offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(2 * (widths + 12), out=text_offsets[1:])
+    text = np.empty(int(text_offsets[-1]), np.uint8)
+    for width in (4, 16):
+        rows = np.flatnonzero(widths == width)
+        raw = np.empty((rows.size, width + 12), np.uint8)
+        raw[:, :width] = data[offsets[rows, None] + np.arange(width)]
+        raw[:, width : width + 4] = port[rows].astype(">i4").view(np.uint8).reshape(-1, 4)
+        raw[:, width + 4 :] = physical_offset[rows].astype(">i8").view(np.uint8).reshape(-1, 8)
+        text[text_offsets[rows, None] + np.arange(2 * (width + 12))] = _HEX_PAIRS[raw].reshape(
+            rows.size, 2 * (width + 12)
+        )
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(text_offsets), pa.py_buffer(text)]
+    )

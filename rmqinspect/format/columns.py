@@ -323,6 +323,9 @@ class RecordColumns:
         """Record ``i`` as the :class:`~rmqinspect.format.commitlog.MessageRecord`
         ``check_message`` builds (``with_body`` is its ``read_body``)."""
         properties_raw = self.properties_raw(i) if self.properties_length[i] > 0 else b""
+        properties = self.properties(i)
+        position, size = int(self.positions[i]), int(self.sizes[i])
+        prop_crc = cl.record_prop_crc(self.buf, position, size, properties) if with_body else None
         return cl.MessageRecord(
             position=self.file_start + int(self.positions[i]),
             store_size=int(self.sizes[i]),
@@ -343,7 +346,8 @@ class RecordColumns:
             body=self.body(i) if with_body else None,
             topic=self.topic(i),
             properties_raw=properties_raw,
-            properties=self.properties(i),
+            properties=properties,
+            prop_crc=prop_crc,
         )
 
     def records(

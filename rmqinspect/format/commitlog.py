@@ -15,6 +15,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
@@ -23,6 +24,9 @@ from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.javamath import java_parse_int, java_split, wrap64
 from rmqinspect.format.profile import Profile
+
+if TYPE_CHECKING:
+    from rmqinspect.format.dledger import EntryHeader
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, topic length is an i8
 MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, topic length is an i16 (5.1.0+)
@@ -141,6 +145,19 @@ _TRANSACTION_NAMES = {
 _COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 
 
+def transaction_name(sys_flag: int) -> str:
+    """not, prepared, commit or rollback: the transaction type bits of ``sys_flag``."""
+    return _TRANSACTION_NAMES[sys_flag & TRANSACTION_TYPE_MASK]
+
+
+def compression_name(sys_flag: int) -> str | None:
+    """Body compression named by ``sys_flag``, or None when the body is stored as sent."""
+    if not sys_flag & COMPRESSED_FLAG:
+        return None
+    kind = (sys_flag & COMPRESSION_TYPE_MASK) >> 8
+    return _COMPRESSION_NAMES.get(kind, f"unknown({kind})")
+
+
 def body_crc(data: bytes | bytearray | memoryview) -> int:
     """``UtilAll.crc32``: zlib CRC-32 masked to 31 bits."""
     return masked_crc32(data)
@@ -235,6 +252,8 @@ class MessageRecord:
     topic: str
     properties_raw: bytes
     properties: dict[str, str] = field(default_factory=dict)
+    prop_crc: PropCrc | None = None  # 5.2+ __CRC32# property; read with the body
+    entry: EntryHeader | None = None  # the DLedger entry holding the record, in a DLedger store
 
     @property
     def version(self) -> str:
@@ -258,15 +277,11 @@ class MessageRecord:
 
     @property
     def transaction_name(self) -> str:
-        return _TRANSACTION_NAMES[self.transaction_type]
+        return transaction_name(self.sys_flag)
 
     @property
     def compression(self) -> str | None:
-        """Body compression named by sysFlag, or None when the body is stored as sent."""
-        if not self.sys_flag & COMPRESSED_FLAG:
-            return None
-        kind = (self.sys_flag & COMPRESSION_TYPE_MASK) >> 8
-        return _COMPRESSION_NAMES.get(kind, f"unknown({kind})")
+        return compression_name(self.sys_flag)
 
     @property
     def body_crc_ok(self) -> bool | None:
@@ -307,6 +322,16 @@ class CheckReason(StrEnum):
     PROP_CRC_MISSING = "prop_crc_missing"
     PROP_CRC_MISMATCH = "prop_crc_mismatch"
     DUP_INFO_INVALID = "dup_info_invalid"
+    # A DLedger entry header that ends DLedger's own walk (dledger-store-format.md §7); the
+    # message inside is not looked at. See rmqinspect.format.dledger.
+    END_OF_DATA = "end_of_data"
+    POS_FIELD_MISMATCH = "pos_field_mismatch"
+    BODY_SIZE_MISMATCH = "body_size_mismatch"
+    BAD_ENTRY_MAGIC = "bad_entry_magic"
+    INDEX_NOT_CONSECUTIVE = "index_not_consecutive"
+    TERM_DECREASED = "term_decreased"
+    SIZE_TOO_SMALL = "size_too_small"
+    BEYOND_FILE_END = "beyond_file_end"
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,18 +489,17 @@ def check_message(
         dup = rec.properties.get(props.DUP_INFO)
         return _failed(total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec)
     if opts.check_crc and opts.force_verify_prop_crc:
-        stored_text = rec.properties.get(props.CRC32)
-        if stored_text is None:
+        crc = rec.prop_crc or record_prop_crc(buf, pos, total_size, rec.properties)
+        if crc is None:
             return _failed(
                 total_size, magic, CheckReason.PROP_CRC_MISSING, "no __CRC32# property", rec
             )
-        prop_crc = prop_crc_computed(buf, pos, total_size)
-        if prop_crc is None or decode_prop_crc_digits(stored_text) != prop_crc:
+        if not crc.match:
             return _failed(
                 total_size,
                 magic,
                 CheckReason.PROP_CRC_MISMATCH,
-                f"__CRC32# {stored_text!r}, computed {prop_crc}",
+                f"__CRC32# {crc.raw!r}, computed {crc.computed}",
                 rec,
             )
     expected = parsed.expected_length
@@ -618,6 +642,8 @@ def _parse(
             at = r.take(properties_length, "properties")
             rec.properties_raw = bytes(buf[at : at + properties_length])
             rec.properties = props.parse_properties(rec.properties_raw.decode("utf-8", "replace"))
+            if read_body:
+                rec.prop_crc = record_prop_crc(buf, pos, total_size, rec.properties)
     except _Stop as stop:
         parsed.tail_stop = str(stop)
     return parsed
@@ -680,15 +706,27 @@ def prop_crc_computed(buf: bytes | memoryview, pos: int, total_size: int) -> int
 
 @dataclass(frozen=True, slots=True)
 class PropCrc:
-    """The ``__CRC32#`` tail of a record, read from the record's last 20 bytes."""
+    """A record's ``__CRC32#`` property: its digits, the value they give (None when they are
+    not digits) and the CRC the record's bytes give (None when the record does not fit)."""
 
     raw: str
     stored: int | None
-    computed: int
+    computed: int | None
 
     @property
     def match(self) -> bool:
-        return self.stored == self.computed
+        return self.stored is not None and self.stored == self.computed
+
+
+def record_prop_crc(
+    buf: bytes | memoryview, pos: int, total_size: int, properties: Mapping[str, str]
+) -> PropCrc | None:
+    """The property CRC as ``forceVerifyPropCRC`` checks it: the ``__CRC32#`` property's digits
+    against the CRC of the record minus its 20-byte tail; None without the property."""
+    raw = properties.get(props.CRC32)
+    if raw is None:
+        return None
+    return PropCrc(raw, decode_prop_crc_digits(raw), prop_crc_computed(buf, pos, total_size))
 
 
 CRC_TAIL_PREFIX = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()

@@ -20,10 +20,13 @@ class HostAddress:
     def ip_text(self) -> str:
         return str(ipaddress.ip_address(self.ip))
 
+    @property
+    def host_text(self) -> str:
+        """The address part of ``str()``: IPv6 in brackets, so the port stays unambiguous."""
+        return f"[{self.ip_text}]" if self.is_v6 else self.ip_text
+
     def __str__(self) -> str:
-        if self.is_v6:
-            return f"[{self.ip_text}]:{self.port}"
-        return f"{self.ip_text}:{self.port}"
+        return f"{self.host_text}:{self.port}"
 
     def encode(self) -> bytes:
         return self.ip + struct.pack(">i", self.port)

@@ -45,14 +45,22 @@ def java_parse_int(text: str) -> int | None:
     """``Integer.parseInt``: optional sign, decimal digits (Java's ``Character.digit`` accepts
     every Unicode decimal digit, as ``str.isdecimal`` does), 32-bit range; None where Java
     throws."""
+    value = java_parse_long(text)
+    if value is None or not INT_MIN <= value <= INT_MAX:
+        return None
+    return value
+
+
+def java_parse_long(text: str) -> int | None:
+    """``Long.parseLong`` (and ``Long.valueOf``): as :func:`java_parse_int`, 64-bit range."""
     body = text[1:] if text[:1] in ("+", "-") else text
     if not body or not body.isdecimal():
         return None
     digits = "".join(str(unicodedata.decimal(c)) for c in body).lstrip("0") or "0"
-    if len(digits) > 10:
-        return None  # past the int range (and far from Python's limit on digit strings)
+    if len(digits) > 19:
+        return None  # past the long range (and far from Python's limit on digit strings)
     value = -int(digits) if text[0] == "-" else int(digits)
-    if not INT_MIN <= value <= INT_MAX:
+    if not LONG_MIN <= value <= LONG_MAX:
         return None
     return value
 

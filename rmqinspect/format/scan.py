@@ -27,6 +27,7 @@ from rmqinspect.format import properties as props
 from rmqinspect.format.columns import (
     RUN_RECORDS,
     Buffer,
+    Mask,
     RecordColumns,
     WalkStop,
     first_false,
@@ -121,30 +122,36 @@ _SEPARATOR = ord(props.PROPERTY_SEPARATOR)
 
 
 def _certain(cols: RecordColumns, opts: cl.CheckOptions) -> int:
-    """How many leading records of ``cols`` ``check_message`` certainly accepts, each with
+    """How many leading records of ``cols`` ``check_message`` certainly accepts."""
+    return first_false(certain_mask(cols, opts))
+
+
+def certain_mask(cols: RecordColumns, opts: cl.CheckOptions) -> Mask:
+    """Which records of ``cols`` ``check_message`` certainly accepts, each with
     ``(TOTALSIZE, true)``: well formed (so the 5.3 bounds checks and every scratch-buffer fit
-    pass too), and passing each check ``opts`` enables."""
-    k = first_false(cols.well_formed)
-    if not k:
-        return 0
+    pass too), and passing each check ``opts`` enables. False also where unsure: then
+    ``check_message`` decides."""
+    ok = cols.well_formed.copy()
     if opts.check_dup_info:
-        k = next((i for i in range(k) if not cl.dup_info_valid(cols.properties(i))), k)
-    k = _schedule_ok(cols, k)
+        for i in np.flatnonzero(ok).tolist():
+            ok[i] = cl.dup_info_valid(cols.properties(i))
+    _schedule_ok(cols, ok)
     if opts.check_crc and opts.force_verify_prop_crc:
-        k = _prop_crc_ok(cols, k)
-    elif opts.check_crc and opts.read_body and k:
-        first = cols.select(slice(0, k))
-        k = first_false(first.body_crcs() == first.body_crc)
-    return k
+        _prop_crc_ok(cols, ok)
+    elif opts.check_crc and opts.read_body and ok.any():
+        rows = np.flatnonzero(ok)
+        chosen = cols.select(rows)
+        ok[rows] = chosen.body_crcs() == chosen.body_crc
+    return ok
 
 
-def _schedule_ok(cols: RecordColumns, k: int) -> int:
-    """Cut at the first schedule-topic record whose DELAY makes the check fail."""
+def _schedule_ok(cols: RecordColumns, ok: Mask) -> None:
+    """Clear ``ok`` for schedule-topic records whose DELAY makes the check fail (or may)."""
     data = np.frombuffer(cols.buf, np.uint8)
     n = len(_SCHEDULE)
-    cand = np.flatnonzero((cols.topic_length[:k] == n) & (cols.properties_length[:k] > 0))
+    cand = np.flatnonzero(ok & (cols.topic_length == n) & (cols.properties_length > 0))
     if not len(cand):
-        return k
+        return
     rows = windows(data, cols.topic_at[cand], n)
     schedule = cand[(rows == _SCHEDULE).all(axis=1)]
     starts = cols.properties_at[schedule]
@@ -152,8 +159,7 @@ def _schedule_ok(cols: RecordColumns, k: int) -> int:
     buf = cols.buf
     for i, a, b in zip(schedule.tolist(), starts.tolist(), ends, strict=True):
         if not _delay_parses(bytes(buf[a:b])):
-            return int(i)
-    return k
+            ok[i] = False
 
 
 _DELAY_ENTRY = (props.DELAY + props.NAME_VALUE_SEPARATOR).encode()
@@ -176,29 +182,34 @@ def _delay_parses(raw: bytes) -> bool:
     return _SURE_INT.match(value) is not None
 
 
-def _prop_crc_ok(cols: RecordColumns, k: int) -> int:
-    """Cut at the first record whose properties do not end in the canonical ``__CRC32#`` entry
+def _prop_crc_ok(cols: RecordColumns, ok: Mask) -> None:
+    """Clear ``ok`` for records whose properties do not end in the canonical ``__CRC32#`` entry
     (preceded by a separator or alone) holding the CRC of the record without its 20-byte tail.
     Anything else may still pass ``check_message`` (it parses the properties): it decides."""
+    rows = np.flatnonzero(ok)
+    if not len(rows):
+        return
     data = np.frombuffer(cols.buf, np.uint8)
-    p, ends = cols.positions[:k], cols.ends[:k]
+    p, ends = cols.positions[rows], cols.ends[rows]
     tail_at = ends - cl.CRC32_RESERVED_LEN
-    plen = cols.properties_length[:k]
-    ok = plen >= cl.CRC32_RESERVED_LEN
-    tail = data[np.where(ok, tail_at, p)[:, None] + np.arange(cl.CRC32_RESERVED_LEN)]
-    ok &= (tail[:, : len(_CRC_TAIL)] == np.frombuffer(_CRC_TAIL, np.uint8)).all(axis=1)
+    plen = cols.properties_length[rows]
+    good = plen >= cl.CRC32_RESERVED_LEN
+    tail = data[np.where(good, tail_at, p)[:, None] + np.arange(cl.CRC32_RESERVED_LEN)]
+    good &= (tail[:, : len(_CRC_TAIL)] == np.frombuffer(_CRC_TAIL, np.uint8)).all(axis=1)
     digits = tail[:, len(_CRC_TAIL) : len(_CRC_TAIL) + _DIGITS].astype(np.int64) - ord("0")
-    ok &= ((digits >= 0) & (digits <= 9)).all(axis=1) & (tail[:, -1] == _SEPARATOR)
+    good &= ((digits >= 0) & (digits <= 9)).all(axis=1) & (tail[:, -1] == _SEPARATOR)
     before = data[np.maximum(tail_at - 1, 0)]
-    ok &= (plen == cl.CRC32_RESERVED_LEN) | (before == _SEPARATOR)
-    k = first_false(ok)
+    good &= (plen == cl.CRC32_RESERVED_LEN) | (before == _SEPARATOR)
     # The digits are written least significant first.
-    stored = digits[:k] @ (10 ** np.arange(_DIGITS, dtype=np.int64))
+    stored = digits @ (10 ** np.arange(_DIGITS, dtype=np.int64))
     buf = cols.buf
+    checked = np.flatnonzero(good)
     computed = [
-        masked_crc32(buf[a:b]) for a, b in zip(p[:k].tolist(), tail_at[:k].tolist(), strict=True)
+        masked_crc32(buf[a:b])
+        for a, b in zip(p[checked].tolist(), tail_at[checked].tolist(), strict=True)
     ]
-    return first_false(stored == np.array(computed, np.int64))
+    good[checked] = stored[checked] == np.array(computed, np.int64)
+    ok[rows] = good
 
 
 # --- past damage ---------------------------------------------------------------------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,6 +10,7 @@ from rich.table import Table
 from rmqinspect.analysis.indexes import IndexEntryRow, IndexFileReport
 from rmqinspect.render.output import (
     OutputFormat,
+    print_json,
     print_json_with_array,
     print_jsonl,
     print_plain_jsonl,
@@ -75,7 +74,7 @@ def render_index(
     if fmt is OutputFormat.JSON:
         head = {"files": [index_report_json(r) for r in reports]}
         if entries is None:
-            sys.stdout.write(json.dumps(head, ensure_ascii=False) + "\n")
+            print_json(head)
         else:
             print_json_with_array(head, "entries", (entry_json(e) for e in entries))
         return

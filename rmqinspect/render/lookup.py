@@ -71,8 +71,6 @@ def render_lookup(result: LookupResult, fmt: OutputFormat, body: BodyFormat) -> 
     if not result.found:
         hint = "; run again with --scan to walk the whole commitlog" if result.suggest_scan else ""
         print(f"rmqinspect: nothing found{hint}", file=sys.stderr)
-    if result.truncated:
-        warn("more messages match: raise --limit to see them")
     if fmt is OutputFormat.JSON:
         print_json(lookup_json(result, body))
         return

@@ -71,6 +71,8 @@ def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> d
         "flag": record.flag,
         "body_crc": record.body_crc,
         "body_crc_ok": record.body_crc_ok,
+        "prop_crc": None if record.prop_crc is None else record.prop_crc.stored,
+        "prop_crc_ok": None if record.prop_crc is None else record.prop_crc.match,
         "born_timestamp": record.born_timestamp,
         "born_time": iso_ms(record.born_timestamp),
         "born_host": str(record.born_host),
@@ -92,6 +94,11 @@ def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> d
     if record.physical_offset != record.position:
         # The PHYSICALOFFSET field disagrees with where the record sits: worth seeing.
         out["physical_offset_field"] = record.physical_offset
+    if record.entry is not None:
+        # A DLedger store: the Raft log entry that holds the record (at physical offset - 48).
+        out["entry_index"] = record.entry.index
+        out["entry_term"] = record.entry.term
+        out["entry_position"] = record.entry.pos
     return out
 
 
@@ -149,8 +156,15 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
         ("keys", " ".join(record.keys)),
         ("body crc", f"{record.body_crc} ({crc})"),
     ]
+    if record.prop_crc is not None:
+        p = record.prop_crc
+        verdict = "ok" if p.match else f"MISMATCH: the record gives {p.computed}"
+        rows.append(("property crc (__CRC32#)", f"{p.raw} ({verdict})"))
     if record.physical_offset != record.position:
         rows.append(("PHYSICALOFFSET field", f"{record.physical_offset} (differs!)"))
+    if record.entry is not None:
+        e = record.entry
+        rows.append(("DLedger entry", f"index {e.index}, term {e.term}, at {e.pos} ({e.size} B)"))
     if record.compression:
         rows.append(("compression", record.compression))
     for k, v in sorted(record.properties.items()):

@@ -43,19 +43,25 @@ def resolve_format(requested: OutputFormat | None) -> OutputFormat:
     return OutputFormat.TABLE if sys.stdout.isatty() else OutputFormat.JSON
 
 
-class _StoreTextConsole(Console):
-    """A console that shows every string it renders (cells, titles, captions) with control
-    characters escaped: store data must not drive the terminal (an ESC sequence in a topic
-    name) or split a row. JSON output is exact and escapes them by itself."""
+class _StdoutConsole(Console):
+    """The console of stdout. It shows every string it renders (cells, titles, captions) with
+    control characters escaped: store data must not drive the terminal (an ESC sequence in a
+    topic name) or split a row; JSON output is exact and escapes them by itself."""
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         return super().render_str(printable(text), **kwargs)
+
+    def on_broken_pipe(self) -> None:
+        # rich exits 1 here, which the exit codes reserve for findings; the reader going away
+        # (``| head``) is handled, for every format alike, by the CLI's error handler.
+        self.quiet = True
+        raise BrokenPipeError
 
 
 def stdout_console() -> Console:
     # No markup: cells and titles hold store data (keys, tags, bodies, topic names), and a
     # "[...]" there is text to show, not a style to apply or a tag that fails to close.
-    return _StoreTextConsole(soft_wrap=False, highlight=False, markup=False)
+    return _StdoutConsole(soft_wrap=False, highlight=False, markup=False)
 
 
 def stderr_console() -> Console:
@@ -71,6 +77,8 @@ def to_jsonable(value: Any) -> Any:
     """Plain JSON types from dataclasses, enums, paths, bytes (base64) and mappings."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Flag):
+        return [(m.name or "").lower() for m in value]  # the members set, by name
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, Path):
@@ -118,16 +126,17 @@ def print_plain_jsonl(rows: Iterable[dict[str, Any]]) -> int:
     return n
 
 
-def _write_json_array(rows: Iterable[dict[str, Any]]) -> int:
-    """A JSON array written element by element (a scan can be far larger than memory)."""
+def _write_json_array(rows: Iterable[dict[str, Any]], indent: str = "") -> int:
+    """A JSON array written element by element, one compact element per line (a scan can be far
+    larger than memory); ``indent`` is the array's own indentation."""
     n = 0
     write = sys.stdout.write
     write("[")
     for row in rows:
-        write(",\n  " if n else "\n  ")
+        write(f",\n{indent}  " if n else f"\n{indent}  ")
         write(json.dumps(row, ensure_ascii=False))
         n += 1
-    write("\n]" if n else "]")
+    write(f"\n{indent}]" if n else "]")
     return n
 
 
@@ -139,12 +148,13 @@ def print_json_array(rows: Iterable[dict[str, Any]]) -> int:
 
 
 def print_json_with_array(head: dict[str, Any], key: str, rows: Iterable[dict[str, Any]]) -> int:
-    """The JSON object ``head`` with one more member, ``key``: a streamed array of plain rows
-    (the head is small, the array may not be); returns the row count."""
-    text = json.dumps(head | {key: []}, ensure_ascii=False)
-    sys.stdout.write(text.removesuffix("[]}"))
-    n = _write_json_array(rows)
-    sys.stdout.write("}\n")
+    """The JSON object ``head``, pretty-printed like every JSON document, with one more member,
+    ``key``: a streamed array of plain rows (the head is small, the array may not be); returns
+    the row count."""
+    text = json.dumps(head | {key: None}, indent=2, ensure_ascii=False)
+    sys.stdout.write(text.removesuffix("null\n}"))
+    n = _write_json_array(rows, "  ")
+    sys.stdout.write("\n}\n")
     return n
 
 
@@ -169,8 +179,20 @@ def print_table_batches(rows: Iterable[T], table: Callable[[list[T], bool], Tabl
     return count
 
 
+# Progress bars on the terminal now. A table printed under a live bar would be written between
+# the bar's redraws and leave a stale copy of it ("10%") among its rows, so printing pauses them.
+_LIVE_BARS: list[Progress] = []
+
+
 def print_table(table: Table) -> None:
-    stdout_console().print(table)
+    paused = list(_LIVE_BARS)
+    for bar in paused:
+        bar.stop()  # transient: the bar is erased and the cursor put back where it began
+    try:
+        stdout_console().print(table)
+    finally:
+        for bar in paused:
+            bar.start()
 
 
 def key_value_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
@@ -201,4 +223,8 @@ def progress_bar(total: int, description: str, enabled: bool) -> Iterator[Any]:
     )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
+        _LIVE_BARS.append(bar)
+        try:
+            yield lambda n: bar.advance(task, n)
+        finally:
+            _LIVE_BARS.remove(bar)

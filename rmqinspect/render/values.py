@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-_MIN_MS = -62135596800000  # 0001-01-01T00:00:00Z, datetime's lower bound
-_MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
+MIN_ISO_MS = -62135596800000  # 0001-01-01T00:00:00Z, datetime's lower bound
+MAX_ISO_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
 
 
 def iso_ms(ms: int | None) -> str | None:
     """An epoch-millisecond value as ISO 8601 UTC with milliseconds; None when out of range."""
-    if ms is None or not _MIN_MS <= ms <= _MAX_MS:
+    if ms is None or not MIN_ISO_MS <= ms <= MAX_ISO_MS:
         return None
     # Whole seconds as an int (no float rounding); isoformat pads years before 1000 to four
     # digits, where strftime("%Y") does not on Linux.

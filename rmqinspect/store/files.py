@@ -389,6 +389,32 @@ def list_family(
 # --- reading ------------------------------------------------------------------------------------
 
 
+def read_range(file: StoreFile, start: int, length: int) -> bytes:
+    """``length`` bytes at ``start`` (fewer at the end of the file), read with ``pread``.
+
+    For streaming a large file once: pages touched through a mapping stay in the process's
+    resident set until it is unmapped, bytes read this way are gone once dropped.
+    """
+    parts: list[bytes] = []
+    try:
+        fd = open_regular(file.path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise StoreError("vanished since the store was listed", str(file.path)) from None
+    try:
+        # pread allocates what it is asked for: ask no more than the file holds.
+        length = min(length, max(0, os.fstat(fd).st_size - start))
+        while length > 0:
+            part = os.pread(fd, min(length, 1 << 30), start)
+            if not part:
+                break
+            parts.append(part)
+            start += len(part)
+            length -= len(part)
+    finally:
+        os.close(fd)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def _snapshot(fd: int, size: int) -> tuple[mmap.mmap, int]:
     """A private copy of the file in anonymous memory (holes stay untouched zero pages) and
     where its data ends."""
@@ -438,6 +464,16 @@ class MappedFiles:
         if m is None:
             return b""
         return m[start : start + length]
+
+    def release(self, file: StoreFile, start: int, end: int) -> None:
+        """Drop this process's pages of ``[start, end)`` of a mapped file (rounded inward to
+        whole pages): a long walk keeps only what it still reads mapped, so its memory stays
+        flat however large the files (the data stays in the page cache)."""
+        m = self._maps.get(file.path)
+        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+        last = min(end, file.length) // mmap.PAGESIZE * mmap.PAGESIZE
+        if m is not None and last > first and hasattr(m, "madvise"):
+            m.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def read_padded(self, file: StoreFile | None, start: int, length: int) -> bytes:
         """``length`` bytes at ``start`` as the broker's full-size mapping shows them: zeros past

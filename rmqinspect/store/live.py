@@ -21,7 +21,6 @@ from rmqinspect.errors import StoreError
 from rmqinspect.store.files import open_regular
 
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux
-_WATCHED = ("commitlog", "checkpoint", "abort", "index")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,20 +31,20 @@ class Fingerprint:
     entries: dict[str, tuple[int, int, int]]
 
     @classmethod
-    def take(cls, root: Path) -> Fingerprint:
+    def take(cls, root: Path, commitlog: Path) -> Fingerprint:
+        """``commitlog``: the directory of the log's files (``commitlog/``, or DLedger's data)."""
         entries: dict[str, tuple[int, int, int]] = {}
-        for name in _WATCHED:
-            path = root / name
-            for p in _children(path) if name in ("commitlog", "index") else [path]:
-                try:
-                    st = os.lstat(p)
-                except OSError:
-                    continue
-                entries[str(p.relative_to(root))] = (
-                    stat.S_IFMT(st.st_mode),
-                    st.st_size,
-                    st.st_mtime_ns,
-                )
+        paths = [*_children(commitlog), *_children(root / "index")]
+        for p in (*paths, root / "checkpoint", root / "abort"):
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            entries[str(p.relative_to(root))] = (
+                stat.S_IFMT(st.st_mode),
+                st.st_size,
+                st.st_mtime_ns,
+            )
         return cls(entries)
 
     def changed(self, later: Fingerprint) -> list[str]:
@@ -78,13 +77,15 @@ def lock_holder(path: Path) -> int | None:
     return None if kind == fcntl.F_UNLCK else pid
 
 
-def live_evidence(root: Path, opened: Fingerprint, holder: int | None) -> str | None:
+def live_evidence(
+    root: Path, commitlog: Path, opened: Fingerprint, holder: int | None
+) -> str | None:
     """One sentence saying why the store looked live while it was read, or None."""
     why = []
     if holder is not None:
         who = f"process {holder}" if holder > 0 else "a process"
         why.append(f"{who} holds the broker's lock")
-    changed = opened.changed(Fingerprint.take(root))
+    changed = opened.changed(Fingerprint.take(root, commitlog))
     if changed:
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         shown = ", ".join(changed[:3]) + more

@@ -7,6 +7,7 @@ detects the version profile. It never opens anything for writing.
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import stat
@@ -18,6 +19,7 @@ from types import TracebackType
 
 from rmqinspect.errors import DecodeError, LiveStoreWarning, StoreError
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.checkpoint import CHECKPOINT_READ_LIMIT
 from rmqinspect.format.columns import RUN_RECORDS
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
@@ -32,6 +34,7 @@ from rmqinspect.format.markers import (
 from rmqinspect.format.names import is_index_name, parse_offset_name
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import CheckedRun, FileEvent, scan_file
+from rmqinspect.store.dledger import DLedgerStore, dledger_homes
 from rmqinspect.store.files import (
     FileQueue,
     LayoutProblem,
@@ -58,13 +61,54 @@ class StoreOptions:
     profile: Profile | None = None
 
 
+class StorePart(enum.Flag):
+    """What an answer is read from. A command refuses a store (see :meth:`Store.refusal`) when
+    a layout there takes over a part its answer reads."""
+
+    COMMITLOG = enum.auto()
+    CONSUME_QUEUES = enum.auto()
+    INDEX = enum.auto()
+    RESTART = enum.auto()  # the restart emulation, which reads every part
+    EXPORT = enum.auto()  # the Parquet export's own record reader (export/records.py)
+
+
+ALL_PARTS = StorePart.COMMITLOG | StorePart.CONSUME_QUEUES | StorePart.INDEX | StorePart.RESTART
+
+
 @dataclass(frozen=True, slots=True)
 class UnsupportedLayout:
-    """A layout rmqinspect recognises but does not decode yet."""
+    """A layout rmqinspect recognises but does not decode yet, and the parts whose answers it
+    makes wrong (none: it keeps its own files beside ones that are read correctly)."""
 
-    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger
+    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger_mixed,
+    # dledger_homes
     path: str
     note: str
+    takes_over: StorePart
+
+
+# The one table of refusals: per layout, its name in a sentence and the parts it takes over.
+# Supporting a layout means emptying its parts; nothing else refuses.
+#  - DLedger itself is read (store/dledger.py) by every command but the export, whose record
+#    reader walks bare records. A plain commitlog beside DLedger data (a store switched over:
+#    reads below the divide go to the old log) and several DLedger homes (which one is the
+#    node's is not on disk) are not read: every part depends on which log answers.
+#  - RocksDB consume queue, BatchConsumeQueue: the queues of (some) topics are not in
+#    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
+#  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
+#    index; what is read from those is right, and the restart of those is unchanged.
+_LAYOUTS: dict[str, tuple[str, StorePart]] = {
+    "dledger": ("DLedger", StorePart.EXPORT),
+    "dledger_mixed": ("a plain commitlog beside DLedger data", ALL_PARTS | StorePart.EXPORT),
+    "dledger_homes": ("several DLedger homes", ALL_PARTS | StorePart.EXPORT),
+    "rocksdb_consume_queue": (
+        "RocksDB consume queues",
+        StorePart.CONSUME_QUEUES | StorePart.RESTART,
+    ),
+    "batch_consume_queue": ("BatchConsumeQueue", StorePart.CONSUME_QUEUES | StorePart.RESTART),
+    "timer": ("the 5.x timer store", StorePart(0)),
+    "compaction": ("the compaction store", StorePart(0)),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +129,18 @@ class QueueId:
 
 @dataclass
 class Store:
-    """An opened store directory. Use as a context manager so maps are released."""
+    """An opened store directory. Use as a context manager so maps are released.
+
+    In a DLedger store (``enableDLegerCommitLog``) ``dledger`` is set and ``commitlog`` is its
+    data files: a record's physical offset is a position in them (its entry's + 48), so offsets
+    map to files as in a plain commitlog; walks go entry by entry."""
 
     root: Path
     options: StoreOptions
     commitlog: FileQueue
     queue_dirs: dict[QueueId, Path]
     index_files: list[StoreFile]
+    dledger: DLedgerStore | None = None
     problems: list[LayoutProblem] = field(default_factory=list)
     unsupported: list[UnsupportedLayout] = field(default_factory=list)
     maps: MappedFiles = field(default_factory=MappedFiles)
@@ -115,19 +164,24 @@ class Store:
         except OSError as err:
             raise StoreError(f"cannot list the store: {err.strerror or err}", str(path)) from None
         markers = ("commitlog", "consumequeue", "index", "checkpoint")
-        if not entries.intersection(markers) and not _dledger_dirs(path):
+        homes = dledger_homes(path)
+        if not entries.intersection(markers) and not homes:
             raise StoreError(
                 "not a RocketMQ store directory (none of commitlog/, consumequeue/, index/, "
                 "checkpoint found)",
                 str(path),
             )
-        commitlog = list_family(
+        plain = list_family(
             path / "commitlog",
             opts.commitlog_file_size,
             "commitlog",
             cl.DEFAULT_COMMITLOG_FILE_SIZE,
         )
-        problems = list(commitlog.problems)
+        ledger = DLedgerStore.open(homes[0], opts.commitlog_file_size) if len(homes) == 1 else None
+        # A plain commitlog beside DLedger data is a switched-over ("mixed") store: refused.
+        use_ledger = ledger is not None and (bool(ledger.data.files) or not plain.files)
+        commitlog = ledger.data if ledger is not None and use_ledger else plain
+        problems = list(plain.problems if not use_ledger or ledger is None else ledger.problems)
         queue_dirs = _discover_queues(path / "consumequeue", problems)
         index_files = _list_index(path / "index", problems)
         store = cls(
@@ -136,21 +190,24 @@ class Store:
             commitlog=commitlog,
             queue_dirs=queue_dirs,
             index_files=index_files,
+            dledger=ledger if use_ledger else None,
             problems=problems,
-            _opened=Fingerprint.take(path),
+            _opened=Fingerprint.take(path, commitlog.directory),
             _lock_holder=lock_holder(path / "lock"),
         )
         if commitlog.files:
             # The only file a live broker appends to: read once and kept (see MappedFiles).
             store.maps.snapshot_paths.add(commitlog.files[-1].path)
         store.problems.extend(_small_file_problems(path))
-        store.unsupported.extend(_detect_unsupported(path))
+        store.unsupported.extend(_detect_unsupported(path, plain, homes, ledger))
         return store
 
     def close(self) -> None:
         self.maps.close()
         if self._opened is not None:
-            evidence = live_evidence(self.root, self._opened, self._lock_holder)
+            evidence = live_evidence(
+                self.root, self.commitlog.directory, self._opened, self._lock_holder
+            )
             self._opened = None
             if evidence is not None:
                 warnings.warn(evidence, LiveStoreWarning, stacklevel=2)
@@ -165,6 +222,18 @@ class Store:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    # --- layouts rmqinspect does not read yet ------------------------------------------------
+
+    def refusal(self, command: str, reads: StorePart) -> str | None:
+        """Why ``command``, whose answer reads ``reads``, must not answer about this store (one
+        sentence), or None."""
+        for u in self.unsupported:
+            if u.takes_over & reads:
+                name = _LAYOUTS[u.kind][0]
+                where = Path(u.path).relative_to(self.root).as_posix()
+                return f"this store uses {name} ({where}/); `{command}` does not support it yet"
+        return None
 
     # --- small files -----------------------------------------------------------------------
 
@@ -285,11 +354,19 @@ class Store:
             pos = physical_offset - f.start
             if pos >= len(buf):
                 raise StoreError("offset is past the end of the file on disk", str(f.path), pos)
-            return cl.decode_message(buf, pos, f.start, with_body=with_body)
+            record = cl.decode_message(buf, pos, f.start, with_body=with_body)
         except DecodeError as err:
             raise StoreError.from_decode(err, str(f.path)) from None
         finally:
             buf.release()
+        return self.with_entry(record)
+
+    def with_entry(self, record: cl.MessageRecord) -> cl.MessageRecord:
+        """In a DLedger store, ``record`` with the entry that holds it (its header 48 bytes
+        before the record, when that header names its own position); unchanged otherwise."""
+        if self.dledger is not None and record.entry is None:
+            record.entry = self.dledger.message_entry(self.maps, record.position)
+        return record
 
     def scan(
         self,
@@ -303,7 +380,9 @@ class Store:
     ) -> Iterator[tuple[StoreFile, FileEvent]]:
         """Walk the commitlog from ``start`` (a record boundary; default the first file), file by
         file, as :func:`~rmqinspect.format.scan.scan_file` does: runs of checked records and the
-        damage skipped between them, each with its file.
+        damage skipped between them, each with its file. In a DLedger store the walk goes entry
+        by entry (:func:`~rmqinspect.format.dledger.scan_data_file`) from the entry whose record
+        is at ``start`` (or the entry at ``start``, or the next one).
 
         A BLANK moves to the next file, as the broker does. A failure ends its file and the walk
         resumes at the next one (forensics wants everything), unless ``resync`` finds the next
@@ -319,20 +398,42 @@ class Store:
             pos = start - f.start if start is not None and start > f.start else 0
             buf = self.view(f)
             try:
-                events = scan_file(
-                    buf,
-                    f.start,
-                    pos,
-                    opts,
-                    resync_damage=resync,
-                    own_offset=own_offset,
-                    max_records=max_records,
-                    data_end=self.maps.data_end(f),
-                )
+                if self.dledger is not None:
+                    events = dl.scan_data_file(
+                        buf,
+                        f.start,
+                        dl.entry_boundary(buf, pos, f.start),
+                        opts,
+                        resync_damage=resync,
+                        max_records=max_records,
+                        data_end=self.maps.data_end(f),
+                    )
+                else:
+                    events = scan_file(
+                        buf,
+                        f.start,
+                        pos,
+                        opts,
+                        resync_damage=resync,
+                        own_offset=own_offset,
+                        max_records=max_records,
+                        data_end=self.maps.data_end(f),
+                    )
                 for event in events:
                     yield f, event
             finally:
                 buf.release()
+
+    def first_records(
+        self, f: StoreFile, options: cl.CheckOptions, limit: int = 1
+    ) -> list[cl.MessageRecord]:
+        """Up to ``limit`` records from the start of commitlog file ``f`` that the check accepts
+        one after another (none when the file does not start with one), without bodies."""
+        for _, event in self.scan(f.start, options, files=[f], max_records=limit):
+            if isinstance(event, CheckedRun) and len(event):
+                return event.columns.records(range(len(event)), with_body=False)
+            break
+        return []
 
     # --- profile ---------------------------------------------------------------------------
 
@@ -342,9 +443,26 @@ class Store:
             self._profile = self._detect_profile()
         return self._profile
 
+    def profile_mismatch(self) -> str | None:
+        """When ``--profile`` was forced and the store shows another profile, says so."""
+        forced = self.options.profile
+        seen = self._looks_like() if forced is not None else None
+        if forced is None or seen is None or seen.profile is forced:
+            return None
+        return (
+            f"--profile {forced} is forced, but the store looks like {seen.profile} "
+            f"({'; '.join(seen.reasons)}); {forced}'s format and recovery rules apply"
+        )
+
     def _detect_profile(self) -> ProfileDetection:
         if self.options.profile is not None:
             return ProfileDetection(self.options.profile, True, ("given explicitly",))
+        return self._looks_like() or ProfileDetection(
+            Profile.V4_9, False, ("no 5.x files, fields or records found",)
+        )
+
+    def _looks_like(self) -> ProfileDetection | None:
+        """The profile the files show, or None when nothing on disk tells (4.9 by default)."""
         five: list[str] = []
         for marker, why in (
             ("abort.bak", "abort.bak exists (5.x writes the PID into abort)"),
@@ -379,18 +497,16 @@ class Store:
             return ProfileDetection(Profile.V5_1, False, tuple(five))
         if trailing:
             reason = "properties have no trailing 0x02 and no 5.x files or fields are present"
-        else:
-            reason = "no 5.x files, fields or records found"
-        return ProfileDetection(Profile.V4_9, False, (reason,))
+            return ProfileDetection(Profile.V4_9, False, (reason,))
+        return None
 
     def _sample_records(self, limit: int = 64) -> list[cl.MessageRecord]:
         """A few records from the start of the newest non-empty commitlog file."""
         opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=False)
         for f in reversed(self.commitlog.files):
-            for _, event in self.scan(f.start, opts, files=[f], max_records=limit):
-                if isinstance(event, CheckedRun) and len(event):
-                    return event.columns.records(range(len(event)), with_body=False)
-                break
+            found = self.first_records(f, opts, limit)
+            if found:
+                return found
         return []
 
 
@@ -476,18 +592,18 @@ def _small_file_problems(root: Path) -> list[LayoutProblem]:
     return problems
 
 
-def _dledger_dirs(root: Path) -> list[Path]:
-    return sorted(p for p in root.glob("dledger-*") if p.is_dir())
+def _unsupported(kind: str, path: Path, note: str) -> UnsupportedLayout:
+    return UnsupportedLayout(kind, str(path), note, _LAYOUTS[kind][1])
 
 
-def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
+def _detect_unsupported(
+    root: Path, plain: FileQueue, homes: list[Path], ledger: DLedgerStore | None
+) -> list[UnsupportedLayout]:
     found: list[UnsupportedLayout] = []
     bcq = root / "batchconsumequeue"
     if _has_entries(bcq):
         found.append(
-            UnsupportedLayout(
-                "batch_consume_queue", str(bcq), "BatchConsumeQueue (5.x) is not decoded yet"
-            )
+            _unsupported("batch_consume_queue", bcq, "BatchConsumeQueue (5.x) is not decoded yet")
         )
     cq = root / "consumequeue"
     if any(
@@ -495,25 +611,44 @@ def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
         for e in _entries(cq)
     ):
         found.append(
-            UnsupportedLayout(
+            _unsupported(
                 "rocksdb_consume_queue",
-                str(cq),
+                cq,
                 "RocksDB consume queue (storeType=defaultRocksDB) is not decoded yet",
             )
         )
     for name in ("timerwheel", "timerlog"):
         if (root / name).exists():
-            found.append(
-                UnsupportedLayout("timer", str(root / name), "5.x timer store is not decoded yet")
-            )
+            found.append(_unsupported("timer", root / name, "5.x timer store is not decoded yet"))
     log_dir = root / "compaction" / "compactionLog"
     if _has_entries(log_dir):
+        found.append(_unsupported("compaction", log_dir, "compaction store is not decoded yet"))
+    if len(homes) > 1:
         found.append(
-            UnsupportedLayout("compaction", str(log_dir), "compaction store is not decoded yet")
+            _unsupported(
+                "dledger_homes",
+                homes[1],
+                "several dledger-* directories (which one the broker's dLegerSelfId names is "
+                "not on disk): not decoded yet",
+            )
         )
-    for d in _dledger_dirs(root):
+    elif ledger is not None and ledger.data.files and plain.files:
         found.append(
-            UnsupportedLayout("dledger", str(d), "DLedger commitlog mode is not decoded yet")
+            _unsupported(
+                "dledger_mixed",
+                ledger.home,
+                "a plain commitlog beside DLedger data (a store switched to DLedger, "
+                "dledger-store-format.md §9) is not decoded yet",
+            )
+        )
+    elif ledger is not None:
+        found.append(
+            _unsupported(
+                "dledger",
+                ledger.home,
+                "a DLedger commitlog: every command reads it but export, whose record reader "
+                "does not walk entries yet",
+            )
         )
     return found
 

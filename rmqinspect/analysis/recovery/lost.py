@@ -10,18 +10,19 @@ resynchronising on the next intact record that names its own position.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.analysis.recovery.report import LostMessage, LostReport
+from rmqinspect.analysis.recovery.report import BadRecord, LostMessage, LostReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import I64, RecordColumns, decode_text
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.scan import Skipped, data_extent, scan_file
+from rmqinspect.format.scan import Skipped, data_extent
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId
@@ -56,10 +57,12 @@ class _Listing:
 @dataclass(frozen=True, slots=True)
 class Unserved:
     """Intact messages in the kept commitlog that no consume-queue unit serves after the
-    restart, per queue, and the queues with records but no consume queue at all."""
+    restart, per queue, and the queues with records but no consume queue at all; in a DLedger
+    store also the damage kept inside it (DLedger checks no record)."""
 
     per_queue: dict[QueueId, int]
     queues_without_consume_queue: list[QueueId]
+    kept_damage: list[BadRecord] = field(default_factory=list)
 
 
 def lost_messages(
@@ -100,17 +103,17 @@ def _past_end(
     if disk.length == 0:
         return 0, 0
     damaged = 0
+    # A message header whose record fails the check; in DLedger data also an entry header
+    # (magic 1) that DLedger stops at.
+    headers = _MESSAGE_MAGICS + ((dl.ENTRY_MAGIC,) if state.ledger is not None else ())
     buf = state.store.view(disk)
     try:
         data_end = state.store.maps.data_end(disk)
         extent = data_extent(buf, begin, data_end)
-        events = scan_file(
-            buf, disk.start, begin, state.checks.intact, own_offset=True, data_end=data_end
-        )
-        for event in events:
+        for event in state.scan_file(buf, disk.start, begin, state.checks.intact, data_end):
             if isinstance(event, Skipped):
-                if event.result.magic in _MESSAGE_MAGICS:
-                    damaged += 1  # a message header whose record fails the check
+                if event.result.magic in headers:
+                    damaged += 1
                 continue
             cols = event.columns
             for i in _lost_in_run(cols, queue_max):
@@ -132,17 +135,17 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
     queues = {qid: q for qid, q in state.queues.items() if q.files}
     per_queue: dict[QueueId, int] = {}
     seen: set[QueueId] = set()
+    kept_damage: list[BadRecord] = []
     intact = state.checks.intact
     for f in state.commitlog:
         buf = state.store.view(f.disk)
         region = buf[: min(f.wrote, len(buf))]
         data_end = state.store.maps.data_end(f.disk)
         try:
-            events = scan_file(
-                region, f.start, 0, state.checks.reput, own_offset=True, data_end=data_end
-            )
-            for event in events:
+            for event in state.scan_file(region, f.start, 0, state.checks.reput, data_end):
                 if isinstance(event, Skipped):
+                    if state.ledger is not None:
+                        kept_damage.append(_bad(event, f.start, f.name))
                     continue
                 cols = event.columns
                 for i in _unserved_in_run(cols, queues, seen):
@@ -160,7 +163,20 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
             region.release()
             buf.release()
     without = sorted((q for q in seen if q not in queues), key=lambda q: (q.topic, q.queue_id))
-    return Unserved(per_queue, without)
+    return Unserved(per_queue, without, kept_damage)
+
+
+def _bad(event: Skipped, file_start: int, name: str) -> BadRecord:
+    r = event.result
+    return BadRecord(
+        file_start + event.start,
+        name,
+        event.start,
+        r.reason.value,
+        r.detail,
+        r.total_size,
+        cl.magic_name(r.magic) if r.magic is not None else None,
+    )
 
 
 # Units may sit a few slots from their queue offset ("appended at the current position"), so a

@@ -1,0 +1,170 @@
+"""Export throughput of both engines, as MB/s of commitlog and as a ratio to ``cat``.
+
+Usage: python benchmarks/export.py [STORE] [--size-gib N] [--engines arrow,spark]
+                                   [--tables messages,findings] [--rss-sizes 1,2,4,8]
+
+Without STORE, a store of about N GiB (default 2) of 1000-byte bodies is generated with
+``rmqinspect synth`` in a temporary directory. Each engine runs ``rmqinspect export`` as a child
+process, page cache warm, and the resident memory of its whole process tree is sampled: the peak
+of the sum over processes, the peak of the largest process, and the peak of the largest
+process's anonymous memory (mapped store pages are page cache, not allocations).
+``--rss-sizes`` instead exports stores of those sizes with the arrow engine to show whether its
+memory stays flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqinspect.export.plan import plan_commitlog
+from rmqinspect.store.model import Store
+
+BODY = 1000
+RECORD = BODY + 250  # about what a synth record with its properties takes
+
+
+@dataclass
+class Run:
+    seconds: float
+    tree_rss: int  # bytes, peak of the sum over the process tree
+    largest_rss: int  # bytes, peak of the largest process
+    largest_anon: int  # bytes, peak anonymous memory of one process
+
+
+def _status(pid: int) -> tuple[int, int]:
+    rss = anon = 0
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("RssAnon:"):
+                    anon = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return rss, anon
+
+
+def _tree(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                todo += [int(c) for c in fh.read().split()]
+        except OSError:
+            pass
+    return pids
+
+
+def _timed_export(cmd: list[str]) -> Run:
+    peak = [0, 0, 0]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.1):
+            stats = [_status(p) for p in _tree(proc.pid)]
+            peak[0] = max(peak[0], sum(r for r, _ in stats))
+            peak[1] = max([peak[1], *(r for r, _ in stats)])
+            peak[2] = max([peak[2], *(a for _, a in stats)])
+
+    thread = threading.Thread(target=sample, daemon=True)
+    t0 = time.perf_counter()
+    thread.start()
+    code = proc.wait()
+    seconds = time.perf_counter() - t0
+    done.set()
+    thread.join()
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited with {code}")
+    return Run(seconds, peak[0], peak[1], peak[2])
+
+
+def _synth(root: Path, gib: float) -> None:
+    messages = int(gib * (1 << 30)) // RECORD
+    cmd = [sys.executable, "-m", "rmqinspect", "synth", str(root), "--quiet", "--seed", "1"]
+    cmd += ["--messages", str(messages), "--body-size", str(BODY)]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    print(f"synth: {messages} messages in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def _data_bytes(root: Path) -> tuple[list[Path], int]:
+    with Store.open(root) as store:
+        files = [f.path for f in store.commitlog.files]
+        return files, sum(r.nbytes for r in plan_commitlog(store))
+
+
+def _export(root: Path, out: Path, engine: str, tables: str) -> Run:
+    cmd = [sys.executable, "-m", "rmqinspect", "export", str(root), str(out), "--overwrite"]
+    return _timed_export([*cmd, "--engine", engine, "--tables", tables, "-F", "json"])
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("store", nargs="?", type=Path)
+    parser.add_argument("--size-gib", type=float, default=2.0)
+    parser.add_argument("--engines", default="arrow,spark")
+    parser.add_argument("--tables", default="messages,findings")
+    parser.add_argument("--rss-sizes", default="", help="GiB sizes, comma-separated")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rmqbench-") as tmp:
+        if args.rss_sizes:
+            print(f"{'GiB':>6}{'seconds':>10}{'MB/s':>8}{'tree MiB':>10}{'max MiB':>9}{'anon':>7}")
+            for gib in (float(s) for s in args.rss_sizes.split(",")):
+                root = Path(tmp) / f"store{gib}"
+                _synth(root, gib)
+                _, size = _data_bytes(root)
+                run = _export(root, Path(tmp) / "out", "arrow", args.tables)
+                print(
+                    f"{gib:>6.1f}{run.seconds:>10.1f}{size / 1e6 / run.seconds:>8.0f}"
+                    f"{_mib(run.tree_rss):>10}{_mib(run.largest_rss):>9}"
+                    f"{_mib(run.largest_anon):>7}",
+                    flush=True,
+                )
+                subprocess.run(["rm", "-rf", str(root)], check=True)
+            return
+        root: Path = args.store or Path(tmp) / "store"
+        if args.store is None:
+            _synth(root, args.size_gib)
+        files, size = _data_bytes(root)
+        subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+        t0 = time.perf_counter()
+        subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+        base = time.perf_counter() - t0
+        print(
+            f"commitlog: {len(files)} files, {size / 1e6:.0f} MB of records; tables {args.tables}"
+        )
+        print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+        header = f"{'reader':<8}{'seconds':>9}{'MB/s':>8}{'x cat':>8}"
+        print(f"{header}{'tree MiB':>10}{'max MiB':>9}{'anon MiB':>10}")
+        print(f"{'cat':<8}{base:>9.2f}{size / 1e6 / base:>8.0f}{1.0:>8.1f}")
+        runs: dict[str, Run] = {}
+        for engine in args.engines.split(","):
+            run = runs[engine] = _export(root, Path(tmp) / f"out-{engine}", engine, args.tables)
+            print(
+                f"{engine:<8}{run.seconds:>9.2f}{size / 1e6 / run.seconds:>8.0f}"
+                f"{run.seconds / base:>8.1f}{_mib(run.tree_rss):>10}{_mib(run.largest_rss):>9}"
+                f"{_mib(run.largest_anon):>10}",
+                flush=True,
+            )
+        if {"arrow", "spark"} <= runs.keys():
+            print(f"spark / arrow wall time: {runs['spark'].seconds / runs['arrow'].seconds:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""``--engine arrow``: the planned parts run in a local process pool, each task writing its own
+Parquet files with pyarrow; no JVM. The restart emulation runs as one of the tasks, alongside the
+queue, index and hashing tasks; the commitlog ranges follow once it has answered.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rmqinspect.export.parquet import TableWriter, write_empty
+from rmqinspect.export.plan import (
+    CommitlogRange,
+    FileGroup,
+    OffsetsPart,
+    Part,
+    StoreRef,
+    commitlog_file,
+    plan_commitlog,
+    plan_hashes,
+    plan_index,
+    plan_queues,
+)
+from rmqinspect.export.progress import FileTally, Reporter
+from rmqinspect.export.restart import RestartKeeps, restart_keeps
+from rmqinspect.export.schema import PARTITION_COLUMN, Table
+from rmqinspect.export.tables import file_crc32c, read_part
+from rmqinspect.store.model import Store
+
+
+@dataclass
+class EngineResult:
+    rows: dict[Table, int]
+    hashes: list[tuple[str, int, int, int]]  # (path, size, mtime ns, crc32c) per source file
+
+
+@dataclass
+class _Done:
+    rows: dict[Table, int] = field(default_factory=dict)
+    hashes: list[tuple[str, int, int, int]] = field(default_factory=list)
+
+
+_OPEN: dict[StoreRef, Store] = {}  # per worker process: tasks of one export share the store
+
+
+def _store(ref: StoreRef) -> Store:
+    if ref not in _OPEN:
+        _OPEN[ref] = ref.open()
+    return _OPEN[ref]
+
+
+def _restart(ref: StoreRef) -> RestartKeeps:
+    # A store of its own, closed afterwards: the emulation maps the files it scans, and their
+    # pages should not stay resident while this worker goes on to other parts.
+    with ref.open() as store:
+        return restart_keeps(store)
+
+
+def _run(
+    ref: StoreRef, out: str, part: Part, tables: tuple[Table, ...], keeps: RestartKeeps | None
+) -> _Done:
+    store = _store(ref)
+    if isinstance(part, FileGroup):
+        return _Done(hashes=list(file_crc32c(store, part)))
+    writers: dict[Table, TableWriter] = {}
+    try:
+        for table, batch in read_part(store, part, tables, keeps):
+            if table not in writers:
+                writers[table] = TableWriter(Path(out) / table.value, table, part.number)
+            writers[table].write(batch)
+    finally:
+        rows = {table: w.close() for table, w in writers.items()}
+    return _Done(rows=rows)
+
+
+def run_arrow(
+    store: Store, out: Path, tables: Sequence[Table], jobs: int | None, reporter: Reporter
+) -> EngineResult:
+    ref = StoreRef.of(store)
+    wanted = tuple(tables)
+    parts: list[Part] = []
+    ranges: list[CommitlogRange] = []
+    if Table.MESSAGES in wanted or Table.FINDINGS in wanted:
+        ranges = plan_commitlog(store)
+    if Table.CONSUME_QUEUE in wanted:
+        parts += plan_queues(store)
+    if Table.INDEX_ENTRIES in wanted:
+        parts += plan_index(store)
+    if Table.CONSUMER_OFFSETS in wanted:
+        parts.append(OffsetsPart())
+    parts += plan_hashes(store.root)
+    tally = FileTally([*ranges, *parts])
+    reporter.planned(tally.nbytes, tally.files)
+    result = _Done(rows={t: 0 for t in wanted})
+    workers = jobs or os.cpu_count() or 1
+    context = multiprocessing.get_context("spawn")  # no fork of a process with threads
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        keeps: Future[RestartKeeps] | None = None
+        if Table.MESSAGES in wanted:
+            keeps = pool.submit(_restart, ref)
+        else:
+            parts = [*ranges, *parts]
+        running: dict[Future[_Done], Part] = {
+            pool.submit(_run, ref, str(out), p, wanted, None): p for p in parts
+        }
+        while running or keeps is not None:
+            waiting: set[Future[Any]] = {*running, *([keeps] if keeps else [])}
+            done, _ = wait(waiting, return_when=FIRST_COMPLETED)
+            if keeps is not None and keeps in done:
+                prediction = keeps.result()
+                keeps = None
+                for r in ranges:
+                    f = commitlog_file(store, r.file)
+                    own = prediction.within(f.start + r.begin, f.start + r.end)
+                    running[pool.submit(_run, ref, str(out), r, wanted, own)] = r
+            for future in [f for f in running if f in done]:
+                part = running.pop(future)
+                finished = future.result()
+                for table, n in finished.rows.items():
+                    result.rows[table] += n
+                result.hashes += finished.hashes
+                reporter.advanced(part.nbytes, tally.finished(part))
+    for table in wanted:
+        if PARTITION_COLUMN[table] is None and not (out / table.value).exists():
+            write_empty(out / table.value, table)
+    result.hashes.sort()
+    return EngineResult(result.rows, result.hashes)

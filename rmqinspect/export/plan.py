@@ -1,0 +1,204 @@
+"""Partition planning on the driver: what each task of either engine reads.
+
+Commitlog files split into byte ranges at record boundaries found by following the TOTALSIZE
+chain (a 1 GiB file becomes several ranges, so a few big files still use every core); consume
+queues split into queue-offset slices, index files into entry-number slices. Parts are small
+frozen dataclasses: they pickle into Spark partitions and process-pool tasks, and a task reopens
+the store from a :class:`StoreRef`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from rmqinspect.analysis.indexes import entry_numbers, open_index_files
+from rmqinspect.analysis.queues import all_queue_bounds
+from rmqinspect.export.records import record_runs
+from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
+from rmqinspect.format.index import INDEX_ENTRY_SIZE
+from rmqinspect.store.files import StoreFile
+from rmqinspect.store.model import Store, StoreOptions
+
+SPLIT_BYTES = 128 << 20  # commitlog bytes per range
+SLICE_UNITS = 250_000  # consume-queue units per slice (each unit is checked against its record)
+SLICE_ENTRIES = 2_000_000  # index entries per slice
+HASH_GROUP_BYTES = 1 << 30  # source-file bytes hashed per task
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRef:
+    """How a task reopens the store: the absolute root and every setting resolved on the
+    driver (profile, file sizes), so all tasks read the store the same way."""
+
+    root: str
+    options: StoreOptions
+
+    @classmethod
+    def of(cls, store: Store) -> StoreRef:
+        options = replace(
+            store.options,
+            profile=store.profile.profile,
+            commitlog_file_size=store.commitlog.file_size,
+            cq_file_size=store.cq_file_size,
+        )
+        return cls(str(store.root.resolve()), options)
+
+    def open(self) -> Store:
+        return Store.open(self.root, self.options)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitlogRange:
+    """The records starting in file positions ``[begin, end)`` of one commitlog file: ``begin``
+    is a record boundary of the scan (or 0), ``end`` the next range's begin (or the file's
+    length for its last range)."""
+
+    number: int
+    file: str  # file name in commitlog/
+    begin: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def source(self) -> str:
+        return f"commitlog/{self.file}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSlice:
+    """Queue offsets ``[start, stop)`` of one consume queue."""
+
+    number: int
+    topic: str
+    queue_id: int
+    start: int
+    stop: int
+
+    @property
+    def nbytes(self) -> int:
+        return (self.stop - self.start) * CQ_STORE_UNIT_SIZE
+
+    @property
+    def source(self) -> str:
+        return f"consumequeue/{self.topic}/{self.queue_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSlice:
+    """Entry numbers ``[start, stop)`` of one index file."""
+
+    number: int
+    file: str  # file name in index/
+    start: int
+    stop: int
+
+    @property
+    def nbytes(self) -> int:
+        return (self.stop - self.start) * INDEX_ENTRY_SIZE
+
+    @property
+    def source(self) -> str:
+        return f"index/{self.file}"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsPart:
+    """The config files holding consumer and delay offsets (one small task)."""
+
+    number: int = 0
+    nbytes: int = 0
+    source: str = "config"
+
+
+@dataclass(frozen=True, slots=True)
+class FileGroup:
+    """Store files (paths relative to the root) whose CRC32C one task computes."""
+
+    number: int
+    paths: tuple[str, ...]
+    nbytes: int
+    source: str = ""  # hashing reads files the other parts count already
+
+
+Part = CommitlogRange | QueueSlice | IndexSlice | OffsetsPart | FileGroup
+
+
+def commitlog_file(store: Store, name: str) -> StoreFile:
+    for f in store.commitlog.files:
+        if f.name == name:
+            return f
+    raise FileNotFoundError(f"commitlog file {name} is gone from {store.commitlog.directory}")
+
+
+def plan_commitlog(store: Store, split_bytes: int = SPLIT_BYTES) -> list[CommitlogRange]:
+    """Ranges of about ``split_bytes``, cut at record boundaries the scan reaches (its runs are
+    read without decoding), so every range reads what a scan of the whole file reads there."""
+    ranges: list[CommitlogRange] = []
+    for f in store.commitlog.files:
+        if not f.length:
+            continue
+        cuts = [0]
+        for run in record_runs(store, f, 0, f.length, decode=False):
+            positions = run.positions
+            while len(positions):
+                i = int(np.searchsorted(positions, cuts[-1] + split_bytes))
+                if i >= len(positions):
+                    break
+                cuts.append(int(positions[i]))
+                positions = positions[i + 1 :]
+        for begin, end in zip(cuts, [*cuts[1:], f.length], strict=True):
+            ranges.append(CommitlogRange(len(ranges), f.name, begin, end))
+    return ranges
+
+
+def plan_queues(store: Store, slice_units: int = SLICE_UNITS) -> list[QueueSlice]:
+    """Each queue's units from the first on disk up to the broker's max offset."""
+    slices: list[QueueSlice] = []
+    for b in all_queue_bounds(store):
+        for start in range(b.first_unit, b.max_offset, slice_units):
+            stop = min(start + slice_units, b.max_offset)
+            slices.append(QueueSlice(len(slices), b.topic, b.queue_id, start, stop))
+    return slices
+
+
+def plan_index(store: Store, slice_entries: int = SLICE_ENTRIES) -> list[IndexSlice]:
+    slices: list[IndexSlice] = []
+    for info in open_index_files(store):
+        numbers = entry_numbers(store, info)
+        for start in range(numbers.start, numbers.stop, slice_entries):
+            stop = min(start + slice_entries, numbers.stop)
+            slices.append(IndexSlice(len(slices), info.file.name, start, stop))
+    return slices
+
+
+def source_files(root: Path) -> Iterator[tuple[str, int]]:
+    """Every regular file under the store (relative path, size), in path order."""
+    for directory, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(directory, name)
+            if path.is_file() and not path.is_symlink():
+                yield path.relative_to(root).as_posix(), path.stat().st_size
+
+
+def plan_hashes(root: Path, group_bytes: int = HASH_GROUP_BYTES) -> list[FileGroup]:
+    groups: list[FileGroup] = []
+    paths: list[str] = []
+    size = 0
+    for path, length in source_files(root):
+        paths.append(path)
+        size += length
+        if size >= group_bytes:
+            groups.append(FileGroup(len(groups), tuple(paths), size))
+            paths, size = [], 0
+    if paths:
+        groups.append(FileGroup(len(groups), tuple(paths), size))
+    return groups

@@ -1,0 +1,117 @@
+"""The records of a commitlog byte range as Arrow batches: the export's one record reader.
+
+It reads with the shared scanner (:func:`rmqinspect.format.scan.scan_file`) exactly as
+``messages`` does: the broker's check without CRC, resynchronising past damage at the next record
+that names its own position. So a range that starts at a record boundary the scan reaches gives
+the same records as the scan of the whole file, and the rows equal what ``messages`` lists.
+Until ``verify`` gives the export its findings, the findings are what the broker's CRC-on check
+rejects: a body CRC mismatch among the rows, and every skipped damage range. Pages are released
+behind the walk, so memory stays flat however large the files are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import crc32c
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.batch import decode_batch
+from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.scan import Skipped, scan_file
+from rmqinspect.store.files import StoreFile
+from rmqinspect.store.model import Store
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record the broker's check (CRC on) fails, or the start of a damaged range."""
+
+    position: int  # in the file
+    reason: str  # a CheckReason value
+    detail: str
+    record: cl.MessageRecord | None  # what could be read of it
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRun:
+    """Consecutive records of the scan, and the problems met among them."""
+
+    positions: npt.NDArray[np.int64]  # file positions of the rows
+    records: pa.RecordBatch | None  # RECORD_SCHEMA rows; None when only walking
+    record_crc32c: npt.NDArray[np.int64] | None  # CRC32C of each record's bytes
+    rejected: tuple[Rejected, ...]
+    end: int  # file position after the run
+
+
+def record_runs(
+    store: Store, file: StoreFile, begin: int, end: int, *, decode: bool = True
+) -> Iterator[RecordRun]:
+    """The records starting in file positions ``[begin, end)`` of one commitlog file
+    (``begin`` is a record boundary of the scan, or 0), in runs. Without ``decode`` only the
+    record boundaries are found (for planning)."""
+    lenient = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=True)
+    strict = cl.CheckOptions(profile=store.profile.profile)  # the broker's check: its verdicts
+    buf = store.view(file)
+    released = begin
+    try:
+        for event in scan_file(buf, file.start, begin, lenient):
+            if isinstance(event, Skipped):
+                if event.start >= end:
+                    return
+                r = cl.check_message(buf, event.start, file.start, strict)
+                found = Rejected(event.start, r.reason.value, r.detail, r.record)
+                yield RecordRun(_NONE, None, None, (found,), event.end)
+                continue
+            cols = event.columns
+            inside = int(np.searchsorted(cols.positions, end))
+            if inside < len(cols):
+                cols = cols.select(slice(0, inside))
+            if len(cols):
+                yield _run(cols, decode, event.end)
+            if inside < len(event.columns) or event.end >= end:
+                return
+            store.maps.release(file, released, event.end)
+            released = event.end
+    finally:
+        buf.release()
+        store.maps.release(file, released, end)
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+def _run(cols: RecordColumns, decode: bool, end: int) -> RecordRun:
+    if not decode:
+        return RecordRun(cols.positions, None, None, (), end)
+    batch = decode_batch(cols)
+    return RecordRun(cols.positions, batch, _crc32c(cols), _crc_mismatches(cols), end)
+
+
+def _crc_mismatches(cols: RecordColumns) -> tuple[Rejected, ...]:
+    """Rows the broker's check rejects with CRC on: the body CRC disagrees (bodies only)."""
+    bad = np.flatnonzero((cols.body_length > 0) & (cols.body_crcs() != cols.body_crc))
+    out = []
+    for i in bad.tolist():
+        rec = cols.record(i)
+        detail = f"body CRC is {cl.body_crc(rec.body or b'')}, BODYCRC field says {rec.body_crc}"
+        out.append(
+            Rejected(int(cols.positions[i]), cl.CheckReason.BODY_CRC_MISMATCH.value, detail, rec)
+        )
+    return tuple(out)
+
+
+def _crc32c(cols: RecordColumns) -> npt.NDArray[np.int64]:
+    view = memoryview(cols.buf)
+    return np.fromiter(
+        (
+            crc32c.crc32c(view[p : p + n])
+            for p, n in zip(cols.positions.tolist(), cols.sizes.tolist(), strict=True)
+        ),
+        np.int64,
+        len(cols),
+    )

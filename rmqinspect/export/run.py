@@ -1,0 +1,177 @@
+"""One export from start to manifest, whichever engine writes the tables.
+
+OUT is prepared by :func:`prepare_output_dir` (never STORE, never inside it, empty unless
+overwriting), the tables are written under it, and ``OUT/_manifest.json`` is written last, by
+rename: a manifest means a complete export.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from rmqinspect import __version__
+from rmqinspect.export.arrow_engine import run_arrow
+from rmqinspect.export.plan import source_files
+from rmqinspect.export.progress import Reporter
+from rmqinspect.export.schema import PARTITION_COLUMN, Table
+from rmqinspect.export.spark_engine import SUBMITTED, require_java
+from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.output import prepare_output_dir
+
+MANIFEST = "_manifest.json"
+MANIFEST_VERSION = 1
+
+
+class Engine(StrEnum):
+    SPARK = "spark"
+    ARROW = "arrow"
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    tables: tuple[Table, ...] = tuple(Table)
+    engine: Engine = Engine.SPARK
+    master: str = "local[*]"
+    conf: tuple[tuple[str, str], ...] = ()
+    jobs: int | None = None  # arrow engine: worker processes (default: one per CPU)
+    overwrite: bool = False
+    store: StoreOptions = field(default_factory=StoreOptions)
+
+
+def export_store(
+    root: Path,
+    out: Path,
+    options: ExportOptions,
+    reporter: Reporter | None = None,
+    spark: Any = None,
+) -> dict[str, Any]:
+    """Export ``root`` into ``out``; returns the manifest (also written to ``out``).
+
+    The spark engine starts a session on ``options.master`` unless ``spark`` is a session to
+    use (it is left running). The arrow engine's worker processes are spawned: a script calling
+    this needs the ``if __name__ == "__main__":`` guard of :mod:`multiprocessing`.
+    """
+    report = reporter or Reporter()
+    started = _now()
+    if options.engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
+        require_java()  # before OUT is touched
+    with Store.open(root, options.store) as store:
+        prepare_output_dir(out, "OUT", store.root, overwrite=options.overwrite)
+        before = dict(_stat_files(store.root))
+        profile = store.profile
+        if options.engine is Engine.ARROW:
+            result = run_arrow(store, out, options.tables, options.jobs, report)
+            rows, hashes, master = result.rows, result.hashes, None
+        else:
+            rows, hashes, master = _run_spark(store, out, options, report.tasks, spark)
+        after = dict(_stat_files(store.root))
+    manifest = {
+        "schema_version": MANIFEST_VERSION,
+        "tool": {"name": "rmqinspect", "version": __version__},
+        "store": str(Path(root).resolve()),
+        "profile": {
+            "version": profile.profile.value,
+            "explicit": profile.explicit,
+            "reasons": list(profile.reasons),
+        },
+        "engine": options.engine.value,
+        "master": master,
+        "tables": {
+            t.value: {"rows": rows[t], "path": t.value, "partitioned_by": PARTITION_COLUMN[t]}
+            for t in options.tables
+        },
+        "source_files": [
+            {
+                "path": path,
+                "size": size,
+                "mtime": _iso_ns(mtime),
+                "mtime_ns": mtime,
+                "crc32c": f"{crc:08x}",
+            }
+            for path, size, mtime, crc in hashes
+        ],
+        # Files that changed while the export read them (a live broker?): the export is not a
+        # consistent copy of them.
+        "changed_during_export": sorted(
+            p for p in before.keys() | after.keys() if before.get(p) != after.get(p)
+        ),
+        "start_time": started,
+        "end_time": _now(),
+    }
+    write_manifest(out, manifest)
+    return manifest
+
+
+def _run_spark(
+    store: Store,
+    out: Path,
+    options: ExportOptions,
+    tick: Callable[[str, int, int], None],
+    session: Any,
+) -> tuple[dict[Table, int], list[tuple[str, int, int, int]], str]:
+    """Rows per table, the source files' hashes and the master the job ran on."""
+    from rmqinspect.export import read_store
+    from rmqinspect.export.source import SOURCE_FILES
+    from rmqinspect.export.spark_engine import (
+        apply_write_conf,
+        spark_errors,
+        spark_session,
+        write_tables,
+    )
+
+    settings = _source_options(store)
+    root = str(store.root.resolve())
+    with spark_errors(), ExitStack() as stack:
+        if session is None:
+            spark = stack.enter_context(spark_session(options.master, options.conf))
+        else:
+            spark = session
+            apply_write_conf(spark)
+        rows = write_tables(spark, root, out, options.tables, settings, tick)
+        files = read_store(spark, root, SOURCE_FILES, **settings).collect()
+        master = str(spark.sparkContext.master)
+    return rows, sorted((r.path, r.size, r.mtime_ns, r.crc32c) for r in files), master
+
+
+def _source_options(store: Store) -> dict[str, str]:
+    """The store settings resolved here, as options of the Spark source."""
+    o = store.options
+    values = {
+        "profile": store.profile.profile.value,
+        "commitlog_file_size": store.commitlog.file_size,
+        "cq_file_size": store.cq_file_size,
+        "index_slots": o.index_slot_num,
+        "index_entries": o.index_num,
+    }
+    return {k: str(v) for k, v in values.items() if v is not None}
+
+
+def _stat_files(root: Path) -> list[tuple[str, tuple[int, int]]]:
+    out = []
+    for path, _ in source_files(root):
+        st = (root / path).stat()
+        out.append((path, (st.st_size, st.st_mtime_ns)))
+    return out
+
+
+def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    tmp = out / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, out / MANIFEST)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _iso_ns(ns: int) -> str:
+    stamp = datetime.fromtimestamp(ns / 1e9, UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")

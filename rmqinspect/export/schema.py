@@ -1,0 +1,142 @@
+"""The exported tables and their Arrow schemas: the one definition both engines write.
+
+Column names follow the JSON of the inspection commands. Every column is nullable because Spark
+writes Parquet columns as nullable whatever the source says; declaring them so keeps the two
+engines' files identical. Timestamps are ``timestamp[ms, UTC]``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import pyarrow as pa
+
+from rmqinspect.format.batch import KEYS_TYPE, PROPERTIES_TYPE
+
+MS_UTC = pa.timestamp("ms", tz="UTC")
+TOPIC_PARTITION = "topic_partition"  # the Hive partition column of ``messages``
+
+
+class Table(StrEnum):
+    MESSAGES = "messages"
+    CONSUME_QUEUE = "consume_queue"
+    INDEX_ENTRIES = "index_entries"
+    CONSUMER_OFFSETS = "consumer_offsets"
+    FINDINGS = "findings"
+
+
+MESSAGES = pa.schema(
+    [
+        ("physical_offset", pa.int64()),
+        ("store_size", pa.int32()),
+        ("version", pa.string()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("sys_flag", pa.int32()),
+        ("transaction", pa.string()),
+        ("flag", pa.int32()),
+        ("body_crc", pa.int32()),
+        ("body_crc_ok", pa.bool_()),
+        ("born_timestamp", MS_UTC),
+        ("born_host", pa.string()),
+        ("store_timestamp", MS_UTC),
+        ("store_host", pa.string()),
+        ("reconsume_times", pa.int32()),
+        ("prepared_transaction_offset", pa.int64()),
+        ("properties", PROPERTIES_TYPE),
+        ("tags", pa.string()),
+        ("keys", KEYS_TYPE),
+        ("uniq_key", pa.string()),
+        ("msg_id", pa.string()),
+        ("body_length", pa.int32()),
+        ("compression", pa.string()),
+        ("body", pa.binary()),
+        ("physical_offset_field", pa.int64()),  # null unless it differs from physical_offset
+        ("source_file", pa.string()),
+        ("file_position", pa.int64()),
+        ("restart_keeps", pa.bool_()),  # null when the broker would refuse to start
+        ("record_crc32c", pa.int64()),
+        (TOPIC_PARTITION, pa.string()),
+    ]
+)
+
+CONSUME_QUEUE = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("phy_offset", pa.int64()),
+        ("size", pa.int32()),
+        ("tags_code", pa.int64()),
+        ("tags_code_kind", pa.string()),
+        ("status", pa.string()),
+        ("detail", pa.string()),
+        ("source_file", pa.string()),
+        ("file_position", pa.int64()),
+    ]
+)
+
+INDEX_ENTRIES = pa.schema(
+    [
+        ("source_file", pa.string()),
+        ("entry", pa.int32()),
+        ("key_hash", pa.int32()),
+        ("slot", pa.int32()),
+        ("phy_offset", pa.int64()),
+        ("time_diff", pa.int32()),
+        ("store_timestamp", MS_UTC),
+        ("prev", pa.int32()),
+    ]
+)
+
+CONSUMER_OFFSETS = pa.schema(
+    [
+        ("table", pa.string()),
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("offset", pa.int64()),
+        ("bak_offset", pa.int64()),
+        ("bak_note", pa.string()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("lag", pa.int64()),
+        ("status", pa.string()),
+        ("delay_level", pa.int32()),
+    ]
+)
+
+# Shaped for ``verify``'s findings: one row per problem, located by file and offset.
+FINDINGS = pa.schema(
+    [
+        ("check", pa.string()),
+        ("severity", pa.string()),
+        ("file", pa.string()),
+        ("file_position", pa.int64()),
+        ("physical_offset", pa.int64()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("detail", pa.string()),
+    ]
+)
+
+SCHEMAS: dict[Table, pa.Schema] = {
+    Table.MESSAGES: MESSAGES,
+    Table.CONSUME_QUEUE: CONSUME_QUEUE,
+    Table.INDEX_ENTRIES: INDEX_ENTRIES,
+    Table.CONSUMER_OFFSETS: CONSUMER_OFFSETS,
+    Table.FINDINGS: FINDINGS,
+}
+
+PARTITION_COLUMN: dict[Table, str | None] = {t: None for t in Table} | {
+    Table.MESSAGES: TOPIC_PARTITION
+}
+
+
+def file_schema(table: Table) -> pa.Schema:
+    """The columns stored in the table's Parquet files (the partition column is in the path)."""
+    column = PARTITION_COLUMN[table]
+    schema = SCHEMAS[table]
+    return schema if column is None else schema.remove(schema.get_field_index(column))

@@ -1,0 +1,162 @@
+"""The Spark 4 Python Data Source ``rocketmq-store``: a store directory read as a DataFrame.
+
+``spark.read.format("rocketmq-store").option("table", "messages").load(STORE)``. The driver
+plans the partitions (the same parts the arrow engine runs: commitlog ranges at record
+boundaries, queue and index slices) and, for ``messages``, runs the restart emulation once;
+executors reopen the store from the pickled :class:`StoreRef` and yield the table builders'
+Arrow batches, cast to the Arrow types Spark expects (timestamps in microseconds).
+
+Options: ``table`` (default ``messages``), the store settings ``profile``,
+``commitlog_file_size``, ``cq_file_size``, ``index_slots``, ``index_entries``, and
+``split_bytes`` (commitlog bytes per partition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from rmqinspect.export.plan import (
+    SPLIT_BYTES,
+    CommitlogRange,
+    FileGroup,
+    OffsetsPart,
+    Part,
+    StoreRef,
+    commitlog_file,
+    plan_commitlog,
+    plan_hashes,
+    plan_index,
+    plan_queues,
+)
+from rmqinspect.export.restart import RestartKeeps, restart_keeps
+from rmqinspect.export.schema import SCHEMAS, Table
+from rmqinspect.export.tables import file_crc32c, read_part
+from rmqinspect.format.profile import Profile
+from rmqinspect.store.model import Store, StoreOptions
+
+SOURCE_NAME = "rocketmq-store"  # no built-in or common JVM source uses it
+SOURCE_FILES = "source_files"  # not exported: the manifest's file list with CRC32C
+SOURCE_FILES_SCHEMA = pa.schema(
+    [("path", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()), ("crc32c", pa.int64())]
+)
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    return SOURCE_FILES_SCHEMA if table == SOURCE_FILES else SCHEMAS[Table(table)]
+
+
+def spark_schema(table: str) -> StructType:
+    return from_arrow_schema(arrow_schema(table))
+
+
+class StorePartition(InputPartition):
+    """One planned part, with what its task needs to reopen the store."""
+
+    def __init__(self, ref: StoreRef, table: str, part: Part, keeps: RestartKeeps | None):
+        super().__init__(part.number)
+        self.ref = ref
+        self.table = table
+        self.part = part
+        self.keeps = keeps
+
+
+class StoreDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return spark_schema(self._table())
+
+    def reader(self, schema: StructType) -> StoreReader:
+        return StoreReader(dict(self.options), self._table())
+
+    def _table(self) -> str:
+        table = str(self.options.get("table", Table.MESSAGES.value))
+        if table != SOURCE_FILES and table not in {t.value for t in Table}:
+            names = ", ".join(t.value for t in Table)
+            raise ValueError(f"unknown table {table!r}; tables: {names}")
+        return table
+
+
+class StoreReader(DataSourceReader):
+    def __init__(self, options: dict[str, Any], table: str) -> None:
+        self.options = options
+        self.table = table
+
+    def partitions(self) -> Sequence[InputPartition]:
+        path = self.options.get("path")
+        if not path:
+            raise ValueError("give the store directory: .load(STORE)")
+        with Store.open(path, store_options(self.options)) as store:
+            ref = StoreRef.of(store)
+            keeps = restart_keeps(store) if self.table == Table.MESSAGES else None
+            parts = _plan(store, self.table, int(self.options.get("split_bytes", SPLIT_BYTES)))
+            out = []
+            for part in parts:
+                own = keeps
+                if keeps is not None and isinstance(part, CommitlogRange):
+                    start = commitlog_file(store, part.file).start
+                    own = keeps.within(start + part.begin, start + part.end)
+                out.append(StorePartition(ref, self.table, part, own))
+        # Spark needs at least one partition; an empty part yields no rows.
+        return out or [StorePartition(ref, self.table, OffsetsPart(), None)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StorePartition)
+        target = to_arrow_schema(spark_schema(partition.table), timezone="UTC")
+        with partition.ref.open() as store:
+            for batch in _batches(store, partition):
+                yield pa.RecordBatch.from_arrays(
+                    [c.cast(f.type) for c, f in zip(batch.columns, target, strict=True)],
+                    schema=target,
+                )
+
+
+def _batches(store: Store, partition: StorePartition) -> Iterator[pa.RecordBatch]:
+    part = partition.part
+    if partition.table == SOURCE_FILES:
+        if isinstance(part, FileGroup):
+            rows = list(file_crc32c(store, part))
+            yield pa.RecordBatch.from_pylist(
+                [dict(zip(SOURCE_FILES_SCHEMA.names, r, strict=True)) for r in rows],
+                schema=SOURCE_FILES_SCHEMA,
+            )
+        return
+    for _, batch in read_part(store, part, [Table(partition.table)], partition.keeps):
+        yield batch
+
+
+def _plan(store: Store, table: str, split_bytes: int) -> list[Part]:
+    if table == SOURCE_FILES:
+        return list(plan_hashes(store.root))
+    if table in (Table.MESSAGES, Table.FINDINGS):
+        return list(plan_commitlog(store, split_bytes))
+    if table == Table.CONSUME_QUEUE:
+        return list(plan_queues(store))
+    if table == Table.INDEX_ENTRIES:
+        return list(plan_index(store))
+    return [OffsetsPart()]
+
+
+def store_options(options: dict[str, Any]) -> StoreOptions:
+    """The store settings among the source's options (strings, as Spark passes them)."""
+
+    def number(name: str) -> int | None:
+        value = options.get(name)
+        return None if value in (None, "") else int(value)
+
+    profile = options.get("profile")
+    return StoreOptions(
+        commitlog_file_size=number("commitlog_file_size"),
+        cq_file_size=number("cq_file_size"),
+        index_slot_num=number("index_slots"),
+        index_num=number("index_entries"),
+        profile=None if profile in (None, "", "auto") else Profile(profile),
+    )

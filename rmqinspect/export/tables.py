@@ -1,0 +1,273 @@
+"""The table builders: each turns one planned part into Arrow batches of its table's schema.
+
+Both engines call these and nothing else to produce rows, which is what makes their tables
+identical. ``messages`` and ``findings`` come out of the same pass over a commitlog range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqinspect.analysis.indexes import entry_blocks, open_index_files
+from rmqinspect.analysis.offsets import offsets_report
+from rmqinspect.analysis.queues import iter_units, resolve_unit
+from rmqinspect.export.plan import (
+    CommitlogRange,
+    FileGroup,
+    IndexSlice,
+    OffsetsPart,
+    Part,
+    QueueSlice,
+    commitlog_file,
+)
+from rmqinspect.export.records import RecordRun, record_runs
+from rmqinspect.export.restart import RestartKeeps
+from rmqinspect.export.schema import (
+    CONSUME_QUEUE,
+    CONSUMER_OFFSETS,
+    FINDINGS,
+    INDEX_ENTRIES,
+    MESSAGES,
+    MS_UTC,
+    Table,
+)
+from rmqinspect.export.topics import partition_column
+from rmqinspect.format import batch
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format import properties as props
+from rmqinspect.format.batch import host_text_column, offset_msg_id_column
+from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
+from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
+from rmqinspect.store.files import StoreFile, read_range
+from rmqinspect.store.model import QueueId, Store
+
+SEVERITY_ERROR = "error"
+_ROWS = 8192  # rows per batch of the row-at-a-time tables
+
+
+def read_part(
+    store: Store, part: Part, tables: Sequence[Table], keeps: RestartKeeps | None = None
+) -> Iterator[tuple[Table, pa.RecordBatch]]:
+    """Batches of ``tables`` from one part (tables the part does not feed yield nothing).
+    ``keeps`` is needed for ``messages``."""
+    if isinstance(part, CommitlogRange):
+        yield from _commitlog(store, part, tables, keeps)
+    elif isinstance(part, QueueSlice) and Table.CONSUME_QUEUE in tables:
+        yield from ((Table.CONSUME_QUEUE, b) for b in consume_queue_batches(store, part))
+    elif isinstance(part, IndexSlice) and Table.INDEX_ENTRIES in tables:
+        yield from ((Table.INDEX_ENTRIES, b) for b in index_entry_batches(store, part))
+    elif isinstance(part, OffsetsPart) and Table.CONSUMER_OFFSETS in tables:
+        yield Table.CONSUMER_OFFSETS, consumer_offsets_batch(store)
+
+
+# --- messages and findings ----------------------------------------------------------------------
+
+
+def _commitlog(
+    store: Store, part: CommitlogRange, tables: Sequence[Table], keeps: RestartKeeps | None
+) -> Iterator[tuple[Table, pa.RecordBatch]]:
+    want_messages = Table.MESSAGES in tables
+    want_findings = Table.FINDINGS in tables
+    if not (want_messages or want_findings):
+        return
+    if want_messages and keeps is None:
+        raise ValueError("the messages table needs the restart prediction")
+    f = commitlog_file(store, part.file)
+    source = f"commitlog/{f.name}"
+    for run in record_runs(store, f, part.begin, part.end):
+        if want_messages and run.records is not None and run.records.num_rows:
+            assert keeps is not None
+            yield Table.MESSAGES, messages_batch(run, source, f.start, keeps)
+        if want_findings and run.rejected:
+            yield Table.FINDINGS, findings_batch(run, source, f.start)
+
+
+def messages_batch(
+    run: RecordRun, source_file: str, file_start: int, keeps: RestartKeeps
+) -> pa.RecordBatch:
+    """A run's records as ``messages`` rows (the JSON message object with Arrow types)."""
+    r = run.records
+    assert r is not None and run.record_crc32c is not None
+    n = r.num_rows
+    phy = r.column("physical_offset")
+    phy_np = phy.to_numpy()
+    field = r.column("physical_offset_field")
+    sys_flag = r.column("sys_flag").to_numpy()
+    flags, flag_index = np.unique(sys_flag, return_inverse=True)
+    index = pa.array(flag_index.astype(np.int32))
+    maps = batch.properties_column(r.column("properties"))
+    columns = {
+        "physical_offset": phy,
+        "store_size": r.column("store_size"),
+        "version": pa.array(["v1", "v2"]).take(pc.subtract(r.column("version"), 1)),
+        "topic": r.column("topic"),
+        "queue_id": r.column("queue_id"),
+        "queue_offset": r.column("queue_offset"),
+        "sys_flag": r.column("sys_flag"),
+        "transaction": pa.array([cl.transaction_name(int(f)) for f in flags]).take(index),
+        "flag": r.column("flag"),
+        "body_crc": r.column("body_crc"),
+        "body_crc_ok": r.column("body_crc_ok"),
+        "born_timestamp": _timestamps(r.column("born_timestamp")),
+        "born_host": host_text_column(r.column("born_host"), r.column("born_port")),
+        "store_timestamp": _timestamps(r.column("store_timestamp")),
+        "store_host": host_text_column(r.column("store_host"), r.column("store_port")),
+        "reconsume_times": r.column("reconsume_times"),
+        "prepared_transaction_offset": r.column("prepared_transaction_offset"),
+        "properties": maps,
+        "tags": pc.map_lookup(maps, props.TAGS, "first"),
+        "keys": batch.keys_column(pc.map_lookup(maps, props.KEYS, "first")),
+        "uniq_key": pc.map_lookup(maps, props.UNIQ_KEY, "first"),
+        "msg_id": offset_msg_id_column(
+            r.column("store_host"),
+            r.column("store_port").to_numpy().astype(np.int64),
+            field.to_numpy(),
+        ),
+        "body_length": pc.binary_length(r.column("body")),
+        "compression": pa.array([cl.compression_name(int(f)) for f in flags], pa.string()).take(
+            index
+        ),
+        "body": r.column("body"),
+        "physical_offset_field": pc.if_else(
+            pc.equal(field, phy), pa.scalar(None, pa.int64()), field
+        ),
+        "source_file": pa.repeat(pa.scalar(source_file), n),
+        "file_position": pa.array(phy_np - file_start),
+        "restart_keeps": keeps.column(source_file.rpartition("/")[2], phy_np),
+        "record_crc32c": pa.array(run.record_crc32c),
+        "topic_partition": partition_column(r.column("topic")),
+    }
+    return pa.RecordBatch.from_arrays(
+        [columns[f.name].cast(f.type) for f in MESSAGES], schema=MESSAGES
+    )
+
+
+def _timestamps(ms: pa.Array) -> pa.Array:
+    """Epoch ms as ``timestamp[ms, UTC]``; null outside years 1..9999, like ``*_time`` in JSON
+    (a corrupt value has no date, and Spark could not hold it)."""
+    valid = pc.and_(pc.greater_equal(ms, MIN_ISO_MS), pc.less_equal(ms, MAX_ISO_MS))
+    return pc.if_else(valid, ms, pa.scalar(None, pa.int64())).cast(MS_UTC)
+
+
+def findings_batch(run: RecordRun, source_file: str, file_start: int) -> pa.RecordBatch:
+    rows = run.rejected
+    records = [r.record for r in rows]
+    return pa.RecordBatch.from_pydict(
+        {
+            "check": [r.reason for r in rows],
+            "severity": [SEVERITY_ERROR] * len(rows),
+            "file": [source_file] * len(rows),
+            "file_position": [r.position for r in rows],
+            "physical_offset": [file_start + r.position for r in rows],
+            "topic": [None if m is None else m.topic for m in records],
+            "queue_id": [None if m is None else m.queue_id for m in records],
+            "queue_offset": [None if m is None else m.queue_offset for m in records],
+            "detail": [r.detail for r in rows],
+        },
+        schema=FINDINGS,
+    )
+
+
+# --- the other tables ---------------------------------------------------------------------------
+
+
+def consume_queue_batches(store: Store, part: QueueSlice) -> Iterator[pa.RecordBatch]:
+    """Every unit of the slice with what it points to (``resolve_unit``'s status)."""
+    queue = store.consume_queue(part.topic, part.queue_id)
+    qdir = store.queue_dirs[QueueId(part.topic, part.queue_id)]
+    directory = qdir.relative_to(store.root).as_posix()
+    rows: dict[str, list[object]] = {f.name: [] for f in CONSUME_QUEUE}
+    for queue_offset, unit in iter_units(
+        store, part.topic, part.queue_id, part.start, part.stop - part.start
+    ):
+        view = resolve_unit(store, part.topic, part.queue_id, queue_offset, unit)
+        byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
+        f = queue.find(byte_offset)
+        assert f is not None  # iter_units read the unit from this file
+        for name, value in (
+            ("topic", part.topic),
+            ("queue_id", part.queue_id),
+            ("queue_offset", queue_offset),
+            ("phy_offset", view.phy_offset),
+            ("size", view.size),
+            ("tags_code", view.tags_code),
+            ("tags_code_kind", view.tags_code_kind.value),
+            ("status", view.status.value),
+            ("detail", view.detail),
+            ("source_file", f"{directory}/{f.name}"),
+            ("file_position", byte_offset - f.start),
+        ):
+            rows[name].append(value)
+        if len(rows["topic"]) >= _ROWS:
+            yield pa.RecordBatch.from_pydict(rows, schema=CONSUME_QUEUE)
+            rows = {name: [] for name in rows}
+    if rows["topic"]:
+        yield pa.RecordBatch.from_pydict(rows, schema=CONSUME_QUEUE)
+
+
+def index_entry_batches(store: Store, part: IndexSlice) -> Iterator[pa.RecordBatch]:
+    info = next(i for i in open_index_files(store) if i.file.name == part.file)
+    for b in entry_blocks(store, info, range(part.start, part.stop)):
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(pa.scalar(f"index/{b.file}"), len(b.number)),
+                pa.array(b.number, pa.int32()),
+                pa.array(b.key_hash, pa.int32()),
+                pa.array(b.slot, pa.int32()),
+                pa.array(b.phy_offset),
+                pa.array(b.time_diff, pa.int32()),
+                _timestamps(pa.array(b.store_timestamp)),
+                pa.array(b.prev, pa.int32()),
+            ],
+            schema=INDEX_ENTRIES,
+        )
+
+
+def consumer_offsets_batch(store: Store) -> pa.RecordBatch:
+    rows = offsets_report(store).rows
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "table": r.table,
+                "group": r.group,
+                "topic": r.topic,
+                "queue_id": r.queue_id,
+                "offset": r.offset,
+                "bak_offset": r.bak_offset,
+                "bak_note": r.bak_note,
+                "min_offset": r.min_offset,
+                "max_offset": r.max_offset,
+                "lag": r.lag,
+                "status": r.status.value,
+                "delay_level": r.delay_level,
+            }
+            for r in rows
+        ],
+        schema=CONSUMER_OFFSETS,
+    )
+
+
+# --- source files -------------------------------------------------------------------------------
+
+HASH_READ_BYTES = 16 << 20
+
+
+def file_crc32c(store: Store, group: FileGroup) -> Iterator[tuple[str, int, int, int]]:
+    """(path, size, mtime in ns, CRC32C of the content) of each file of the group."""
+    for path in group.paths:
+        full = store.root / path
+        stat = full.stat()
+        f = StoreFile(full, 0, stat.st_size)
+        crc, at = 0, 0
+        while at < stat.st_size:
+            chunk = read_range(f, at, HASH_READ_BYTES)
+            if not chunk:
+                break
+            crc = crc32c.crc32c(chunk, crc)
+            at += len(chunk)
+        yield path, stat.st_size, stat.st_mtime_ns, crc

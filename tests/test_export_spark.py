@@ -1,0 +1,154 @@
+"""The spark engine: identical tables to the arrow engine, the ``read_store`` API, and a real
+standalone master and worker on loopback. Skipped where Java 17+ is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+from rmqinspect.export import Engine, ExportOptions, Table, export_store, read_store
+from rmqinspect.export.schema import SCHEMAS
+from rmqinspect.export.spark_engine import MIN_JAVA, java_major, spark_session
+from rmqinspect.store.model import StoreOptions
+from tests.cli_helpers import SMALL_OPTS, run_jsonl
+from tests.conftest import FIXTURES
+from tests.export_helpers import hostile_store, read_table, snapshot, sorted_rows
+
+pytestmark = pytest.mark.skipif(
+    (java_major() or 0) < MIN_JAVA, reason=f"the spark engine needs Java {MIN_JAVA}+"
+)
+
+SMALL = StoreOptions(index_slot_num=64, index_num=400)
+# Tests run short jobs: a JVM that compiles less starts and finishes them sooner.
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+LOOPBACK = "127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    conf = [("spark.driver.extraJavaOptions", QUICK_JVM), ("spark.sql.shuffle.partitions", "2")]
+    with spark_session("local[2]", conf) as session:
+        yield session
+
+
+def test_both_engines_write_identical_tables(spark: Any, tmp_path: Path) -> None:
+    store = hostile_store(tmp_path / "store")
+    before = snapshot(store)
+    arrow = export_store(
+        store, tmp_path / "arrow", ExportOptions(engine=Engine.ARROW, jobs=2, store=SMALL)
+    )
+    done = export_store(
+        store, tmp_path / "spark", ExportOptions(engine=Engine.SPARK, store=SMALL), spark=spark
+    )
+    assert snapshot(store) == before
+    assert done["tables"] == arrow["tables"]
+    assert done["source_files"] == arrow["source_files"]
+    assert done["engine"] == "spark" and done["master"] == "local[2]"  # the session's own
+    for table in Table:
+        a = read_table(tmp_path / "arrow", table)
+        s = read_table(tmp_path / "spark", table)
+        assert s.schema.equals(a.schema), table
+        assert sorted_rows(s).equals(sorted_rows(a)), table
+    assert read_table(tmp_path / "spark", Table.FINDINGS).num_rows == 1  # the damaged body
+    spark_dirs = sorted(p.name for p in (tmp_path / "spark" / "messages").iterdir())
+    arrow_dirs = sorted(p.name for p in (tmp_path / "arrow" / "messages").iterdir())
+    assert spark_dirs == arrow_dirs  # Spark's own path escaping leaves the values alone
+    assert not [p for p in (tmp_path / "spark").rglob("*") if p.name.startswith((".", "_S"))]
+
+
+def test_read_store_returns_the_dataframe(spark: Any) -> None:
+    store = FIXTURES / "stores" / "clean53"
+    df = read_store(spark, store, table="messages")
+    assert df.columns == SCHEMAS[Table.MESSAGES].names
+    rows = df.select("physical_offset", "topic").collect()
+    listed = [m for m in run_jsonl("messages", store, "--body", "none") if "skipped" not in m]
+    assert sorted((r.physical_offset, r.topic) for r in rows) == sorted(
+        (m["physical_offset"], m["topic"]) for m in listed
+    )
+    with pytest.raises(Exception, match="unknown table"):
+        read_store(spark, store, table="nope").count()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the Spark master exited"
+        with socket.socket() as s:
+            if s.connect_ex((LOOPBACK, port)) == 0:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"nothing listens on {LOOPBACK}:{port}")
+
+
+def test_export_on_a_standalone_master_and_worker(tmp_path: Path) -> None:
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    env = dict(os.environ, SPARK_LOCAL_IP=LOOPBACK, SPARK_NO_DAEMONIZE="1")
+    env["SPARK_DAEMON_JAVA_OPTS"] = QUICK_JVM
+    port = _free_port()
+    master_url = f"spark://{LOOPBACK}:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with open(tmp_path / "master.log", "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [str(spark_class), "org.apache.spark.deploy.master.Master", "--host",
+                     LOOPBACK, "--port", str(port), "--webui-port", str(_free_port())],
+                    env=env, stdout=log, stderr=subprocess.STDOUT,
+                )
+            )  # fmt: skip
+        _wait_for_port(port, procs[0])
+        with open(tmp_path / "worker.log", "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [str(spark_class), "org.apache.spark.deploy.worker.Worker", master_url,
+                     "--host", LOOPBACK, "--cores", "2", "--memory", "1g", "--webui-port",
+                     str(_free_port()), "--work-dir", str(tmp_path / "work")],
+                    env=env, stdout=log, stderr=subprocess.STDOUT,
+                )
+            )  # fmt: skip
+        store = FIXTURES / "stores" / "crash53"
+        out = tmp_path / "out"
+        cmd = [sys.executable, "-m", "rmqinspect", "export", str(store), str(out), "-F", "json"]
+        cmd += ["--master", master_url, "--tables", "messages", *SMALL_OPTS]
+        for key, value in (
+            ("spark.driver.host", LOOPBACK),
+            ("spark.driver.bindAddress", LOOPBACK),
+            ("spark.driver.extraJavaOptions", QUICK_JVM),
+            ("spark.executor.extraJavaOptions", QUICK_JVM),
+            ("spark.executor.memory", "512m"),
+        ):
+            cmd += ["--conf", f"{key}={value}"]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        manifest = json.loads(done.stdout)
+        assert manifest["master"] == master_url
+        listed = [m for m in run_jsonl("messages", store, "--body", "none") if "skipped" not in m]
+        assert manifest["tables"]["messages"]["rows"] == len(listed) > 0
+        assert read_table(out, Table.MESSAGES).num_rows == len(listed)
+        assert "app-" in (tmp_path / "master.log").read_text(errors="replace")  # ran there
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
