@@ -24,6 +24,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.crc import CRC_MASK, crc32
 from rmqinspect.format.host import HostAddress
+from rmqinspect.format.javahash import index_key, prefixed_key_hashes
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -364,6 +365,42 @@ class RecordColumns:
         return cl.dispatch_tags_code(
             topic, tags, p.get(props.DELAY), int(self.store_timestamp[i]), delay_levels
         )
+
+    def tags_codes(self, rows: I64, delay_levels: Mapping[int, int]) -> list[int | None]:
+        """:meth:`tags_code` of each record of ``rows`` (ascending): TAGS found by one search
+        over the buffer and hashed once per distinct value; only schedule-topic records (whose
+        DELAY decides) are decoded one by one."""
+        codes: list[int | None] = [_tag_hash(t) for t in self.property_values(props.TAGS, rows)]
+        schedule = self.topic_mask([cl.SCHEDULE_TOPIC])[rows]
+        for n in np.flatnonzero(schedule).tolist():
+            codes[n] = self.tags_code(int(rows[n]), delay_levels)
+        return codes
+
+    def index_keys(
+        self, rows: I64, topic_ids: I64, topics: Sequence[str]
+    ) -> tuple[I64, I64, list[str]]:
+        """The keys ``IndexService.buildIndex`` puts for the records ``rows`` (ascending), in
+        order: each key's hash (of ``topic#key``, vectorised), the index into ``rows`` of its
+        record, and the key itself. ROLLBACK records put none. ``topic_ids``/``topics`` are
+        :meth:`topic_ids`' answer, decoded."""
+        uniq = self.property_values(props.UNIQ_KEY, rows)
+        keys = self.property_values(props.KEYS, rows)
+        rollback = (self.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK) == cl.TRANSACTION_ROLLBACK_TYPE
+        prefix_of: list[int] = []
+        values: list[str] = []
+        owners: list[int] = []
+        for n, (u, k, skip) in enumerate(zip(uniq, keys, rollback.tolist(), strict=True)):
+            if skip:
+                continue
+            record_keys = props.index_key_values(u, k)
+            if record_keys:
+                prefix_of.extend([int(topic_ids[rows[n]])] * len(record_keys))
+                values.extend(record_keys)
+                owners.extend([n] * len(record_keys))
+        hashes = prefixed_key_hashes(
+            [index_key(topic, "") for topic in topics], np.array(prefix_of, np.int64), values
+        )
+        return hashes, np.array(owners, np.int64), values
 
     def body_crcs(self) -> I64:
         """The masked CRC-32 of every record's body (0 for an empty body, as for ``b""``)."""

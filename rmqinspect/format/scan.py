@@ -25,8 +25,10 @@ import numpy as np
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.columns import (
+    I64,
     RUN_RECORDS,
     Buffer,
+    Mask,
     RecordColumns,
     WalkStop,
     first_false,
@@ -65,6 +67,11 @@ class CheckedRun:
         code = self.columns.tags_code(i, _delay_table(self.options.delay_levels))
         assert code is not None
         return code
+
+    def tags_codes(self, rows: I64) -> list[int]:
+        """:meth:`tags_code` of each record of ``rows`` (ascending), vectorised."""
+        codes = self.columns.tags_codes(rows, _delay_table(self.options.delay_levels))
+        return [code or 0 for code in codes]
 
 
 @functools.lru_cache(maxsize=16)
@@ -180,25 +187,41 @@ def _prop_crc_ok(cols: RecordColumns, k: int) -> int:
     """Cut at the first record whose properties do not end in the canonical ``__CRC32#`` entry
     (preceded by a separator or alone) holding the CRC of the record without its 20-byte tail.
     Anything else may still pass ``check_message`` (it parses the properties): it decides."""
+    first = cols.select(slice(0, k))
+    present, stored = prop_crc_tails(first)
+    k = first_false(present)
+    return first_false(stored[:k] == prop_crcs(first, np.arange(k)))
+
+
+def prop_crc_tails(cols: RecordColumns) -> tuple[Mask, I64]:
+    """Which records end in the canonical ``__CRC32#`` property (§3.2: ``__CRC32#`` 0x01, ten
+    digits, 0x02, preceded by a separator or alone), and the value each stores (0 where none;
+    the digits are written least significant first)."""
     data = np.frombuffer(cols.buf, np.uint8)
-    p, ends = cols.positions[:k], cols.ends[:k]
+    p, ends = cols.positions, cols.ends
     tail_at = ends - cl.CRC32_RESERVED_LEN
-    plen = cols.properties_length[:k]
-    ok = plen >= cl.CRC32_RESERVED_LEN
-    tail = data[np.where(ok, tail_at, p)[:, None] + np.arange(cl.CRC32_RESERVED_LEN)]
+    plen = cols.properties_length
+    ok = cols.well_formed & (plen >= cl.CRC32_RESERVED_LEN)
+    tail = windows(data, np.where(ok, tail_at, p), cl.CRC32_RESERVED_LEN)
     ok &= (tail[:, : len(_CRC_TAIL)] == np.frombuffer(_CRC_TAIL, np.uint8)).all(axis=1)
     digits = tail[:, len(_CRC_TAIL) : len(_CRC_TAIL) + _DIGITS].astype(np.int64) - ord("0")
     ok &= ((digits >= 0) & (digits <= 9)).all(axis=1) & (tail[:, -1] == _SEPARATOR)
     before = data[np.maximum(tail_at - 1, 0)]
     ok &= (plen == cl.CRC32_RESERVED_LEN) | (before == _SEPARATOR)
-    k = first_false(ok)
-    # The digits are written least significant first.
-    stored = digits[:k] @ (10 ** np.arange(_DIGITS, dtype=np.int64))
+    stored: I64 = np.where(ok, digits @ (10 ** np.arange(_DIGITS, dtype=np.int64)), 0)
+    return ok, stored
+
+
+def prop_crcs(cols: RecordColumns, rows: I64) -> I64:
+    """The masked CRC-32 of each record of ``rows`` without its 20-byte CRC tail (what the
+    ``__CRC32#`` property must hold)."""
     buf = cols.buf
-    computed = [
-        masked_crc32(buf[a:b]) for a, b in zip(p[:k].tolist(), tail_at[:k].tolist(), strict=True)
-    ]
-    return first_false(stored == np.array(computed, np.int64))
+    starts = cols.positions[rows]
+    stops = cols.ends[rows] - cl.CRC32_RESERVED_LEN
+    return np.array(
+        [masked_crc32(buf[a:b]) for a, b in zip(starts.tolist(), stops.tolist(), strict=True)],
+        np.int64,
+    )
 
 
 # --- past damage ---------------------------------------------------------------------------------

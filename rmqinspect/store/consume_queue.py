@@ -24,6 +24,9 @@ from rmqinspect.store.files import MappedFiles, StoreFile
 RECOVER_FILES_BACK = 3  # ConsumeQueue.recover trusts all but the last three files
 _UNIT = struct.Struct(">qiq")
 _CHUNK_UNITS = 1 << 16  # units read per chunk (1.25 MiB)
+# Units may sit a few slots from their queue offset ("appended at the current position"), so a
+# record counts as served when a unit within this many slots of its queue offset leads to it.
+MISPLACED_SLOTS = 64
 
 
 class CorrectMinOffsetError(Exception):
@@ -148,6 +151,21 @@ class ConsumeQueue:
                 out[sel[k:end]] = units["phy_offset"][(rel[k:end] - lo) // CQ_STORE_UNIT_SIZE]
                 k = end
         return out
+
+    def serves(
+        self, queue_offsets: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
+        """Whether a unit of ``[minOffset, maxOffset)`` within ``MISPLACED_SLOTS`` of each
+        record's queue offset holds the record's physical offset (``positions``)."""
+        served = np.zeros(len(positions), bool)
+        if not len(positions):
+            return served
+        low = max(int(queue_offsets.min()) - MISPLACED_SLOTS, self.min_offset_in_queue)
+        high = min(int(queue_offsets.max()) + MISPLACED_SLOTS + 1, self.max_offset_in_queue)
+        if low >= high:
+            return served
+        units = self.unit_offsets(np.arange(low, high, dtype=np.int64))
+        return np.isin(positions, units)
 
     @property
     def max_offset(self) -> int:

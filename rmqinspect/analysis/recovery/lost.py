@@ -13,16 +13,15 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from rmqinspect.analysis.recovery.report import LostMessage, LostReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import I64, RecordColumns, decode_text
+from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.scan import Skipped, data_extent, scan_file
-from rmqinspect.store.consume_queue import ConsumeQueue
+from rmqinspect.store.consume_queue import MISPLACED_SLOTS, ConsumeQueue
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId
 
@@ -155,33 +154,13 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
     return Unserved(per_queue, without)
 
 
-# Units may sit a few slots from their queue offset ("appended at the current position"), so a
-# record counts as served when a unit within this many slots of its queue offset leads to it.
-_MISPLACED_SLOTS = 64
-
-
-def _served_mask(
-    q: ConsumeQueue | None, queue_offsets: I64, positions: I64
-) -> npt.NDArray[np.bool_]:
-    """Whether a unit of ``q`` near each record's queue offset holds the record's position."""
-    served = np.zeros(len(positions), bool)
-    if q is None or not len(positions):
-        return served
-    low = max(int(queue_offsets.min()) - _MISPLACED_SLOTS, q.min_offset_in_queue)
-    high = min(int(queue_offsets.max()) + _MISPLACED_SLOTS + 1, q.max_offset_in_queue)
-    if low >= high:
-        return served
-    units = q.unit_offsets(np.arange(low, high, dtype=np.int64))
-    return np.isin(positions, units)
-
-
 def _copy_of_served(state: BrokerState, q: ConsumeQueue | None, rec: cl.MessageRecord) -> bool:
     """A stale copy: a unit near the record's queue offset serves another record that stores
     the same queue offset (the message itself is served; this copy is a leftover)."""
     if q is None:
         return False
-    low = max(rec.queue_offset - _MISPLACED_SLOTS, q.min_offset_in_queue)
-    high = min(rec.queue_offset + _MISPLACED_SLOTS + 1, q.max_offset_in_queue)
+    low = max(rec.queue_offset - MISPLACED_SLOTS, q.min_offset_in_queue)
+    high = min(rec.queue_offset + MISPLACED_SLOTS + 1, q.max_offset_in_queue)
     if low >= high:
         return False
     for phy in q.unit_offsets(np.arange(low, high, dtype=np.int64)).tolist():
@@ -216,7 +195,9 @@ def _unserved_in_run(
     for key, members in zip(uniq.tolist(), np.split(by_queue, bounds), strict=True):
         qid = QueueId(names[key >> 32], wrap32(key & 0xFFFFFFFF))
         seen.add(qid)
-        lacking[members] = ~_served_mask(queues.get(qid), qoff[members], positions[members])
+        q = queues.get(qid)
+        if q is not None:
+            lacking[members] = ~q.serves(qoff[members], positions[members])
     return np.flatnonzero(lacking).tolist()
 
 
