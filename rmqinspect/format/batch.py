@@ -12,7 +12,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import RecordColumns, windows
+from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.npbytes import windows
 
 RECORD_SCHEMA = pa.schema(
     [

@@ -17,26 +17,16 @@ from __future__ import annotations
 import functools
 import re
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
-from rmqinspect.format.columns import (
-    I64,
-    RUN_RECORDS,
-    Buffer,
-    Mask,
-    RecordColumns,
-    WalkStop,
-    first_false,
-    gather,
-    walk,
-    windows,
-)
+from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, WalkStop, gather, walk
 from rmqinspect.format.crc import masked_crc32
+from rmqinspect.format.npbytes import I64, Buffer, Mask, first_false, windows
 
 # --- the broker's check, many records at a time -----------------------------------------------
 
@@ -68,10 +58,11 @@ class CheckedRun:
         assert code is not None
         return code
 
-    def tags_codes(self, rows: I64) -> list[int]:
-        """:meth:`tags_code` of each record of ``rows`` (ascending), vectorised."""
-        codes = self.columns.tags_codes(rows, _delay_table(self.options.delay_levels))
-        return [code or 0 for code in codes]
+    def tags_codes(self, rows: I64, topics: tuple[I64, Sequence[str]] | None = None) -> I64:
+        """:meth:`tags_code` of each record of ``rows`` (ascending), vectorised (``topics`` as
+        for :meth:`~rmqinspect.format.columns.RecordColumns.tags_codes`)."""
+        codes, _ = self.columns.tags_codes(rows, _delay_table(self.options.delay_levels), topics)
+        return codes
 
 
 @functools.lru_cache(maxsize=16)
@@ -300,6 +291,39 @@ class Skipped:
     @property
     def length(self) -> int:
         return self.end - self.start
+
+
+def damaged_headers(
+    buf: Buffer, skipped: Skipped, file_start: int = 0, options: cl.CheckOptions | None = None
+) -> list[int]:
+    """Where message records start inside a skipped range, though the check rejects them: the
+    range's first position and those TOTALSIZE leads to from it while each header has a
+    message magic and a size that fits, then any other message header (found by its magic)
+    that names its own position in PHYSICALOFFSET. These are records that decode partly."""
+    opts = options or cl.CheckOptions()
+    accept_v2 = opts.profile.accepts_v2_magic
+    found: list[int] = []
+    pos = skipped.start
+    while pos < skipped.end and pos + 8 <= len(buf):
+        size, magic = struct.unpack_from(">ii", buf, pos)
+        is_message = magic == cl.MESSAGE_MAGIC_CODE or (
+            accept_v2 and magic == cl.MESSAGE_MAGIC_CODE_V2
+        )
+        if not is_message or not cl.MIN_RECORD_SIZE <= size <= len(buf) - pos:
+            break
+        found.append(pos)
+        pos += size
+    pattern = _MAGICS_V2 if accept_v2 else _MAGICS_V1
+    stop = min(len(buf), skipped.end + cl.MAGIC_POS + 4)  # a magic of a header before end
+    for m in pattern.finditer(buf, skipped.start + 1 + cl.MAGIC_POS, stop):
+        at = m.start() - cl.MAGIC_POS
+        if at >= skipped.end or at in found or at + cl.PHYSICALOFFSET_POS + 8 > len(buf):
+            continue
+        size, magic = struct.unpack_from(">ii", buf, at)
+        (physical_offset,) = struct.unpack_from(">q", buf, at + cl.PHYSICALOFFSET_POS)
+        if magic != cl.BLANK_MAGIC_CODE and physical_offset == file_start + at:
+            found.append(at)
+    return sorted(found)
 
 
 FileEvent = CheckedRun | Skipped

@@ -15,8 +15,9 @@ from rmqinspect.analysis.recovery.index_service import IndexService
 from rmqinspect.analysis.recovery.report import ReputReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import I64, RecordColumns, decode_text
+from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.javamath import jmod, wrap32, wrap64
+from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import CheckedRun, check_run
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.model import QueueId
@@ -52,8 +53,7 @@ class Dispatcher:
         if state.first_dispatched is None:
             first = min(rows[:1].tolist() + index_rows[:1].tolist())
             state.first_dispatched = int(cols.physical_offset[first])
-        tt = cols.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK
-        units = rows[(tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)]
+        units = rows[cols.enters_consume_queue()[rows]]
         if len(units):
             self._put_units(run, units, tids, names, phase)
             # putMessagePositionInfoWrapper moves logicsMsgTimestamp even on a skip.
@@ -67,7 +67,7 @@ class Dispatcher:
         """``putMessagePositionInfo`` record by record (skips, pre-blank fill and placement are
         sequential rules); the tagsCode is the tag hash, or the schedule topic's delivery time."""
         cols = run.columns
-        codes = run.tags_codes(rows)
+        codes = run.tags_codes(rows, (tids, names)).tolist()
         phys = cols.physical_offset[rows].tolist()
         sizes = cols.sizes[rows].tolist()
         qids = cols.queue_id[rows].tolist()
@@ -96,8 +96,7 @@ class Dispatcher:
         if state.first_dispatched is None:
             state.first_dispatched = int(phys[first])
         tids, names = _topics(cols)
-        tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-        cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+        cq_type = cols.enters_consume_queue()
         keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
         # A queue already holds the unit when phy + size <= its maxPhysicOffset (which only
         # grows); the index skips a record below the last file's endPhyOffset (which only

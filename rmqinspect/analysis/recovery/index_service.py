@@ -16,7 +16,7 @@ from datetime import datetime
 
 from rmqinspect.analysis.recovery.report import IndexFileInfo, IndexReport, OffsetRange
 from rmqinspect.format.checkpoint import Checkpoint
-from rmqinspect.format.columns import I64, RecordColumns
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
@@ -25,6 +25,7 @@ from rmqinspect.format.index import (
     IndexHeader,
 )
 from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder
+from rmqinspect.format.npbytes import I64
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
 
@@ -141,13 +142,13 @@ class IndexService:
         property name over the run, hashed with numpy."""
         if not len(rows):
             return
-        hashes, owners, _ = cols.index_keys(rows, topic_ids, topics)
+        keys = cols.index_keys(rows, topic_ids, topics)
         self._get_builder().dispatch(
             cols.physical_offset[rows],
             cols.store_timestamp[rows],
             cols.sys_flag[rows],
-            hashes,
-            owners,
+            keys.hashes,
+            keys.owners,
         )
 
     def _get_builder(self) -> IndexBuilder:

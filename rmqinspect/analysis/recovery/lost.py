@@ -27,7 +27,6 @@ from rmqinspect.store.model import QueueId
 
 _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
 _I64 = struct.Struct(">q")
-_NOT_OR_COMMIT = (cl.TRANSACTION_NOT_TYPE, cl.TRANSACTION_COMMIT_TYPE)
 
 
 class _Listing:
@@ -183,8 +182,7 @@ def _unserved_in_run(
     tids, topics = cols.topic_ids()
     names = [decode_text(t) for t in topics]
     keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
-    tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-    cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+    cq_type = cols.enters_consume_queue()
     lacking = cq_type.copy()
     candidates = np.flatnonzero(cq_type)
     uniq, inverse = np.unique(keys[candidates], return_inverse=True)
@@ -214,8 +212,7 @@ def _lost_in_run(cols: RecordColumns, queue_max: dict[QueueId, int]) -> list[int
         [queue_max.get(QueueId(names[k >> 32], wrap32(k & 0xFFFFFFFF)), 0) for k in uniq.tolist()],
         np.int64,
     )[inverse]
-    tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-    cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+    cq_type = cols.enters_consume_queue()
     lost = ~cq_type | (cols.queue_offset >= tops)
     return np.flatnonzero(lost).tolist()
 
