@@ -42,7 +42,9 @@ def _register_commands() -> None:
         messages,
         offsets,
         recover,
+        salvage,
         synth,
+        verify,
     )
 
     for module in (
@@ -55,6 +57,8 @@ def _register_commands() -> None:
         lookup,
         decode_id,
         recover,
+        verify,
+        salvage,
         synth,
     ):
         module.register(app)
