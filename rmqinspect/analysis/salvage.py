@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
-from rmqinspect.analysis.verify import Context, VerifyOptions, record_failures
+from rmqinspect.analysis.verify import Context, VerifyOptions, record_failures, run_failures
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns, gather
 from rmqinspect.format.npbytes import I64, Mask, members
@@ -31,8 +31,6 @@ from rmqinspect.format.scan import (
     CheckedRun,
     Skipped,
     damaged_headers,
-    prop_crc_tails,
-    prop_crcs,
     scan_file,
 )
 from rmqinspect.store.files import StoreFile
@@ -206,25 +204,18 @@ def _run(
     """A run of records the check accepts: intact unless a check the broker does not make
     fails (PHYSICALOFFSET, the property CRC); those few are looked at one by one."""
     positions = cols.positions + f.start
-    suspect = cols.physical_offset != positions
-    if ctx.options.check_crc and ctx.profile.supports_prop_crc:
-        suspect |= _prop_crc_bad(cols)
+    extra: dict[int, list[str]] = {}
+    for i, check, _ in run_failures(ctx, cols):
+        extra.setdefault(i, []).append(check)
     failed: list[Failures] = [()] * len(cols)
-    for i in np.flatnonzero(suspect).tolist():
+    for i, checks in extra.items():
         accepted = cl.CheckResult(int(cols.sizes[i]), True, cl.CheckReason.OK)
-        failed[i] = tuple(record_failures(buf, int(cols.positions[i]), f.start, accepted, ctx))
+        found = record_failures(buf, int(cols.positions[i]), f.start, accepted, ctx)
+        failed[i] = tuple(dict.fromkeys(found + checks))
     intact = np.array([not x for x in failed], bool)
     kept = keeps(positions)
     sink.add_columns(cols, np.arange(len(cols), dtype=np.int64), intact, kept, failed)
     _count(report, intact, kept)
-
-
-def _prop_crc_bad(cols: RecordColumns) -> Mask:
-    present, stored = prop_crc_tails(cols)
-    rows = np.flatnonzero(present)
-    bad = np.zeros(len(cols), bool)
-    bad[rows] = prop_crcs(cols, rows) != stored[rows]
-    return bad
 
 
 def _damaged(

@@ -7,7 +7,7 @@ Modules: :mod:`.finding` (the finding type and the registry of check ids), :mod:
 statistics) and :mod:`.run` (the order of the checks and the worker processes).
 """
 
-from rmqinspect.analysis.verify.commitlog import record_failures
+from rmqinspect.analysis.verify.commitlog import record_failures, run_failures
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
 from rmqinspect.analysis.verify.finding import CHECKS, Check, Finding, Severity
 from rmqinspect.analysis.verify.run import Verifier, VerifyReport, verify_store
@@ -26,5 +26,6 @@ __all__ = [
     "VerifyOptions",
     "VerifyReport",
     "record_failures",
+    "run_failures",
     "verify_store",
 ]

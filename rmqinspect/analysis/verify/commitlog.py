@@ -19,7 +19,7 @@ from rmqinspect.analysis.verify.context import Context
 from rmqinspect.analysis.verify.finding import Findings, layout_check
 from rmqinspect.analysis.verify.queues import QueueCoverage
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import decode_text, gather
+from rmqinspect.format.columns import RecordColumns, decode_text, gather
 from rmqinspect.format.hexdump import hexdump_lines
 from rmqinspect.format.npbytes import Buffer
 from rmqinspect.format.scan import (
@@ -97,6 +97,39 @@ def _broker_check(buf: Buffer, pos: int, result: cl.CheckResult) -> str:
 
 def _checks_prop_crc(ctx: Context) -> bool:
     return ctx.options.check_crc and ctx.profile.supports_prop_crc
+
+
+def run_failures(ctx: Context, cols: RecordColumns) -> list[tuple[int, str, str]]:
+    """What the broker's check does not look at, over the records of one checked run: (row,
+    check id, detail) for each record whose PHYSICALOFFSET names another place, whose
+    ``__CRC32#`` differs from its CRC, or that lacks the ``__CRC32#`` a record next to it
+    carries (damage destroyed the tail: enabledAppendPropCRC is a broker-wide setting, so
+    only the one record where it was switched off is also flagged)."""
+    out: list[tuple[int, str, str]] = []
+    positions = cols.positions + cols.file_start
+    for i in np.flatnonzero(cols.physical_offset != positions).tolist():
+        out.append(
+            (
+                i,
+                "commitlog.physical_offset",
+                f"PHYSICALOFFSET says {int(cols.physical_offset[i])}: a copy of a record from "
+                "elsewhere (stale bytes of an earlier generation or another file)",
+            )
+        )
+    if _checks_prop_crc(ctx):
+        present, stored = prop_crc_tails(cols)
+        rows = np.flatnonzero(present)
+        computed = prop_crcs(cols, rows)
+        bad = computed != stored[rows]
+        for i, c in zip(rows[bad].tolist(), computed[bad].tolist(), strict=True):
+            detail = f"__CRC32# holds {int(stored[i])}, the record's CRC is {c}"
+            out.append((i, "commitlog.prop_crc", detail))
+        before = np.concatenate(([False], present[:-1]))
+        after = np.concatenate((present[1:], [False]))
+        for i in np.flatnonzero(~present & (before | after)).tolist():
+            detail = "no __CRC32# tail, though the record next to it has one"
+            out.append((i, "commitlog.prop_crc", detail))
+    return sorted(out)
 
 
 # --- one file ---------------------------------------------------------------------------------
@@ -207,34 +240,8 @@ def _run(
         t.bytes += int(b)
     positions = cols.positions + f.start
     own = cols.physical_offset == positions
-    for i in np.flatnonzero(~own).tolist():
-        _bad_record(
-            ctx,
-            findings,
-            out.file,
-            buf,
-            int(cols.positions[i]),
-            f.start,
-            "commitlog.physical_offset",
-            f"PHYSICALOFFSET says {int(cols.physical_offset[i])}: a copy of a record from "
-            "elsewhere (stale bytes of an earlier generation or another file)",
-        )
-    if _checks_prop_crc(ctx):
-        present, stored = prop_crc_tails(cols)
-        rows = np.flatnonzero(present)
-        computed = prop_crcs(cols, rows)
-        bad = computed != stored[rows]
-        for i, c in zip(rows[bad].tolist(), computed[bad].tolist(), strict=True):
-            _bad_record(
-                ctx,
-                findings,
-                out.file,
-                buf,
-                int(cols.positions[i]),
-                f.start,
-                "commitlog.prop_crc",
-                f"__CRC32# holds {int(stored[i])}, the record's CRC is {c}",
-            )
+    for i, check, detail in run_failures(ctx, cols):
+        _bad_record(ctx, findings, out.file, buf, int(cols.positions[i]), f.start, check, detail)
     ts = cols.store_timestamp[own]
     if len(ts):
         if out.first_store_timestamp is None:
