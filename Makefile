@@ -22,6 +22,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/rmqinspect info $(DEMO_STORE)
 	# exit 1 only says the restart would discard data, which is what the demo shows
 	$(VENV)/bin/rmqinspect recover $(DEMO_STORE); test $$? -le 1
+	$(VENV)/bin/rmqinspect verify $(DEMO_STORE); test $$? -le 1
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check rmqinspect tests benchmarks fixtures
@@ -41,6 +42,7 @@ fixtures: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/synth_throughput.py
 	$(PY) benchmarks/scan_commitlog.py
+	$(PY) benchmarks/verify.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from rmqinspect.format.npbytes import (
     split_spans,
     windows,
 )
+from rmqinspect.format.properties_text import PropertiesText
 
 RUN_RECORDS = 1 << 14  # records per run: bounds the columns' memory, not the file size
 _I32 = struct.Struct(">i")
@@ -361,7 +361,8 @@ class RecordColumns:
         answer, decoded, when the caller has it."""
         codes = np.zeros(len(rows), np.int64)
         known = np.ones(len(rows), bool)
-        at, length = self.property_spans(props.TAGS, rows)
+        text = PropertiesText(self, rows)
+        at, length = text.spans(props.TAGS)
         present = np.flatnonzero(at >= 0)
         ids, distinct = span_ids(self.buf, at[present], length[present])
         hashes = np.array([_tag_hash(decode_text(v)) for v in distinct], np.int64)
@@ -374,7 +375,7 @@ class RecordColumns:
         schedule = np.flatnonzero(members(tids[rows], np.array(wanted, np.int64)))
         if len(schedule):
             # A run holds few distinct DELAY values: each is judged once.
-            at, length = self.property_spans(props.DELAY, rows[schedule])
+            at, length = (v[schedule] for v in text.spans(props.DELAY))
             has = at >= 0
             delayed = schedule[has]
             ids, distinct = span_ids(self.buf, at[has], length[has])
@@ -394,8 +395,9 @@ class RecordColumns:
         ``topic#key``) with numpy. ``topic_ids``/``topics`` are :meth:`topic_ids`' answer,
         decoded."""
         rollback = (self.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK) == cl.TRANSACTION_ROLLBACK_TYPE
-        uniq_at, uniq_len = self.property_spans(props.UNIQ_KEY, rows)
-        keys_at, keys_len = self.property_spans(props.KEYS, rows)
+        text = PropertiesText(self, rows)
+        uniq_at, uniq_len = text.spans(props.UNIQ_KEY)
+        keys_at, keys_len = text.spans(props.KEYS)
         with_uniq = np.flatnonzero((uniq_at >= 0) & ~rollback)
         with_keys = np.flatnonzero((keys_at >= 0) & ~rollback)
         data = np.frombuffer(self.buf, np.uint8)
@@ -441,51 +443,9 @@ class RecordColumns:
 
     def property_spans(self, name: str, rows: I64) -> tuple[I64, I64]:
         """Where ``properties(i).get(name)`` lies for each record of ``rows`` (ascending): the
-        buffer position and byte length of its value, (-1, 0) where there is none.
-
-        The records' properties are joined into one string (bodies left out) and searched once
-        for ``name`` 0x01; numpy keeps the hits that start an entry and finds where each value
-        ends (the next 0x02 or the end of the record's properties). The last entry with a
-        non-empty value wins, as :func:`rmqinspect.format.properties.property_value` rules for
-        one record.
-        """
-        n = len(rows)
-        starts, lengths = np.full(n, -1, np.int64), np.zeros(n, np.int64)
-        if not n:
-            return starts, lengths
-        at = self.properties_at[rows]
-        size = np.maximum(self.properties_length[rows], 0)
-        spans = map(slice, at.tolist(), (at + size).tolist())
-        joined = b"".join(map(self.buf.__getitem__, spans))
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(size, out=offsets[1:])
-        needle = name.encode("utf-8") + b"\x01"
-        hits = np.fromiter(map(_MATCH_START, _needle(needle).finditer(joined)), np.int64)
-        owner = np.searchsorted(offsets, hits, side="right") - 1
-        data = np.frombuffer(joined, np.uint8)
-        limit = offsets[owner + 1]
-        keep = hits + len(needle) <= limit  # the name lies inside the record's properties
-        keep &= (hits == offsets[owner]) | (data[np.maximum(hits - 1, 0)] == _SEPARATOR)
-        owner, value_at, limit = owner[keep], hits[keep] + len(needle), limit[keep]
-        window = windows(data, value_at, _VALUE_WINDOW) == _SEPARATOR
-        sep = np.where(window.any(axis=1), window.argmax(axis=1), _VALUE_WINDOW)
-        value_end = np.minimum(value_at + sep, limit)
-        # Values longer than the window, or read near the end of the string: one by one.
-        unsure = (sep == _VALUE_WINDOW) & (value_end < limit) | (
-            value_at + _VALUE_WINDOW > len(data)
-        )
-        for j in np.flatnonzero(unsure).tolist():
-            a, b = int(value_at[j]), int(limit[j])
-            found = joined.find(b"\x02", a, b)
-            value_end[j] = b if found < 0 else found
-        filled = value_end > value_at  # an empty value is no entry: an earlier one stands
-        owner, value_at, value_end = owner[filled], value_at[filled], value_end[filled]
-        # The last entry of each record wins.
-        last = len(owner) - 1 - np.unique(owner[::-1], return_index=True)[1]
-        winner = owner[last]
-        starts[winner] = at[winner] + value_at[last] - offsets[winner]
-        lengths[winner] = value_end[last] - value_at[last]
-        return starts, lengths
+        buffer position and byte length of its value, (-1, 0) where there is none (see
+        :class:`PropertiesText`; make one to look up several names)."""
+        return PropertiesText(self, rows).spans(name)
 
     def property_values(self, name: str, rows: I64) -> list[str | None]:
         """``properties(i).get(name)`` for each record of ``rows`` (ascending), found by
@@ -504,22 +464,12 @@ class RecordColumns:
         return members(ids, np.array(hit, np.int64))
 
 
-_VALUE_WINDOW = 128  # a property value's end is looked for in this many bytes at once
-_MATCH_START = operator.methodcaller("start")
 _DECODE = operator.methodcaller("decode", "utf-8", "replace")
-
-
-@functools.lru_cache(maxsize=64)
-def _needle(text: bytes) -> re.Pattern[bytes]:
-    return re.compile(re.escape(text))
 
 
 _ARRAY_FIELDS = tuple(
     name for name in RecordColumns.__dataclass_fields__ if name not in ("buf", "file_start")
 )
-
-
-_SEPARATOR = ord(props.PROPERTY_SEPARATOR)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -12,10 +12,10 @@ one), so only those links are followed one by one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmqinspect.analysis.indexes import IndexFileInfo
 from rmqinspect.analysis.verify.context import Context
 from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.format import commitlog as cl
@@ -36,27 +36,85 @@ _CHUNK = 1 << 16  # entries checked per gather
 Report = Callable[[str, int, str], None]  # (check, entry index in the chunk, detail)
 
 
-def check_index_file(ctx: Context, info: IndexFileInfo, data_end: int, findings: Findings) -> int:
-    """Check one index file; returns the entries it checked."""
+PART_ENTRIES = 1 << 20  # entries per work unit: a 20M-entry file is checked in parallel parts
+
+
+@dataclass
+class IndexPart:
+    """What checking entries ``[first, stop)`` of one index file found."""
+
+    findings: Findings = field(default_factory=Findings)
+    entries: int = 0
+    fingerprints: list[I64] = field(default_factory=list)  # of the keys of the records seen
+    below: int = 0  # entries pointing below the commitlog's first file
+    first_below: int = 0
+
+
+def index_parts(ctx: Context) -> list[tuple[int, int, int]]:
+    """The work units of the index check: (file index, first entry, stop) ranges, the first of
+    each file also checking the header, slots and chains."""
+    parts = []
+    for k, info in enumerate(ctx.index_files):
+        count = 0
+        if info.usable and info.header is not None and info.geometry is not None:
+            count = min(info.header.entry_count, info.geometry.index_num - 1)
+        parts += [
+            (k, a, min(a + PART_ENTRIES, count)) for a in range(0, max(count, 1), PART_ENTRIES)
+        ]
+    return parts
+
+
+def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: int) -> IndexPart:
+    """Check entries ``[first, stop)`` (0-based) of the ``index``-th index file; the part that
+    starts at 0 also checks the header, the slots and the chains."""
+    info = ctx.index_files[index]
+    part = IndexPart()
     file = ctx.rel(info.file.path)
     if info.header is None or info.geometry is None or info.error is not None:
-        findings.add("index.geometry", file, info.error or "no usable header or geometry")
-        return 0
+        part.findings.add("index.geometry", file, info.error or "no usable header or geometry")
+        return part
     header, geometry = info.header, info.geometry
     buf = ctx.store.view(info.file)
     try:
-        entries = _entries(buf, file, header, geometry, findings)
-        heads = _heads(buf, geometry)
-        slots = np.where(entries["key_hash"] >= 0, entries["key_hash"] % geometry.slot_num, -1)
-        _check_header(buf, file, header, geometry, entries, heads, findings)
-        _check_slots(file, header, geometry, heads, slots, findings)
-        _check_links(file, geometry, entries, slots, findings)
-        _check_targets(ctx, file, geometry, entries, data_end, findings)
-        n = len(entries)
-        del entries, heads, slots
+        entries = _entries(buf, file, header, geometry, part.findings if first == 0 else Findings())
+        if first == 0:
+            heads = _heads(buf, geometry)
+            slots = np.where(entries["key_hash"] >= 0, entries["key_hash"] % geometry.slot_num, -1)
+            _check_header(buf, file, header, geometry, entries, heads, part.findings)
+            _check_slots(file, header, geometry, heads, slots, part.findings)
+            _check_links(file, geometry, entries, slots, part.findings)
+            del heads, slots
+        mine = entries[first:stop]
+        for a in range(0, len(mine), _CHUNK):
+            chunk = mine[a : a + _CHUNK]
+            number = first + a + 1
+            prints, low = _check_chunk(ctx, file, geometry, chunk, number, data_end, part.findings)
+            part.fingerprints += prints
+            if len(low) and not part.below:
+                part.first_below = int(low[0])
+            part.below += len(low)
+        part.entries = len(mine)
+        del entries, mine
     finally:
         buf.release()
-    return n
+    return part
+
+
+def finish_index_file(ctx: Context, index: int, parts: list[IndexPart], findings: Findings) -> None:
+    """What needs all parts of a file: entries below the commitlog, and hash collisions."""
+    info = ctx.index_files[index]
+    file = ctx.rel(info.file.path)
+    below = sum(p.below for p in parts)
+    if below and info.geometry is not None:
+        first = next(p.first_below for p in parts if p.below)
+        findings.add(
+            "index.below_commitlog",
+            file,
+            f"{below} entries point below the commitlog's first file (from entry {first}): "
+            "their records were deleted by retention",
+            file_position=info.geometry.entry_position(first),
+        )
+    _report_collisions(file, [f for p in parts for f in p.fingerprints], findings)
 
 
 def _entries(
@@ -216,36 +274,6 @@ def _loops(prev: I64, start: int) -> bool:
         seen.add(at)
         at = int(prev[at - 1])
     return False
-
-
-def _check_targets(
-    ctx: Context,
-    file: str,
-    geometry: IndexGeometry,
-    entries: np.ndarray,
-    data_end: int,
-    findings: Findings,
-) -> None:
-    """Each entry's record: below the commitlog's end, a message, with a key of that hash."""
-    below = 0  # entries pointing below the commitlog's first file, the first of them
-    first_below = 0
-    fingerprints: list[I64] = []
-    for a in range(0, len(entries), _CHUNK):
-        chunk = entries[a : a + _CHUNK]
-        prints, low = _check_chunk(ctx, file, geometry, chunk, a + 1, data_end, findings)
-        fingerprints += prints
-        if len(low) and not below:
-            first_below = int(low[0])
-        below += len(low)
-    if below:
-        findings.add(
-            "index.below_commitlog",
-            file,
-            f"{below} entries point below the commitlog's first file (from entry "
-            f"{first_below}): their records were deleted by retention",
-            file_position=geometry.entry_position(first_below),
-        )
-    _report_collisions(file, fingerprints, findings)
 
 
 def _check_chunk(

@@ -24,7 +24,12 @@ from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
 from rmqinspect.analysis.verify.commitlog import FileResult, check_file, check_files
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
 from rmqinspect.analysis.verify.finding import CHECKS, Finding, Findings, Severity
-from rmqinspect.analysis.verify.indexes import check_index_file
+from rmqinspect.analysis.verify.indexes import (
+    IndexPart,
+    check_index_part,
+    finish_index_file,
+    index_parts,
+)
 from rmqinspect.analysis.verify.metadata import (
     check_checkpoint,
     check_config,
@@ -76,11 +81,9 @@ def _queue_unit(ctx: Context, arg: tuple[str, int, int, int]) -> tuple[Findings,
     return findings, units
 
 
-def _index_unit(ctx: Context, arg: tuple[int, int]) -> tuple[Findings, int]:
-    index, data_end = arg
-    findings = Findings()
-    entries = check_index_file(ctx, ctx.index_files[index], data_end, findings)
-    return findings, entries
+def _index_unit(ctx: Context, arg: tuple[int, int, int, int]) -> IndexPart:
+    index, first, stop, data_end = arg
+    return check_index_part(ctx, index, first, stop, data_end)
 
 
 _CONTEXT: Context | None = None  # a worker process's own view of the store
@@ -173,11 +176,18 @@ class Verifier:
             for qid in store.queue_dirs
             for i in range(len(store.consume_queue(qid.topic, qid.queue_id).files))
         ]
-        index_args = [(i, data_end) for i in range(len(ctx.index_files))]
+        index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
         if not ctx.log_readable:
             queue_args, index_args = [], []  # nothing to check them against
         units = _merge(self._map(_queue_unit, queue_args), findings)
-        entries = _merge(self._map(_index_unit, index_args), findings)
+        entries = 0
+        parts: dict[int, list[IndexPart]] = {}
+        for (k, _, _, _), part in zip(index_args, self._map(_index_unit, index_args), strict=True):
+            findings.extend(part.findings)
+            entries += part.entries
+            parts.setdefault(k, []).append(part)
+        for k, file_parts in parts.items():
+            finish_index_file(ctx, k, file_parts, findings)
         max_ts = max(
             (r.max_store_timestamp for r in results if r.max_store_timestamp is not None),
             default=None,
@@ -193,7 +203,9 @@ class Verifier:
             self.options.check_crc,
             results,
             data_end,
-            Coverage(len(store.queue_dirs), units, len(index_args), entries, restart is not None),
+            Coverage(
+                len(store.queue_dirs), units, len(ctx.index_files), entries, restart is not None
+            ),
             findings,
         )
         return VerifyReport(sorted(findings.listed, key=_order), summary)
