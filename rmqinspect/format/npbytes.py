@@ -15,17 +15,19 @@ Buffer = bytes | memoryview
 def windows(data: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np.uint8]:
     """The ``width`` bytes at every position of ``at``, one row each (a fresh contiguous array).
 
-    Rows are copied whole out of a sliding-window view, far faster than indexing byte by byte.
-    A position outside the buffer gives a row of whatever lies at the nearest fitting position
-    (zeros for an empty buffer): callers mask those rows out.
+    Each row is copied whole, as one ``width``-byte item of a strided view of ``data``, far
+    faster than indexing byte by byte (or a sliding-window view). A position outside the buffer
+    gives a row of whatever lies at the nearest fitting position (zeros for an empty buffer):
+    callers mask those rows out.
     """
     n = len(at)
-    if len(data) < width:
+    if len(data) < width or width == 0:
         out = np.zeros((n, width), np.uint8)
-        out[:, : len(data)] = data
+        out[:, : len(data)] = data[:width]
         return out
     safe = np.clip(at, 0, len(data) - width)
-    rows: npt.NDArray[np.uint8] = np.lib.stride_tricks.sliding_window_view(data, width)[safe]
+    items = np.ndarray((len(data) - width + 1,), f"V{width}", buffer=data, strides=(1,))
+    rows: npt.NDArray[np.uint8] = items[safe].view(np.uint8).reshape(n, width)
     return rows
 
 

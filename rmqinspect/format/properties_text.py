@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rmqinspect.format.columns import RecordColumns
 
 _VALUE_WINDOW = 128  # a property value's end is looked for in this many bytes at once
+_MAX_ROW = 2048  # properties longer than this are joined one by one
 _MATCH_START = operator.methodcaller("start")
 _SEPARATOR = ord(props.PROPERTY_SEPARATOR)
 
@@ -27,18 +28,29 @@ def _needle(text: bytes) -> re.Pattern[bytes]:
 
 
 class PropertiesText:
-    """The properties of some records (``rows``, ascending) joined into one string, bodies
-    left out, to find property values by searching it once per name (:meth:`spans`)."""
+    """The properties of some records (``rows``, ascending) laid out in one string, bodies left
+    out, to find property values by searching it once per name (:meth:`spans`).
+
+    Each record's properties are one row of a fixed width (copied at once with numpy; what
+    follows a record's properties pads its row), or, where a record's properties are long or
+    sit near the end of the buffer, all are joined one by one. ``starts``/``ends`` say where
+    each record's properties lie in the string.
+    """
 
     def __init__(self, cols: RecordColumns, rows: I64) -> None:
-        self.cols = cols
         self.rows = rows
         self.at = cols.properties_at[rows]
         size = np.maximum(cols.properties_length[rows], 0)
-        spans = map(slice, self.at.tolist(), (self.at + size).tolist())
-        self.text = b"".join(map(cols.buf.__getitem__, spans))
-        self.offsets = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum(size, out=self.offsets[1:])
+        width = int(size.max()) if len(rows) else 0
+        data = np.frombuffer(cols.buf, np.uint8)
+        if 0 < width <= _MAX_ROW and int(self.at.max()) + width <= len(data):
+            self.text = windows(data, self.at, width).tobytes()
+            self.starts = np.arange(len(rows), dtype=np.int64) * width
+        else:
+            spans = map(slice, self.at.tolist(), (self.at + size).tolist())
+            self.text = b"".join(map(cols.buf.__getitem__, spans))
+            self.starts = np.cumsum(size) - size
+        self.ends = self.starts + size
 
     def spans(self, name: str) -> tuple[I64, I64]:
         """Where ``properties(i).get(name)`` lies for each record: the buffer position and byte
@@ -53,14 +65,14 @@ class PropertiesText:
         starts, lengths = np.full(n, -1, np.int64), np.zeros(n, np.int64)
         if not n:
             return starts, lengths
-        joined, offsets = self.text, self.offsets
+        joined, row_starts = self.text, self.starts
         needle = name.encode("utf-8") + b"\x01"
         hits = np.fromiter(map(_MATCH_START, _needle(needle).finditer(joined)), np.int64)
-        owner = np.searchsorted(offsets, hits, side="right") - 1
+        owner = np.searchsorted(row_starts, hits, side="right") - 1
         data = np.frombuffer(joined, np.uint8)
-        limit = offsets[owner + 1]
+        limit = self.ends[owner]
         keep = hits + len(needle) <= limit  # the name lies inside the record's properties
-        keep &= (hits == offsets[owner]) | (data[np.maximum(hits - 1, 0)] == _SEPARATOR)
+        keep &= (hits == row_starts[owner]) | (data[np.maximum(hits - 1, 0)] == _SEPARATOR)
         owner, value_at, limit = owner[keep], hits[keep] + len(needle), limit[keep]
         window = windows(data, value_at, _VALUE_WINDOW) == _SEPARATOR
         sep = np.where(window.any(axis=1), window.argmax(axis=1), _VALUE_WINDOW)
@@ -77,6 +89,6 @@ class PropertiesText:
         # The last entry of each record wins.
         last = len(owner) - 1 - np.unique(owner[::-1], return_index=True)[1]
         winner = owner[last]
-        starts[winner] = self.at[winner] + value_at[last] - offsets[winner]
+        starts[winner] = self.at[winner] + value_at[last] - row_starts[winner]
         lengths[winner] = value_end[last] - value_at[last]
         return starts, lengths
