@@ -283,4 +283,9 @@ def test_findings_beyond_the_listing_limit_are_counted() -> None:
     findings.add("commitlog.magic", "commitlog/1", "elsewhere")
     assert [f.detail for f in findings.listed] == ["bad 0", "bad 1", "elsewhere"]
     assert findings.by_check() == {"commitlog.magic": 6}
-    assert findings.unlisted() == 3
+    # Merging the findings of another work unit keeps the limit per check and file.
+    merged = Findings(limit=2)
+    merged.add("commitlog.magic", "commitlog/0", "first")
+    merged.extend(findings)
+    assert [f.detail for f in merged.listed] == ["first", "bad 0", "elsewhere"]
+    assert merged.by_check() == {"commitlog.magic": 7}

@@ -168,6 +168,7 @@ class Findings:
     limit: int = MAX_LISTED_PER_CHECK_AND_FILE
     listed: list[Finding] = field(default_factory=list)
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    _shown: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add(
         self,
@@ -183,28 +184,34 @@ class Findings:
         hexdump: tuple[str, ...] = (),
     ) -> None:
         key = (check, file)
-        n = self.counts.get(key, 0) + 1
-        self.counts[key] = n
-        if n <= self.limit:
-            self.listed.append(
-                Finding(
-                    check,
-                    CHECKS[check].severity,
-                    file,
-                    detail,
-                    file_position,
-                    physical_offset,
-                    topic,
-                    queue_id,
-                    queue_offset,
-                    hexdump,
-                )
+        self.counts[key] = self.counts.get(key, 0) + 1
+        self._show(
+            Finding(
+                check,
+                CHECKS[check].severity,
+                file,
+                detail,
+                file_position,
+                physical_offset,
+                topic,
+                queue_id,
+                queue_offset,
+                hexdump,
             )
+        )
+
+    def _show(self, finding: Finding) -> None:
+        key = (finding.check, finding.file)
+        shown = self._shown.get(key, 0)
+        if shown < self.limit:
+            self._shown[key] = shown + 1
+            self.listed.append(finding)
 
     def extend(self, other: Findings) -> None:
-        """Append ``other``'s findings after these (each work unit has its own files, so the
-        per-file limits stay exact)."""
-        self.listed.extend(other.listed)
+        """Append ``other``'s findings after these (the listing limit still holds per check
+        and file)."""
+        for finding in other.listed:
+            self._show(finding)
         for key, n in other.counts.items():
             self.counts[key] = self.counts.get(key, 0) + n
 
@@ -213,18 +220,6 @@ class Findings:
         for (check, _), n in self.counts.items():
             out[check] = out.get(check, 0) + n
         return dict(sorted(out.items()))
-
-    def unlisted(self) -> int:
-        return sum(self.counts.values()) - len(self.listed)
-
-    def worst(self) -> Severity | None:
-        ranks = [CHECKS[check].severity for check in self.by_check()]
-        return max(ranks, key=lambda s: s.rank, default=None)
-
-
-def count_at_or_above(counts: Mapping[str, int], threshold: Severity) -> int:
-    """Findings (from :meth:`Findings.by_check`) whose severity is ``threshold`` or worse."""
-    return sum(n for c, n in counts.items() if CHECKS[c].severity.rank >= threshold.rank)
 
 
 def severity_counts(counts: Mapping[str, int]) -> dict[str, int]:
