@@ -43,7 +43,9 @@ def _register_commands() -> None:
         messages,
         offsets,
         recover,
+        salvage,
         synth,
+        verify,
     )
 
     for module in (
@@ -57,6 +59,8 @@ def _register_commands() -> None:
         decode_id,
         recover,
         export,
+        verify,
+        salvage,
         synth,
     ):
         module.register(app)
