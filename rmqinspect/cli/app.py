@@ -88,7 +88,9 @@ def _register_commands() -> None:
         messages,
         offsets,
         recover,
+        salvage,
         synth,
+        verify,
     )
 
     for module in (
@@ -102,6 +104,8 @@ def _register_commands() -> None:
         decode_id,
         recover,
         export,
+        verify,
+        salvage,
         synth,
     ):
         module.register(app)

@@ -201,13 +201,23 @@ def dispatch_tags_code(
     code = java_hash(tags) if tags else 0
     if topic != SCHEDULE_TOPIC or delay is None:
         return code
+    parses, millis = schedule_delay(delay, delay_levels)
+    if not parses:
+        return None
+    return code if millis is None else wrap64(store_timestamp + millis)
+
+
+def schedule_delay(delay: str, delay_levels: Mapping[int, int]) -> tuple[bool, int | None]:
+    """What a ``SCHEDULE_TOPIC_XXXX`` record's DELAY value does to its tagsCode (see
+    :func:`dispatch_tags_code`): whether it parses as an integer, and the milliseconds added
+    to the store time (None where the clamped level is not positive and the tag hash stays)."""
     level = java_parse_int(delay)
     if level is None:
-        return None
+        return False, None
     level = min(level, max(delay_levels, default=0))
     if level <= 0:
-        return code
-    return wrap64(store_timestamp + delay_levels.get(level, 1000))
+        return True, None
+    return True, delay_levels.get(level, 1000)
 
 
 def dup_info_valid(properties: Mapping[str, str]) -> bool:

@@ -19,16 +19,9 @@ import numpy as np
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import (
-    I64,
-    RUN_RECORDS,
-    Buffer,
-    RecordColumns,
-    first_false,
-    gather,
-    windows,
-)
+from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, gather
 from rmqinspect.format.javamap import java_map_order
+from rmqinspect.format.npbytes import I64, Buffer, first_false, windows
 from rmqinspect.format.scan import CheckedRun, FileEvent, Skipped, certain_mask, data_extent
 
 ENTRY_MAGIC = 1  # DLedgerMmapFileStore.MAGIC_1 = CURRENT_MAGIC

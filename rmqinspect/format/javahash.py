@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.format.javamath import INT_MAX
+from rmqinspect.format.npbytes import span_polynomials
 
 _MASK32 = 0xFFFFFFFF
 
@@ -113,6 +114,36 @@ def prefixed_key_hashes(
     """:func:`index_key_hash` of ``prefixes[prefix_of[i]] + keys[i]`` without building the
     strings: ``h(p + k) = h(p) * 31**len(k) + h(k)`` modulo 2**32 (lengths in UTF-16 units)."""
     key_hashes, key_units = _hash_parts(keys)
+    return _prefixed(prefixes, prefix_of, key_hashes, key_units)
+
+
+def prefixed_span_hashes(
+    prefixes: Sequence[str],
+    prefix_of: npt.NDArray[np.int64],
+    data: npt.NDArray[np.uint8],
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """:func:`prefixed_key_hashes` of keys given as UTF-8 spans of ``data``, decoded as Java
+    does: ASCII keys are hashed from their bytes with numpy, the others decoded one by one."""
+    key_hashes, ascii_ = span_polynomials(data, starts, lengths, 31, np.uint32)
+    key_units = lengths.copy()
+    other = np.flatnonzero(~ascii_)
+    if len(other):
+        texts = [
+            data[a : a + n].tobytes().decode("utf-8", "replace")
+            for a, n in zip(starts[other].tolist(), lengths[other].tolist(), strict=True)
+        ]
+        key_hashes[other], key_units[other] = _hash_parts(texts)
+    return _prefixed(prefixes, prefix_of, key_hashes.astype(np.uint32), key_units)
+
+
+def _prefixed(
+    prefixes: Sequence[str],
+    prefix_of: npt.NDArray[np.int64],
+    key_hashes: npt.NDArray[np.uint32],
+    key_units: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
     prefix_hashes = _hash_parts(prefixes)[0].astype(np.uint64)[prefix_of]
     combined = (prefix_hashes * _pow31(key_units) + key_hashes) & np.uint64(_MASK32)
     return _index_key_hashes(_signed(combined.astype(np.uint32)))

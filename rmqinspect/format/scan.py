@@ -17,25 +17,16 @@ from __future__ import annotations
 import functools
 import re
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
-from rmqinspect.format.columns import (
-    RUN_RECORDS,
-    Buffer,
-    Mask,
-    RecordColumns,
-    WalkStop,
-    first_false,
-    gather,
-    walk,
-    windows,
-)
+from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, WalkStop, gather, walk
 from rmqinspect.format.crc import masked_crc32
+from rmqinspect.format.npbytes import I64, Buffer, Mask, first_false, windows
 
 # --- the broker's check, many records at a time -----------------------------------------------
 
@@ -66,6 +57,12 @@ class CheckedRun:
         code = self.columns.tags_code(i, _delay_table(self.options.delay_levels))
         assert code is not None
         return code
+
+    def tags_codes(self, rows: I64, topics: tuple[I64, Sequence[str]] | None = None) -> I64:
+        """:meth:`tags_code` of each record of ``rows`` (ascending), vectorised (``topics`` as
+        for :meth:`~rmqinspect.format.columns.RecordColumns.tags_codes`)."""
+        codes, _ = self.columns.tags_codes(rows, _delay_table(self.options.delay_levels), topics)
+        return codes
 
 
 @functools.lru_cache(maxsize=16)
@@ -189,27 +186,43 @@ def _prop_crc_ok(cols: RecordColumns, ok: Mask) -> None:
     rows = np.flatnonzero(ok)
     if not len(rows):
         return
-    data = np.frombuffer(cols.buf, np.uint8)
-    p, ends = cols.positions[rows], cols.ends[rows]
-    tail_at = ends - cl.CRC32_RESERVED_LEN
-    plen = cols.properties_length[rows]
-    good = plen >= cl.CRC32_RESERVED_LEN
-    tail = data[np.where(good, tail_at, p)[:, None] + np.arange(cl.CRC32_RESERVED_LEN)]
-    good &= (tail[:, : len(_CRC_TAIL)] == np.frombuffer(_CRC_TAIL, np.uint8)).all(axis=1)
-    digits = tail[:, len(_CRC_TAIL) : len(_CRC_TAIL) + _DIGITS].astype(np.int64) - ord("0")
-    good &= ((digits >= 0) & (digits <= 9)).all(axis=1) & (tail[:, -1] == _SEPARATOR)
-    before = data[np.maximum(tail_at - 1, 0)]
-    good &= (plen == cl.CRC32_RESERVED_LEN) | (before == _SEPARATOR)
-    # The digits are written least significant first.
-    stored = digits @ (10 ** np.arange(_DIGITS, dtype=np.int64))
-    buf = cols.buf
-    checked = np.flatnonzero(good)
-    computed = [
-        masked_crc32(buf[a:b])
-        for a, b in zip(p[checked].tolist(), tail_at[checked].tolist(), strict=True)
-    ]
-    good[checked] = stored[checked] == np.array(computed, np.int64)
+    sub = cols.select(rows)
+    present, stored = prop_crc_tails(sub)
+    checked = np.flatnonzero(present)
+    good = present.copy()
+    good[checked] = stored[checked] == prop_crcs(sub, checked)
     ok[rows] = good
+
+
+def prop_crc_tails(cols: RecordColumns) -> tuple[Mask, I64]:
+    """Which records end in the canonical ``__CRC32#`` property (§3.2: ``__CRC32#`` 0x01, ten
+    digits, 0x02, preceded by a separator or alone), and the value each stores (0 where none;
+    the digits are written least significant first)."""
+    data = np.frombuffer(cols.buf, np.uint8)
+    p, ends = cols.positions, cols.ends
+    tail_at = ends - cl.CRC32_RESERVED_LEN
+    plen = cols.properties_length
+    ok = cols.well_formed & (plen >= cl.CRC32_RESERVED_LEN)
+    tail = windows(data, np.where(ok, tail_at, p), cl.CRC32_RESERVED_LEN)
+    ok &= (tail[:, : len(_CRC_TAIL)] == np.frombuffer(_CRC_TAIL, np.uint8)).all(axis=1)
+    digits = tail[:, len(_CRC_TAIL) : len(_CRC_TAIL) + _DIGITS].astype(np.int64) - ord("0")
+    ok &= ((digits >= 0) & (digits <= 9)).all(axis=1) & (tail[:, -1] == _SEPARATOR)
+    before = data[np.maximum(tail_at - 1, 0)]
+    ok &= (plen == cl.CRC32_RESERVED_LEN) | (before == _SEPARATOR)
+    stored: I64 = np.where(ok, digits @ (10 ** np.arange(_DIGITS, dtype=np.int64)), 0)
+    return ok, stored
+
+
+def prop_crcs(cols: RecordColumns, rows: I64) -> I64:
+    """The masked CRC-32 of each record of ``rows`` without its 20-byte CRC tail (what the
+    ``__CRC32#`` property must hold)."""
+    buf = cols.buf
+    starts = cols.positions[rows]
+    stops = cols.ends[rows] - cl.CRC32_RESERVED_LEN
+    return np.array(
+        [masked_crc32(buf[a:b]) for a, b in zip(starts.tolist(), stops.tolist(), strict=True)],
+        np.int64,
+    )
 
 
 # --- past damage ---------------------------------------------------------------------------------
@@ -289,6 +302,39 @@ class Skipped:
     @property
     def length(self) -> int:
         return self.end - self.start
+
+
+def damaged_headers(
+    buf: Buffer, skipped: Skipped, file_start: int = 0, options: cl.CheckOptions | None = None
+) -> list[int]:
+    """Where message records start inside a skipped range, though the check rejects them: the
+    range's first position and those TOTALSIZE leads to from it while each header has a
+    message magic and a size that fits, then any other message header (found by its magic)
+    that names its own position in PHYSICALOFFSET. These are records that decode partly."""
+    opts = options or cl.CheckOptions()
+    accept_v2 = opts.profile.accepts_v2_magic
+    found: list[int] = []
+    pos = skipped.start
+    while pos < skipped.end and pos + 8 <= len(buf):
+        size, magic = struct.unpack_from(">ii", buf, pos)
+        is_message = magic == cl.MESSAGE_MAGIC_CODE or (
+            accept_v2 and magic == cl.MESSAGE_MAGIC_CODE_V2
+        )
+        if not is_message or not cl.MIN_RECORD_SIZE <= size <= len(buf) - pos:
+            break
+        found.append(pos)
+        pos += size
+    pattern = _MAGICS_V2 if accept_v2 else _MAGICS_V1
+    stop = min(len(buf), skipped.end + cl.MAGIC_POS + 4)  # a magic of a header before end
+    for m in pattern.finditer(buf, skipped.start + 1 + cl.MAGIC_POS, stop):
+        at = m.start() - cl.MAGIC_POS
+        if at >= skipped.end or at in found or at + cl.PHYSICALOFFSET_POS + 8 > len(buf):
+            continue
+        size, magic = struct.unpack_from(">ii", buf, at)
+        (physical_offset,) = struct.unpack_from(">q", buf, at + cl.PHYSICALOFFSET_POS)
+        if magic != cl.BLANK_MAGIC_CODE and physical_offset == file_start + at:
+            found.append(at)
+    return sorted(found)
 
 
 FileEvent = CheckedRun | Skipped

@@ -38,8 +38,9 @@ from rmqinspect.analysis.recovery.report import (
 from rmqinspect.analysis.recovery.state import BrokerState, CommitlogFile, Ledger
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
-from rmqinspect.format.columns import RUN_RECORDS, first_false, gather
+from rmqinspect.format.columns import RUN_RECORDS, gather
 from rmqinspect.format.javamath import java_parse_long
+from rmqinspect.format.npbytes import first_false
 from rmqinspect.format.scan import CheckedRun, certain_mask
 from rmqinspect.store.dledger import DLedgerStore, TextFile
 from rmqinspect.store.files import FileQueue, MappedFiles

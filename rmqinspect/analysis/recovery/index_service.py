@@ -14,13 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-import numpy as np
-
 from rmqinspect.analysis.recovery.report import IndexFileInfo, IndexReport, OffsetRange
-from rmqinspect.format import commitlog as cl
-from rmqinspect.format import properties as props
 from rmqinspect.format.checkpoint import Checkpoint
-from rmqinspect.format.columns import I64, RecordColumns
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
@@ -29,7 +25,7 @@ from rmqinspect.format.index import (
     IndexHeader,
 )
 from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder
-from rmqinspect.format.javahash import index_key, prefixed_key_hashes
+from rmqinspect.format.npbytes import I64
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
 
@@ -146,30 +142,13 @@ class IndexService:
         property name over the run, hashed with numpy."""
         if not len(rows):
             return
-        uniq = cols.property_values(props.UNIQ_KEY, rows)
-        keys = cols.property_values(props.KEYS, rows)
-        rollback = (cols.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK) == cl.TRANSACTION_ROLLBACK_TYPE
-        prefix_of: list[int] = []
-        values: list[str] = []
-        owners: list[int] = []
-        for n, (u, k, skip) in enumerate(zip(uniq, keys, rollback.tolist(), strict=True)):
-            if skip:
-                continue  # puts nothing (the builder knows it too, so no need to hash)
-            record_keys = props.index_key_values(u, k)
-            if record_keys:
-                t = int(topic_ids[rows[n]])
-                prefix_of.extend([t] * len(record_keys))
-                values.extend(record_keys)
-                owners.extend([n] * len(record_keys))
-        hashes = prefixed_key_hashes(
-            [index_key(topic, "") for topic in topics], np.array(prefix_of, np.int64), values
-        )
+        keys = cols.index_keys(rows, topic_ids, topics)
         self._get_builder().dispatch(
             cols.physical_offset[rows],
             cols.store_timestamp[rows],
             cols.sys_flag[rows],
-            hashes,
-            np.array(owners, np.int64),
+            keys.hashes,
+            keys.owners,
         )
 
     def _get_builder(self) -> IndexBuilder:

@@ -13,23 +13,21 @@ import struct
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
 from rmqinspect.analysis.recovery.report import BadRecord, LostMessage, LostReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
-from rmqinspect.format.columns import I64, RecordColumns, decode_text
+from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.scan import Skipped, data_extent
-from rmqinspect.store.consume_queue import ConsumeQueue
+from rmqinspect.store.consume_queue import MISPLACED_SLOTS, ConsumeQueue
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId
 
 _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
 _I64 = struct.Struct(">q")
-_NOT_OR_COMMIT = (cl.TRANSACTION_NOT_TYPE, cl.TRANSACTION_COMMIT_TYPE)
 
 
 class _Listing:
@@ -179,33 +177,13 @@ def _bad(event: Skipped, file_start: int, name: str) -> BadRecord:
     )
 
 
-# Units may sit a few slots from their queue offset ("appended at the current position"), so a
-# record counts as served when a unit within this many slots of its queue offset leads to it.
-_MISPLACED_SLOTS = 64
-
-
-def _served_mask(
-    q: ConsumeQueue | None, queue_offsets: I64, positions: I64
-) -> npt.NDArray[np.bool_]:
-    """Whether a unit of ``q`` near each record's queue offset holds the record's position."""
-    served = np.zeros(len(positions), bool)
-    if q is None or not len(positions):
-        return served
-    low = max(int(queue_offsets.min()) - _MISPLACED_SLOTS, q.min_offset_in_queue)
-    high = min(int(queue_offsets.max()) + _MISPLACED_SLOTS + 1, q.max_offset_in_queue)
-    if low >= high:
-        return served
-    units = q.unit_offsets(np.arange(low, high, dtype=np.int64))
-    return np.isin(positions, units)
-
-
 def _copy_of_served(state: BrokerState, q: ConsumeQueue | None, rec: cl.MessageRecord) -> bool:
     """A stale copy: a unit near the record's queue offset serves another record that stores
     the same queue offset (the message itself is served; this copy is a leftover)."""
     if q is None:
         return False
-    low = max(rec.queue_offset - _MISPLACED_SLOTS, q.min_offset_in_queue)
-    high = min(rec.queue_offset + _MISPLACED_SLOTS + 1, q.max_offset_in_queue)
+    low = max(rec.queue_offset - MISPLACED_SLOTS, q.min_offset_in_queue)
+    high = min(rec.queue_offset + MISPLACED_SLOTS + 1, q.max_offset_in_queue)
     if low >= high:
         return False
     for phy in q.unit_offsets(np.arange(low, high, dtype=np.int64)).tolist():
@@ -228,8 +206,7 @@ def _unserved_in_run(
     tids, topics = cols.topic_ids()
     names = [decode_text(t) for t in topics]
     keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
-    tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-    cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+    cq_type = cols.enters_consume_queue()
     lacking = cq_type.copy()
     candidates = np.flatnonzero(cq_type)
     uniq, inverse = np.unique(keys[candidates], return_inverse=True)
@@ -240,7 +217,9 @@ def _unserved_in_run(
     for key, members in zip(uniq.tolist(), np.split(by_queue, bounds), strict=True):
         qid = QueueId(names[key >> 32], wrap32(key & 0xFFFFFFFF))
         seen.add(qid)
-        lacking[members] = ~_served_mask(queues.get(qid), qoff[members], positions[members])
+        q = queues.get(qid)
+        if q is not None:
+            lacking[members] = ~q.serves(qoff[members], positions[members])
     return np.flatnonzero(lacking).tolist()
 
 
@@ -257,8 +236,7 @@ def _lost_in_run(cols: RecordColumns, queue_max: dict[QueueId, int]) -> list[int
         [queue_max.get(QueueId(names[k >> 32], wrap32(k & 0xFFFFFFFF)), 0) for k in uniq.tolist()],
         np.int64,
     )[inverse]
-    tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-    cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+    cq_type = cols.enters_consume_queue()
     lost = ~cq_type | (cols.queue_offset >= tops)
     return np.flatnonzero(lost).tolist()
 
