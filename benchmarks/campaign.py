@@ -184,6 +184,9 @@ def commands(store: Path, out: Path, probe: Probe, rng: random.Random) -> list[l
         ["lookup", s, "--time", f"..{probe.timestamp + 5000}", "--topic", t],
         ["recover", s],
         ["recover", s, "--apply-to", str(out)],
+        ["verify", s, "--hexdump"],
+        ["salvage", s, "--out", str(out.with_name(out.name + "-salvage"))],
+        ["export", s, str(out.with_name(out.name + "-export")), "--engine", "arrow", "--jobs", "1"],
         ["decode-id", probe.msg_id, "--reference", text],
         ["messages", s, "--until", text, "--topic", text],
     ]

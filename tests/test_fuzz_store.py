@@ -31,6 +31,7 @@ from rmqinspect.analysis.recovery import (
     apply_recovery,
     run_recovery,
 )
+from rmqinspect.analysis.verify import verify_store
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.store.model import Store, StoreOptions
 from tests.conftest import FIXTURES
@@ -121,6 +122,7 @@ def _analyses(root: Path, out: Path) -> None:
             lambda: lookup_key(store, KeyQuery("KA-0", ("TopicA",), False, 64)),
             lambda: lookup_msg_id(store, "0A01020300002A9F000000000000792E"),
             lambda: lookup_time(store, "TopicA", 0, 1 << 62, limit=20),
+            lambda: verify_store(store),
         ]
         for qid in list(store.queue_dirs)[:2]:
             steps.append(

@@ -31,8 +31,8 @@ def check_checkpoint(
     (its times against the newest store time on disk, 5.x's confirm offset against the end
     of the data)."""
     store = ctx.store
-    raw = store.checkpoint_bytes()
-    if raw is None:
+    read = store.checkpoint_file()
+    if read is None:
         findings.add(
             "checkpoint.missing",
             _CHECKPOINT,
@@ -40,14 +40,14 @@ def check_checkpoint(
             "first commitlog file and deletes every index file)",
         )
         return
-    size = store.checkpoint_path.stat().st_size
+    size = read.size
     if size != CHECKPOINT_FILE_SIZE:
         findings.add(
             "checkpoint.size",
             _CHECKPOINT,
             f"{size} bytes; the broker maps {CHECKPOINT_FILE_SIZE} (missing fields read as 0)",
         )
-    cp = decode_checkpoint(raw.ljust(CHECKPOINT_FILE_SIZE, b"\0"))
+    cp = decode_checkpoint(read.data[:CHECKPOINT_FILE_SIZE].ljust(CHECKPOINT_FILE_SIZE, b"\0"))
     newest = "no record" if max_store_timestamp is None else f"{max_store_timestamp}"
     for position, name, value in (
         (0, "physicMsgTimestamp", cp.physic_msg_timestamp),
