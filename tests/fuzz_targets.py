@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import struct
+import tempfile
 from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
@@ -25,6 +26,7 @@ from rmqinspect.format import (
     columns,
     config,
     consumequeue,
+    dledger,
     fastjson,
     ids,
     index,
@@ -38,6 +40,8 @@ from rmqinspect.format.batch import BatchDecodeError, decode_batch
 from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.format.javamath import INT_MAX, INT_MIN, java_parse_int, java_split
 from rmqinspect.format.profile import Profile
+from rmqinspect.synth.layout import StoreLayout
+from rmqinspect.synth.writer import MessageSpec, StoreWriter
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "stores"
 
@@ -190,6 +194,31 @@ def record_round_trip(data: bytes) -> None:
     assert r.record.topic == topic and r.record.body == body
 
 
+def dledger_scan(data: bytes) -> None:
+    """``scan_data_file`` over any bytes: its events move forward inside the buffer, every
+    record it yields is one ``check_message`` accepts at the entry's body, and the properties
+    text DLedger's checkpoint holds parses whatever it is."""
+    inp = Input(data)
+    opts = _options(inp)
+    max_records = (1, 3, columns.RUN_RECORDS)[inp.int(1) % 3]
+    buf = memoryview(inp.rest())
+    at = 0
+    for event in dledger.scan_data_file(buf, 0, 0, opts, max_records=max_records):
+        assert at <= event.start <= event.end <= len(buf)
+        if isinstance(event, scan.Skipped):
+            assert event.start < event.end
+        else:
+            for i in range(len(event)):
+                pos = int(event.columns.positions[i])
+                assert event.start + dledger.BODY_OFFSET <= pos < event.end
+                assert cl.check_message(buf, pos, 0, opts).is_message
+        at = event.end
+    boundary = dledger.entry_boundary(buf, len(buf) // 2, 0)
+    assert 0 <= boundary <= len(buf)
+    with contextlib.suppress(UnicodeDecodeError):
+        dledger.parse_properties_text(bytes(buf[:256]).decode())
+
+
 # --- consume queue, index, checkpoint -----------------------------------------------------------
 
 
@@ -336,6 +365,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
         commitlog_scan,
         record_columns,
         record_round_trip,
+        dledger_scan,
         consume_queue,
         index_read,
         index_build,
@@ -359,6 +389,7 @@ def seeds(target: str) -> list[bytes]:
     idx = sorted((store / "index").iterdir())[0].read_bytes()
     cfg = [p.read_bytes() for p in sorted((store / "config").iterdir())]
     by_target = {
+        "dledger_scan": [bytes(2) + _dledger_data()[:8192]],
         "commitlog_check": [bytes(3) + first_log[:4096]],
         "commitlog_scan": [bytes(3) + first_log[:8192]],
         "record_columns": [bytes(1) + first_log[:8192]],
@@ -373,3 +404,14 @@ def seeds(target: str) -> list[bytes]:
         "message_ids": [bytes(8) + b"0A01020300002A9F000000000000792E"],
     }
     return by_target[target]
+
+
+def _dledger_data() -> bytes:
+    """The first data file of a small DLedger store built by the writer."""
+    layout = StoreLayout(commitlog_file_size=1 << 16, enable_dledger_commitlog=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "store"
+        with StoreWriter(root, layout) as w:
+            for n in range(40):
+                w.put(MessageSpec("TopicA", f"body-{n}".encode(), queue_id=n % 2))
+        return (root / "dledger-n0" / "data" / "00000000000000000000").read_bytes()

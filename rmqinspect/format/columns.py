@@ -119,6 +119,16 @@ class Walk:
         return len(self.positions)
 
 
+def headers_plausible(buf: Buffer, positions: I64, sizes: I64, accept_v2: bool) -> Mask:
+    """Which of the records at ``positions`` with TOTALSIZE ``sizes`` have a message magic (V2
+    only with ``accept_v2``), at least ``MIN_RECORD_SIZE`` bytes and their end inside ``buf``:
+    what :func:`gather` takes for granted."""
+    ok: Mask = (sizes >= cl.MIN_RECORD_SIZE) & (positions + sizes <= len(buf))
+    magic = be_ints(np.frombuffer(buf, np.uint8), np.where(ok, positions, 0) + cl.MAGIC_POS, 4)
+    ok &= (magic == _V1) | ((magic == _V2) & accept_v2)
+    return ok
+
+
 def walk(
     buf: Buffer, pos: int = 0, *, accept_v2: bool = True, max_records: int = RUN_RECORDS
 ) -> Walk:
@@ -129,7 +139,6 @@ def walk(
     The loop reads only TOTALSIZE, the sequential part; magic and bounds are then checked for
     the whole chain with numpy, and the chain is cut at the first header that fails them.
     """
-    limit = len(buf)
     unpack = _I32.unpack_from
     min_size = cl.MIN_RECORD_SIZE
     starts: list[int] = []
@@ -145,12 +154,8 @@ def walk(
     except struct.error:
         pass  # fewer than 4 bytes left at ``at``: the chain ran off the buffer
     p = np.array(starts, np.int64)
-    data = np.frombuffer(buf, np.uint8)
-    sizes = be_ints(data, p + cl.TOTALSIZE_POS, 4)
-    ok = p + sizes <= limit  # and so the magic is inside the buffer
-    magic = be_ints(data, p + cl.MAGIC_POS, 4)
-    ok &= (magic == _V1) | ((magic == _V2) & accept_v2)
-    k = first_false(ok)
+    sizes = be_ints(np.frombuffer(buf, np.uint8), p + cl.TOTALSIZE_POS, 4)
+    k = first_false(headers_plausible(buf, p, sizes, accept_v2))
     if k < len(starts):
         end = starts[k]
     elif len(starts) == max_records:

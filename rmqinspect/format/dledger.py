@@ -19,7 +19,7 @@ import numpy as np
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, gather
+from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, gather, headers_plausible
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.npbytes import I64, Buffer, first_false, windows
 from rmqinspect.format.scan import CheckedRun, FileEvent, Skipped, certain_mask, data_extent
@@ -324,7 +324,11 @@ def check_messages(
     """The records of ``walk``'s entries as columns (at entry position + 48), which of them
     ``check_message`` accepts, and its verdict on each one it rejects (by entry number)."""
     cols = gather(buf, walk.positions + BODY_OFFSET, file_start)
-    ok = certain_mask(cols, options)
+    # An entry's size says nothing of the record it holds: its header is checked as a walk does.
+    sure = headers_plausible(buf, cols.positions, cols.sizes, options.profile.accepts_v2_magic)
+    rows = np.flatnonzero(sure)
+    ok = np.zeros(len(cols), np.bool_)
+    ok[rows] = certain_mask(cols.select(rows), options)
     failed: dict[int, cl.CheckResult] = {}
     for i in np.flatnonzero(~ok).tolist():
         r = cl.check_message(buf, int(cols.positions[i]), file_start, options)
