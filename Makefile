@@ -6,7 +6,7 @@ DEMO_STORE := .demo/store
 
 .PHONY: demo test lint typecheck pytest fixtures bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py rmqinspect/format/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .

@@ -34,7 +34,8 @@ from rmqinspect.format.columns import (
     walk,
     windows,
 )
-from rmqinspect.format.crc import masked_crc32
+from rmqinspect.format.crc import CRC_MASK
+from rmqinspect.format.speedups import crc32_many
 
 # --- the broker's check, many records at a time -----------------------------------------------
 
@@ -194,11 +195,8 @@ def _prop_crc_ok(cols: RecordColumns, k: int) -> int:
     k = first_false(ok)
     # The digits are written least significant first.
     stored = digits[:k] @ (10 ** np.arange(_DIGITS, dtype=np.int64))
-    buf = cols.buf
-    computed = [
-        masked_crc32(buf[a:b]) for a, b in zip(p[:k].tolist(), tail_at[:k].tolist(), strict=True)
-    ]
-    return first_false(stored == np.array(computed, np.int64))
+    computed = crc32_many(cols.buf, p[:k], tail_at[:k] - p[:k]) & CRC_MASK
+    return first_false(stored == computed)
 
 
 # --- past damage ---------------------------------------------------------------------------------

@@ -1,0 +1,139 @@
+"""The C loops of ``rmqinspect.format._speedups`` agree with their pure-Python twins.
+
+Where the extension is not built, rmqinspect runs the twins; these tests compare both on
+random buffers, random slices and every fixture store's commitlog (skipped, saying so, when
+the extension is absent).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import crc32c
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format import scan, speedups
+from rmqinspect.format.scan import CheckedRun
+from tests.conftest import FIXTURES
+
+needs_c = pytest.mark.skipif(not speedups.compiled(), reason="the C extension is not built")
+
+_MAGICS = [cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2, cl.BLANK_MAGIC_CODE, 0, 0x12345678]
+
+
+@st.composite
+def _chains(draw: st.DrawFn) -> bytes:
+    """Headers chained by TOTALSIZE with odd sizes and magics, then random bytes."""
+    out = bytearray()
+    for _ in range(draw(st.integers(0, 12))):
+        size = draw(st.sampled_from([8, 12, 20, 64, 300, -1, 0, 7, 1 << 20]))
+        magic = draw(st.sampled_from(_MAGICS))
+        out += struct.pack(">ii", size, magic)
+        out += bytes(max(0, min(size, 400) - 8))
+    out += draw(st.binary(max_size=40))
+    return bytes(out)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(
+    _chains(),
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.sampled_from([8, 20]),
+    st.sampled_from([(cl.MESSAGE_MAGIC_CODE,), (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)]),
+)
+def test_walk_chain_agrees(
+    buf: bytes, pos: int, max_records: int, min_size: int, magics: tuple[int, ...]
+) -> None:
+    pos = min(pos, len(buf))
+    got = speedups.walk_chain(buf, pos, max_records, min_size, magics)
+    want = speedups.py_walk_chain(buf, pos, max_records, min_size, magics)
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist()
+    assert got[2] == want[2]
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=3000), st.data())
+def test_crcs_agree_with_zlib_and_crc32c(buf: bytes, data: st.DataObject) -> None:
+    pairs = data.draw(
+        st.lists(
+            st.tuples(st.integers(0, len(buf)), st.integers(-2, len(buf))).map(
+                lambda p: (p[0], min(p[1], len(buf) - p[0]))
+            ),
+            max_size=30,
+        )
+    )
+    starts = np.array([s for s, _ in pairs], np.int64)
+    lengths = np.array([n for _, n in pairs], np.int64)
+    want = [zlib.crc32(buf[s : s + n]) if n > 0 else 0 for s, n in pairs]
+    want_c = [crc32c.crc32c(buf[s : s + n]) if n > 0 else 0 for s, n in pairs]
+    assert speedups.crc32_many(buf, starts, lengths).tolist() == want
+    assert speedups.py_crc32_many(buf, starts, lengths).tolist() == want
+    assert speedups.crc32c_many(buf, starts, lengths).tolist() == want_c
+    assert speedups.py_crc32c_many(buf, starts, lengths).tolist() == want_c
+
+
+@needs_c
+def test_crc_of_long_slices_uses_every_folding_path() -> None:
+    buf = np.random.default_rng(7).integers(0, 256, 1 << 16, np.uint8).tobytes()
+    lengths = np.array([63, 64, 65, 79, 80, 127, 128, 129, 1000, 4096, 65535], np.int64)
+    starts = np.ones(len(lengths), np.int64)  # unaligned
+    assert speedups.crc32_many(buf, starts, lengths).tolist() == [
+        zlib.crc32(buf[1 : 1 + n]) for n in lengths.tolist()
+    ]
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=200), st.lists(st.integers(-50, 300), max_size=20), st.data())
+def test_rows_agree(buf: bytes, at: list[int], data: st.DataObject) -> None:
+    width = data.draw(st.integers(1, len(buf)))
+    arr = np.frombuffer(buf, np.uint8)
+    positions = np.array(at, np.int64)
+    got = speedups.rows(arr, positions, width)
+    assert got.shape == (len(at), width)
+    assert got.tolist() == speedups.py_rows(arr, positions, width).tolist()
+
+
+def test_crc_refuses_a_slice_outside_the_buffer() -> None:
+    if not speedups.compiled():
+        pytest.skip("the C extension is not built")
+    with pytest.raises(ValueError):
+        speedups.crc32_many(b"abc", np.array([2], np.int64), np.array([5], np.int64))
+
+
+def _scan_summary(path: Path) -> list[tuple[object, ...]]:
+    data = path.read_bytes()
+    out: list[tuple[object, ...]] = []
+    for profile_opts in (
+        cl.CheckOptions(),
+        cl.CheckOptions(check_crc=False),
+    ):
+        for ev in scan.scan_file(data, 0, 0, profile_opts, resync_damage=True):
+            if isinstance(ev, CheckedRun):
+                stop = None if ev.stop is None else (ev.stop.reason, ev.stop.size)
+                cols = ev.columns
+                out.append((cols.positions.tolist(), cols.body_crcs().tolist(), ev.end, stop))
+            else:
+                out.append((ev.start, ev.end, ev.result.reason))
+    return out
+
+
+@needs_c
+def test_fixture_scans_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = sorted(FIXTURES.glob("stores/*/commitlog/*"))
+    assert files
+    with_c = [_scan_summary(f) for f in files]
+    assert sum(len(run[0]) for summary in with_c for run in summary if len(run) == 4) > 100
+    monkeypatch.setattr(speedups, "_speedups", None)
+    assert not speedups.compiled()
+    assert [_scan_summary(f) for f in files] == with_c
