@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import numpy as np
@@ -137,3 +138,90 @@ def test_fixture_scans_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(speedups, "_speedups", None)
     assert not speedups.compiled()
     assert [_scan_summary(f) for f in files] == with_c
+
+
+# --- index keys -------------------------------------------------------------------------------
+
+_KEY_BYTES = st.lists(
+    st.sampled_from(
+        [b"a", b"K", b" ", b"\xe8\xae\xa2", b"\xf0\x9f\x98\x80", b"\xff", b"\xc3", b"\xed\xa0\x80"]
+    ),
+    max_size=8,
+).map(b"".join)
+_ENTRY = st.one_of(
+    st.tuples(st.sampled_from([b"UNIQ_KEY", b"KEYS", b"TAGS", b"KEYSX", b""]), _KEY_BYTES).map(
+        lambda e: e[0] + b"\x01" + e[1]
+    ),
+    _KEY_BYTES,
+)
+
+
+def _utf16_units(text: str) -> int:
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_ENTRY, max_size=5).map(b"\x02".join), min_size=1, max_size=6))
+def test_index_keys_are_the_keys_build_index_puts(raw: list[bytes]) -> None:
+    from rmqinspect.format.javahash import java_hash
+    from rmqinspect.format.properties import KEYS, UNIQ_KEY, index_key_values, parse_properties
+
+    buf = b"".join(raw)
+    lengths = np.array([len(r) for r in raw], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    owner, hashes, units, fallback = speedups.index_keys(buf, starts, lengths)
+    got: dict[int, list[tuple[int, int]]] = {}
+    for o, h, u in zip(owner.tolist(), hashes.tolist(), units.tolist(), strict=True):
+        got.setdefault(o, []).append((h, u))
+    expected_fallback = []
+    for i, r in enumerate(raw):
+        props = parse_properties(r.decode("utf-8", "replace"))
+        raw_props = {}
+        for entry in r.split(b"\x02"):
+            name, sep, value = entry.partition(b"\x01")
+            if name and sep and value:
+                raw_props[name] = value
+        suspect = [raw_props.get(b"UNIQ_KEY"), raw_props.get(b"KEYS")]
+        if not all(_valid(v) for v in suspect if v is not None):
+            expected_fallback.append(i)
+            assert i not in got
+            continue
+        keys = index_key_values(props.get(UNIQ_KEY), props.get(KEYS))
+        want = [(java_hash(k) & 0xFFFFFFFF, _utf16_units(k)) for k in keys]
+        assert got.get(i, []) == want, (r, keys)
+    if speedups.compiled():
+        assert fallback.tolist() == expected_fallback
+    else:
+        assert fallback.tolist() == list(range(len(raw)))
+
+
+def _valid(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@needs_c
+@pytest.mark.parametrize("name", ["crash49", "crash53"])
+def test_recovery_is_the_same_without_the_extension(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rmqinspect.analysis.recovery import run_recovery
+    from rmqinspect.analysis.recovery.state import RecoverOptions
+    from rmqinspect.render.output import to_jsonable
+    from rmqinspect.store.model import Store
+
+    def report() -> tuple[dict[str, Any], int]:
+        with Store.open(FIXTURES / "stores" / name) as store:
+            outcome = run_recovery(store, RecoverOptions())
+            doc: dict[str, Any] = to_jsonable(outcome.report)
+            for new in doc["index"]["new_files"]:
+                new["name"] = None  # named by the wall clock, as the broker names them
+            return doc, outcome.report.index.entries_written
+
+    with_c = report()
+    monkeypatch.setattr(speedups, "_speedups", None)
+    assert report() == with_c
+    assert with_c[1] > 0

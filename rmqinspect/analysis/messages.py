@@ -20,7 +20,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import scan
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.scan import Skipped
-from rmqinspect.store.files import StoreFile
+from rmqinspect.store.files import StoreFile, zeros_from
 from rmqinspect.store.model import Store
 
 
@@ -146,7 +146,8 @@ def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int 
     buf = store.view(f)
     try:
         pos = from_offset - f.start
-        nxt = scan.resync(buf, pos, pos + scan.data_extent(buf, pos), f.start, opts)
+        extent = scan.data_extent(buf, pos, zeros_from(f))
+        nxt = scan.resync(buf, pos, pos + extent, f.start, opts)
     finally:
         buf.release()
     return f.start + (nxt if nxt is not None else store.commitlog.file_size)

@@ -1,7 +1,7 @@
 /*
- * The commitlog scanner's two per-record loops in C: following TOTALSIZE, and the CRCs of many
- * slices of one buffer (zlib's CRC-32 for BODYCRC and the property CRC, CRC-32C for the
- * export's record checksum). Python pays ~0.3 us per record for each loop; a scan at the
+ * The commitlog scanner's per-record loops in C: following TOTALSIZE, copying header rows, the
+ * CRCs of many slices of one buffer (zlib's CRC-32 for BODYCRC and the property CRC, CRC-32C
+ * for the export's record checksum) and the index keys of many records. Python pays ~0.3 us per record for each loop; a scan at the
  * speed of the data cannot. rmqinspect/format/speedups.py holds the pure-Python twins (the
  * fallback when this module is not built) and tests check that both agree.
  *
@@ -325,6 +325,200 @@ done:
     return result;
 }
 
+/* --- index keys ------------------------------------------------------------------------------ */
+
+/* The value of the last entry named ``name`` with a non-empty value, in properties p[0:n]
+ * (entries split on 0x02, the name ends at the entry's first 0x01); NULL when there is none. */
+static const uint8_t *property_value(const uint8_t *p, size_t n, const char *name, size_t name_len,
+                                     size_t *value_len)
+{
+    const uint8_t *found = NULL;
+    size_t i = 0;
+    while (i < n) {
+        const uint8_t *entry = p + i;
+        const uint8_t *stop = memchr(entry, 0x02, n - i);
+        size_t len = stop ? (size_t)(stop - entry) : n - i;
+        if (len > name_len && memcmp(entry, name, name_len) == 0 && entry[name_len] == 0x01 &&
+            len > name_len + 1) {
+            found = entry + name_len + 1;
+            *value_len = len - name_len - 1;
+        }
+        i += len + 1;
+    }
+    return found;
+}
+
+/* The next code point of strict UTF-8 at p[*i..n) (what Python's decoder accepts: no overlong
+ * forms, no surrogates, at most U+10FFFF); -1 for anything else. */
+static int32_t next_code_point(const uint8_t *p, size_t n, size_t *i)
+{
+    uint8_t b = p[*i];
+    int32_t c;
+    size_t extra;
+    if (b < 0x80) {
+        (*i)++;
+        return b;
+    }
+    if (b >= 0xC2 && b <= 0xDF) {
+        c = b & 0x1F;
+        extra = 1;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+        c = b & 0x0F;
+        extra = 2;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+        c = b & 0x07;
+        extra = 3;
+    } else {
+        return -1;
+    }
+    for (size_t k = 1; k <= extra; k++) {
+        if (*i + k >= n || (p[*i + k] & 0xC0) != 0x80)
+            return -1;
+        c = (c << 6) | (p[*i + k] & 0x3F);
+    }
+    if ((extra == 2 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
+        (extra == 3 && (c < 0x10000 || c > 0x10FFFF)))
+        return -1;
+    *i += extra + 1;
+    return c;
+}
+
+static int valid_utf8(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n)
+        if (next_code_point(p, n, &i) < 0)
+            return 0;
+    return 1;
+}
+
+/* Grow-on-demand int64 output columns. */
+typedef struct {
+    int64_t *owner, *hash, *units;
+    Py_ssize_t len, cap;
+} key_list;
+
+static int key_push(key_list *k, int64_t owner, const uint8_t *p, size_t n)
+{
+    if (k->len == k->cap) {
+        Py_ssize_t cap = k->cap ? 2 * k->cap : 1024;
+        int64_t *o = PyMem_Realloc(k->owner, cap * sizeof(int64_t));
+        if (!o)
+            return -1;
+        k->owner = o;
+        int64_t *h = PyMem_Realloc(k->hash, cap * sizeof(int64_t));
+        if (!h)
+            return -1;
+        k->hash = h;
+        int64_t *u = PyMem_Realloc(k->units, cap * sizeof(int64_t));
+        if (!u)
+            return -1;
+        k->units = u;
+        k->cap = cap;
+    }
+    /* String.hashCode over UTF-16 units (p is valid UTF-8). */
+    uint32_t h = 0;
+    int64_t units = 0;
+    size_t i = 0;
+    while (i < n) {
+        int32_t c = next_code_point(p, n, &i);
+        if (c >= 0x10000) {
+            c -= 0x10000;
+            h = h * 31u + (uint32_t)(0xD800 + (c >> 10));
+            h = h * 31u + (uint32_t)(0xDC00 + (c & 0x3FF));
+            units += 2;
+        } else {
+            h = h * 31u + (uint32_t)c;
+            units++;
+        }
+    }
+    k->owner[k->len] = owner;
+    k->hash[k->len] = h;
+    k->units[k->len] = units;
+    k->len++;
+    return 0;
+}
+
+static PyObject *as_bytes(const int64_t *v, Py_ssize_t n)
+{
+    return PyBytes_FromStringAndSize((const char *)v, n * (Py_ssize_t)sizeof(int64_t));
+}
+
+PyDoc_STRVAR(index_keys_doc,
+             "index_keys(buf, properties_at, properties_length) -> (owner, hash, units, fallback)\n"
+             "\n"
+             "The keys IndexService.buildIndex puts for each record (its UNIQ_KEY, then each\n"
+             "non-empty space-separated KEYS element), from the properties at each position:\n"
+             "int64 columns (as bytes) of the record index, String.hashCode of the key (as an\n"
+             "unsigned 32-bit value) and its length in UTF-16 units. Records whose UNIQ_KEY or\n"
+             "KEYS is not valid UTF-8 are not decoded here: their indices are in fallback.");
+
+static PyObject *speedups_index_keys(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, at, length;
+    PyObject *result = NULL;
+    key_list keys = {0};
+    if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &at, &length))
+        return NULL;
+    Py_ssize_t n = at.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *a = at.buf, *l = length.buf;
+    if (length.len != at.len) {
+        PyErr_SetString(PyExc_ValueError, "properties_at and properties_length differ in length");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (l[i] > 0 && (a[i] < 0 || l[i] > (int64_t)buf.len - a[i])) {
+            PyErr_Format(PyExc_ValueError, "properties of record %zd are outside the buffer", i);
+            goto done;
+        }
+    }
+    int64_t *fallback = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
+    if (!fallback) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t n_fallback = 0;
+    const uint8_t *data = buf.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (l[i] <= 0)
+            continue;
+        const uint8_t *p = data + a[i];
+        size_t uniq_len = 0, keys_len = 0;
+        const uint8_t *uniq = property_value(p, (size_t)l[i], "UNIQ_KEY", 8, &uniq_len);
+        const uint8_t *kv = property_value(p, (size_t)l[i], "KEYS", 4, &keys_len);
+        if ((uniq && !valid_utf8(uniq, uniq_len)) || (kv && !valid_utf8(kv, keys_len))) {
+            fallback[n_fallback++] = i;
+            continue;
+        }
+        if (uniq && key_push(&keys, i, uniq, uniq_len) < 0)
+            goto nomem;
+        size_t j = 0;
+        while (kv && j < keys_len) {
+            const uint8_t *piece = kv + j;
+            const uint8_t *space = memchr(piece, ' ', keys_len - j);
+            size_t plen = space ? (size_t)(space - piece) : keys_len - j;
+            if (plen && key_push(&keys, i, piece, plen) < 0)
+                goto nomem;
+            j += plen + 1;
+        }
+    }
+    result = Py_BuildValue("(NNNN)", as_bytes(keys.owner, keys.len), as_bytes(keys.hash, keys.len),
+                           as_bytes(keys.units, keys.len), as_bytes(fallback, n_fallback));
+    PyMem_Free(fallback);
+    goto done;
+nomem:
+    PyMem_Free(fallback);
+    PyErr_NoMemory();
+done:
+    PyMem_Free(keys.owner);
+    PyMem_Free(keys.hash);
+    PyMem_Free(keys.units);
+    PyBuffer_Release(&length);
+    PyBuffer_Release(&at);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* --- CRCs of many slices ------------------------------------------------------------------- */
 
 typedef uint32_t (*crc_fn)(const uint8_t *, size_t);
@@ -394,6 +588,7 @@ static PyObject *speedups_features(PyObject *self, PyObject *unused)
 static PyMethodDef methods[] = {
     {"walk", speedups_walk, METH_VARARGS, walk_doc},
     {"rows", speedups_rows, METH_VARARGS, rows_doc},
+    {"index_keys", speedups_index_keys, METH_VARARGS, index_keys_doc},
     {"crc32_many", speedups_crc32_many, METH_VARARGS, crc32_many_doc},
     {"crc32c_many", speedups_crc32c_many, METH_VARARGS, crc32c_many_doc},
     {"features", speedups_features, METH_NOARGS, "The CPU features in use."},

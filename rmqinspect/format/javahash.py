@@ -4,11 +4,13 @@ vectorised (numpy) for bulk work."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from rmqinspect.format.javamath import INT_MAX
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 _MASK32 = 0xFFFFFFFF
 
@@ -41,6 +43,8 @@ def index_key(topic: str, key: str) -> str:
 
 
 # --- vectorised -------------------------------------------------------------------------------
+# Each function imports numpy itself: the scalar hashes above are on every command's start-up
+# path (record decoding), where importing numpy would cost more than the command.
 
 
 def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
@@ -51,6 +55,8 @@ def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDA
     Characters outside the BMP are two UTF-16 units in Java: such strings (rare) are hashed
     one by one.
     """
+    import numpy as np
+
     count = len(strings)
     hashes = np.zeros(count, dtype=np.uint32)
     lengths = np.fromiter(map(len, strings), dtype=np.int64, count=count)
@@ -78,6 +84,8 @@ def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDA
 
 
 def _signed(hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.int64]:
+    import numpy as np
+
     return hashes.view(np.int32).astype(np.int64)
 
 
@@ -88,6 +96,8 @@ def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
 
 def _index_key_hashes(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """:func:`index_key_hash` of each signed ``hashCode``."""
+    import numpy as np
+
     result = np.abs(hashes)
     result[result > INT_MAX] = 0
     return result
@@ -95,6 +105,8 @@ def _index_key_hashes(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 def _pow31(exponents: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
     """31**e mod 2**32 for each exponent, by squaring over the exponents' bits."""
+    import numpy as np
+
     result = np.ones(len(exponents), dtype=np.uint64)
     base = np.full(len(exponents), 31, dtype=np.uint64)
     e = exponents.astype(np.uint64)
@@ -113,6 +125,20 @@ def prefixed_key_hashes(
     """:func:`index_key_hash` of ``prefixes[prefix_of[i]] + keys[i]`` without building the
     strings: ``h(p + k) = h(p) * 31**len(k) + h(k)`` modulo 2**32 (lengths in UTF-16 units)."""
     key_hashes, key_units = _hash_parts(keys)
+    return prefixed_hashes(prefixes, prefix_of, key_hashes, key_units)
+
+
+def prefixed_hashes(
+    prefixes: Sequence[str],
+    prefix_of: npt.NDArray[np.int64],
+    key_hashes: npt.NDArray[np.uint32] | npt.NDArray[np.int64],
+    key_units: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """:func:`prefixed_key_hashes` of keys given by their ``String.hashCode`` (as unsigned
+    32-bit values) and UTF-16 lengths."""
+    import numpy as np
+
     prefix_hashes = _hash_parts(prefixes)[0].astype(np.uint64)[prefix_of]
-    combined = (prefix_hashes * _pow31(key_units) + key_hashes) & np.uint64(_MASK32)
+    unsigned = key_hashes.astype(np.uint64) & np.uint64(_MASK32)
+    combined = (prefix_hashes * _pow31(key_units) + unsigned) & np.uint64(_MASK32)
     return _index_key_hashes(_signed(combined.astype(np.uint32)))

@@ -250,10 +250,12 @@ def resync(
 _EXTENT_STEP = 1 << 22
 
 
-def data_extent(buf: Buffer, begin: int) -> int:
+def data_extent(buf: Buffer, begin: int, end: int | None = None) -> int:
     """Bytes from ``begin`` to the last non-zero byte of ``buf`` (inclusive), found by scanning
-    back from the end in chunks: past it lie only zeros, which hold no record."""
-    end = len(buf)
+    back in chunks from ``end`` (default: the end of ``buf``; a caller that knows only zeros lie
+    past some point, such as the end of a file's last data extent, passes it and the zeros are
+    never read): past it lie only zeros, which hold no record."""
+    end = len(buf) if end is None else min(end, len(buf))
     while end > begin:
         lo = max(begin, end - _EXTENT_STEP)
         chunk = np.frombuffer(buf, np.uint8, end - lo, lo)
@@ -289,6 +291,7 @@ def scan_file(
     resync_damage: bool = True,
     own_offset: bool = True,
     max_records: int = RUN_RECORDS,
+    zeros_from: int | None = None,
 ) -> Iterator[FileEvent]:
     """Every run of checked records of one file from ``pos``, and the damage between them.
 
@@ -297,6 +300,8 @@ def scan_file(
     with data after it is yielded as :class:`Skipped`: up to the next record :func:`resync`
     finds (with ``resync_damage``; ``own_offset`` as there), else up to the end of the data,
     where the file ends. Runs, skipped ranges, the BLANK and the zero tail cover the file.
+    ``zeros_from`` is a position past which ``buf`` is known to hold only zeros (see
+    :func:`data_extent`).
     """
     opts = options or cl.CheckOptions()
     data_end: int | None = None
@@ -310,7 +315,7 @@ def scan_file(
         if run.stop.success:
             return
         if data_end is None:
-            data_end = pos + data_extent(buf, pos)
+            data_end = pos + data_extent(buf, pos, zeros_from)
         if pos >= data_end:
             return
         nxt = (

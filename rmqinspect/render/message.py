@@ -11,11 +11,8 @@ import base64
 import dataclasses
 import enum
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from rmqinspect.analysis.messages import ScanEvent, SkippedRange
 from rmqinspect.format.commitlog import MessageRecord
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.render.output import (
@@ -26,6 +23,11 @@ from rmqinspect.render.output import (
     warn,
 )
 from rmqinspect.render.values import iso_ms, time_cell
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from rmqinspect.analysis.messages import ScanEvent, SkippedRange
 
 BODY_PREVIEW_CHARS = 48
 
@@ -111,6 +113,8 @@ def body_preview(body: bytes | None, limit: int = BODY_PREVIEW_CHARS) -> str:
 
 def messages_table(records: Iterable[MessageRecord], title: str) -> Table:
     """One row per message: where it is, what it is, and a body preview."""
+    from rich.table import Table  # tables only: JSON output starts without rich
+
     table = Table(title=title, title_justify="left")
     for col in ("phy offset", "topic", "queue", "q offset", "store time", "tags", "keys", "body"):
         table.add_column(col, justify="right" if "offset" in col or col == "queue" else "left")
@@ -130,6 +134,8 @@ def messages_table(records: Iterable[MessageRecord], title: str) -> Table:
 
 def message_detail_table(record: MessageRecord, title: str) -> Table:
     """Every field of one message, then its properties and body."""
+    from rich.table import Table
+
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -178,6 +184,8 @@ def render_message_stream(
 ) -> int:
     """Messages to stdout in ``fmt``; each skipped byte range as a warning on stderr and, in
     JSON and JSON Lines, as a ``skipped`` object where it occurs. Returns the message count."""
+    from rmqinspect.analysis.messages import SkippedRange
+
     count = 0
 
     def rows() -> Iterator[dict[str, Any]]:

@@ -13,18 +13,14 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+# rich is imported where a table, a bar or a console is made: JSON output starts without it.
 
 
 class OutputFormat(enum.StrEnum):
@@ -40,21 +36,24 @@ def resolve_format(requested: OutputFormat | None) -> OutputFormat:
     return OutputFormat.TABLE if sys.stdout.isatty() else OutputFormat.JSON
 
 
-class _StdoutConsole(Console):
-    def on_broken_pipe(self) -> None:
-        # rich exits 1 here, which the exit codes reserve for findings; the reader going away
-        # (``| head``) is handled, for every format alike, by the CLI's error handler.
-        self.quiet = True
-        raise BrokenPipeError
-
-
 def stdout_console() -> Console:
+    from rich.console import Console
+
+    class _StdoutConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 here, which the exit codes reserve for findings; the reader going
+            # away (``| head``) is handled, for every format alike, by the CLI's error handler.
+            self.quiet = True
+            raise BrokenPipeError
+
     # No markup: cells and titles hold store data (keys, tags, bodies, topic names), and a
     # "[...]" there is text to show, not a style to apply or a tag that fails to close.
     return _StdoutConsole(soft_wrap=False, highlight=False, markup=False)
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 
@@ -185,6 +184,8 @@ def print_table(table: Table) -> None:
 
 
 def key_value_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
+    from rich.table import Table
+
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
@@ -199,10 +200,19 @@ def progress_bar(total: int, description: str, enabled: bool) -> Iterator[Any]:
 
     Yields a callable ``advance(n_bytes)``.
     """
-    console = stderr_console()
-    if not enabled or not console.is_terminal or total <= 0:
+    if not enabled or total <= 0 or not stderr_console().is_terminal:
         yield lambda _n: None
         return
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = stderr_console()
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import functools
 import mmap
 import os
@@ -175,6 +176,35 @@ def read_range(file: StoreFile, start: int, length: int) -> bytes:
     finally:
         os.close(fd)
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def zeros_from(file: StoreFile) -> int:
+    """A position past which the file holds only zeros: the end of its last data extent
+    (``SEEK_DATA``/``SEEK_HOLE``), so a search for the end of the data never reads the
+    never-written tail of a preallocated file (the broker's files are sparse until written).
+    The file's length where the filesystem cannot tell."""
+    if not file.length or not hasattr(os, "SEEK_HOLE"):
+        return file.length
+    try:
+        fd = os.open(file.path, os.O_RDONLY)
+    except OSError:
+        return file.length
+    try:
+        end, at = 0, 0
+        while at < file.length:
+            try:
+                at = os.lseek(fd, at, os.SEEK_DATA)
+            except OSError as err:
+                if err.errno != errno.ENXIO:
+                    raise
+                break  # no data at or after ``at``
+            at = os.lseek(fd, at, os.SEEK_HOLE)
+            end = at
+        return min(end, file.length)
+    except OSError:
+        return file.length
+    finally:
+        os.close(fd)
 
 
 class MappedFiles:

@@ -15,17 +15,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE
-from rmqinspect.format.columns import RUN_RECORDS
-from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
 from rmqinspect.format.javamath import java_parse_int
 from rmqinspect.format.markers import AbortMarker, LockMarker, decode_abort, decode_lock
 from rmqinspect.format.profile import Profile
-from rmqinspect.format.scan import CheckedRun, FileEvent, scan_file
-from rmqinspect.store.files import FileQueue, LayoutProblem, MappedFiles, StoreFile, list_family
+from rmqinspect.store.files import (
+    FileQueue,
+    LayoutProblem,
+    MappedFiles,
+    StoreFile,
+    list_family,
+    zeros_from,
+)
+
+if TYPE_CHECKING:
+    from rmqinspect.format.scan import FileEvent
+
+# The scanner, the consume-queue and checkpoint codecs (numpy) are imported where they are used:
+# a command that reads one record (``lookup --msg-id``) starts without them.
 
 _INDEX_NAME = re.compile(r"^\d{17}$")
 
@@ -207,6 +217,8 @@ class Store:
 
     def checkpoint_bytes(self) -> bytes | None:
         """The checkpoint file's bytes, or None when it is missing (the broker then uses zeros)."""
+        from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE
+
         p = self.checkpoint_path
         if not p.is_file():
             return None
@@ -235,6 +247,8 @@ class Store:
     def cq_file_size(self) -> int:
         """Configured CQ file size: the override, else the most common length on disk."""
         if self.options.cq_file_size is not None:
+            from rmqinspect.format.consumequeue import cq_file_size
+
             return cq_file_size(self.options.cq_file_size)
         return self._inferred_cq_file_size
 
@@ -248,6 +262,8 @@ class Store:
                     if size > 0:
                         counts[size] = counts.get(size, 0) + 1
         if not counts:
+            from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
+
             return DEFAULT_CQ_FILE_SIZE
         return max(counts, key=lambda s: counts[s])
 
@@ -299,7 +315,7 @@ class Store:
         files: list[StoreFile] | None = None,
         resync: bool = False,
         own_offset: bool = True,
-        max_records: int = RUN_RECORDS,
+        max_records: int | None = None,
     ) -> Iterator[tuple[StoreFile, FileEvent]]:
         """Walk the commitlog from ``start`` (a record boundary; default the first file), file by
         file, as :func:`~rmqinspect.format.scan.scan_file` does: runs of checked records and the
@@ -309,8 +325,13 @@ class Store:
         resumes at the next one (forensics wants everything), unless ``resync`` finds the next
         record in the same file (``own_offset`` as in :func:`~rmqinspect.format.scan.resync`).
         A caller that must stop at the first failure, like recovery, stops at the first failed
-        run. Runs read the file's map: use their columns before asking for the next event.
+        run. Runs read the file's map: use their columns before asking for the next event (the
+        pages behind an event are released then, so memory stays flat over any number of files).
+        ``max_records`` bounds a run (default ``RUN_RECORDS``).
         """
+        from rmqinspect.format.columns import RUN_RECORDS
+        from rmqinspect.format.scan import scan_file
+
         opts = options or cl.CheckOptions()
         chosen = files if files is not None else self.commitlog.files
         for f in chosen:
@@ -318,6 +339,7 @@ class Store:
                 continue
             pos = start - f.start if start is not None and start > f.start else 0
             buf = self.view(f)
+            released = pos
             try:
                 events = scan_file(
                     buf,
@@ -326,12 +348,17 @@ class Store:
                     opts,
                     resync_damage=resync,
                     own_offset=own_offset,
-                    max_records=max_records,
+                    max_records=RUN_RECORDS if max_records is None else max_records,
+                    zeros_from=zeros_from(f),
                 )
                 for event in events:
                     yield f, event
+                    # The caller is done with the event: drop the pages behind it.
+                    self.maps.release(f, released, event.end)
+                    released = event.end
             finally:
                 buf.release()
+                self.maps.release(f, released, f.length)
 
     # --- profile ---------------------------------------------------------------------------
 
@@ -396,6 +423,8 @@ class Store:
 
     def _sample_records(self, limit: int = 64) -> list[cl.MessageRecord]:
         """A few records from the start of the newest non-empty commitlog file."""
+        from rmqinspect.format.scan import CheckedRun
+
         opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=False)
         for f in reversed(self.commitlog.files):
             for _, event in self.scan(f.start, opts, files=[f], max_records=limit):

@@ -23,7 +23,7 @@ from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.scan import Skipped, data_extent, scan_file
 from rmqinspect.store.consume_queue import ConsumeQueue
-from rmqinspect.store.files import StoreFile
+from rmqinspect.store.files import StoreFile, zeros_from
 from rmqinspect.store.model import QueueId
 
 _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
@@ -101,9 +101,16 @@ def _past_end(
         return 0, 0
     damaged = 0
     buf = state.store.view(disk)
+    zeros = zeros_from(disk)
+    released = begin
     try:
-        extent = data_extent(buf, begin)
-        for event in scan_file(buf, disk.start, begin, state.checks.intact, own_offset=True):
+        extent = data_extent(buf, begin, zeros)
+        events = scan_file(
+            buf, disk.start, begin, state.checks.intact, own_offset=True, zeros_from=zeros
+        )
+        for event in events:
+            state.store.maps.release(disk, released, event.start)  # memory stays flat
+            released = event.start
             if isinstance(event, Skipped):
                 if event.result.magic in _MESSAGE_MAGICS:
                     damaged += 1  # a message header whose record fails the check
@@ -116,6 +123,7 @@ def _past_end(
                     listing.tally(where)
     finally:
         buf.release()
+        state.store.maps.release(disk, begin, disk.length)
     return damaged, extent
 
 
@@ -132,8 +140,11 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
     for f in state.commitlog:
         buf = state.store.view(f.disk)
         region = buf[: min(f.wrote, len(buf))]
+        released = 0
         try:
             for event in scan_file(region, f.start, 0, state.checks.reput, own_offset=True):
+                state.store.maps.release(f.disk, released, event.start)  # memory stays flat
+                released = event.start
                 if isinstance(event, Skipped):
                     continue
                 cols = event.columns
@@ -151,6 +162,7 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
         finally:
             region.release()
             buf.release()
+            state.store.maps.release(f.disk, 0, f.disk.length)
     without = sorted((q for q in seen if q not in queues), key=lambda q: (q.topic, q.queue_id))
     return Unserved(per_queue, without)
 
