@@ -67,14 +67,31 @@ class SkippedRange:
     detail: str
 
 
-ScanEvent = cl.MessageRecord | SkippedRange
+@dataclass(frozen=True, slots=True)
+class MessageBatch:
+    """The matching messages of one run of the scan: the records ``rows`` (ascending) of
+    ``columns``, which read the file's map (use them before asking for the next event)."""
+
+    columns: RecordColumns
+    rows: npt.NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def records(self) -> Iterator[cl.MessageRecord]:
+        for i in self.rows.tolist():
+            yield self.columns.record(i)
+
+
+ScanEvent = MessageBatch | cl.MessageRecord | SkippedRange
+"""What a message stream holds: the scan yields batches; a single message is one too."""
 
 
 def stream_messages(
     store: Store, flt: MessageFilter, progress: Progress | None = None
 ) -> Iterator[ScanEvent]:
-    """Matching messages in commitlog order, interleaved with the byte ranges skipped on the
-    way (whatever the filters: damage may hide matching messages)."""
+    """Matching messages in commitlog order, a run at a time, interleaved with the byte ranges
+    skipped on the way (whatever the filters: damage may hide matching messages)."""
     clq = store.commitlog
     if not clq.files:
         return
@@ -91,9 +108,12 @@ def stream_messages(
             yield skipped
             continue
         cols = event.columns
-        for i in np.flatnonzero(flt.mask(cols)).tolist():
-            yield cols.record(i)
-            emitted += 1
+        rows = np.flatnonzero(flt.mask(cols))
+        if flt.limit is not None:
+            rows = rows[: flt.limit - emitted]
+        if len(rows):
+            yield MessageBatch(cols, rows)
+            emitted += len(rows)
             if flt.limit is not None and emitted >= flt.limit:
                 return
         end = f.start + event.end
