@@ -20,6 +20,8 @@ demo: $(VENV)/.installed
 	rm -rf .demo
 	$(VENV)/bin/rmqinspect synth $(DEMO_STORE) --messages 5000 --topics 3 --queues 4 --crash --seed 7 --damage zero-region
 	$(VENV)/bin/rmqinspect info $(DEMO_STORE)
+	# verify reports the zeroed block in the last data file at its offset (exit 1: findings)
+	$(VENV)/bin/rmqinspect verify $(DEMO_STORE); test $$? -eq 1
 	# a zeroed block in the last data file: the restart cuts there and discards the intact
 	# messages after it, which recover names; its exit 1 ("data is lost") is what the demo shows
 	$(VENV)/bin/rmqinspect recover $(DEMO_STORE); test $$? -eq 1
@@ -44,6 +46,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/synth_throughput.py
 	$(PY) benchmarks/scan_commitlog.py
 	$(PY) benchmarks/export.py
+	$(PY) benchmarks/verify.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -44,3 +47,26 @@ def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tables as wide as they want (rich reads COLUMNS), so no cell wraps and a test can find
     a cell's text whole."""
     monkeypatch.setenv("COLUMNS", "400")
+
+
+def restore_dledger_store(corpus: Path, scenario: str, dest: Path) -> Path:
+    """A copy of a DLedger corpus store with its trimmed index files extended (sparsely, with
+    zeros) to their true size, as ``sizes/<scenario>.json`` says; the shared folder is only
+    read."""
+    meta = json.loads((corpus / "expected" / f"{scenario}.json").read_text("utf-8"))
+    shutil.copytree(corpus / meta["inputStore"], dest)
+    for path in [dest, *dest.rglob("*")]:  # the corpus is read-only; the copy is ours
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    for rel, size in json.loads((corpus / meta["inputStoreSizes"]).read_text("utf-8")).items():
+        os.truncate(dest / rel, size)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def dledger_clean_store(
+    conformance_dledger_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The ``dledger_clean`` store, restored in a temporary copy (shared by the session: tests
+    only read it)."""
+    dest = tmp_path_factory.mktemp("dledger") / "dledger_clean"
+    return restore_dledger_store(conformance_dledger_dir, "dledger_clean", dest)

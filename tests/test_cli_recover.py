@@ -41,6 +41,7 @@ TOP_LEVEL_KEYS = {
     "unreachable_messages",
     "queues_without_consume_queue",
     "warnings",
+    "dledger",  # null unless the commitlog is DLedger's
     "loses_data",
     "verdict",
     "verdict_reason",
@@ -113,6 +114,7 @@ def test_clean_store_exits_0_with_the_documented_schema(clean: Path) -> None:
     assert doc["schema_version"] == 1
     assert doc["recovery_path"] == "normal" and doc["broker_starts"] is True
     assert doc["loses_data"] is False and doc["apply"] is None
+    assert doc["dledger"] is None
     assert doc["lost_messages"] == {
         "count": 0,
         "listed": 0,

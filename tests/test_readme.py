@@ -14,20 +14,23 @@ import pytest
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def _ci_script() -> str:
+def _ci_script(heading: str = "#### Verify recovery in CI") -> str:
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("#### Verify recovery in CI") :]
+    section = text[text.index(heading) :]
     match = re.search(r"```bash\n(.*?)```", section, re.S)
-    assert match is not None, "README lost its CI example"
+    assert match is not None, f"README lost its example under {heading!r}"
     return match.group(1)
 
 
-def test_verify_recovery_in_ci_example(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "heading", ["#### Verify recovery in CI", "#### Predict a DLedger restart"]
+)
+def test_verify_recovery_in_ci_example(tmp_path: Path, heading: str) -> None:
     if shutil.which("jq") is None:
         pytest.skip("jq is not installed; the README example uses it")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     proc = subprocess.run(
-        ["bash", "-c", _ci_script()], cwd=tmp_path, env=env, capture_output=True, text=True
+        ["bash", "-c", _ci_script(heading)], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -92,7 +92,9 @@ def test_inventory(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
         "config_files",
         "unsupported",
         "problems",
+        "dledger",  # null unless the commitlog is DLedger's
     ]
+    assert doc["dledger"] is None
     assert list(doc["commitlog"]) == [
         "min_offset",
         "max_offset",

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rmqinspect.analysis.messages import MessageBatch
 from rmqinspect.format import columns, encode, scan, speedups
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.host import HostAddress
@@ -96,18 +97,6 @@ def test_crc_of_long_slices_uses_every_folding_path() -> None:
     ]
 
 
-@needs_c
-@settings(max_examples=200, deadline=None)
-@given(st.binary(min_size=1, max_size=200), st.lists(st.integers(-50, 300), max_size=20), st.data())
-def test_rows_agree(buf: bytes, at: list[int], data: st.DataObject) -> None:
-    width = data.draw(st.integers(1, len(buf)))
-    arr = np.frombuffer(buf, np.uint8)
-    positions = np.array(at, np.int64)
-    got = speedups.rows(arr, positions, width)
-    assert got.shape == (len(at), width)
-    assert got.tolist() == speedups.py_rows(arr, positions, width).tolist()
-
-
 def test_crc_refuses_a_slice_outside_the_buffer() -> None:
     if not speedups.compiled():
         pytest.skip("the C extension is not built")
@@ -141,69 +130,6 @@ def test_fixture_scans_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(speedups, "_speedups", None)
     assert not speedups.compiled()
     assert [_scan_summary(f) for f in files] == with_c
-
-
-# --- index keys -------------------------------------------------------------------------------
-
-_KEY_BYTES = st.lists(
-    st.sampled_from(
-        [b"a", b"K", b" ", b"\xe8\xae\xa2", b"\xf0\x9f\x98\x80", b"\xff", b"\xc3", b"\xed\xa0\x80"]
-    ),
-    max_size=8,
-).map(b"".join)
-_ENTRY = st.one_of(
-    st.tuples(st.sampled_from([b"UNIQ_KEY", b"KEYS", b"TAGS", b"KEYSX", b""]), _KEY_BYTES).map(
-        lambda e: e[0] + b"\x01" + e[1]
-    ),
-    _KEY_BYTES,
-)
-
-
-def _utf16_units(text: str) -> int:
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(_ENTRY, max_size=5).map(b"\x02".join), min_size=1, max_size=6))
-def test_index_keys_are_the_keys_build_index_puts(raw: list[bytes]) -> None:
-    from rmqinspect.format.javahash import java_hash
-    from rmqinspect.format.properties import KEYS, UNIQ_KEY, index_key_values, parse_properties
-
-    buf = b"".join(raw)
-    lengths = np.array([len(r) for r in raw], np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    owner, hashes, units, fallback = speedups.index_keys(buf, starts, lengths)
-    got: dict[int, list[tuple[int, int]]] = {}
-    for o, h, u in zip(owner.tolist(), hashes.tolist(), units.tolist(), strict=True):
-        got.setdefault(o, []).append((h, u))
-    expected_fallback = []
-    for i, r in enumerate(raw):
-        props = parse_properties(r.decode("utf-8", "replace"))
-        raw_props = {}
-        for entry in r.split(b"\x02"):
-            name, sep, value = entry.partition(b"\x01")
-            if name and sep and value:
-                raw_props[name] = value
-        suspect = [raw_props.get(b"UNIQ_KEY"), raw_props.get(b"KEYS")]
-        if not all(_valid(v) for v in suspect if v is not None):
-            expected_fallback.append(i)
-            assert i not in got
-            continue
-        keys = index_key_values(props.get(UNIQ_KEY), props.get(KEYS))
-        want = [(java_hash(k) & 0xFFFFFFFF, _utf16_units(k)) for k in keys]
-        assert got.get(i, []) == want, (r, keys)
-    if speedups.compiled():
-        assert fallback.tolist() == expected_fallback
-    else:
-        assert fallback.tolist() == list(range(len(raw)))
-
-
-def _valid(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 @needs_c
@@ -329,7 +255,8 @@ def message_json_lines(
     cols: columns.RecordColumns, rows: columns.I64, body: BodyFormat
 ) -> list[bytes]:
     """The block's lines (JSON text holds no raw newline)."""
-    return message_json_block(cols, rows, body, b"\n").split(b"\n")[:-1]
+    batch = MessageBatch(cols, rows, lambda record: record)
+    return message_json_block(batch, body, b"\n").split(b"\n")[:-1]
 
 
 @needs_c

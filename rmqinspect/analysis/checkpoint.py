@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
+from rmqinspect.store.dledger import TextFile, dledger_homes
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,14 @@ def read_checkpoint(target: Path) -> CheckpointReport:
         )
     if cp.master_flushed_offset or cp.confirm_phy_offset:
         notes.append("masterFlushedOffset/confirmPhyOffset are set: written by a 5.x broker")
+    homes = dledger_homes(target) if target.is_dir() else []
+    if len(homes) == 1:
+        ledger = TextFile.read(homes[0] / "checkpoint")
+        said = "; ".join(ledger.lines) if ledger.raw is not None else "missing"
+        notes.append(
+            "a DLedger store: physicMsgTimestamp is set by the consume-queue dispatch, like "
+            f"logicsMsgTimestamp; DLedger's own {homes[0].name}/checkpoint says: {said}"
+        )
     return CheckpointReport(
         str(path), cp, cp.min_timestamp(), cp.min_timestamp_index(), tuple(notes)
     )

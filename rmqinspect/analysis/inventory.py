@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmqinspect.analysis.ledger import LedgerSummary, ledger_summary
 from rmqinspect.analysis.queues import QueueBounds, all_queue_bounds
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import commitlog as cl
@@ -23,9 +24,9 @@ from rmqinspect.format.config import (
     UntypedConfig,
 )
 from rmqinspect.format.index import IndexHeader
-from rmqinspect.format.scan import CheckedRun, Skipped
+from rmqinspect.format.scan import Skipped
 from rmqinspect.store.configfiles import ConfigFileResult, load_config_files
-from rmqinspect.store.files import FileQueue, LayoutProblem, StoreFile
+from rmqinspect.store.files import FileQueue, LayoutProblem
 from rmqinspect.store.model import Store, UnsupportedLayout
 
 
@@ -114,6 +115,7 @@ class Inventory:
     config_files: tuple[ConfigFileSummary, ...]
     unsupported: tuple[UnsupportedLayout, ...]
     problems: tuple[LayoutProblem, ...] = field(default_factory=tuple)
+    dledger: LedgerSummary | None = None  # a DLedger commitlog's state on disk
 
 
 def build_inventory(store: Store) -> Inventory:
@@ -122,6 +124,7 @@ def build_inventory(store: Store) -> Inventory:
     for qid in store.queue_dirs:
         problems.extend(store.consume_queue(qid.topic, qid.queue_id).problems)
     det = store.profile
+    ledger = ledger_summary(store)
     return Inventory(
         root=str(store.root),
         profile=det.profile.value,
@@ -130,13 +133,14 @@ def build_inventory(store: Store) -> Inventory:
         clean_shutdown=not store.abort_present,
         abort_content=store.abort_content().decode("utf-8", "replace").strip(),
         families=tuple(_families(store, bounds)),
-        commitlog=commitlog_summary(store, bounds),
+        commitlog=commitlog_summary(store, bounds, ledger),
         topics=tuple(_topics(bounds)),
         index_files=tuple(_index_files(store)),
         checkpoint=checkpoint_summary(store.checkpoint_path),
         config_files=tuple(_config_files(store.config_dir)),
         unsupported=tuple(store.unsupported),
         problems=tuple(problems),
+        dledger=ledger,
     )
 
 
@@ -155,7 +159,11 @@ def _family(name: str, queue: FileQueue) -> FamilySummary:
 
 
 def _families(store: Store, bounds: list[QueueBounds]) -> list[FamilySummary]:
-    out = [_family("commitlog", store.commitlog)]
+    if store.dledger is not None:
+        out = [_family("dledger_data", store.dledger.data)]
+        out.append(_family("dledger_index", store.dledger.index))
+    else:
+        out = [_family("commitlog", store.commitlog)]
     cq_files = sum(b.file_count for b in bounds)
     out.append(
         FamilySummary(
@@ -197,13 +205,18 @@ def _tree_size(directory: Path) -> tuple[int, int]:
     return count, size
 
 
-def commitlog_summary(store: Store, bounds: list[QueueBounds]) -> CommitlogSummary:
+def commitlog_summary(
+    store: Store, bounds: list[QueueBounds], ledger: LedgerSummary | None = None
+) -> CommitlogSummary:
     """Min/max physical offsets. The max is found like 4.9's reput: start at the largest
-    consume-queue end and walk valid records forward (CRC unchecked, as dispatch reads them)."""
+    consume-queue end and walk valid records forward (CRC unchecked, as dispatch reads them).
+    In a DLedger store it is where DLedger's entries end (``ledger``, found when not given)."""
     clq = store.commitlog
     if not clq.files:
         return CommitlogSummary(-1, 0, "no commitlog files", None, None, None)
     opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+    if store.dledger is not None:
+        return _ledger_commitlog(store, ledger or ledger_summary(store), opts)
     cq_last = max((b.last_phy_offset for b in bounds), default=-1)
     last_record: int | None = None
     if clq.find(cq_last) is not None:
@@ -220,21 +233,30 @@ def commitlog_summary(store: Store, bounds: list[QueueBounds]) -> CommitlogSumma
     )
 
 
+def _ledger_commitlog(
+    store: Store, ledger: LedgerSummary | None, opts: cl.CheckOptions
+) -> CommitlogSummary:
+    assert ledger is not None
+    last_ts = None
+    if ledger.last_record_offset is not None:
+        r = store.check_at(ledger.last_record_offset, opts)
+        last_ts = r.record.store_timestamp if r.is_message and r.record is not None else None
+    return CommitlogSummary(
+        store.commitlog.min_offset,
+        ledger.data_end,
+        f"DLedger entries walked in the last data file ({ledger.data_end_reason})",
+        ledger.last_record_offset,
+        _first_store_timestamp(store, opts),
+        last_ts,
+    )
+
+
 def _last_nonempty_start(store: Store) -> int:
     opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
     for f in reversed(store.commitlog.files):
-        if _first_record(store, f, opts) is not None:
+        if store.first_records(f, opts):
             return f.start
     return store.commitlog.files[0].start
-
-
-def _first_record(store: Store, f: StoreFile, opts: cl.CheckOptions) -> cl.MessageRecord | None:
-    """The file's first record, when the check accepts one at its start."""
-    for _, event in store.scan(f.start, opts, files=[f], max_records=1):
-        if isinstance(event, CheckedRun) and len(event):
-            return event.columns.record(0, with_body=False)
-        break
-    return None
 
 
 def _walk_end(
@@ -261,9 +283,9 @@ def _walk_end(
 
 def _first_store_timestamp(store: Store, opts: cl.CheckOptions) -> int | None:
     for f in store.commitlog.files:
-        rec = _first_record(store, f, opts)
-        if rec is not None:
-            return rec.store_timestamp
+        found = store.first_records(f, opts)
+        if found:
+            return found[0].store_timestamp
     return None
 
 

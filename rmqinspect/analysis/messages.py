@@ -9,7 +9,7 @@ an event so the caller can report it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,13 +74,18 @@ class MessageBatch:
 
     columns: RecordColumns
     rows: npt.NDArray[np.int64]
+    with_entry: Callable[[cl.MessageRecord], cl.MessageRecord]  # Store.with_entry
 
     def __len__(self) -> int:
         return len(self.rows)
 
+    def record(self, i: int) -> cl.MessageRecord:
+        """Record ``i`` of the columns (a row of ``rows``), as the store reads it."""
+        return self.with_entry(self.columns.record(i))
+
     def records(self) -> Iterator[cl.MessageRecord]:
         for i in self.rows.tolist():
-            yield self.columns.record(i)
+            yield self.record(i)
 
 
 ScanEvent = MessageBatch | cl.MessageRecord | SkippedRange
@@ -112,7 +117,7 @@ def stream_messages(
         if flt.limit is not None:
             rows = rows[: flt.limit - emitted]
         if len(rows):
-            yield MessageBatch(cols, rows)
+            yield MessageBatch(cols, rows, store.with_entry)
             emitted += len(rows)
             if flt.limit is not None and emitted >= flt.limit:
                 return
@@ -145,12 +150,8 @@ def _files_in_time_range(store: Store, since: int | None, until: int | None) -> 
 
 
 def _first_time(store: Store, f: StoreFile, opts: cl.CheckOptions) -> int | None:
-    buf = store.view(f)
-    try:
-        res = cl.check_message(buf, 0, f.start, opts)
-    finally:
-        buf.release()
-    return res.record.store_timestamp if res.is_message and res.record is not None else None
+    found = store.first_records(f, opts)
+    return found[0].store_timestamp if found else None
 
 
 def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int | None:
@@ -159,8 +160,10 @@ def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int 
     if from_offset is None:
         return None
     f = store.commitlog.find(from_offset)
-    if f is None:
-        return from_offset  # before, between or after the files: scan skips what it must
+    if f is None or store.dledger is not None:
+        # Before, between or after the files the scan skips what it must; in a DLedger store
+        # it starts at the entry whose record is at the offset, or the next one.
+        return from_offset
     if store.check_at(from_offset, opts).is_message:
         return from_offset
     buf = store.view(f)

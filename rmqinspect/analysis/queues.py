@@ -60,17 +60,8 @@ def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
     gaps = tuple((a // CQ_STORE_UNIT_SIZE, b // CQ_STORE_UNIT_SIZE) for a, b in queue.gaps())
     if not files:
         return QueueBounds(qid.topic, qid.queue_id, 0, 0, 0, 0, 0, 0, -1, -1, gaps)
-    model = ConsumeQueue(store.maps, qid.topic, qid.queue_id, files, queue.file_size)
-    model.recover()
+    model, note = loaded_queue(store, qid)
     max_offset = model.max_offset_in_queue
-    profile = store.profile.profile
-    note = ""
-    try:
-        model.correct_min_offset(
-            store.commitlog.min_offset, profile.correct_min_offset_binary_search
-        )
-    except CorrectMinOffsetError as err:
-        note = f"the broker fails to load: {err}"
     min_offset = model.min_offset_in_queue
     first = files[0]
     first_unit = first.start // CQ_STORE_UNIT_SIZE
@@ -102,6 +93,22 @@ def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
         gaps,
         note,
     )
+
+
+def loaded_queue(store: Store, qid: QueueId) -> tuple[ConsumeQueue, str]:
+    """The queue as the broker holds it after loading the store unchanged
+    (``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file),
+    and why the broker fails to load it ("" when it loads)."""
+    queue = store.consume_queue(qid.topic, qid.queue_id)
+    model = ConsumeQueue(store.maps, qid.topic, qid.queue_id, queue.files, queue.file_size)
+    model.recover()
+    try:
+        model.correct_min_offset(
+            store.commitlog.min_offset, store.profile.profile.correct_min_offset_binary_search
+        )
+    except CorrectMinOffsetError as err:
+        return model, f"the broker fails to load: {err}"
+    return model, ""
 
 
 def _pre_blanks(
@@ -227,7 +234,10 @@ def _resolve(
     try:
         record = store.read_message(phy)
     except StoreError as err:
-        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.NO_RECORD, err.message)
+        detail = err.message
+        if store.dledger is not None and store.dledger.message_entry(store.maps, phy):
+            detail += " (DLedger keeps this entry: the broker serves these bytes as they are)"
+        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.NO_RECORD, detail)
     if record.store_size != size:
         return UnitView(
             queue_offset,

@@ -28,6 +28,8 @@ _COMMANDS = {
     "decode-id": "decode_id",
     "recover": "recover",
     "export": "export",
+    "verify": "verify",
+    "salvage": "salvage",
     "synth": "synth",
 }
 

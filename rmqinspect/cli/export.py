@@ -13,7 +13,7 @@ from rmqinspect.cli.options import StoreArg, open_store, with_store_options
 from rmqinspect.export import Engine, ExportOptions, Table, export_store
 from rmqinspect.render.export import ExportFormat, export_progress, render_export
 from rmqinspect.render.output import OutputFormat, resolve_format
-from rmqinspect.store.model import ALL_PARTS, StoreOptions
+from rmqinspect.store.model import ALL_PARTS, StoreOptions, StorePart
 
 
 def _tables(text: str) -> tuple[Table, ...]:
@@ -106,7 +106,7 @@ def export(
         store=store_options,
     )
     fmt = resolve_format(None if format is None else OutputFormat(format.value))
-    with open_store(store, store_options, "export", ALL_PARTS):
+    with open_store(store, store_options, "export", ALL_PARTS | StorePart.EXPORT):
         pass  # a layout the export cannot read is refused before any work starts
     person = fmt is OutputFormat.TABLE and sys.stdout.isatty()
     with export_progress(person) as reporter:

@@ -28,6 +28,7 @@ class DamageKind(enum.StrEnum):
     CQ_AHEAD = "cq-ahead"
     MISSING_CQ = "missing-cq"
     STALE_TAIL = "stale-tail"
+    TORN_HEADER = "torn-header"
 
 
 _ZERO_REGION_BYTES = 256
@@ -51,6 +52,8 @@ def _apply(kind: DamageKind, root: Path, summary: StoreSummary) -> damage.Damage
         return damage.cq_ahead_of_commitlog(root, topic, 0)
     if kind is DamageKind.MISSING_CQ:
         return damage.remove_cq_dir(root, topic, 0)
+    if kind is DamageKind.TORN_HEADER:
+        return damage.torn_entry_header(root)
     return damage.stale_bytes_past_write_position(root)
 
 
@@ -103,6 +106,14 @@ def synth(
     prop_crc: Annotated[
         bool, typer.Option("--prop-crc", help="enabledAppendPropCRC (profile 5.3 only).")
     ] = False,
+    dledger: Annotated[
+        bool,
+        typer.Option(
+            "--dledger",
+            help="enableDLegerCommitLog: the commitlog is DLedger's, in dledger-n0/ (no "
+            "commitlog/); --crash then also leaves DLedger's checkpoint behind the data.",
+        ),
+    ] = False,
     damage_kinds: Annotated[
         list[DamageKind] | None,
         typer.Option(
@@ -128,6 +139,7 @@ def synth(
             index_slot_num=index_slots,
             index_num=index_entries,
             append_prop_crc=prop_crc,
+            enable_dledger_commitlog=dledger,
         )
         config = WorkloadConfig(
             messages=messages,

@@ -280,73 +280,7 @@ static PyObject *speedups_walk(PyObject *self, PyObject *args)
     return Py_BuildValue("nn", count, at);
 }
 
-/* --- rows at many positions ---------------------------------------------------------------- */
-
-PyDoc_STRVAR(rows_doc,
-             "rows(buf, positions, width, out)\n\n"
-             "Copy the width bytes at each position of the int64 array positions into row i of\n"
-             "the uint8 buffer out (len(positions) * width bytes); a position outside buf reads\n"
-             "at the nearest position where width bytes fit (len(buf) >= width).");
-
-static PyObject *speedups_rows(PyObject *self, PyObject *args)
-{
-    Py_buffer buf, positions, out;
-    Py_ssize_t width;
-    PyObject *out_obj, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*nO", &buf, &positions, &width, &out_obj))
-        return NULL;
-    Py_ssize_t n = positions.len / (Py_ssize_t)sizeof(int64_t);
-    if (width <= 0 || width > buf.len) {
-        PyErr_SetString(PyExc_ValueError, "width must be in 1..len(buf)");
-        goto done;
-    }
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-        goto done;
-    if (out.len < n * width) {
-        PyErr_SetString(PyExc_ValueError, "out is too small");
-        PyBuffer_Release(&out);
-        goto done;
-    }
-    const uint8_t *data = buf.buf;
-    const int64_t *p = positions.buf;
-    uint8_t *o = out.buf;
-    int64_t last = (int64_t)(buf.len - width);
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t at = p[i] < 0 ? 0 : (p[i] > last ? last : p[i]);
-        memcpy(o + i * width, data + at, (size_t)width);
-    }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&out);
-    result = Py_NewRef(Py_None);
-done:
-    PyBuffer_Release(&positions);
-    PyBuffer_Release(&buf);
-    return result;
-}
-
-/* --- index keys ------------------------------------------------------------------------------ */
-
-/* The value of the last entry named ``name`` with a non-empty value, in properties p[0:n]
- * (entries split on 0x02, the name ends at the entry's first 0x01); NULL when there is none. */
-static const uint8_t *property_value(const uint8_t *p, size_t n, const char *name, size_t name_len,
-                                     size_t *value_len)
-{
-    const uint8_t *found = NULL;
-    size_t i = 0;
-    while (i < n) {
-        const uint8_t *entry = p + i;
-        const uint8_t *stop = memchr(entry, 0x02, n - i);
-        size_t len = stop ? (size_t)(stop - entry) : n - i;
-        if (len > name_len && memcmp(entry, name, name_len) == 0 && entry[name_len] == 0x01 &&
-            len > name_len + 1) {
-            found = entry + name_len + 1;
-            *value_len = len - name_len - 1;
-        }
-        i += len + 1;
-    }
-    return found;
-}
+/* --- UTF-8 ------------------------------------------------------------------------------------ */
 
 /* The next code point of strict UTF-8 at p[*i..n) (what Python's decoder accepts: no overlong
  * forms, no surrogates, at most U+10FFFF); -1 for anything else. */
@@ -404,130 +338,9 @@ static int valid_utf8(const uint8_t *p, size_t n)
 }
 
 /* Grow-on-demand int64 output columns. */
-typedef struct {
-    int64_t *owner, *hash, *units;
-    Py_ssize_t len, cap;
-} key_list;
-
-static int key_push(key_list *k, int64_t owner, const uint8_t *p, size_t n)
-{
-    if (k->len == k->cap) {
-        Py_ssize_t cap = k->cap ? 2 * k->cap : 1024;
-        int64_t *o = PyMem_Realloc(k->owner, cap * sizeof(int64_t));
-        if (!o)
-            return -1;
-        k->owner = o;
-        int64_t *h = PyMem_Realloc(k->hash, cap * sizeof(int64_t));
-        if (!h)
-            return -1;
-        k->hash = h;
-        int64_t *u = PyMem_Realloc(k->units, cap * sizeof(int64_t));
-        if (!u)
-            return -1;
-        k->units = u;
-        k->cap = cap;
-    }
-    /* String.hashCode over UTF-16 units (p is valid UTF-8). */
-    uint32_t h = 0;
-    int64_t units = 0;
-    size_t i = 0;
-    while (i < n) {
-        int32_t c = next_code_point(p, n, &i);
-        if (c >= 0x10000) {
-            c -= 0x10000;
-            h = h * 31u + (uint32_t)(0xD800 + (c >> 10));
-            h = h * 31u + (uint32_t)(0xDC00 + (c & 0x3FF));
-            units += 2;
-        } else {
-            h = h * 31u + (uint32_t)c;
-            units++;
-        }
-    }
-    k->owner[k->len] = owner;
-    k->hash[k->len] = h;
-    k->units[k->len] = units;
-    k->len++;
-    return 0;
-}
-
 static PyObject *as_bytes(const int64_t *v, Py_ssize_t n)
 {
     return PyBytes_FromStringAndSize((const char *)v, n * (Py_ssize_t)sizeof(int64_t));
-}
-
-PyDoc_STRVAR(index_keys_doc,
-             "index_keys(buf, properties_at, properties_length) -> (owner, hash, units, fallback)\n"
-             "\n"
-             "The keys IndexService.buildIndex puts for each record (its UNIQ_KEY, then each\n"
-             "non-empty space-separated KEYS element), from the properties at each position:\n"
-             "int64 columns (as bytes) of the record index, String.hashCode of the key (as an\n"
-             "unsigned 32-bit value) and its length in UTF-16 units. Records whose UNIQ_KEY or\n"
-             "KEYS is not valid UTF-8 are not decoded here: their indices are in fallback.");
-
-static PyObject *speedups_index_keys(PyObject *self, PyObject *args)
-{
-    Py_buffer buf, at, length;
-    PyObject *result = NULL;
-    key_list keys = {0};
-    if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &at, &length))
-        return NULL;
-    Py_ssize_t n = at.len / (Py_ssize_t)sizeof(int64_t);
-    const int64_t *a = at.buf, *l = length.buf;
-    if (length.len != at.len) {
-        PyErr_SetString(PyExc_ValueError, "properties_at and properties_length differ in length");
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (l[i] > 0 && (a[i] < 0 || l[i] > (int64_t)buf.len - a[i])) {
-            PyErr_Format(PyExc_ValueError, "properties of record %zd are outside the buffer", i);
-            goto done;
-        }
-    }
-    int64_t *fallback = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
-    if (!fallback) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t n_fallback = 0;
-    const uint8_t *data = buf.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (l[i] <= 0)
-            continue;
-        const uint8_t *p = data + a[i];
-        size_t uniq_len = 0, keys_len = 0;
-        const uint8_t *uniq = property_value(p, (size_t)l[i], "UNIQ_KEY", 8, &uniq_len);
-        const uint8_t *kv = property_value(p, (size_t)l[i], "KEYS", 4, &keys_len);
-        if ((uniq && !valid_utf8(uniq, uniq_len)) || (kv && !valid_utf8(kv, keys_len))) {
-            fallback[n_fallback++] = i;
-            continue;
-        }
-        if (uniq && key_push(&keys, i, uniq, uniq_len) < 0)
-            goto nomem;
-        size_t j = 0;
-        while (kv && j < keys_len) {
-            const uint8_t *piece = kv + j;
-            const uint8_t *space = memchr(piece, ' ', keys_len - j);
-            size_t plen = space ? (size_t)(space - piece) : keys_len - j;
-            if (plen && key_push(&keys, i, piece, plen) < 0)
-                goto nomem;
-            j += plen + 1;
-        }
-    }
-    result = Py_BuildValue("(NNNN)", as_bytes(keys.owner, keys.len), as_bytes(keys.hash, keys.len),
-                           as_bytes(keys.units, keys.len), as_bytes(fallback, n_fallback));
-    PyMem_Free(fallback);
-    goto done;
-nomem:
-    PyMem_Free(fallback);
-    PyErr_NoMemory();
-done:
-    PyMem_Free(keys.owner);
-    PyMem_Free(keys.hash);
-    PyMem_Free(keys.units);
-    PyBuffer_Release(&length);
-    PyBuffer_Release(&at);
-    PyBuffer_Release(&buf);
-    return result;
 }
 
 /* --- message JSON ---------------------------------------------------------------------------- */
@@ -1219,8 +1032,6 @@ static PyObject *speedups_features(PyObject *self, PyObject *unused)
 
 static PyMethodDef methods[] = {
     {"walk", speedups_walk, METH_VARARGS, walk_doc},
-    {"rows", speedups_rows, METH_VARARGS, rows_doc},
-    {"index_keys", speedups_index_keys, METH_VARARGS, index_keys_doc},
     {"message_json", speedups_message_json, METH_VARARGS, message_json_doc},
     {"crc32_many", speedups_crc32_many, METH_VARARGS, crc32_many_doc},
     {"crc32c_many", speedups_crc32c_many, METH_VARARGS, crc32c_many_doc},

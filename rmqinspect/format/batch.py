@@ -13,8 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import RecordColumns, windows
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.host import HostAddress
+from rmqinspect.format.npbytes import windows
 from rmqinspect.format.properties import KEY_SEPARATOR, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 RECORD_SCHEMA = pa.schema(

@@ -11,24 +11,32 @@ are :mod:`rmqinspect.format.scan`'s.
 from __future__ import annotations
 
 import functools
-import re
+import operator
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
-import numpy.typing as npt
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format import speedups
 from rmqinspect.format.crc import CRC_MASK
 from rmqinspect.format.host import HostAddress
-
-I64 = npt.NDArray[np.int64]
-Mask = npt.NDArray[np.bool_]
-Buffer = bytes | memoryview
+from rmqinspect.format.javahash import index_key, prefixed_span_hashes
+from rmqinspect.format.npbytes import (
+    I64,
+    Buffer,
+    Mask,
+    be_ints,
+    members,
+    span_ids,
+    split_spans,
+    windows,
+)
+from rmqinspect.format.properties_text import PropertiesText
 
 RUN_RECORDS = 1 << 14  # records per run: bounds the columns' memory, not the file size
 _HEAD2 = struct.Struct(">ii")
@@ -82,41 +90,6 @@ _HOST_LAYOUTS = {
     for born_v6 in (False, True)
     for store_v6 in (False, True)
 }
-
-
-def windows(data: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np.uint8]:
-    """The ``width`` bytes at every position of ``at``, one row each (a fresh contiguous array).
-
-    Rows are copied whole out of a sliding-window view, far faster than indexing byte by byte.
-    A position outside the buffer gives a row of whatever lies at the nearest fitting position
-    (zeros for an empty buffer): callers mask those rows out.
-    """
-    n = len(at)
-    if len(data) < width:
-        out = np.zeros((n, width), np.uint8)
-        out[:, : len(data)] = data
-        return out
-    return speedups.rows(data, at, width)
-
-
-def _be(data: npt.NDArray[np.uint8], at: I64, width: int) -> I64:
-    """The big-endian signed integer of ``width`` (1, 2 or 4) bytes at every position of
-    ``at`` (positions outside the buffer read meaningless values, see :func:`windows`)."""
-    if len(data) < width:
-        return np.zeros(len(at), np.int64)
-    out: I64 = windows(data, at, width).view(_NUMPY_CODES["bhi"[width >> 1]]).reshape(-1)
-    return out.astype(np.int64)
-
-
-def _u64(data: npt.NDArray[np.uint8], at: I64) -> npt.NDArray[np.uint64]:
-    """The eight bytes at every position of ``at`` as one big-endian unsigned integer."""
-    out: npt.NDArray[np.uint64] = windows(data, at, 8).view(">u8").reshape(-1).astype(np.uint64)
-    return out
-
-
-def first_false(ok: Mask) -> int:
-    """The index of the first False in ``ok`` (its length when all hold)."""
-    return len(ok) if ok.all() else int(np.argmin(ok))
 
 
 # --- walking ------------------------------------------------------------------------------------
@@ -179,6 +152,16 @@ def decode_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+class IndexKeys(NamedTuple):
+    """Index keys of many records (see :meth:`RecordColumns.index_keys`): each key's hash,
+    the index of its record among the rows asked about, and where the key's bytes are."""
+
+    hashes: I64
+    owners: I64
+    starts: I64
+    lengths: I64
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class RecordColumns:
     """Every field of many records as numpy columns, read from ``buf``.
@@ -231,6 +214,13 @@ class RecordColumns:
     def version(self) -> I64:
         """1 or 2, by magic code."""
         return np.where(self.magic == _V2, 2, 1)
+
+    def enters_consume_queue(self) -> Mask:
+        """NOT and COMMIT records are dispatched to a consume queue; PREPARED and ROLLBACK are
+        not (``MessageRecord.enters_consume_queue`` for many records)."""
+        tt = self.sys_flag & cl.TRANSACTION_TYPE_MASK
+        out: Mask = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+        return out
 
     def select(self, rows: slice | I64 | Mask) -> RecordColumns:
         """The records at ``rows`` (a slice, indices or a mask), as columns over the same buffer."""
@@ -336,6 +326,82 @@ class RecordColumns:
             topic, tags, p.get(props.DELAY), int(self.store_timestamp[i]), delay_levels
         )
 
+    def tags_codes(
+        self,
+        rows: I64,
+        delay_levels: Mapping[int, int],
+        topics: tuple[I64, Sequence[str]] | None = None,
+    ) -> tuple[I64, Mask]:
+        """:meth:`tags_code` of each record of ``rows`` (ascending), and whether it is known
+        (False where a schedule record's DELAY makes the check fail). TAGS are found by
+        :meth:`property_spans` and hashed once per distinct value; only schedule-topic records
+        (whose DELAY decides) are looked at one by one. ``topics`` is :meth:`topic_ids`'
+        answer, decoded, when the caller has it."""
+        codes = np.zeros(len(rows), np.int64)
+        known = np.ones(len(rows), bool)
+        text = PropertiesText(self, rows)
+        at, length = text.spans(props.TAGS)
+        present = np.flatnonzero(at >= 0)
+        ids, distinct = span_ids(self.buf, at[present], length[present])
+        hashes = np.array([_tag_hash(decode_text(v)) for v in distinct], np.int64)
+        codes[present] = hashes[ids] if len(distinct) else 0
+        if topics is None:
+            tids, raw = self.topic_ids()
+            topics = tids, [decode_text(t) for t in raw]
+        tids, names = topics
+        wanted = [i for i, t in enumerate(names) if t == cl.SCHEDULE_TOPIC]
+        schedule = np.flatnonzero(members(tids[rows], np.array(wanted, np.int64)))
+        if len(schedule):
+            # A run holds few distinct DELAY values: each is judged once.
+            at, length = (v[schedule] for v in text.spans(props.DELAY))
+            has = at >= 0
+            delayed = schedule[has]
+            ids, distinct = span_ids(self.buf, at[has], length[has])
+            verdicts = [cl.schedule_delay(decode_text(d), delay_levels) for d in distinct]
+            parses = np.array([ok for ok, _ in verdicts], bool)[ids]
+            millis = np.array([-1 if ms is None else ms for _, ms in verdicts], np.int64)[ids]
+            timed = parses & (millis >= 0)
+            codes[delayed[timed]] = self.store_timestamp[rows[delayed[timed]]] + millis[timed]
+            codes[delayed[~parses]] = 0
+            known[delayed[~parses]] = False
+        return codes, known
+
+    def index_keys(self, rows: I64, topic_ids: I64, topics: Sequence[str]) -> IndexKeys:
+        """The keys ``IndexService.buildIndex`` puts for the records ``rows`` (ascending), in
+        order: each record's UNIQ_KEY, then its KEYS split on single spaces, empty ones
+        dropped; ROLLBACK records put none. Keys stay spans of the buffer and are hashed (as
+        ``topic#key``) with numpy. ``topic_ids``/``topics`` are :meth:`topic_ids`' answer,
+        decoded."""
+        rollback = (self.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK) == cl.TRANSACTION_ROLLBACK_TYPE
+        text = PropertiesText(self, rows)
+        uniq_at, uniq_len = text.spans(props.UNIQ_KEY)
+        keys_at, keys_len = text.spans(props.KEYS)
+        with_uniq = np.flatnonzero((uniq_at >= 0) & ~rollback)
+        with_keys = np.flatnonzero((keys_at >= 0) & ~rollback)
+        data = np.frombuffer(self.buf, np.uint8)
+        part_at, part_len, part_of = split_spans(
+            data, keys_at[with_keys], keys_len[with_keys], ord(props.KEY_SEPARATOR)
+        )
+        owner_of_part = with_keys[part_of]
+        # A part's rank among its record's parts: UNIQ_KEY (0) comes first.
+        first_part = np.searchsorted(part_of, part_of, side="left")
+        rank = np.arange(1, len(part_of) + 1) - first_part
+        kept = part_len > 0
+        owners = np.concatenate([with_uniq, owner_of_part[kept]])
+        ranks = np.concatenate([np.zeros(len(with_uniq), np.int64), rank[kept]])
+        starts = np.concatenate([uniq_at[with_uniq], part_at[kept]])
+        lengths = np.concatenate([uniq_len[with_uniq], part_len[kept]])
+        order = np.lexsort((ranks, owners))
+        owners, starts, lengths = owners[order], starts[order], lengths[order]
+        prefixes = [index_key(topic, "") for topic in topics]
+        hashes = prefixed_span_hashes(prefixes, topic_ids[rows[owners]], data, starts, lengths)
+        return IndexKeys(hashes, owners, starts, lengths)
+
+    def _texts(self, at: I64, length: I64) -> list[str]:
+        """The spans as text (Java's decoding), built without a Python loop."""
+        spans = map(slice, at.tolist(), (at + length).tolist())
+        return list(map(_DECODE, map(bytes, map(self.buf.__getitem__, spans))))
+
     def body_crcs(self) -> I64:
         """The masked CRC-32 of every record's body (0 for an empty body, as for ``b""``, and
         for a record that is not well formed)."""
@@ -344,88 +410,39 @@ class RecordColumns:
         return out
 
     def topic_ids(self) -> tuple[I64, list[bytes]]:
-        """Each record's topic as an index into a short list of distinct topic byte strings.
+        """Each record's topic as an index into a short list of distinct topic byte strings
+        (:func:`span_ids` over the topic fields)."""
+        return span_ids(self.buf, self.topic_at, np.maximum(self.topic_length, 0))
 
-        Records are grouped by a hash of (length, first 8 bytes, last 8 bytes) with numpy; a
-        group whose members all hold the same bytes (compared in full) gets one id, any other
-        group is resolved record by record. No bytes object per record.
-        """
-        n = len(self)
-        ids = np.zeros(n, np.int64)
-        names: dict[bytes, int] = {}
-        if not n:
-            return ids, []
-        data = np.frombuffer(self.buf, np.uint8)
-        at, length = self.topic_at, np.maximum(self.topic_length, 0)
-        every = ~np.uint64(0)
-        # Keep only the bytes inside the topic, so what surrounds a short topic cannot split it.
-        shift = (8 * np.minimum(length, 7)).astype(np.uint64)
-        head = _u64(data, at) & np.where(length >= 8, every, ~(every >> shift))
-        tail = np.where(length >= 8, _u64(data, at + length - 8), np.uint64(0))
-        with np.errstate(over="ignore"):
-            key = (
-                head * np.uint64(0x9E3779B97F4A7C15)
-                ^ tail
-                ^ (length.astype(np.uint64) << np.uint64(48))
-            )
-        order = np.argsort(key, kind="stable")
-        bounds = np.flatnonzero(np.diff(key[order])) + 1
-        for members in np.split(order, bounds):
-            first = int(members[0])
-            size = int(length[first])
-            rows = data[np.minimum(at[members], len(data) - size)[:, None] + np.arange(size)]
-            if (length[members] == size).all() and (rows == rows[0]).all():
-                ids[members] = names.setdefault(self.topic_bytes(first), len(names))
-            else:  # a hash collision between different topics: resolve one by one
-                for j in members.tolist():
-                    ids[j] = names.setdefault(self.topic_bytes(j), len(names))
-        return ids, list(names)
+    def property_spans(self, name: str, rows: I64) -> tuple[I64, I64]:
+        """Where ``properties(i).get(name)`` lies for each record of ``rows`` (ascending): the
+        buffer position and byte length of its value, (-1, 0) where there is none (see
+        :class:`PropertiesText`; make one to look up several names)."""
+        return PropertiesText(self, rows).spans(name)
 
     def property_values(self, name: str, rows: I64) -> list[str | None]:
-        """``properties(i).get(name)`` for each record of ``rows`` (ascending), found by one
-        search over the buffer instead of parsing every record's properties: the last entry
-        named ``name`` that starts an entry and has a non-empty value (as
-        :func:`rmqinspect.format.properties.property_value` rules, for one record)."""
-        out: list[str | None] = [None] * len(rows)
-        if not len(rows):
-            return out
-        at = self.properties_at[rows]
-        end = at + np.maximum(self.properties_length[rows], 0)
-        needle = name.encode("utf-8") + b"\x01"
-        buf = self.buf
-        lo, hi = int(at[0]), int(end.max())
-        hits = np.array([m.start() for m in re.finditer(re.escape(needle), buf[lo:hi])], np.int64)
-        if not len(hits):
-            return out
-        hits += lo
-        owner = np.searchsorted(at, hits, side="right") - 1
-        keep = owner >= 0
-        owner, hits = owner[keep], hits[keep]
-        inside = hits + len(needle) <= end[owner]
-        data = np.frombuffer(buf, np.uint8)
-        starts_entry = (hits == at[owner]) | (data[np.maximum(hits - 1, 0)] == _SEPARATOR)
-        keep = inside & starts_entry
-        for k, h in zip(owner[keep].tolist(), hits[keep].tolist(), strict=True):
-            rest = bytes(buf[h + len(needle) : int(end[k])])
-            sep = rest.find(b"\x02")
-            value = rest if sep < 0 else rest[:sep]
-            if value:  # an empty value is no entry: an earlier one stands
-                out[k] = value.decode("utf-8", "replace")
-        return out
+        """``properties(i).get(name)`` for each record of ``rows`` (ascending), found by
+        :meth:`property_spans` instead of parsing every record's properties."""
+        starts, lengths = self.property_spans(name, rows)
+        out = np.full(len(rows), None, object)
+        present = np.flatnonzero(starts >= 0)
+        out[present] = self._texts(starts[present], lengths[present])
+        values: list[str | None] = out.tolist()
+        return values
 
     def topic_mask(self, wanted: Sequence[str]) -> Mask:
         """Records whose (decoded) topic is one of ``wanted``."""
         ids, topics = self.topic_ids()
         hit = [i for i, t in enumerate(topics) if decode_text(t) in wanted]
-        return np.isin(ids, hit)
+        return members(ids, np.array(hit, np.int64))
+
+
+_DECODE = operator.methodcaller("decode", "utf-8", "replace")
 
 
 _ARRAY_FIELDS = tuple(
     name for name in RecordColumns.__dataclass_fields__ if name not in ("buf", "file_start")
 )
-
-
-_SEPARATOR = ord(props.PROPERTY_SEPARATOR)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -470,13 +487,13 @@ def gather(buf: Buffer, positions: I64 | Walk, file_start: int = 0) -> RecordCol
     topic_length_size = np.where(v2, 2, 1)
     ok &= topic_length_at + topic_length_size <= ends
     topic_length = np.where(
-        ok, np.where(v2, _be(data, topic_length_at, 2), _be(data, topic_length_at, 1)), 0
+        ok, np.where(v2, be_ints(data, topic_length_at, 2), be_ints(data, topic_length_at, 1)), 0
     )
     topic_at = topic_length_at + topic_length_size
     ok &= topic_length >= 0
     properties_length_at = topic_at + np.maximum(topic_length, 0)
     ok &= properties_length_at + 2 <= ends
-    properties_length = np.where(ok, _be(data, properties_length_at, 2), 0)
+    properties_length = np.where(ok, be_ints(data, properties_length_at, 2), 0)
     properties_at = properties_length_at + 2
     ok &= properties_at + np.maximum(properties_length, 0) == ends
     return RecordColumns(

@@ -15,6 +15,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
@@ -23,6 +24,9 @@ from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.javamath import java_parse_int, java_split, wrap64
 from rmqinspect.format.profile import Profile
+
+if TYPE_CHECKING:
+    from rmqinspect.format.dledger import EntryHeader
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, topic length is an i8
 MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, topic length is an i16 (5.1.0+)
@@ -197,13 +201,23 @@ def dispatch_tags_code(
     code = java_hash(tags) if tags else 0
     if topic != SCHEDULE_TOPIC or delay is None:
         return code
+    parses, millis = schedule_delay(delay, delay_levels)
+    if not parses:
+        return None
+    return code if millis is None else wrap64(store_timestamp + millis)
+
+
+def schedule_delay(delay: str, delay_levels: Mapping[int, int]) -> tuple[bool, int | None]:
+    """What a ``SCHEDULE_TOPIC_XXXX`` record's DELAY value does to its tagsCode (see
+    :func:`dispatch_tags_code`): whether it parses as an integer, and the milliseconds added
+    to the store time (None where the clamped level is not positive and the tag hash stays)."""
     level = java_parse_int(delay)
     if level is None:
-        return None
+        return False, None
     level = min(level, max(delay_levels, default=0))
     if level <= 0:
-        return code
-    return wrap64(store_timestamp + delay_levels.get(level, 1000))
+        return True, None
+    return True, delay_levels.get(level, 1000)
 
 
 def dup_info_valid(properties: Mapping[str, str]) -> bool:
@@ -248,6 +262,7 @@ class MessageRecord:
     properties_raw: bytes
     properties: dict[str, str] = field(default_factory=dict)
     prop_crc: PropCrc | None = None  # 5.2+ __CRC32# property; read with the body
+    entry: EntryHeader | None = None  # the DLedger entry holding the record, in a DLedger store
 
     @property
     def version(self) -> str:
@@ -316,6 +331,16 @@ class CheckReason(StrEnum):
     PROP_CRC_MISSING = "prop_crc_missing"
     PROP_CRC_MISMATCH = "prop_crc_mismatch"
     DUP_INFO_INVALID = "dup_info_invalid"
+    # A DLedger entry header that ends DLedger's own walk (dledger-store-format.md §7); the
+    # message inside is not looked at. See rmqinspect.format.dledger.
+    END_OF_DATA = "end_of_data"
+    POS_FIELD_MISMATCH = "pos_field_mismatch"
+    BODY_SIZE_MISMATCH = "body_size_mismatch"
+    BAD_ENTRY_MAGIC = "bad_entry_magic"
+    INDEX_NOT_CONSECUTIVE = "index_not_consecutive"
+    TERM_DECREASED = "term_decreased"
+    SIZE_TOO_SMALL = "size_too_small"
+    BEYOND_FILE_END = "beyond_file_end"
 
 
 @dataclass(frozen=True, slots=True)

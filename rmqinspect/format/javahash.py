@@ -4,13 +4,12 @@ vectorised (numpy) for bulk work."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
 
 from rmqinspect.format.javamath import INT_MAX
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
+from rmqinspect.format.npbytes import span_polynomials
 
 _MASK32 = 0xFFFFFFFF
 
@@ -55,7 +54,6 @@ def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDA
     Characters outside the BMP are two UTF-16 units in Java: such strings (rare) are hashed
     one by one.
     """
-    import numpy as np
 
     count = len(strings)
     hashes = np.zeros(count, dtype=np.uint32)
@@ -84,7 +82,6 @@ def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDA
 
 
 def _signed(hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.int64]:
-    import numpy as np
 
     return hashes.view(np.int32).astype(np.int64)
 
@@ -96,7 +93,6 @@ def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
 
 def _index_key_hashes(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """:func:`index_key_hash` of each signed ``hashCode``."""
-    import numpy as np
 
     result = np.abs(hashes)
     result[result > INT_MAX] = 0
@@ -105,7 +101,6 @@ def _index_key_hashes(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 def _pow31(exponents: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
     """31**e mod 2**32 for each exponent, by squaring over the exponents' bits."""
-    import numpy as np
 
     result = np.ones(len(exponents), dtype=np.uint64)
     base = np.full(len(exponents), 31, dtype=np.uint64)
@@ -125,19 +120,36 @@ def prefixed_key_hashes(
     """:func:`index_key_hash` of ``prefixes[prefix_of[i]] + keys[i]`` without building the
     strings: ``h(p + k) = h(p) * 31**len(k) + h(k)`` modulo 2**32 (lengths in UTF-16 units)."""
     key_hashes, key_units = _hash_parts(keys)
-    return prefixed_hashes(prefixes, prefix_of, key_hashes, key_units)
+    return _prefixed(prefixes, prefix_of, key_hashes, key_units)
 
 
-def prefixed_hashes(
+def prefixed_span_hashes(
     prefixes: Sequence[str],
     prefix_of: npt.NDArray[np.int64],
-    key_hashes: npt.NDArray[np.uint32] | npt.NDArray[np.int64],
+    data: npt.NDArray[np.uint8],
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """:func:`prefixed_key_hashes` of keys given as UTF-8 spans of ``data``, decoded as Java
+    does: ASCII keys are hashed from their bytes with numpy, the others decoded one by one."""
+    key_hashes, ascii_ = span_polynomials(data, starts, lengths, 31, np.uint32)
+    key_units = lengths.copy()
+    other = np.flatnonzero(~ascii_)
+    if len(other):
+        texts = [
+            data[a : a + n].tobytes().decode("utf-8", "replace")
+            for a, n in zip(starts[other].tolist(), lengths[other].tolist(), strict=True)
+        ]
+        key_hashes[other], key_units[other] = _hash_parts(texts)
+    return _prefixed(prefixes, prefix_of, key_hashes.astype(np.uint32), key_units)
+
+
+def _prefixed(
+    prefixes: Sequence[str],
+    prefix_of: npt.NDArray[np.int64],
+    key_hashes: npt.NDArray[np.uint32],
     key_units: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.int64]:
-    """:func:`prefixed_key_hashes` of keys given by their ``String.hashCode`` (as unsigned
-    32-bit values) and UTF-16 lengths."""
-    import numpy as np
-
     prefix_hashes = _hash_parts(prefixes)[0].astype(np.uint64)[prefix_of]
     unsigned = key_hashes.astype(np.uint64) & np.uint64(_MASK32)
     combined = (prefix_hashes * _pow31(key_units) + unsigned) & np.uint64(_MASK32)

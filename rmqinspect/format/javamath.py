@@ -43,11 +43,19 @@ def java_parse_int(text: str) -> int | None:
     """``Integer.parseInt``: optional sign, decimal digits (Java's ``Character.digit`` accepts
     every Unicode decimal digit, as ``str.isdecimal`` does), 32-bit range; None where Java
     throws."""
+    value = java_parse_long(text)
+    if value is None or not INT_MIN <= value <= INT_MAX:
+        return None
+    return value
+
+
+def java_parse_long(text: str) -> int | None:
+    """``Long.parseLong`` (and ``Long.valueOf``): as :func:`java_parse_int`, 64-bit range."""
     body = text[1:] if text[:1] in ("+", "-") else text
     if not body or not body.isdecimal():
         return None
     value = int(text)
-    if not INT_MIN <= value <= INT_MAX:
+    if not -(1 << 63) <= value < 1 << 63:
         return None
     return value
 

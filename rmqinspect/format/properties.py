@@ -27,6 +27,9 @@ WAIT = "WAIT"
 DUP_INFO = "DUP_INFO"
 INNER_NUM = "INNER_NUM"
 INNER_BASE = "INNER_BASE"
+INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"  # LMQ: the queues a record is also dispatched to
+INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"  # ... and its offset in each
+LMQ_PREFIX = "%LMQ%"
 CRC32 = "__CRC32#"
 KEY_SEPARATOR = " "
 
@@ -151,3 +154,17 @@ def index_key_values(uniq_key: str | None, keys: str | None) -> list[str]:
     if uniq_key is not None:
         result.insert(0, uniq_key)
     return result
+
+
+def multi_dispatch_offset(dispatch: str | None, offsets: str | None, queue: str) -> int | None:
+    """The queue offset a multi-dispatched (LMQ) record holds in the queue named ``queue``
+    (§5.7): the ``INNER_MULTI_QUEUE_OFFSET`` element at the position of ``queue`` in the
+    comma-separated ``INNER_MULTI_DISPATCH``; None when the record is not dispatched there."""
+    if not dispatch or offsets is None:
+        return None
+    names, values = dispatch.split(","), offsets.split(",")
+    if queue not in names:
+        return None
+    at = names.index(queue)
+    value = values[at] if at < len(values) else ""
+    return int(value) if value.lstrip("-").isdigit() else None

@@ -17,24 +17,16 @@ from __future__ import annotations
 import functools
 import re
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
-from rmqinspect.format.columns import (
-    RUN_RECORDS,
-    Buffer,
-    RecordColumns,
-    WalkStop,
-    first_false,
-    gather,
-    walk,
-    windows,
-)
+from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, WalkStop, gather, walk
 from rmqinspect.format.crc import CRC_MASK
+from rmqinspect.format.npbytes import I64, Buffer, Mask, first_false, windows
 from rmqinspect.format.speedups import crc32_many
 
 # --- the broker's check, many records at a time -----------------------------------------------
@@ -66,6 +58,12 @@ class CheckedRun:
         code = self.columns.tags_code(i, _delay_table(self.options.delay_levels))
         assert code is not None
         return code
+
+    def tags_codes(self, rows: I64, topics: tuple[I64, Sequence[str]] | None = None) -> I64:
+        """:meth:`tags_code` of each record of ``rows`` (ascending), vectorised (``topics`` as
+        for :meth:`~rmqinspect.format.columns.RecordColumns.tags_codes`)."""
+        codes, _ = self.columns.tags_codes(rows, _delay_table(self.options.delay_levels), topics)
+        return codes
 
 
 @functools.lru_cache(maxsize=16)
@@ -122,30 +120,36 @@ _SEPARATOR = ord(props.PROPERTY_SEPARATOR)
 
 
 def _certain(cols: RecordColumns, opts: cl.CheckOptions) -> int:
-    """How many leading records of ``cols`` ``check_message`` certainly accepts, each with
+    """How many leading records of ``cols`` ``check_message`` certainly accepts."""
+    return first_false(certain_mask(cols, opts))
+
+
+def certain_mask(cols: RecordColumns, opts: cl.CheckOptions) -> Mask:
+    """Which records of ``cols`` ``check_message`` certainly accepts, each with
     ``(TOTALSIZE, true)``: well formed (so the 5.3 bounds checks and every scratch-buffer fit
-    pass too), and passing each check ``opts`` enables."""
-    k = first_false(cols.well_formed)
-    if not k:
-        return 0
+    pass too), and passing each check ``opts`` enables. False also where unsure: then
+    ``check_message`` decides."""
+    ok = cols.well_formed.copy()
     if opts.check_dup_info:
-        k = next((i for i in range(k) if not cl.dup_info_valid(cols.properties(i))), k)
-    k = _schedule_ok(cols, k)
+        for i in np.flatnonzero(ok).tolist():
+            ok[i] = cl.dup_info_valid(cols.properties(i))
+    _schedule_ok(cols, ok)
     if opts.check_crc and opts.force_verify_prop_crc:
-        k = _prop_crc_ok(cols, k)
-    elif opts.check_crc and opts.read_body and k:
-        first = cols.select(slice(0, k))
-        k = first_false(first.body_crcs() == first.body_crc)
-    return k
+        _prop_crc_ok(cols, ok)
+    elif opts.check_crc and opts.read_body and ok.any():
+        rows = np.flatnonzero(ok)
+        chosen = cols.select(rows)
+        ok[rows] = chosen.body_crcs() == chosen.body_crc
+    return ok
 
 
-def _schedule_ok(cols: RecordColumns, k: int) -> int:
-    """Cut at the first schedule-topic record whose DELAY makes the check fail."""
+def _schedule_ok(cols: RecordColumns, ok: Mask) -> None:
+    """Clear ``ok`` for schedule-topic records whose DELAY makes the check fail (or may)."""
     data = np.frombuffer(cols.buf, np.uint8)
     n = len(_SCHEDULE)
-    cand = np.flatnonzero((cols.topic_length[:k] == n) & (cols.properties_length[:k] > 0))
+    cand = np.flatnonzero(ok & (cols.topic_length == n) & (cols.properties_length > 0))
     if not len(cand):
-        return k
+        return
     rows = windows(data, cols.topic_at[cand], n)
     schedule = cand[(rows == _SCHEDULE).all(axis=1)]
     starts = cols.properties_at[schedule]
@@ -153,8 +157,7 @@ def _schedule_ok(cols: RecordColumns, k: int) -> int:
     buf = cols.buf
     for i, a, b in zip(schedule.tolist(), starts.tolist(), ends, strict=True):
         if not _delay_parses(bytes(buf[a:b])):
-            return int(i)
-    return k
+            ok[i] = False
 
 
 _DELAY_ENTRY = (props.DELAY + props.NAME_VALUE_SEPARATOR).encode()
@@ -177,26 +180,47 @@ def _delay_parses(raw: bytes) -> bool:
     return _SURE_INT.match(value) is not None
 
 
-def _prop_crc_ok(cols: RecordColumns, k: int) -> int:
-    """Cut at the first record whose properties do not end in the canonical ``__CRC32#`` entry
+def _prop_crc_ok(cols: RecordColumns, ok: Mask) -> None:
+    """Clear ``ok`` for records whose properties do not end in the canonical ``__CRC32#`` entry
     (preceded by a separator or alone) holding the CRC of the record without its 20-byte tail.
     Anything else may still pass ``check_message`` (it parses the properties): it decides."""
+    rows = np.flatnonzero(ok)
+    if not len(rows):
+        return
+    sub = cols.select(rows)
+    present, stored = prop_crc_tails(sub)
+    checked = np.flatnonzero(present)
+    good = present.copy()
+    good[checked] = stored[checked] == prop_crcs(sub, checked)
+    ok[rows] = good
+
+
+def prop_crc_tails(cols: RecordColumns) -> tuple[Mask, I64]:
+    """Which records end in the canonical ``__CRC32#`` property (§3.2: ``__CRC32#`` 0x01, ten
+    digits, 0x02, preceded by a separator or alone), and the value each stores (0 where none;
+    the digits are written least significant first)."""
     data = np.frombuffer(cols.buf, np.uint8)
-    p, ends = cols.positions[:k], cols.ends[:k]
+    p, ends = cols.positions, cols.ends
     tail_at = ends - cl.CRC32_RESERVED_LEN
-    plen = cols.properties_length[:k]
-    ok = plen >= cl.CRC32_RESERVED_LEN
-    tail = data[np.where(ok, tail_at, p)[:, None] + np.arange(cl.CRC32_RESERVED_LEN)]
+    plen = cols.properties_length
+    ok = cols.well_formed & (plen >= cl.CRC32_RESERVED_LEN)
+    tail = windows(data, np.where(ok, tail_at, p), cl.CRC32_RESERVED_LEN)
     ok &= (tail[:, : len(_CRC_TAIL)] == np.frombuffer(_CRC_TAIL, np.uint8)).all(axis=1)
     digits = tail[:, len(_CRC_TAIL) : len(_CRC_TAIL) + _DIGITS].astype(np.int64) - ord("0")
     ok &= ((digits >= 0) & (digits <= 9)).all(axis=1) & (tail[:, -1] == _SEPARATOR)
     before = data[np.maximum(tail_at - 1, 0)]
     ok &= (plen == cl.CRC32_RESERVED_LEN) | (before == _SEPARATOR)
-    k = first_false(ok)
-    # The digits are written least significant first.
-    stored = digits[:k] @ (10 ** np.arange(_DIGITS, dtype=np.int64))
-    computed = crc32_many(cols.buf, p[:k], tail_at[:k] - p[:k]) & CRC_MASK
-    return first_false(stored == computed)
+    stored: I64 = np.where(ok, digits @ (10 ** np.arange(_DIGITS, dtype=np.int64)), 0)
+    return ok, stored
+
+
+def prop_crcs(cols: RecordColumns, rows: I64) -> I64:
+    """The masked CRC-32 of each record of ``rows`` without its 20-byte CRC tail (what the
+    ``__CRC32#`` property must hold), over the run in one call."""
+    starts = cols.positions[rows]
+    stops = cols.ends[rows] - cl.CRC32_RESERVED_LEN
+    out: I64 = crc32_many(cols.buf, starts, stops - starts) & CRC_MASK
+    return out
 
 
 # --- past damage ---------------------------------------------------------------------------------
@@ -277,6 +301,39 @@ class Skipped:
     @property
     def length(self) -> int:
         return self.end - self.start
+
+
+def damaged_headers(
+    buf: Buffer, skipped: Skipped, file_start: int = 0, options: cl.CheckOptions | None = None
+) -> list[int]:
+    """Where message records start inside a skipped range, though the check rejects them: the
+    range's first position and those TOTALSIZE leads to from it while each header has a
+    message magic and a size that fits, then any other message header (found by its magic)
+    that names its own position in PHYSICALOFFSET. These are records that decode partly."""
+    opts = options or cl.CheckOptions()
+    accept_v2 = opts.profile.accepts_v2_magic
+    found: list[int] = []
+    pos = skipped.start
+    while pos < skipped.end and pos + 8 <= len(buf):
+        size, magic = struct.unpack_from(">ii", buf, pos)
+        is_message = magic == cl.MESSAGE_MAGIC_CODE or (
+            accept_v2 and magic == cl.MESSAGE_MAGIC_CODE_V2
+        )
+        if not is_message or not cl.MIN_RECORD_SIZE <= size <= len(buf) - pos:
+            break
+        found.append(pos)
+        pos += size
+    pattern = _MAGICS_V2 if accept_v2 else _MAGICS_V1
+    stop = min(len(buf), skipped.end + cl.MAGIC_POS + 4)  # a magic of a header before end
+    for m in pattern.finditer(buf, skipped.start + 1 + cl.MAGIC_POS, stop):
+        at = m.start() - cl.MAGIC_POS
+        if at >= skipped.end or at in found or at + cl.PHYSICALOFFSET_POS + 8 > len(buf):
+            continue
+        size, magic = struct.unpack_from(">ii", buf, at)
+        (physical_offset,) = struct.unpack_from(">q", buf, at + cl.PHYSICALOFFSET_POS)
+        if magic != cl.BLANK_MAGIC_CODE and physical_offset == file_start + at:
+            found.append(at)
+    return sorted(found)
 
 
 FileEvent = CheckedRun | Skipped

@@ -3,10 +3,7 @@ pure-Python twins here (same arguments, same results; tests run both).
 
 * :func:`walk_chain` follows TOTALSIZE through message headers, the only sequential part of a
   scan;
-* :func:`rows` copies the same few bytes at many positions (the headers of a run);
 * :func:`crc32_many` and :func:`crc32c_many` checksum many slices of one buffer in one call;
-* :func:`index_keys` finds and hashes the index keys of many records (valid UTF-8; the caller
-  decodes the rest);
 * :func:`message_json` writes the JSON of many message objects (``messages -F jsonl``; the
   caller writes the rows it declines, such as text that is not UTF-8, record by record).
 
@@ -28,7 +25,6 @@ from rmqinspect.format.crc import crc32
 
 I64 = npt.NDArray[np.int64]
 Buffer = bytes | memoryview
-IndexKeys = tuple[I64, I64, I64, I64]  # owner, hash, units; fallback records
 
 _speedups: ModuleType | None
 try:
@@ -76,49 +72,6 @@ def walk_chain(
     sizes = np.empty(max_records, np.int64)
     count, end = _speedups.walk(buf, pos, max_records, min_size, magics, positions, sizes)
     return positions[:count], sizes[:count], end
-
-
-def py_rows(data: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np.uint8]:
-    """The ``width`` bytes at every position of ``at``, one row each (``len(data) >= width``);
-    a position outside ``data`` reads at the nearest position where ``width`` bytes fit."""
-    safe = np.clip(at, 0, len(data) - width)
-    rows: npt.NDArray[np.uint8] = np.lib.stride_tricks.sliding_window_view(data, width)[safe]
-    return rows
-
-
-def rows(data: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np.uint8]:
-    """:func:`py_rows`, in C when built."""
-    if _speedups is None:
-        return py_rows(data, at, width)
-    out = np.empty((len(at), width), np.uint8)
-    _speedups.rows(data, _i64(at), width, out)
-    return out
-
-
-def py_index_keys(buf: Buffer, properties_at: I64, properties_length: I64) -> IndexKeys:
-    """The twin of the C ``index_keys`` when it is not built: every record is left to the
-    caller's exact path (all in ``fallback``)."""
-    none = np.zeros(0, np.int64)
-    return none, none, none, np.arange(len(properties_at), dtype=np.int64)
-
-
-def index_keys(buf: Buffer, properties_at: I64, properties_length: I64) -> IndexKeys:
-    """The keys ``IndexService.buildIndex`` puts for records whose properties are at
-    ``properties_at`` (``properties_length`` bytes): their UNIQ_KEY, then each non-empty
-    space-separated KEYS element, as (owner record, ``String.hashCode`` as unsigned 32-bit,
-    length in UTF-16 units) columns, and the records left to the caller (``fallback``: a
-    UNIQ_KEY or KEYS that is not valid UTF-8, which the caller decodes with replacement)."""
-    if _speedups is None:
-        return py_index_keys(buf, properties_at, properties_length)
-    owner, hashes, units, fallback = _speedups.index_keys(
-        buf, _i64(properties_at), _i64(properties_length)
-    )
-    return (
-        np.frombuffer(owner, np.int64),
-        np.frombuffer(hashes, np.int64),
-        np.frombuffer(units, np.int64),
-        np.frombuffer(fallback, np.int64),
-    )
 
 
 def message_fields() -> tuple[str, ...]:

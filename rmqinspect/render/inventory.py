@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from rmqinspect.analysis.inventory import Inventory
+from rmqinspect.analysis.ledger import LedgerSummary
 from rmqinspect.analysis.queues import QueueBounds
 from rmqinspect.render.output import (
     OutputFormat,
@@ -101,6 +102,7 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
         "config_files": [to_jsonable(f) for f in inv.config_files if f.on_disk],
         "unsupported": [to_jsonable(u) for u in inv.unsupported],
         "problems": [to_jsonable(p) for p in inv.problems],
+        "dledger": to_jsonable(inv.dledger) if inv.dledger is not None else None,
     }
 
 
@@ -109,6 +111,42 @@ def render_inventory(inv: Inventory, fmt: OutputFormat) -> None:
         return
     for table in inventory_tables(inv):
         print_table(table)
+
+
+def _ledger_tables(d: LedgerSummary) -> list[Table]:
+    """The DLedger state on disk, and each data file's entry range."""
+
+    def entries(first: int | None, last: int | None) -> str:
+        return f"{'?' if first is None else first}..{'?' if last is None else last}"
+
+    copies = [
+        name for name, there in ((".bak", d.checkpoint_bak), (".tmp", d.checkpoint_tmp)) if there
+    ]
+    rows: list[tuple[str, object]] = [
+        ("home", f"{d.home} (self id {d.self_id})"),
+        ("entries", f"{entries(d.begin_index, d.end_index)} (terms {d.begin_term}..{d.end_term})"),
+        ("data end", f"{d.data_end} ({d.data_end_reason})"),
+        (
+            "checkpoint",
+            f"committedIndex {d.checkpoint_committed_index}, endIndex {d.checkpoint_end_index}"
+            + (f" (also {', '.join(copies)})" if copies else ""),
+        ),
+        ("committed position", "unknown" if d.committed_pos is None else d.committed_pos),
+        ("current term", f"{d.current_term} (voted for {d.vote_leader or 'nobody'})"),
+        ("index files", ", ".join(d.index_files) or "none"),
+    ]
+    files = Table(title="DLedger data files", title_justify="left")
+    for col in ("file", "entries", "terms", "data end", "note"):
+        files.add_column(col)
+    for f in d.files:
+        files.add_row(
+            f.name,
+            entries(f.first_index, f.last_index),
+            entries(f.first_term, f.last_term),
+            "" if f.end is None else f"{f.end} ({f.end_reason})",
+            f.problem or "",
+        )
+    return [key_value_table("DLedger", rows), files]
 
 
 def inventory_tables(inv: Inventory) -> list[Table]:
@@ -144,6 +182,8 @@ def inventory_tables(inv: Inventory) -> list[Table]:
     else:
         rows.append(("checkpoint", inv.checkpoint.error))
     tables.append(key_value_table("Store", rows))
+    if inv.dledger is not None:
+        tables.extend(_ledger_tables(inv.dledger))
 
     fam = Table(title="File families", title_justify="left")
     for col in ("family", "files", "bytes", "file size", "offsets", "gaps"):

@@ -32,8 +32,7 @@ from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS, iso_ms, time_cell
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from rmqinspect.analysis.messages import ScanEvent, SkippedRange
-    from rmqinspect.format.columns import I64, RecordColumns
+    from rmqinspect.analysis.messages import MessageBatch, ScanEvent, SkippedRange
 
 BODY_PREVIEW_CHARS = 48
 
@@ -102,6 +101,11 @@ def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> d
     if record.physical_offset != record.position:
         # The PHYSICALOFFSET field disagrees with where the record sits: worth seeing.
         out["physical_offset_field"] = record.physical_offset
+    if record.entry is not None:
+        # A DLedger store: the Raft log entry that holds the record (at physical offset - 48).
+        out["entry_index"] = record.entry.index
+        out["entry_term"] = record.entry.term
+        out["entry_position"] = record.entry.pos
     return out
 
 
@@ -169,6 +173,9 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
         rows.append(("property crc (__CRC32#)", f"{p.raw} ({verdict})"))
     if record.physical_offset != record.position:
         rows.append(("PHYSICALOFFSET field", f"{record.physical_offset} (differs!)"))
+    if record.entry is not None:
+        e = record.entry
+        rows.append(("DLedger entry", f"index {e.index}, term {e.term}, at {e.pos} ({e.size} B)"))
     if record.compression:
         rows.append(("compression", record.compression))
     for k, v in sorted(record.properties.items()):
@@ -185,9 +192,8 @@ def skipped_json(skipped: SkippedRange) -> dict[str, Any]:
     return {"skipped": dataclasses.asdict(skipped)}
 
 
-def message_json_block(cols: RecordColumns, rows: I64, body: BodyFormat, separator: bytes) -> bytes:
-    """``dumps(message_json(cols.record(i), body)) + separator`` for each record of ``rows``
-    (ascending), joined.
+def message_json_block(batch: MessageBatch, body: BodyFormat, separator: bytes) -> bytes:
+    """``dumps(message_json(record, body)) + separator`` for each record of ``batch``, joined.
 
     :func:`message_json` stays the definition: the C writer (``speedups.message_json``) is
     handed its keys, in its order, from its object for the first record, and only computes
@@ -198,9 +204,10 @@ def message_json_block(cols: RecordColumns, rows: I64, body: BodyFormat, separat
 
     from rmqinspect.format import speedups
 
+    cols, rows = batch.columns, batch.rows
     if not len(rows):
         return b""
-    keys = _c_keys(message_json(cols.record(int(rows[0])), body), speedups.message_values())
+    keys = _c_keys(message_json(batch.record(int(rows[0])), body), speedups.message_values())
     if keys is None:  # no extension, or a key it cannot write: every row record by record
         text, ends, fallback = b"", np.zeros(len(rows), np.int64), rows
     else:
@@ -221,7 +228,7 @@ def message_json_block(cols: RecordColumns, rows: I64, body: BodyFormat, separat
     at = 0
     for k, end in enumerate(ends.tolist()):
         if end == at:  # a row the C writer left: it writes at least "{}"
-            pieces.append(dumps(message_json(cols.record(int(rows[k])), body)) + separator)
+            pieces.append(dumps(message_json(batch.record(int(rows[k])), body)) + separator)
         else:
             pieces.append(text[at:end])
         at = end
@@ -277,7 +284,7 @@ def render_message_stream(
                 yield dumps(message_json(ev, body)) + separator
             else:
                 count += len(ev)
-                yield message_json_block(ev.columns, ev.rows, body, separator)
+                yield message_json_block(ev, body, separator)
 
     if fmt is OutputFormat.JSON:
         print_json_array_blocks(blocks(array_separator()))

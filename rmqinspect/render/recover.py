@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from rmqinspect.analysis.recovery import ApplyReport, LostMessage, QueueReport, RecoveryReport
+from rmqinspect.analysis.recovery.report import DLedgerReport, LedgerState
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
@@ -78,6 +79,8 @@ def _changed(q: QueueReport) -> bool:
 
 def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -> list[Table]:
     tables = [_summary(report)]
+    if report.dledger is not None:
+        tables.append(_dledger_table(report.dledger))
     if report.load_failures:
         t = Table(title="Why the broker refuses to start", title_justify="left")
         for col in ("kind", "path", "message"):
@@ -173,6 +176,55 @@ def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -
     return tables
 
 
+def _ledger_cell(s: LedgerState) -> str:
+    leader = f", leader {s.leader_id}" if s.leader_id else ""
+    return (
+        f"{s.role}{leader}, term {s.current_term}; entries {s.ledger_begin_index}.."
+        f"{s.ledger_end_index} (end term {s.ledger_end_term}); committed {s.committed_index} "
+        f"at {s.committed_pos}; max offset {s.max_offset}"
+    )
+
+
+def _dledger_table(d: DLedgerReport) -> Table:
+    """DLedger's own recovery and the node's state after load and after start."""
+    rows: list[tuple[str, Any]] = [
+        ("home", f"{d.home} (self id {d.self_id})"),
+        ("data files", f"{len(d.data_files_before)} of {d.data_file_size} bytes"),
+        ("scan", f"from entry {d.start_entry_index}, {size_cell(d.scanned_bytes)}"),
+        ("data end", f"{d.data_end} ({d.end_reason})"),
+    ]
+    if d.first_bad_entry is not None:
+        b = d.first_bad_entry
+        rows.append(("stopped at", f"{b.offset} in {b.file}: {b.reason} {b.detail}"))
+    if d.last_entry is not None:
+        e = d.last_entry
+        rows.append(("last entry", f"index {e.index}, term {e.term}, at {e.position}"))
+    rows.append(("index end", d.index_end))
+    if d.index_rebuilt_from is not None:
+        rows.append(
+            (
+                "index rewritten",
+                f"from entry {d.index_rebuilt_from} ({d.index_units_rewritten} units)",
+            )
+        )
+    rows.append(("data files deleted", ", ".join(d.data_files_deleted) or "none"))
+    if d.index_files_deleted:
+        rows.append(("index files deleted", ", ".join(d.index_files_deleted)))
+    rows.append(("checkpoint", "; ".join(d.checkpoint.lines) or "missing"))
+    rows.append(("currterm", "; ".join(d.currterm.lines) or "missing"))
+    rows.append(("committed index", d.committed_index_source))
+    rows.append(("after load", _ledger_cell(d.after_load)))
+    rows.append(("after start", _ledger_cell(d.after_start)))
+    if d.undispatched_at_load:
+        rows.append(
+            ("dispatched after the election", f"{size_cell(d.undispatched_at_load)} of entries")
+        )
+    for b in d.kept_damage or []:
+        rows.append(("kept damaged entry", f"{b.offset} in {b.file}: {b.reason} {b.detail}"))
+    rows.append(("assumes", d.assumption))
+    return key_value_table("DLedger", rows)
+
+
 def _summary(report: RecoveryReport) -> Table:
     rows: list[tuple[str, Any]] = [
         ("profile", f"{report.profile} ({'; '.join(report.profile_reasons)})"),
@@ -191,10 +243,15 @@ def _summary(report: RecoveryReport) -> Table:
         rows.append(("max CQ physical offset", report.max_phy_offset_of_consume_queue))
     c = report.commitlog
     if c is not None and c.max_offset is not None:
+        end = (
+            "commitlog end (max offset)"
+            if report.dledger is None
+            else "max offset after load (committed position)"
+        )
         rows.extend(
             [
                 ("commitlog min offset", c.min_offset),
-                ("commitlog end (max offset)", f"{c.max_offset} ({c.end_reason})"),
+                (end, f"{c.max_offset} ({c.end_reason})"),
                 ("scanned", size_cell(c.scanned_bytes)),
             ]
         )

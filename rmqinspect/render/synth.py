@@ -41,6 +41,14 @@ def synth_json(summary: StoreSummary, seconds: float, damages: list[damage.Damag
             "index_msg_timestamp": cp.index_msg_timestamp,
         },
         "crashed": summary.crashed,
+        "dledger": None
+        if summary.dledger is None
+        else {
+            "home": summary.dledger.home,
+            "entries": summary.dledger.entries,
+            "term": summary.dledger.term,
+            "committed_index": summary.dledger.committed_index,
+        },
         "damage": [
             {
                 "kind": d.kind,
@@ -62,10 +70,17 @@ def synth_table(summary: StoreSummary, seconds: float, damages: list[damage.Dama
     rate = summary.data_bytes / seconds / 2**20 if seconds > 0 else 0.0
     table.add_row("messages", f"{summary.messages} ({summary.dispatched} dispatched)")
     table.add_row(
-        "commitlog",
+        "commitlog" if summary.dledger is None else f"DLedger ({summary.dledger.home}/data)",
         f"{len(summary.commitlog_files)} files, end {summary.commitlog_end}, "
         f"{summary.data_bytes} bytes written",
     )
+    if summary.dledger is not None:
+        ledger = summary.dledger
+        table.add_row(
+            "DLedger entries",
+            f"0..{ledger.entries - 1} in term {ledger.term}; checkpoint committedIndex "
+            f"{ledger.committed_index}",
+        )
     table.add_row(
         "consume queues",
         f"{len(summary.consume_queues)} queues, {sum(summary.consume_queues.values())} units",

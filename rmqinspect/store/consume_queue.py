@@ -19,11 +19,15 @@ import numpy.typing as npt
 
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, CQ_UNIT_DTYPE, PRE_BLANK_UNIT
 from rmqinspect.format.javamath import jdiv, jmod, wrap64
+from rmqinspect.format.npbytes import distinct, members
 from rmqinspect.store.files import MappedFiles, StoreFile
 
 RECOVER_FILES_BACK = 3  # ConsumeQueue.recover trusts all but the last three files
 _UNIT = struct.Struct(">qiq")
 _CHUNK_UNITS = 1 << 16  # units read per chunk (1.25 MiB)
+# Units may sit a few slots from their queue offset ("appended at the current position"), so a
+# record counts as served when a unit within this many slots of its queue offset leads to it.
+MISPLACED_SLOTS = 64
 
 
 class CorrectMinOffsetError(Exception):
@@ -125,13 +129,21 @@ class ConsumeQueue:
     def unit_offsets(self, queue_offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The physical offset stored in the unit of each queue offset (ascending, all within
         ``[minOffset, maxOffset)``), read through the overlay; -1 where no file holds it."""
-        out = np.full(len(queue_offsets), -1, np.int64)
+        offsets: npt.NDArray[np.int64] = self.units_at(queue_offsets)["phy_offset"].astype(np.int64)
+        return offsets
+
+    def units_at(self, queue_offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
+        """The unit (``CQ_UNIT_DTYPE``) of each queue offset (ascending, all within
+        ``[minOffset, maxOffset)``), read through the overlay; phy_offset -1 where no file
+        holds it."""
+        out = np.zeros(len(queue_offsets), CQ_UNIT_DTYPE)
+        out["phy_offset"] = -1
         if not len(queue_offsets) or not self.files:
             return out
         at = queue_offsets * CQ_STORE_UNIT_SIZE
         starts = np.array([f.start for f in self.files], np.int64)
         which = np.searchsorted(starts, at, side="right") - 1
-        for i in np.unique(which[which >= 0]).tolist():
+        for i in distinct(which[which >= 0]).tolist():
             f = self.files[i]
             sel = np.flatnonzero(which == i)
             rel = at[sel] - f.start
@@ -145,9 +157,24 @@ class ConsumeQueue:
                 end = k + int(np.searchsorted(rel[k:], lo + span, side="left"))
                 hi = int(rel[end - 1]) + CQ_STORE_UNIT_SIZE
                 units = np.frombuffer(self.read(f, lo, hi), CQ_UNIT_DTYPE)
-                out[sel[k:end]] = units["phy_offset"][(rel[k:end] - lo) // CQ_STORE_UNIT_SIZE]
+                out[sel[k:end]] = units[(rel[k:end] - lo) // CQ_STORE_UNIT_SIZE]
                 k = end
         return out
+
+    def serves(
+        self, queue_offsets: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
+        """Whether a unit of ``[minOffset, maxOffset)`` within ``MISPLACED_SLOTS`` of each
+        record's queue offset holds the record's physical offset (``positions``)."""
+        served = np.zeros(len(positions), bool)
+        if not len(positions):
+            return served
+        low = max(int(queue_offsets.min()) - MISPLACED_SLOTS, self.min_offset_in_queue)
+        high = min(int(queue_offsets.max()) + MISPLACED_SLOTS + 1, self.max_offset_in_queue)
+        if low >= high:
+            return served
+        units = self.unit_offsets(np.arange(low, high, dtype=np.int64))
+        return members(positions, units)
 
     @property
     def max_offset(self) -> int:

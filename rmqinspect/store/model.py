@@ -33,6 +33,7 @@ from rmqinspect.store.files import (
 
 if TYPE_CHECKING:
     from rmqinspect.format.scan import FileEvent
+    from rmqinspect.store.dledger import DLedgerStore
 
 # The scanner, the consume-queue and checkpoint codecs (numpy) are imported where they are used:
 # a command that reads one record (``lookup --msg-id``) starts without them.
@@ -59,6 +60,7 @@ class StorePart(enum.Flag):
     CONSUME_QUEUES = enum.auto()
     INDEX = enum.auto()
     RESTART = enum.auto()  # the restart emulation, which reads every part
+    EXPORT = enum.auto()  # the Parquet export's own record reader (export/records.py)
 
 
 ALL_PARTS = StorePart.COMMITLOG | StorePart.CONSUME_QUEUES | StorePart.INDEX | StorePart.RESTART
@@ -69,7 +71,8 @@ class UnsupportedLayout:
     """A layout rmqinspect recognises but does not decode yet, and the parts whose answers it
     makes wrong (none: it keeps its own files beside ones that are read correctly)."""
 
-    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger
+    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger_mixed,
+    # dledger_homes
     path: str
     note: str
     takes_over: StorePart
@@ -77,14 +80,18 @@ class UnsupportedLayout:
 
 # The one table of refusals: per layout, its name in a sentence and the parts it takes over.
 # Supporting a layout means emptying its parts; nothing else refuses.
-#  - DLedger: the messages live in dledger-n0/data, in DLedger entries; the consume queues and
-#    the index point into that log, and its recovery is DLedger's own.
+#  - DLedger itself is read (store/dledger.py) by every command but the export, whose record
+#    reader walks bare records. A plain commitlog beside DLedger data (a store switched over:
+#    reads below the divide go to the old log) and several DLedger homes (which one is the
+#    node's is not on disk) are not read: every part depends on which log answers.
 #  - RocksDB consume queue, BatchConsumeQueue: the queues of (some) topics are not in
 #    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
 #    index; what is read from those is right, and the restart of those is unchanged.
 _LAYOUTS: dict[str, tuple[str, StorePart]] = {
-    "dledger": ("DLedger", ALL_PARTS),
+    "dledger": ("DLedger", StorePart.EXPORT),
+    "dledger_mixed": ("a plain commitlog beside DLedger data", ALL_PARTS | StorePart.EXPORT),
+    "dledger_homes": ("several DLedger homes", ALL_PARTS | StorePart.EXPORT),
     "rocksdb_consume_queue": (
         "RocksDB consume queues",
         StorePart.CONSUME_QUEUES | StorePart.RESTART,
@@ -113,13 +120,18 @@ class QueueId:
 
 @dataclass
 class Store:
-    """An opened store directory. Use as a context manager so maps are released."""
+    """An opened store directory. Use as a context manager so maps are released.
+
+    In a DLedger store (``enableDLegerCommitLog``) ``dledger`` is set and ``commitlog`` is its
+    data files: a record's physical offset is a position in them (its entry's + 48), so offsets
+    map to files as in a plain commitlog; walks go entry by entry."""
 
     root: Path
     options: StoreOptions
     commitlog: FileQueue
     queue_dirs: dict[QueueId, Path]
     index_files: list[StoreFile]
+    dledger: DLedgerStore | None = None
     problems: list[LayoutProblem] = field(default_factory=list)
     unsupported: list[UnsupportedLayout] = field(default_factory=list)
     maps: MappedFiles = field(default_factory=MappedFiles)
@@ -137,27 +149,35 @@ class Store:
         if not path.is_dir():
             raise StoreError("not a directory", str(path))
         markers = ("commitlog", "consumequeue", "index", "checkpoint")
-        if not any((path / m).exists() for m in markers) and not _dledger_dirs(path):
+        from rmqinspect.store.dledger import DLedgerStore, dledger_homes
+
+        homes = dledger_homes(path)
+        if not any((path / m).exists() for m in markers) and not homes:
             raise StoreError(
                 "not a RocketMQ store directory (none of commitlog/, consumequeue/, index/, "
                 "checkpoint found)",
                 str(path),
             )
-        commitlog = list_family(
+        plain = list_family(
             path / "commitlog",
             opts.commitlog_file_size,
             "commitlog",
             cl.DEFAULT_COMMITLOG_FILE_SIZE,
         )
+        ledger = DLedgerStore.open(homes[0], opts.commitlog_file_size) if len(homes) == 1 else None
+        # A plain commitlog beside DLedger data is a switched-over ("mixed") store: refused.
+        use_ledger = ledger is not None and (bool(ledger.data.files) or not plain.files)
+        commitlog = ledger.data if ledger is not None and use_ledger else plain
         store = cls(
             root=path,
             options=opts,
             commitlog=commitlog,
             queue_dirs=_discover_queues(path / "consumequeue"),
             index_files=_list_index(path / "index"),
+            dledger=ledger if use_ledger else None,
         )
-        store.problems.extend(commitlog.problems)
-        store.unsupported.extend(_detect_unsupported(path))
+        store.problems.extend(plain.problems if store.dledger is None else store.dledger.problems)
+        store.unsupported.extend(_detect_unsupported(path, plain, homes, ledger))
         return store
 
     def close(self) -> None:
@@ -301,11 +321,19 @@ class Store:
             pos = physical_offset - f.start
             if pos >= len(buf):
                 raise StoreError("offset is past the end of the file on disk", str(f.path), pos)
-            return cl.decode_message(buf, pos, f.start, with_body=with_body)
+            record = cl.decode_message(buf, pos, f.start, with_body=with_body)
         except DecodeError as err:
             raise StoreError.from_decode(err, str(f.path)) from None
         finally:
             buf.release()
+        return self.with_entry(record)
+
+    def with_entry(self, record: cl.MessageRecord) -> cl.MessageRecord:
+        """In a DLedger store, ``record`` with the entry that holds it (its header 48 bytes
+        before the record, when that header names its own position); unchanged otherwise."""
+        if self.dledger is not None and record.entry is None:
+            record.entry = self.dledger.message_entry(self.maps, record.position)
+        return record
 
     def scan(
         self,
@@ -319,7 +347,9 @@ class Store:
     ) -> Iterator[tuple[StoreFile, FileEvent]]:
         """Walk the commitlog from ``start`` (a record boundary; default the first file), file by
         file, as :func:`~rmqinspect.format.scan.scan_file` does: runs of checked records and the
-        damage skipped between them, each with its file.
+        damage skipped between them, each with its file. In a DLedger store the walk goes entry
+        by entry (:func:`~rmqinspect.format.dledger.scan_data_file`) from the entry whose record
+        is at ``start`` (or the entry at ``start``, or the next one).
 
         A BLANK moves to the next file, as the broker does. A failure ends its file and the walk
         resumes at the next one (forensics wants everything), unless ``resync`` finds the next
@@ -341,16 +371,28 @@ class Store:
             buf = self.view(f)
             released = pos
             try:
-                events = scan_file(
-                    buf,
-                    f.start,
-                    pos,
-                    opts,
-                    resync_damage=resync,
-                    own_offset=own_offset,
-                    max_records=RUN_RECORDS if max_records is None else max_records,
-                    zeros_from=zeros_from(f),
-                )
+                if self.dledger is not None:
+                    from rmqinspect.format import dledger as dl
+
+                    events = dl.scan_data_file(
+                        buf,
+                        f.start,
+                        dl.entry_boundary(buf, pos, f.start),
+                        opts,
+                        resync_damage=resync,
+                        max_records=RUN_RECORDS if max_records is None else max_records,
+                    )
+                else:
+                    events = scan_file(
+                        buf,
+                        f.start,
+                        pos,
+                        opts,
+                        resync_damage=resync,
+                        own_offset=own_offset,
+                        max_records=RUN_RECORDS if max_records is None else max_records,
+                        zeros_from=zeros_from(f),
+                    )
                 for event in events:
                     yield f, event
                     # The caller is done with the event: drop the pages behind it.
@@ -359,6 +401,19 @@ class Store:
             finally:
                 buf.release()
                 self.maps.release(f, released, f.length)
+
+    def first_records(
+        self, f: StoreFile, options: cl.CheckOptions, limit: int = 1
+    ) -> list[cl.MessageRecord]:
+        """Up to ``limit`` records from the start of commitlog file ``f`` that the check accepts
+        one after another (none when the file does not start with one), without bodies."""
+        from rmqinspect.format.scan import CheckedRun
+
+        for _, event in self.scan(f.start, options, files=[f], max_records=limit):
+            if isinstance(event, CheckedRun) and len(event):
+                return event.columns.records(range(len(event)), with_body=False)
+            break
+        return []
 
     # --- profile ---------------------------------------------------------------------------
 
@@ -408,7 +463,9 @@ class Store:
         if any(r.magic == cl.MESSAGE_MAGIC_CODE_V2 for r in sample):
             five.append("V2 records (0xDAA320AB) present (5.1+)")
         trailing = [r for r in sample if r.properties_raw]
-        if trailing and all(r.properties_raw.endswith(b"\x02") for r in trailing):
+        ending = sum(r.properties_raw.endswith(b"\x02") for r in trailing)
+        # Nine in ten, not all: one damaged record among the sample must not hide the 5.2+ form.
+        if trailing and ending * 10 >= len(trailing) * 9:
             return ProfileDetection(
                 Profile.V5_3,
                 False,
@@ -423,14 +480,12 @@ class Store:
 
     def _sample_records(self, limit: int = 64) -> list[cl.MessageRecord]:
         """A few records from the start of the newest non-empty commitlog file."""
-        from rmqinspect.format.scan import CheckedRun
 
         opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=False)
         for f in reversed(self.commitlog.files):
-            for _, event in self.scan(f.start, opts, files=[f], max_records=limit):
-                if isinstance(event, CheckedRun) and len(event):
-                    return event.columns.records(range(len(event)), with_body=False)
-                break
+            found = self.first_records(f, opts, limit)
+            if found:
+                return found
         return []
 
 
@@ -463,15 +518,13 @@ def _list_index(directory: Path) -> list[StoreFile]:
     return sorted(out, key=lambda f: f.name)
 
 
-def _dledger_dirs(root: Path) -> list[Path]:
-    return sorted(p for p in root.glob("dledger-*") if p.is_dir())
-
-
 def _unsupported(kind: str, path: Path, note: str) -> UnsupportedLayout:
     return UnsupportedLayout(kind, str(path), note, _LAYOUTS[kind][1])
 
 
-def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
+def _detect_unsupported(
+    root: Path, plain: FileQueue, homes: list[Path], ledger: DLedgerStore | None
+) -> list[UnsupportedLayout]:
     found: list[UnsupportedLayout] = []
     bcq = root / "batchconsumequeue"
     if bcq.is_dir() and any(bcq.iterdir()):
@@ -495,6 +548,31 @@ def _detect_unsupported(root: Path) -> list[UnsupportedLayout]:
     log_dir = root / "compaction" / "compactionLog"
     if log_dir.is_dir() and any(log_dir.iterdir()):
         found.append(_unsupported("compaction", log_dir, "compaction store is not decoded yet"))
-    for d in _dledger_dirs(root):
-        found.append(_unsupported("dledger", d, "DLedger commitlog mode is not decoded yet"))
+    if len(homes) > 1:
+        found.append(
+            _unsupported(
+                "dledger_homes",
+                homes[1],
+                "several dledger-* directories (which one the broker's dLegerSelfId names is "
+                "not on disk): not decoded yet",
+            )
+        )
+    elif ledger is not None and ledger.data.files and plain.files:
+        found.append(
+            _unsupported(
+                "dledger_mixed",
+                ledger.home,
+                "a plain commitlog beside DLedger data (a store switched to DLedger, "
+                "dledger-store-format.md §9) is not decoded yet",
+            )
+        )
+    elif ledger is not None:
+        found.append(
+            _unsupported(
+                "dledger",
+                ledger.home,
+                "a DLedger commitlog: every command reads it but export, whose record reader "
+                "does not walk entries yet",
+            )
+        )
     return found

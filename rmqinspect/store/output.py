@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import BinaryIO
 
 from rmqinspect.errors import StoreError
 
@@ -45,6 +46,11 @@ def prepare_output_dir(
     created = not d.exists()
     d.mkdir(parents=True, exist_ok=True)
     return created
+
+
+def open_new(path: Path) -> BinaryIO:
+    """A new file opened for writing (never an existing one): for output written as a stream."""
+    return open(path, "xb")
 
 
 def write_sparse(path: Path, data: bytes | memoryview) -> None:

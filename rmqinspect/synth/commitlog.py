@@ -101,7 +101,11 @@ class CommitLogFiles:
             os.pwrite(self._fd, data, run.position)
         if run.blank:
             blank_at = self.file_size - run.blank
-            os.pwrite(self._fd, encode_blank(run.blank), blank_at)
+            os.pwrite(self._fd, self.blank(run.blank), blank_at)
+
+    def blank(self, remaining: int) -> bytes:
+        """What closes a full file at the last ``remaining`` bytes (the rest stays zero)."""
+        return encode_blank(remaining)
 
     def _close_file(self) -> None:
         if self._fd is not None:

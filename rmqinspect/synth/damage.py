@@ -8,7 +8,9 @@ ranges touched, so tests can assert against it.
 The kinds mirror the conformance scenarios (``conformance/README.md``): a torn tail, a flipped
 body byte, a zeroed (or overwritten) region, consume-queue units past the commitlog end, a
 missing consume-queue directory, stale records after the write position, and the ``abort``
-marker.
+marker. In a DLedger store (``dledger-<selfId>/data`` instead of ``commitlog/``) the messages
+are the records inside the entries, so a torn tail tears the last entry's record and leaves its
+header whole (the torn entry DLedger keeps); :func:`torn_entry_header` tears a header instead.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqinspect.format import columns
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.commitlog import CheckOptions, MessageRecord, check_message
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
 from rmqinspect.format.encode import encode_message
@@ -52,12 +55,14 @@ class Damage:
 
 @dataclass(frozen=True, slots=True)
 class _Located:
-    """A message found by following TOTALSIZE; decoded only when a helper needs its fields."""
+    """A message found by following TOTALSIZE (or entry sizes); decoded only when a helper
+    needs its fields."""
 
     path: Path
     file_start: int
     position: int  # inside the file
     size: int
+    frame: int = 0  # bytes before the record that belong to it: a DLedger entry header
 
     @property
     def offset(self) -> int:
@@ -80,19 +85,27 @@ class _Located:
 
 def _commitlog_files(root: Path) -> list[Path]:
     directory = root / "commitlog"
+    if not directory.is_dir():
+        directory = next(iter(sorted(root.glob("dledger-*/data"))), directory)
     files = sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
     if not files:
         raise ValueError(f"{directory} holds no commitlog file")
     return files
 
 
+def _in_dledger(path: Path) -> bool:
+    return path.parent.name == "data" and path.parent.parent.name.startswith("dledger-")
+
+
 def _file_messages(path: Path) -> list[_Located]:
     """The messages of one commitlog file from position 0, following TOTALSIZE through
-    well-formed headers until a BLANK or anything else (checksums are not looked at)."""
+    well-formed headers until a BLANK or anything else (checksums are not looked at); in a
+    DLedger data file the records of the entries DLedger keeps."""
     found: list[_Located] = []
     if not path.stat().st_size:
         return found
     start = int(path.name)
+    entries = _in_dledger(path)
     with (
         open(path, "rb") as f,
         mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped,
@@ -100,6 +113,16 @@ def _file_messages(path: Path) -> list[_Located]:
     ):
         pos = 0
         while True:
+            if entries:
+                ledger = dl.walk_entries(data, pos, start)
+                found += [
+                    _Located(path, start, p + dl.BODY_OFFSET, n - dl.BODY_OFFSET, dl.BODY_OFFSET)
+                    for p, n in zip(ledger.positions.tolist(), ledger.sizes.tolist(), strict=True)
+                ]
+                if ledger.stop is not None:
+                    return found
+                pos = ledger.end
+                continue
             walk = columns.walk(data, pos)
             found += [
                 _Located(path, start, p, n)
@@ -155,7 +178,11 @@ def torn_tail(root: str | os.PathLike[str], keep_fraction: float = 0.5) -> Damag
         "torn_tail",
         f"zeroed the last {end - start} bytes of the message at {last.offset}",
         (ByteRange(_rel(store, last.path), start, end),),
-        details={"message_offset": last.offset, "new_valid_end": last.offset},
+        # DLedger keeps an entry whose header is whole: its data end stays after the entry.
+        details={
+            "message_offset": last.offset,
+            "new_valid_end": last.end if last.frame else last.offset,
+        },
     )
 
 
@@ -304,12 +331,13 @@ def stale_bytes_past_write_position(
         taken = 0
         chunks: list[bytes] = []
         for m in _file_messages(_commitlog_files(store)[0])[:count]:
-            if at + taken + m.size + 8 > size:
+            whole = m.frame + m.size  # a DLedger entry is copied with its header
+            if at + taken + whole + 8 > size:
                 break
             with open(m.path, "rb") as f:
-                f.seek(m.position)
-                chunks.append(f.read(m.size))
-            taken += m.size
+                f.seek(m.position - m.frame)
+                chunks.append(f.read(whole))
+            taken += whole
         if not chunks:
             raise ValueError("no room after the last message for a stale record")
         _patch(last.path, at, b"".join(chunks))
@@ -320,6 +348,8 @@ def stale_bytes_past_write_position(
             details={"valid_end": last.end, "records": len(chunks)},
         )
     if mode == "rewrite":
+        if last.frame:
+            raise ValueError("rewrite shortens a plain commitlog record, not a DLedger entry")
         earlier = _file_messages(last.path)[:-1]
         victim = next((m for m in reversed(earlier) if m.record.body_length >= 16), None)
         if victim is None:
@@ -355,6 +385,27 @@ def stale_bytes_past_write_position(
             details={"valid_end": new_end, "stale_record_offset": victim.end},
         )
     raise ValueError(f"unknown stale-bytes mode {mode!r} (copy or rewrite)")
+
+
+def torn_entry_header(root: str | os.PathLike[str], keep: int = 8) -> Damage:
+    """Zero the last DLedger entry's header after its first ``keep`` bytes (magic and size by
+    default) and its record: a write the crash interrupted before the header was whole. DLedger
+    recovery stops at that entry (its pos field no longer names it) and truncates there."""
+    store = Path(root)
+    last = _last_message(store)
+    if not last.frame:
+        raise ValueError("a torn entry header needs a DLedger store")
+    if not 0 <= keep < dl.BODY_OFFSET:
+        raise ValueError(f"keep {keep} is not inside the {dl.BODY_OFFSET}-byte header")
+    entry = last.position - last.frame
+    end = last.position + last.size
+    _patch(last.path, entry + keep, bytes(end - entry - keep))
+    return Damage(
+        "torn_entry_header",
+        f"zeroed the DLedger entry at {last.file_start + entry} after its first {keep} bytes",
+        (ByteRange(_rel(store, last.path), entry + keep, end),),
+        details={"entry_offset": last.file_start + entry, "new_valid_end": last.file_start + entry},
+    )
 
 
 def set_abort(root: str | os.PathLike[str], present: bool, content: bytes = b"") -> Damage:

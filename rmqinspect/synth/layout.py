@@ -43,6 +43,8 @@ class StoreLayout:
     store_host: HostAddress = DEFAULT_STORE_HOST
     delay_levels: str = DEFAULT_DELAY_LEVELS
     commitlog_start_offset: int = 0  # first file's offset (older files deleted by retention)
+    enable_dledger_commitlog: bool = False  # the DLedger commitlog in dledger-<selfId>/
+    dledger_self_id: str = "n0"  # dLegerSelfId
 
     def __post_init__(self) -> None:
         if self.commitlog_file_size <= END_FILE_MIN_BLANK_LENGTH:
@@ -59,6 +61,10 @@ class StoreLayout:
             or self.commitlog_start_offset < 0
         ):
             raise ValueError("commitlog start offset must be a non-negative multiple of the size")
+        if self.enable_dledger_commitlog and self.commitlog_start_offset:
+            raise ValueError("a DLedger commitlog starts at position 0 (expiry is not written)")
+        if self.enable_dledger_commitlog and not self.dledger_self_id:
+            raise ValueError("a DLedger node needs a self id")
         parse_delay_levels(self.delay_levels)
 
     @property
@@ -114,6 +120,16 @@ class PutResult(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerSummary:
+    """The DLedger state :meth:`StoreWriter.close` left (entries ``0 .. entries - 1``)."""
+
+    home: str  # dledger-<selfId>
+    entries: int
+    term: int
+    committed_index: int  # what the DLedger checkpoint says (behind the last entry after a crash)
+
+
+@dataclass(frozen=True, slots=True)
 class StoreSummary:
     """What :meth:`StoreWriter.close` left on disk."""
 
@@ -129,6 +145,7 @@ class StoreSummary:
     index_entries: int
     checkpoint: Checkpoint
     crashed: bool
+    dledger: LedgerSummary | None = None  # set when the commitlog is DLedger's
 
 
 @dataclass(slots=True)

@@ -15,7 +15,8 @@ properties strings and the final concatenation of each record's parts are per-me
 ``put_columns`` directly.
 
 The parts: :mod:`.layout` (the model), :mod:`.records` (record bytes), :mod:`.commitlog`
-(placement and file writes), :mod:`.dispatch` (consume queues and index), :mod:`.metadata`
+(placement and file writes), :mod:`.dledger` (the same for a DLedger commitlog: entries, index
+units, checkpoint, currterm), :mod:`.dispatch` (consume queues and index), :mod:`.metadata`
 (checkpoint, markers, config), :mod:`.files` (file primitives).
 """
 
@@ -49,8 +50,10 @@ from rmqinspect.format.encode import reserve_prop_crc, rewrite_delay
 from rmqinspect.format.index_build import IndexNamer
 from rmqinspect.synth.commitlog import CommitLogFiles
 from rmqinspect.synth.dispatch import Dispatcher, UtcNamer
+from rmqinspect.synth.dledger import DLedgerFiles
 from rmqinspect.synth.layout import (
     DEFAULT_STORE_HOST,
+    LedgerSummary,
     MessageColumns,
     MessageSpec,
     PlacedColumns,
@@ -87,6 +90,8 @@ DEFAULT_CLOCK_START_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
 DEFAULT_PID = 4242
 # put_many() resolves messages and appends them in batches of this many.
 _BATCH = 4096
+# DLedger persists its checkpoint every checkPointInterval: the .bak is one interval older.
+_CHECKPOINT_INTERVAL_MS = 3000
 # Transaction types that get a queue offset and a consume-queue unit (NOT and COMMIT).
 _QUEUE_TYPES = frozenset((TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
 
@@ -113,6 +118,10 @@ class StoreWriter:
     leaves it: ``abort`` present, the pre-allocated next commitlog file, no shutdown flush of the
     index header; the checkpoint lags by ``flush_lag_ms`` (physicMsgTimestamp = store time of the
     last message whose time is at least that much before the last one) in either case.
+
+    With ``layout.enable_dledger_commitlog`` the commitlog is DLedger's (``dledger-<selfId>/``,
+    no ``commitlog/``): there the store checkpoint's physicMsgTimestamp follows the consume-queue
+    dispatch, and the DLedger checkpoint's committed index lags by ``flush_lag_ms`` instead.
     """
 
     def __init__(
@@ -137,11 +146,18 @@ class StoreWriter:
             )
         layout = self.layout
         self._profile = layout.profile
-        for directory in ("commitlog", "consumequeue", "index"):
+        for directory in ("consumequeue", "index"):
             (self.root / directory).mkdir(parents=True, exist_ok=True)
-        self._log = CommitLogFiles(
-            self.root / "commitlog", layout.commitlog_file_size, layout.commitlog_start_offset
-        )
+        self._ledger: DLedgerFiles | None = None
+        if layout.enable_dledger_commitlog:
+            home = self.root / f"dledger-{layout.dledger_self_id}"
+            self._ledger = DLedgerFiles(home, layout.commitlog_file_size)
+            self._log: CommitLogFiles = self._ledger
+        else:
+            (self.root / "commitlog").mkdir()
+            self._log = CommitLogFiles(
+                self.root / "commitlog", layout.commitlog_file_size, layout.commitlog_start_offset
+            )
         delay_table = parse_delay_levels(layout.delay_levels)
         self._max_level = max(delay_table, default=0)
         self._dispatcher = Dispatcher(self.root, layout, index_namer or UtcNamer(), delay_table)
@@ -466,6 +482,15 @@ class StoreWriter:
         self._dispatcher.close(clean_shutdown=not crash)
         checkpoint = self._checkpoint()
         write_shutdown_files(self.root, self._profile, checkpoint, crash, self.pid)
+        ledger: LedgerSummary | None = None
+        if self._ledger is not None:
+            flushed = self._flushed()
+            earlier = (
+                self._flushed(self.flush_lag_ms + _CHECKPOINT_INTERVAL_MS) if crash else flushed
+            )
+            self._ledger.write_state(flushed - 1, earlier - 1, self.layout.dledger_self_id)
+            home = self._ledger.home.name
+            ledger = LedgerSummary(home, self._ledger.next_index, self._ledger.term, flushed - 1)
         last = int(self._stamps[-1][-1]) if self._stamps and len(self._stamps[-1]) else 0
         self._config.write(self.root / "config", last)
         queues, index = self._dispatcher.queues, self._dispatcher.index
@@ -482,15 +507,29 @@ class StoreWriter:
             index_entries=index.entries,
             checkpoint=checkpoint,
             crashed=crash,
+            dledger=ledger,
         )
         return self._summary
 
-    def _checkpoint(self) -> Checkpoint:
+    def _flushed(self, lag_ms: int | None = None) -> int:
+        """How many messages a flush ``lag_ms`` (default ``flush_lag_ms``) before the last
+        store time had covered: those stored at least that long before the last one."""
         stamps = np.concatenate(self._stamps) if self._stamps else np.zeros(0, dtype=np.int64)
-        physic = 0
-        if stamps.size:
-            late = np.flatnonzero(stamps > stamps[-1] - self.flush_lag_ms)
-            flushed = int(late[0]) if late.size else stamps.size
+        if not stamps.size:
+            return 0
+        late = np.flatnonzero(
+            stamps > stamps[-1] - (self.flush_lag_ms if lag_ms is None else lag_ms)
+        )
+        return int(late[0]) if late.size else stamps.size
+
+    def _checkpoint(self) -> Checkpoint:
+        logics = self._dispatcher.logics_timestamp
+        if self._ledger is not None:
+            # DLedger mode: the consume-queue dispatch sets physicMsgTimestamp too.
+            physic = logics
+        else:
+            stamps = np.concatenate(self._stamps) if self._stamps else np.zeros(0, np.int64)
+            flushed = self._flushed()
             physic = int(stamps[flushed - 1]) if flushed else 0
         index_ts = self._dispatcher.index.index_msg_timestamp or 0
-        return Checkpoint(physic, self._dispatcher.logics_timestamp, index_ts)
+        return Checkpoint(physic, logics, index_ts)

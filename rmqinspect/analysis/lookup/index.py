@@ -209,7 +209,7 @@ def restarted_index(store: Store, progress: Progress | None = None) -> Iterator[
             store, RecoverOptions(lost_limit=0, find_lost=False), progress, index_sink=keep
         )
         report = outcome.report
-        end = report.commitlog.max_offset if report.commitlog is not None else None
+        end = report.end_after_start
         if end is None:
             raise StoreError(f"--as-recovered: {report.verdict_reason}", str(store.root))
         replaced = set(outcome.index_deleted) | set(outcome.index_written)

@@ -13,7 +13,10 @@ changed the way the restarted broker changes its own store:
   them makes a second restart of DIR a true no-op;
 * index files the dispatch writes (continued or new) are written byte for byte; new ones are named
   by the current wall clock, as the broker names them;
-* the checkpoint gets what the clean shutdown after the restart persists, and ``abort`` is gone.
+* the checkpoint gets what the clean shutdown after the restart persists, and ``abort`` is gone;
+* in a DLedger store the data files play the commitlog's part; the index units DLedger's
+  recovery rewrites are written, the index past its end is zeroed, and the DLedger checkpoint
+  says what the shutdown after the election persists (every kept entry committed).
 
 The inspected store is only read; every write goes through :mod:`rmqinspect.store.output`.
 """
@@ -22,15 +25,21 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.emulator import RecoveryOutcome, analyze_recovery, run_recovery
-from rmqinspect.analysis.recovery.report import RecoveryReport
+from rmqinspect.analysis.recovery.report import DLedgerReport, RecoveryReport
 from rmqinspect.analysis.recovery.state import RecoverOptions
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.store import output
+from rmqinspect.store.files import MappedFiles, StoreFile
 from rmqinspect.store.model import Store
 
 _STAGING = ".rmqinspect-index-staging"
@@ -84,18 +93,21 @@ def apply_recovery(
         reasons = "; ".join(f.message for f in report.load_failures)
         raise ApplyRefused(f"the broker would refuse to start ({reasons}): nothing to apply")
     applied = ApplyReport(str(dest))
-    skip = _paths_deleted(outcome)
+    data_dir = opened.commitlog.directory.relative_to(store)
+    skip = _paths_deleted(outcome, data_dir, store)
     _copy_store(store, dest, skip, applied)
     _apply_queues(dest, outcome, applied)
     last = report.commitlog.last_file if report.commitlog is not None else None
     if last is not None:
-        path = dest / "commitlog" / last.name
+        path = dest / data_dir / last.name
         if output.zero_range(path, last.wrote_position, path.stat().st_size):
             applied.written_files.append(str(path.relative_to(dest)))
             applied.notes.append(
-                f"zeroed commitlog/{last.name} past position {last.wrote_position} (the recovered "
-                "end); the broker leaves those bytes until it overwrites them"
+                f"zeroed {data_dir.as_posix()}/{last.name} past position {last.wrote_position} "
+                "(the recovered end); the broker leaves those bytes until it overwrites them"
             )
+    if report.dledger is not None:
+        _apply_ledger(dest / Path(report.dledger.home).relative_to(store), report.dledger, applied)
     for name in outcome.index_written:
         (dest / "index").mkdir(exist_ok=True)
         os.replace(staging / name, dest / "index" / name)
@@ -127,10 +139,14 @@ def _stage_index_file(opened: Store, staging: Path, f: IndexFileBuilder) -> None
         output.write_at(path, position, data)
 
 
-def _paths_deleted(outcome: RecoveryOutcome) -> set[Path]:
+def _paths_deleted(outcome: RecoveryOutcome, data_dir: Path, store: Path) -> set[Path]:
     """Store paths the restart deletes (relative), plus ``abort``."""
     skip = {Path("abort")}
-    skip.update(Path("commitlog") / n for n in outcome.commitlog_deleted)
+    skip.update(data_dir / n for n in outcome.commitlog_deleted)
+    ledger = outcome.report.dledger
+    if ledger is not None:
+        index_dir = Path(ledger.home).relative_to(store) / "index"
+        skip.update(index_dir / n for n in ledger.index_files_deleted)
     skip.update(Path("index") / n for n in outcome.index_deleted)
     for q in outcome.report.consume_queues:
         base = Path("consumequeue") / q.topic / str(q.queue_id)
@@ -155,6 +171,94 @@ def _copy_store(store: Path, dest: Path, skip: set[Path], applied: ApplyReport) 
             applied.copied_bytes += output.copy_sparse(src, dest / rel)
             applied.copied_files += 1
             shutil.copymode(src, dest / rel)
+
+
+def _apply_ledger(home: Path, ledger: DLedgerReport, applied: ApplyReport) -> None:
+    """DLedger's part of the restart in the copy: the index units its recovery rewrites (from
+    the first that disagreed, each from its entry), zeros past the index end, and the
+    checkpoint the shutdown after the election persists (the old one kept as ``.bak``)."""
+    index_dir = home / "index"
+    if ledger.index_rebuilt_position is not None:
+        with MappedFiles() as maps:
+            for first, units in _entry_units(home / "data", ledger, maps):
+                _write_units(index_dir, first, units, applied)
+    end = ledger.index_end
+    for f in sorted(index_dir.iterdir()) if index_dir.is_dir() else []:
+        start = int(f.name)
+        if start <= end < start + f.stat().st_size and output.zero_range(
+            f, end - start, f.stat().st_size
+        ):
+            applied.written_files.append(f"{home.name}/index/{f.name}")
+    after = ledger.checkpoint_after_shutdown
+    content = dl.encode_checkpoint(after["committed_index"], after["end_index"])
+    _rewrite(home, "checkpoint", content, applied)
+    # The election persists the term and this node's vote again (string2File keeps the
+    # previous content in currterm.bak).
+    term = ledger.after_start.current_term
+    _rewrite(home, "currterm", dl.encode_currterm(term or 0, ledger.self_id), applied)
+
+
+def _rewrite(home: Path, name: str, content: bytes, applied: ApplyReport) -> None:
+    """``IOUtils.string2File``: the previous content (if any) goes to ``.bak``."""
+    path = home / name
+    previous = path.read_bytes() if path.is_file() else None
+    if previous is not None:
+        bak = home / f"{name}.bak"
+        bak.unlink(missing_ok=True)
+        output.write_sparse(bak, previous)
+    path.unlink(missing_ok=True)
+    output.write_sparse(path, content)
+    applied.written_files.append(f"{home.name}/{name}")
+
+
+def _entry_units(
+    data_dir: Path, ledger: DLedgerReport, maps: MappedFiles
+) -> Iterator[tuple[int, bytes]]:
+    """The index units of the kept entries from the first rewritten one to the data end,
+    a walk at a time: (first entry index, units)."""
+    at = ledger.index_rebuilt_position
+    assert at is not None
+    size = ledger.data_file_size
+    while at is not None and at < ledger.data_end:
+        start = at - at % size
+        path = data_dir / f"{start:020d}"
+        view = maps.view(StoreFile(path, start, path.stat().st_size))
+        kept = view[: min(size, ledger.data_end - start)]
+        try:
+            walk = dl.walk_entries(kept, at - start, start)
+        finally:
+            kept.release()
+            view.release()
+        if len(walk):
+            units = np.zeros(len(walk), dl.INDEX_DTYPE)
+            units["magic"] = dl.ENTRY_MAGIC
+            units["pos"] = start + walk.positions
+            units["size"] = walk.sizes
+            units["index"] = walk.index
+            units["term"] = walk.term
+            yield int(walk.index[0]), units.tobytes()
+        if walk.stop is None:
+            at = start + walk.end
+        elif walk.stop.reason is cl.CheckReason.BLANK:
+            at = start + size
+        else:
+            at = None
+
+
+def _write_units(index_dir: Path, first: int, units: bytes, applied: ApplyReport) -> None:
+    at = first * dl.INDEX_UNIT_SIZE
+    view = memoryview(units)
+    while view:
+        start = at - at % dl.INDEX_FILE_SIZE
+        path = index_dir / f"{start:020d}"
+        if not path.exists():
+            output.create_sized(path, dl.INDEX_FILE_SIZE)
+        take = min(len(view), start + dl.INDEX_FILE_SIZE - at)
+        output.write_at(path, at - start, view[:take])
+        name = f"{index_dir.parent.name}/index/{path.name}"
+        if name not in applied.written_files:
+            applied.written_files.append(name)
+        view, at = view[take:], at + take
 
 
 def _apply_queues(dest: Path, outcome: RecoveryOutcome, applied: ApplyReport) -> None:
@@ -200,8 +304,12 @@ def _verify(
         after = analyze_recovery(again, replace(opts, lost_limit=0))
     diffs = noop_differences(after)
     b, a = before.commitlog, after.commitlog
-    if b is not None and a is not None and a.max_offset != b.max_offset:
-        diffs.append(f"commitlog end {a.max_offset} != {b.max_offset}")
+    if b is not None and a is not None:
+        # DLedger: the end the broker serves once it is leader again.
+        want_end = before.dledger.after_start.max_offset if before.dledger else b.max_offset
+        got_end = after.dledger.after_start.max_offset if after.dledger else a.max_offset
+        if got_end != want_end:
+            diffs.append(f"commitlog end {got_end} != {want_end}")
     want = {(q.topic, q.queue_id): q.max_offset_after_dispatch for q in before.consume_queues}
     for q in after.consume_queues:
         expected = want.get((q.topic, q.queue_id), 0)
@@ -223,6 +331,11 @@ def noop_differences(report: RecoveryReport) -> list[str]:
     c = report.commitlog
     if c is not None and (c.deleted_files or c.deleted_at_load):
         diffs.append(f"commitlog files deleted: {c.deleted_files + c.deleted_at_load}")
+    d = report.dledger
+    if d is not None and (d.index_rebuilt_from is not None or d.index_files_deleted):
+        diffs.append("DLedger index units rewritten or files deleted")
+    if d is not None and d.after_load.committed_index != d.after_start.committed_index:
+        diffs.append("the DLedger checkpoint is behind the data")
     if report.index is not None and (report.index.deleted_files or report.index.entries_written):
         diffs.append("index files deleted or written")
     for q in report.consume_queues:

@@ -9,18 +9,15 @@ placement rules are sequential), index keys are found and hashed for the whole r
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from rmqinspect.analysis.recovery.index_service import IndexService
 from rmqinspect.analysis.recovery.report import ReputReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import properties as props
-from rmqinspect.format.columns import I64, RecordColumns, decode_text
-from rmqinspect.format.javahash import java_hash
+from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.javamath import jmod, wrap32, wrap64
+from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import CheckedRun, check_run
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.model import QueueId
@@ -56,8 +53,7 @@ class Dispatcher:
         if state.first_dispatched is None:
             first = min(rows[:1].tolist() + index_rows[:1].tolist())
             state.first_dispatched = int(cols.physical_offset[first])
-        tt = cols.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK
-        units = rows[(tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)]
+        units = rows[cols.enters_consume_queue()[rows]]
         if len(units):
             self._put_units(run, units, tids, names, phase)
             # putMessagePositionInfoWrapper moves logicsMsgTimestamp even on a skip.
@@ -71,7 +67,7 @@ class Dispatcher:
         """``putMessagePositionInfo`` record by record (skips, pre-blank fill and placement are
         sequential rules); the tagsCode is the tag hash, or the schedule topic's delivery time."""
         cols = run.columns
-        tags = cols.property_values(props.TAGS, rows)
+        codes = run.tags_codes(rows, (tids, names)).tolist()
         phys = cols.physical_offset[rows].tolist()
         sizes = cols.sizes[rows].tolist()
         qids = cols.queue_id[rows].tolist()
@@ -83,8 +79,7 @@ class Dispatcher:
                 q = self._queues[key] = self.state.queue(QueueId(*key))
             phy, size = phys[n], sizes[n]
             if wrap64(phy + size) > q.max_physic:
-                code = run.tags_code(i) if key[0] == cl.SCHEDULE_TOPIC else _tag_hash(tags[n])
-                q.put(phy, size, code, qoffs[n], phase)
+                q.put(phy, size, codes[n], qoffs[n], phase)
 
     def take_run(self, run: CheckedRun, phase: str, above: int) -> None:
         """Dispatch, as the recovery scan loop would one by one, the records of ``run`` whose
@@ -101,8 +96,7 @@ class Dispatcher:
         if state.first_dispatched is None:
             state.first_dispatched = int(phys[first])
         tids, names = _topics(cols)
-        tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-        cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+        cq_type = cols.enters_consume_queue()
         keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
         # A queue already holds the unit when phy + size <= its maxPhysicOffset (which only
         # grows); the index skips a record below the last file's endPhyOffset (which only
@@ -129,12 +123,6 @@ class Dispatcher:
 def _topics(cols: RecordColumns) -> Topics:
     tids, topics = cols.topic_ids()
     return tids, [decode_text(t) for t in topics]
-
-
-@functools.lru_cache(maxsize=4096)
-def _tag_hash(tags: str | None) -> int:
-    """A store holds few distinct tags: hash each once."""
-    return java_hash(tags) if tags else 0
 
 
 def read_length(buf: memoryview, pos: int, r: cl.CheckResult) -> int:

@@ -7,9 +7,11 @@ step per broker step (rocketmq-store-format.md §10.1), each returning its own p
 4. :func:`recover_consume_queues`: ``ConsumeQueue.recover`` per queue → maxPhyOffsetOfCQ;
 5. :func:`recover_commitlog`: ``recoverNormally``/``recoverAbnormally`` with the profile's
    start-file rule, the scan loop and its dispatch, ``truncateDirtyFiles`` and
-   ``truncateDirtyLogicFiles``;
+   ``truncateDirtyLogicFiles``; in a DLedger store :func:`recover_dledger_commitlog`, DLedger's
+   own recovery (:mod:`rmqinspect.analysis.recovery.dledger`) whatever the abort file says;
 6. :func:`recover_topic_queue_table`: ``correctMinOffset`` per queue;
-7. :func:`start`: the reput service, and 4.9's second ``recoverTopicQueueTable``;
+7. :func:`start`: the reput service (over DLedger entries in a DLedger store), and 4.9's
+   second ``recoverTopicQueueTable``;
 8. the loss search (:mod:`rmqinspect.analysis.recovery.lost`; skipped without
    ``RecoverOptions.find_lost``) and the report sections.
 
@@ -31,6 +33,13 @@ from rmqinspect.analysis.recovery.commitlog import (
     scan,
 )
 from rmqinspect.analysis.recovery.dispatch import Dispatcher, reput
+from rmqinspect.analysis.recovery.dledger import (
+    LedgerRecovery,
+    last_record,
+    ledger_report,
+    ledger_reput,
+    recover_ledger,
+)
 from rmqinspect.analysis.recovery.index_service import (
     IndexService,
     IndexSink,
@@ -55,6 +64,7 @@ from rmqinspect.analysis.recovery.state import BrokerState, RecoverOptions, load
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.format.javamath import jdiv
+from rmqinspect.format.profile import Profile
 from rmqinspect.store.consume_queue import CorrectMinOffsetError
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId, Store
@@ -112,7 +122,13 @@ def run_recovery(
     index = IndexService(store, loaded, index_sink)
     dispatcher = Dispatcher(state, index)
     max_phy_cq = recover_consume_queues(state)
-    recovered = recover_commitlog(state, dispatcher, last_ok, max_phy_cq, cp)
+    ledger: LedgerRecovery | None = None
+    if store.dledger is not None:
+        recovered, ledger = recover_dledger_commitlog(state, max_phy_cq)
+        if state.failures:
+            return _refused(state, last_ok, source)
+    else:
+        recovered = recover_commitlog(state, dispatcher, last_ok, max_phy_cq, cp)
     failure = recover_topic_queue_table(state)
     for qid, q in state.queues.items():
         state.history[qid].after_load = (
@@ -155,6 +171,14 @@ def run_recovery(
         if unserved is None
         else [str(q) for q in unserved.queues_without_consume_queue],
         warnings=state.warnings,
+        dledger=None
+        if ledger is None
+        else ledger_report(
+            state,
+            ledger,
+            recovered.files_before,
+            None if unserved is None else unserved.kept_damage,
+        ),
     )
     return RecoveryOutcome(
         report,
@@ -234,6 +258,45 @@ def recover_commitlog(
     return CommitlogRecovery(start_file, outcome, files_before, deleted, truncate_logics)
 
 
+def recover_dledger_commitlog(
+    state: BrokerState, max_phy_cq: int
+) -> tuple[CommitlogRecovery, LedgerRecovery]:
+    """``DLedgerCommitLog.recover`` (dledger-store-format.md §8), the same after a clean
+    shutdown or a crash: DLedger's recovery, then ``truncateDirtyLogicFiles`` at the data end
+    when the consume queues reach it; nothing is dispatched."""
+    files_before = [f.name for f in state.commitlog]
+    disks = {f.name: f.disk for f in state.commitlog}
+    if state.profile is not Profile.V4_9:
+        state.warnings.append(
+            f"DLedger on {state.profile}: the 4.9.8 + DLedger 0.3.1.2 restart rules are applied "
+            "(not checked against a 5.x broker)"
+        )
+    ledger = recover_ledger(state)
+    if not files_before:
+        # No data files: the (empty) old commitlog is recovered plainly, which destroys the
+        # consume queues.
+        for q in state.queues.values():
+            q.destroy()
+    assert state.ledger is not None
+    end = state.ledger.data_end
+    truncate_logics = bool(files_before) and max_phy_cq >= end
+    if truncate_logics:
+        for q in state.queues.values():
+            q.truncate_dirty_logic(end)
+    outcome = ScanOutcome(
+        end,
+        ledger.end_reason,
+        last_record(state, ledger.last_entry),
+        ledger.first_bad,
+        ledger.scanned_bytes,
+    )
+    deleted = [disks[name] for name in state.commitlog_deleted]
+    return (
+        CommitlogRecovery(ledger.start_file, outcome, files_before, deleted, truncate_logics),
+        ledger,
+    )
+
+
 def recover_topic_queue_table(state: BrokerState) -> LoadFailure | None:
     """``recoverTopicQueueTable``: ``correctMinOffset(commitLog.minOffset)`` per queue; a 5.x
     throw fails ``load()``."""
@@ -252,13 +315,16 @@ def start(state: BrokerState, dispatcher: Dispatcher) -> ReputReport:
     """``start()``: the reput service from the profile's start offset until it catches up, then
     (4.9) ``recoverTopicQueueTable`` again."""
     min_offset = state.commitlog_min_offset
-    if state.profile.tracks_confirm_offset:
+    if state.profile.tracks_confirm_offset and state.ledger is None:
         reput_from = state.commitlog_max_offset
     else:
         reput_from = max(
             [min_offset, 0, *(q.max_physic for q in state.queues.values())],
         )
-    report = reput(state, dispatcher, reput_from)
+    if state.ledger is not None:
+        report = ledger_reput(state, dispatcher, reput_from)
+    else:
+        report = reput(state, dispatcher, reput_from)
     if state.profile.recovers_topic_queue_table_after_reput:
         recover_topic_queue_table(state)
     return report
@@ -326,7 +392,7 @@ def _refused(state: BrokerState, last_ok: bool, source: str) -> RecoveryOutcome:
 def _confirm_offset(state: BrokerState, recovered: CommitlogRecovery) -> int | None:
     """5.x: the confirm offset recovery sets, the start of the last valid record (or of the
     first scanned file when none was valid)."""
-    if not state.profile.tracks_confirm_offset:
+    if not state.profile.tracks_confirm_offset or state.ledger is not None:
         return None
     if recovered.scan.last_valid is not None:
         return recovered.scan.last_valid.offset
@@ -419,13 +485,16 @@ def _checkpoint_report(
     if index_ts is None:
         index_ts = cp.index_msg_timestamp
     five = state.profile.checkpoint_has_confirm_offset
+    physic = cp.physic_msg_timestamp
+    if state.ledger is not None and state.logics_timestamp is not None:
+        physic = state.logics_timestamp  # DLedger: the consume-queue dispatch sets it too
     after = {
-        "physic_msg_timestamp": cp.physic_msg_timestamp,
+        "physic_msg_timestamp": physic,
         "logics_msg_timestamp": logics,
         "index_msg_timestamp": index_ts,
     }
     raw = bytearray((state.store.checkpoint_bytes() or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0"))
-    struct.pack_into(">qqq", raw, 0, cp.physic_msg_timestamp, logics, index_ts)
+    struct.pack_into(">qqq", raw, 0, physic, logics, index_ts)
     if five:
         confirm_after = confirm if confirm is not None else cp.confirm_phy_offset
         after["master_flushed_offset"] = cp.master_flushed_offset

@@ -14,14 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-import numpy as np
-
 from rmqinspect.analysis.recovery.report import IndexFileInfo, IndexReport, OffsetRange
-from rmqinspect.format import commitlog as cl
-from rmqinspect.format import properties as props
-from rmqinspect.format import speedups
 from rmqinspect.format.checkpoint import Checkpoint
-from rmqinspect.format.columns import I64, RecordColumns
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
@@ -30,7 +25,7 @@ from rmqinspect.format.index import (
     IndexHeader,
 )
 from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder
-from rmqinspect.format.javahash import index_key, prefixed_hashes, prefixed_key_hashes
+from rmqinspect.format.npbytes import I64
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
 
@@ -100,23 +95,6 @@ def _header(store: Store, f: StoreFile) -> IndexHeader:
     return IndexHeader.decode(store.maps.read_padded(f, 0, INDEX_HEADER_SIZE))
 
 
-def _exact_keys(
-    cols: RecordColumns, rows: I64, which: I64, topic_ids: I64, prefixes: list[str]
-) -> tuple[I64, I64]:
-    """The index keys of the records ``rows[which]`` decoded as ``buildIndex`` does (UTF-8 with
-    replacement, UTF-16 hashes): their owners (indices into ``rows``) and hashes."""
-    uniq = cols.property_values(props.UNIQ_KEY, rows[which])
-    keys = cols.property_values(props.KEYS, rows[which])
-    owners: list[int] = []
-    values: list[str] = []
-    for n, u, k in zip(which.tolist(), uniq, keys, strict=True):
-        record_keys = props.index_key_values(u, k)
-        owners.extend([n] * len(record_keys))
-        values.extend(record_keys)
-    owner = np.array(owners, np.int64)
-    return owner, prefixed_key_hashes(prefixes, topic_ids[rows[owner]], values)
-
-
 IndexSink = Callable[[IndexFileBuilder], None]
 """Receives each index file the restart writes (new or continued), with its bytes."""
 
@@ -160,32 +138,17 @@ class IndexService:
 
     def add_run(self, cols: RecordColumns, rows: I64, topic_ids: I64, topics: list[str]) -> None:
         """``IndexService.buildIndex`` for the records ``rows`` (ascending) of a run, in
-        dispatch order, with one vectorised builder call: keys are found and hashed for the
-        whole run at once (:func:`rmqinspect.format.speedups.index_keys`, ASCII keys), and
-        decoded record by record only where a key holds other bytes."""
+        dispatch order, with one vectorised builder call: keys are found with one search per
+        property name over the run, hashed with numpy."""
         if not len(rows):
             return
-        tt = cols.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK
-        # A ROLLBACK record puts nothing (the builder knows it too, so no need to hash).
-        take = np.flatnonzero(tt != cl.TRANSACTION_ROLLBACK_TYPE)
-        at = rows[take]
-        owner, key_hashes, units, fallback = speedups.index_keys(
-            cols.buf, cols.properties_at[at], cols.properties_length[at]
-        )
-        prefixes = [index_key(topic, "") for topic in topics]
-        owners = take[owner]
-        hashes = prefixed_hashes(prefixes, topic_ids[rows[owners]], key_hashes, units)
-        if len(fallback):
-            slow_owners, slow_hashes = _exact_keys(cols, rows, take[fallback], topic_ids, prefixes)
-            owners = np.concatenate([owners, slow_owners])
-            order = np.argsort(owners, kind="stable")  # each record's keys stay in their order
-            owners, hashes = owners[order], np.concatenate([hashes, slow_hashes])[order]
+        keys = cols.index_keys(rows, topic_ids, topics)
         self._get_builder().dispatch(
             cols.physical_offset[rows],
             cols.store_timestamp[rows],
             cols.sys_flag[rows],
-            hashes,
-            owners,
+            keys.hashes,
+            keys.owners,
         )
 
     def _get_builder(self) -> IndexBuilder:

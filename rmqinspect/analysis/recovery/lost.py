@@ -10,25 +10,24 @@ resynchronising on the next intact record that names its own position.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
-from rmqinspect.analysis.recovery.report import LostMessage, LostReport
+from rmqinspect.analysis.recovery.report import BadRecord, LostMessage, LostReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import I64, RecordColumns, decode_text
+from rmqinspect.format import dledger as dl
+from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.scan import Skipped, data_extent, scan_file
-from rmqinspect.store.consume_queue import ConsumeQueue
+from rmqinspect.format.scan import Skipped, data_extent
+from rmqinspect.store.consume_queue import MISPLACED_SLOTS, ConsumeQueue
 from rmqinspect.store.files import StoreFile, zeros_from
 from rmqinspect.store.model import QueueId
 
 _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
 _I64 = struct.Struct(">q")
-_NOT_OR_COMMIT = (cl.TRANSACTION_NOT_TYPE, cl.TRANSACTION_COMMIT_TYPE)
 
 
 class _Listing:
@@ -56,10 +55,12 @@ class _Listing:
 @dataclass(frozen=True, slots=True)
 class Unserved:
     """Intact messages in the kept commitlog that no consume-queue unit serves after the
-    restart, per queue, and the queues with records but no consume queue at all."""
+    restart, per queue, and the queues with records but no consume queue at all; in a DLedger
+    store also the damage kept inside it (DLedger checks no record)."""
 
     per_queue: dict[QueueId, int]
     queues_without_consume_queue: list[QueueId]
+    kept_damage: list[BadRecord] = field(default_factory=list)
 
 
 def lost_messages(
@@ -100,20 +101,20 @@ def _past_end(
     if disk.length == 0:
         return 0, 0
     damaged = 0
+    # A message header whose record fails the check; in DLedger data also an entry header
+    # (magic 1) that DLedger stops at.
+    headers = _MESSAGE_MAGICS + ((dl.ENTRY_MAGIC,) if state.ledger is not None else ())
     buf = state.store.view(disk)
     zeros = zeros_from(disk)
     released = begin
     try:
         extent = data_extent(buf, begin, zeros)
-        events = scan_file(
-            buf, disk.start, begin, state.checks.intact, own_offset=True, zeros_from=zeros
-        )
-        for event in events:
+        for event in state.scan_file(buf, disk.start, begin, state.checks.intact, zeros):
             state.store.maps.release(disk, released, event.start)  # memory stays flat
             released = event.start
             if isinstance(event, Skipped):
-                if event.result.magic in _MESSAGE_MAGICS:
-                    damaged += 1  # a message header whose record fails the check
+                if event.result.magic in headers:
+                    damaged += 1
                 continue
             cols = event.columns
             for i in _lost_in_run(cols, queue_max):
@@ -136,16 +137,19 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
     queues = {qid: q for qid, q in state.queues.items() if q.files}
     per_queue: dict[QueueId, int] = {}
     seen: set[QueueId] = set()
+    kept_damage: list[BadRecord] = []
     intact = state.checks.intact
     for f in state.commitlog:
         buf = state.store.view(f.disk)
         region = buf[: min(f.wrote, len(buf))]
         released = 0
         try:
-            for event in scan_file(region, f.start, 0, state.checks.reput, own_offset=True):
+            for event in state.scan_file(region, f.start, 0, state.checks.reput):
                 state.store.maps.release(f.disk, released, event.start)  # memory stays flat
                 released = event.start
                 if isinstance(event, Skipped):
+                    if state.ledger is not None:
+                        kept_damage.append(_bad(event, f.start, f.name))
                     continue
                 cols = event.columns
                 for i in _unserved_in_run(cols, queues, seen):
@@ -164,27 +168,20 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
             buf.release()
             state.store.maps.release(f.disk, 0, f.disk.length)
     without = sorted((q for q in seen if q not in queues), key=lambda q: (q.topic, q.queue_id))
-    return Unserved(per_queue, without)
+    return Unserved(per_queue, without, kept_damage)
 
 
-# Units may sit a few slots from their queue offset ("appended at the current position"), so a
-# record counts as served when a unit within this many slots of its queue offset leads to it.
-_MISPLACED_SLOTS = 64
-
-
-def _served_mask(
-    q: ConsumeQueue | None, queue_offsets: I64, positions: I64
-) -> npt.NDArray[np.bool_]:
-    """Whether a unit of ``q`` near each record's queue offset holds the record's position."""
-    served = np.zeros(len(positions), bool)
-    if q is None or not len(positions):
-        return served
-    low = max(int(queue_offsets.min()) - _MISPLACED_SLOTS, q.min_offset_in_queue)
-    high = min(int(queue_offsets.max()) + _MISPLACED_SLOTS + 1, q.max_offset_in_queue)
-    if low >= high:
-        return served
-    units = q.unit_offsets(np.arange(low, high, dtype=np.int64))
-    return np.isin(positions, units)
+def _bad(event: Skipped, file_start: int, name: str) -> BadRecord:
+    r = event.result
+    return BadRecord(
+        file_start + event.start,
+        name,
+        event.start,
+        r.reason.value,
+        r.detail,
+        r.total_size,
+        cl.magic_name(r.magic) if r.magic is not None else None,
+    )
 
 
 def _copy_of_served(state: BrokerState, q: ConsumeQueue | None, rec: cl.MessageRecord) -> bool:
@@ -192,8 +189,8 @@ def _copy_of_served(state: BrokerState, q: ConsumeQueue | None, rec: cl.MessageR
     the same queue offset (the message itself is served; this copy is a leftover)."""
     if q is None:
         return False
-    low = max(rec.queue_offset - _MISPLACED_SLOTS, q.min_offset_in_queue)
-    high = min(rec.queue_offset + _MISPLACED_SLOTS + 1, q.max_offset_in_queue)
+    low = max(rec.queue_offset - MISPLACED_SLOTS, q.min_offset_in_queue)
+    high = min(rec.queue_offset + MISPLACED_SLOTS + 1, q.max_offset_in_queue)
     if low >= high:
         return False
     for phy in q.unit_offsets(np.arange(low, high, dtype=np.int64)).tolist():
@@ -216,8 +213,7 @@ def _unserved_in_run(
     tids, topics = cols.topic_ids()
     names = [decode_text(t) for t in topics]
     keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
-    tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-    cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+    cq_type = cols.enters_consume_queue()
     lacking = cq_type.copy()
     candidates = np.flatnonzero(cq_type)
     uniq, inverse = np.unique(keys[candidates], return_inverse=True)
@@ -228,7 +224,9 @@ def _unserved_in_run(
     for key, members in zip(uniq.tolist(), np.split(by_queue, bounds), strict=True):
         qid = QueueId(names[key >> 32], wrap32(key & 0xFFFFFFFF))
         seen.add(qid)
-        lacking[members] = ~_served_mask(queues.get(qid), qoff[members], positions[members])
+        q = queues.get(qid)
+        if q is not None:
+            lacking[members] = ~q.serves(qoff[members], positions[members])
     return np.flatnonzero(lacking).tolist()
 
 
@@ -245,8 +243,7 @@ def _lost_in_run(cols: RecordColumns, queue_max: dict[QueueId, int]) -> list[int
         [queue_max.get(QueueId(names[k >> 32], wrap32(k & 0xFFFFFFFF)), 0) for k in uniq.tolist()],
         np.int64,
     )[inverse]
-    tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-    cq_type = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+    cq_type = cols.enters_consume_queue()
     lost = ~cq_type | (cols.queue_offset >= tops)
     return np.flatnonzero(lost).tolist()
 

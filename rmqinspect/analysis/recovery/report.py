@@ -225,6 +225,78 @@ class CheckpointReport:
 
 
 @dataclass
+class EntryInfo:
+    """A DLedger entry: its index, term, position in the data space and size (header + body)."""
+
+    index: int
+    term: int
+    position: int
+    size: int
+
+
+@dataclass
+class LedgerState:
+    """The DLedger node as RocketMQ sees it at one moment (after ``load()``, after ``start()``)."""
+
+    role: str  # CANDIDATE until an election ran, then LEADER
+    leader_id: str | None
+    current_term: int | None
+    ledger_begin_index: int
+    ledger_end_index: int
+    ledger_end_term: int
+    committed_index: int  # -1: none
+    committed_pos: int  # -1: none
+    max_offset: int  # DLedgerCommitLog.getMaxOffset: committedPos when > 0
+
+
+@dataclass
+class TextFileReport:
+    """``checkpoint`` or ``currterm`` of the DLedger home, as read."""
+
+    present: bool
+    lines: list[str]
+    values: dict[str, str]
+    bak_present: bool
+    tmp_present: bool  # an interrupted write left it
+
+
+@dataclass
+class DLedgerReport:
+    """DLedger's own recovery (dledger-store-format.md §7) and what RocketMQ builds on it (§8)."""
+
+    home: str
+    self_id: str
+    data_file_size: int
+    data_files_before: list[str]
+    index_files_before: list[str]
+    start_entry_index: int  # the first entry of the start file (-1 when no file passed)
+    scanned_bytes: int
+    end_reason: str  # blank_in_last_file | end_of_data | a header reason | no_files
+    first_bad_entry: BadRecord | None  # the header the scan stopped at (not for end_of_data)
+    last_entry: EntryInfo | None
+    data_end: int  # the data write position after recovery (processOffset)
+    index_end: int  # (ledgerEndIndex + 1) * 32
+    index_rebuilt_from: int | None  # first entry whose index unit disagreed: rewritten from it
+    index_rebuilt_position: int | None  # that entry's position
+    index_units_rewritten: int
+    data_files_deleted: list[str]
+    index_files_deleted: list[str]
+    data_files_after: list[FilePosition]
+    index_files_after: list[FilePosition]
+    checkpoint: TextFileReport
+    currterm: TextFileReport
+    committed_index_source: str  # how the committed index after load was found
+    after_load: LedgerState
+    after_start: LedgerState
+    undispatched_at_load: int  # bytes between the max offset after load and after start
+    # Kept entries whose record the reput cannot read (or bad bytes between entries DLedger
+    # never scanned): DLedger keeps and serves them as they are. None: not searched (find_lost).
+    kept_damage: list[BadRecord] | None
+    assumption: str  # what after_start takes for granted
+    checkpoint_after_shutdown: dict[str, int]  # committedIndex and endIndex persisted
+
+
+@dataclass
 class RecoveryReport:
     schema_version: int
     store: str
@@ -250,6 +322,7 @@ class RecoveryReport:
     unreachable_messages: int | None  # intact messages below E no consume-queue unit serves
     queues_without_consume_queue: list[str] | None  # queues with records but none exists
     warnings: list[str]
+    dledger: DLedgerReport | None = None  # set for a DLedger commitlog
 
     @property
     def loses_data(self) -> bool | None:
@@ -258,6 +331,16 @@ class RecoveryReport:
         past the end. None when the loss search was not run."""
         lost = self.lost_messages
         return None if lost is None else bool(lost.count or lost.damaged_records)
+
+    @property
+    def end_after_start(self) -> int | None:
+        """Where the commitlog the restarted broker serves ends (None: it does not start):
+        the recovered end; in a DLedger store the last kept entry's end, which the committed
+        position reaches once the node is leader again (after ``load()`` the max offset is
+        only the committed position, ``commitlog.max_offset``)."""
+        if self.dledger is not None:
+            return self.dledger.after_start.max_offset
+        return self.commitlog.max_offset if self.commitlog is not None else None
 
     @property
     def verdict(self) -> str:

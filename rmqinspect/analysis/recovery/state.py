@@ -8,17 +8,20 @@ the emulation noticed on the way. Nothing here writes to disk.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.report import LoadFailure
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
 from rmqinspect.format.javamath import jmod
 from rmqinspect.format.profile import Profile
+from rmqinspect.format.scan import FileEvent, scan_file
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import LayoutProblem, StoreFile
-from rmqinspect.store.model import QueueId, Store
+from rmqinspect.store.model import QueueId, Store, StorePart
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,26 @@ class CommitlogFile:
 
 
 @dataclass
+class Ledger:
+    """What ``DLedgerMmapFileStore`` holds after ``recover()`` (-1: none): RocketMQ's max offset
+    is the committed position, not the data end, until an election commits the rest."""
+
+    data_end: int  # processOffset: where the data files' write position is set
+    begin_index: int = -1
+    end_index: int = -1
+    end_term: int = -1
+    end_pos: int = -1  # position + size of the last entry (the committed position once all is)
+    committed_index: int = -1
+    committed_pos: int = -1
+
+    def max_offset(self, committed_pos: int, first_file_start: int) -> int:
+        """``DLedgerCommitLog.getMaxOffset`` for a committed position."""
+        if committed_pos > 0:
+            return committed_pos
+        return first_file_start if first_file_start > 0 else 0
+
+
+@dataclass
 class QueueHistory:
     """What a report needs about a queue beyond its current state."""
 
@@ -89,6 +112,7 @@ class BrokerState:
     warnings: list[str] = field(default_factory=list)
     logics_timestamp: int | None = None  # checkpoint logicsMsgTimestamp moved by dispatch
     first_dispatched: int | None = None
+    ledger: Ledger | None = None  # DLedger's state after its recovery, in a DLedger store
 
     @property
     def commitlog_file_size(self) -> int:
@@ -105,11 +129,30 @@ class BrokerState:
 
     @property
     def commitlog_max_offset(self) -> int:
-        """``CommitLog.getMaxOffset``: the last file's start + write position."""
+        """``CommitLog.getMaxOffset``: the last file's start + write position (DLedger: the
+        committed position after ``load()``)."""
+        if self.ledger is not None:
+            first = self.commitlog[0].start if self.commitlog else 0
+            return self.ledger.max_offset(self.ledger.committed_pos, first)
         if not self.commitlog:
             return 0
         last = self.commitlog[-1]
         return last.start + last.wrote
+
+    def scan_file(
+        self,
+        buf: memoryview,
+        file_start: int,
+        pos: int,
+        options: cl.CheckOptions,
+        zeros_from: int | None = None,
+    ) -> Iterator[FileEvent]:
+        """The one walk of a commitlog file from ``pos`` (DLedger: entry by entry), resyncing
+        past damage on records that name their own position; ``zeros_from`` as for
+        :func:`~rmqinspect.format.scan.scan_file`."""
+        if self.store.dledger is not None:
+            return dl.scan_data_file(buf, file_start, pos, options)
+        return scan_file(buf, file_start, pos, options, own_offset=True, zeros_from=zeros_from)
 
     def find_commitlog(self, offset: int) -> CommitlogFile | None:
         for f in self.commitlog:
@@ -179,7 +222,11 @@ def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerSta
     files before the failing one stay mapped, as the broker leaves them)."""
     profile = store.profile.profile
     state = BrokerState(store, options, profile, RecordChecks.of(profile, options), progress)
-    fails, deleted = _layout_failures(profile, store.commitlog.problems)
+    deleted: set[str] = set()
+    if store.dledger is not None:
+        fails = _ledger_failures(store)
+    else:
+        fails, deleted = _layout_failures(profile, store.commitlog.problems)
     state.failures.extend(fails)
     files = sorted(store.commitlog.files, key=lambda f: f.name)
     state.commitlog_deleted_at_load = [f.name for f in files if str(f.path) in deleted]
@@ -208,8 +255,33 @@ def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerSta
     for start, end in store.commitlog.gaps():
         state.warnings.append(f"commitlog files are missing between offsets {start} and {end}")
     for u in store.unsupported:
-        state.warnings.append(f"{u.note} ({u.path}); the emulation ignores it")
+        if u.takes_over != StorePart.EXPORT:  # a layout only the export refuses is read here
+            state.warnings.append(f"{u.note} ({u.path}); the emulation ignores it")
     return state
+
+
+def _ledger_failures(store: Store) -> list[LoadFailure]:
+    """DLedger's ``MmapFileList.load`` accepts only files of exactly the configured size (a
+    directory, an empty file, a name that is no offset: ``System.exit``), and its
+    ``checkSelf`` rejects a gap between files (recovery throws, ``load()`` fails)."""
+    ledger = store.dledger
+    assert ledger is not None
+    fails = [
+        LoadFailure("dledger_exit", p.path, f"{p.message}: DLedger's load() calls System.exit")
+        for p in ledger.problems
+        if p.broker_fails_to_load or p.kind == "directory_entry"
+    ]
+    for family in (ledger.data, ledger.index):
+        for start, end in family.gaps():
+            fails.append(
+                LoadFailure(
+                    "exception",
+                    str(family.directory),
+                    f"files are missing between offsets {start} and {end}: DLedger's checkSelf "
+                    "fails, recovery throws and load() returns false",
+                )
+            )
+    return fails
 
 
 def _layout_failures(

@@ -1,0 +1,423 @@
+"""Commitlog checks: every file from its first byte, not only where recovery would look.
+
+:func:`check_file` walks one file with the shared scanner (:func:`~rmqinspect.format.scan.
+scan_file`, resynchronising past damage), so every record verdict is ``check_message``'s; on top
+of each checked run it looks, with numpy, at what the broker never checks (PHYSICALOFFSET, the
+5.x property CRC, store times, room for the BLANK) and at the consume queues that must serve the
+run's records (:mod:`.queues`). What needs the neighbouring files (a file that ends without a
+BLANK while later files hold data, bytes after the last record of the log, store times across
+files, the file list itself) is judged by :func:`check_files` once every file is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqinspect.analysis.verify.context import Context
+from rmqinspect.analysis.verify.finding import Findings, layout_check
+from rmqinspect.analysis.verify.queues import QueueCoverage
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.columns import RecordColumns, decode_text, gather
+from rmqinspect.format.hexdump import hexdump_lines
+from rmqinspect.format.npbytes import Buffer
+from rmqinspect.format.scan import (
+    CheckedRun,
+    Skipped,
+    data_extent,
+    prop_crc_tails,
+    prop_crcs,
+    scan_file,
+)
+from rmqinspect.store.files import LayoutProblem, StoreFile
+
+_MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
+_REASONS = {
+    cl.CheckReason.BAD_MAGIC: "commitlog.magic",
+    cl.CheckReason.BODY_CRC_MISMATCH: "commitlog.body_crc",
+    cl.CheckReason.TOTAL_SIZE_MISMATCH: "commitlog.total_size",
+    cl.CheckReason.PARSE_EXCEPTION: "commitlog.parse",
+    cl.CheckReason.OUT_OF_BOUNDS: "commitlog.size_bounds",
+    cl.CheckReason.PROP_CRC_MISSING: "commitlog.prop_crc",
+    cl.CheckReason.PROP_CRC_MISMATCH: "commitlog.prop_crc",
+    cl.CheckReason.DUP_INFO_INVALID: "commitlog.parse",
+}
+_HEXDUMP_BEFORE, _HEXDUMP_AFTER = 32, 96
+
+
+# --- one record -------------------------------------------------------------------------------
+
+
+def record_failures(
+    buf: Buffer, pos: int, file_start: int, result: cl.CheckResult, ctx: Context
+) -> list[str]:
+    """Every check the record at ``pos`` fails, the broker's verdict (``result``) first: what
+    ``check_message`` rejects it for, then what else is wrong with it (fields that do not add
+    up, BODYCRC, the property CRC, PHYSICALOFFSET). Empty for an intact record."""
+    failed: list[str] = []
+    if not result.is_message:
+        failed.append(_broker_check(buf, pos, result))
+        if failed[0] in ("commitlog.magic", "commitlog.size_bounds"):
+            return failed  # no record to look into
+    cols = gather(buf, np.array([pos], np.int64), file_start)
+
+    def add(check: str) -> None:
+        if check not in failed:
+            failed.append(check)
+
+    if not cols.well_formed[0]:
+        add("commitlog.total_size")
+    else:
+        if ctx.options.check_crc and cols.body_crcs()[0] != cols.body_crc[0]:
+            add("commitlog.body_crc")
+        if _checks_prop_crc(ctx):
+            present, stored = prop_crc_tails(cols)
+            if present[0] and prop_crcs(cols, np.array([0]))[0] != stored[0]:
+                add("commitlog.prop_crc")
+    if int(cols.physical_offset[0]) != file_start + pos:
+        add("commitlog.physical_offset")
+    return failed
+
+
+def _broker_check(buf: Buffer, pos: int, result: cl.CheckResult) -> str:
+    """The check id a rejected record falls under: no magic, an impossible TOTALSIZE, else the
+    check's own reason (fields that do not add up count as ``total_size`` whichever part the
+    broker tripped on first)."""
+    size = result.total_size
+    if result.magic not in _MESSAGE_MAGICS:
+        return "commitlog.magic"
+    if size is None or size < cl.MIN_RECORD_SIZE or size > len(buf) - pos:
+        return "commitlog.size_bounds"
+    check = _REASONS[result.reason]
+    if check == "commitlog.parse" and not gather(buf, np.array([pos], np.int64)).well_formed[0]:
+        return "commitlog.total_size"
+    return check
+
+
+def _checks_prop_crc(ctx: Context) -> bool:
+    return ctx.options.check_crc and ctx.profile.supports_prop_crc
+
+
+def run_failures(ctx: Context, cols: RecordColumns) -> list[tuple[int, str, str]]:
+    """What the broker's check does not look at, over the records of one checked run: (row,
+    check id, detail) for each record whose PHYSICALOFFSET names another place, whose
+    ``__CRC32#`` differs from its CRC, or that lacks the ``__CRC32#`` a record next to it
+    carries (damage destroyed the tail: enabledAppendPropCRC is a broker-wide setting, so
+    only the one record where it was switched off is also flagged)."""
+    out: list[tuple[int, str, str]] = []
+    positions = cols.positions + cols.file_start
+    for i in np.flatnonzero(cols.physical_offset != positions).tolist():
+        out.append(
+            (
+                i,
+                "commitlog.physical_offset",
+                f"PHYSICALOFFSET says {int(cols.physical_offset[i])}: a copy of a record from "
+                "elsewhere (stale bytes of an earlier generation or another file)",
+            )
+        )
+    if _checks_prop_crc(ctx):
+        present, stored = prop_crc_tails(cols)
+        rows = np.flatnonzero(present)
+        computed = prop_crcs(cols, rows)
+        bad = computed != stored[rows]
+        for i, c in zip(rows[bad].tolist(), computed[bad].tolist(), strict=True):
+            detail = f"__CRC32# holds {int(stored[i])}, the record's CRC is {c}"
+            out.append((i, "commitlog.prop_crc", detail))
+        before = np.concatenate(([False], present[:-1]))
+        after = np.concatenate((present[1:], [False]))
+        for i in np.flatnonzero(~present & (before | after)).tolist():
+            detail = "no __CRC32# tail, though the record next to it has one"
+            out.append((i, "commitlog.prop_crc", detail))
+    return sorted(out)
+
+
+# --- one file ---------------------------------------------------------------------------------
+
+
+@dataclass
+class TopicCount:
+    records: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class FileResult:
+    """What checking one commitlog file found, for the store-wide checks and the summary."""
+
+    file: str  # relative to the store
+    start: int
+    length: int
+    findings: Findings = field(default_factory=Findings)
+    records: int = 0
+    bytes: int = 0
+    topics: dict[str, TopicCount] = field(default_factory=dict)
+    first_store_timestamp: int | None = None
+    last_store_timestamp: int | None = None
+    max_store_timestamp: int | None = None  # damaged records' readable headers included
+    extent: int = 0  # bytes up to the last non-zero byte
+    end: str = "empty"  # blank | zeros | damage | empty: how the walk of the file ended
+    end_position: int = 0  # where: the BLANK, the first zero of the tail, or the bad bytes
+    tail: tuple[int, int, str] | None = None  # unreadable bytes ending the data: (pos, len, why)
+    damaged_bytes: int = 0
+    intact_after_damage: int = 0
+    coverage: QueueCoverage = field(default_factory=QueueCoverage)
+
+    @property
+    def physical_end(self) -> int:
+        """End of the file's data in the commitlog stream."""
+        return self.start + self.extent
+
+
+def check_file(ctx: Context, f: StoreFile) -> FileResult:
+    """Check one commitlog file from its first byte (see the module docstring)."""
+    result = FileResult(ctx.rel(f.path), f.start, f.length)
+    if not f.length:
+        return result
+    buf = ctx.store.view(f)
+    try:
+        result.extent = data_extent(buf, 0)
+        _walk(ctx, f, buf, result)
+    finally:
+        buf.release()
+    return result
+
+
+def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
+    findings = out.findings
+    last_ts: int | None = None
+    damage_at: int | None = None  # where the file's first bad record starts
+    first_after: int | None = None
+    events = scan_file(buf, f.start, 0, ctx.check, resync_damage=True, own_offset=True)
+    for event in events:
+        if isinstance(event, Skipped):
+            _skipped(ctx, f, buf, event, out)
+            if damage_at is None:
+                damage_at = event.start
+            continue
+        cols = event.columns
+        if len(cols):
+            last_ts = _run(ctx, f, buf, event, out, last_ts, damage_at is not None)
+            if damage_at is not None:
+                own = np.flatnonzero(cols.physical_offset == cols.positions + f.start)
+                out.intact_after_damage += len(own)
+                if first_after is None and len(own):
+                    first_after = int(cols.positions[own[0]])
+        _run_end(ctx, f, buf, event, out)
+    if out.intact_after_damage and first_after is not None:
+        findings.add(
+            "commitlog.intact_after_damage",
+            out.file,
+            f"{out.intact_after_damage} intact records follow the bad record at file position "
+            f"{damage_at}; the broker's restart discards them, salvage recovers them",
+            file_position=first_after,
+            physical_offset=f.start + first_after,
+        )
+
+
+def _run(
+    ctx: Context,
+    f: StoreFile,
+    buf: memoryview,
+    run: CheckedRun,
+    out: FileResult,
+    last_ts: int | None,
+    after_damage: bool,
+) -> int | None:
+    """The checks the broker does not make, over the records of one checked run; returns the
+    store time of its last record that sits where its PHYSICALOFFSET says."""
+    cols = run.columns
+    findings = out.findings
+    out.records += len(cols)
+    out.bytes += int(cols.sizes.sum())
+    tids, topics = cols.topic_ids()
+    names = [decode_text(t) for t in topics]
+    counts = np.bincount(tids, minlength=len(topics))
+    sizes = np.bincount(tids, weights=cols.sizes, minlength=len(topics))
+    for name, n, b in zip(names, counts.tolist(), sizes.tolist(), strict=True):
+        t = out.topics.setdefault(name, TopicCount())
+        t.records += n
+        t.bytes += int(b)
+    positions = cols.positions + f.start
+    own = cols.physical_offset == positions
+    for i, check, detail in run_failures(ctx, cols):
+        _bad_record(ctx, findings, out.file, buf, int(cols.positions[i]), f.start, check, detail)
+    ts = cols.store_timestamp[own]
+    if len(ts):
+        if out.first_store_timestamp is None:
+            out.first_store_timestamp = int(ts[0])
+        out.last_store_timestamp = int(ts[-1])
+        top = int(ts.max())
+        out.max_store_timestamp = max(top, out.max_store_timestamp or top)
+        before = np.concatenate(([last_ts if last_ts is not None else ts[0]], ts[:-1]))
+        at = np.flatnonzero(own)
+        for k in np.flatnonzero(ts < before).tolist():
+            i = int(at[k])
+            findings.add(
+                "commitlog.timestamp_backwards",
+                out.file,
+                f"STORETIMESTAMP {int(ts[k])} is {int(before[k] - ts[k])} ms before the "
+                "record's predecessor",
+                file_position=int(cols.positions[i]),
+                physical_offset=int(positions[i]),
+            )
+        last_ts = int(ts[-1])
+    if not after_damage:
+        rows = np.flatnonzero(own & cols.enters_consume_queue())
+        out.coverage.add_run(ctx, cols, rows, tids, names, findings, out.file)
+    return last_ts
+
+
+def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: FileResult) -> None:
+    """The BLANK rules where a run ends: a BLANK's TOTALSIZE is the rest of the file, and a
+    record leaves room for one (8 bytes) before the end of the file."""
+    findings = out.findings
+    cols = run.columns
+    room = len(buf) - cl.END_FILE_MIN_BLANK_LENGTH
+    if len(cols) and cols.end > room:
+        at = int(cols.positions[-1])
+        findings.add(
+            "commitlog.blank",
+            out.file,
+            f"the record ends {len(buf) - cols.end} bytes before the end of the file: the "
+            f"broker keeps {cl.END_FILE_MIN_BLANK_LENGTH} bytes for a BLANK",
+            file_position=at,
+            physical_offset=f.start + at,
+        )
+    stop = run.stop
+    if stop is None:
+        return
+    if stop.is_blank:
+        out.end, out.end_position = "blank", run.end
+        if stop.total_size != len(buf) - run.end:
+            _bad_record(
+                ctx,
+                findings,
+                out.file,
+                buf,
+                run.end,
+                f.start,
+                "commitlog.blank",
+                f"BLANK TOTALSIZE {stop.total_size}, but {len(buf) - run.end} bytes are left "
+                "in the file",
+            )
+    elif run.end >= out.extent:
+        out.end, out.end_position = "zeros", run.end
+
+
+def _skipped(ctx: Context, f: StoreFile, buf: memoryview, event: Skipped, out: FileResult) -> None:
+    """Bytes no record could be read from. A record header there (a message magic) is a bad
+    record wherever it is. Bytes without one are a hole when records follow in the file; the
+    last such stretch of a file is judged with its neighbours (:func:`check_files`): stale
+    bytes after the log's last record, or a hole when later files hold data."""
+    out.damaged_bytes += event.length
+    r = event.result
+    if r.record is not None and r.magic in _MESSAGE_MAGICS:
+        ts = r.record.store_timestamp
+        out.max_store_timestamp = max(ts, out.max_store_timestamp or ts)
+    checks = record_failures(buf, event.start, f.start, r, ctx)
+    last = event.end >= out.extent
+    if checks[0] == "commitlog.magic" and last:
+        out.end, out.end_position = "damage", event.start
+        out.tail = (event.start, event.length, r.detail or r.reason.value)
+        return
+    if last:
+        out.end, out.end_position = "damage", event.start
+    what = f"{r.reason.value}: {r.detail}" if r.detail else r.reason.value
+    others = f"; also fails {', '.join(checks[1:])}" if len(checks) > 1 else ""
+    follows = (
+        f"; the next intact record starts {event.length} bytes on"
+        if not last
+        else "; nothing readable follows in the file"
+    )
+    _bad_record(
+        ctx,
+        out.findings,
+        out.file,
+        buf,
+        event.start,
+        f.start,
+        checks[0],
+        f"{what}{others}{follows}",
+    )
+
+
+def _bad_record(
+    ctx: Context,
+    findings: Findings,
+    file: str,
+    buf: memoryview,
+    pos: int,
+    file_start: int,
+    check: str,
+    detail: str,
+) -> None:
+    dump = (
+        hexdump_lines(buf, pos - _HEXDUMP_BEFORE, pos + _HEXDUMP_AFTER)
+        if ctx.options.hexdump
+        else ()
+    )
+    findings.add(
+        check,
+        file,
+        detail,
+        file_position=pos,
+        physical_offset=file_start + pos,
+        hexdump=dump,
+    )
+
+
+# --- the files together -----------------------------------------------------------------------
+
+
+def check_files(
+    ctx: Context, results: list[FileResult], problems: list[LayoutProblem], findings: Findings
+) -> None:
+    """What needs the whole file list: its layout, files that end without a BLANK while later
+    files hold data, the bytes after the log's last record, and store times across files."""
+    for p in problems:
+        findings.add(layout_check("commitlog", p.kind), ctx.rel(p.path), p.message)
+    with_data = [i for i, r in enumerate(results) if r.extent]
+    last_data = with_data[-1] if with_data else -1
+    last_ts: int | None = None
+    for i, r in enumerate(results):
+        if r.tail is not None:
+            pos, length, why = r.tail
+            if i == last_data:
+                findings.add(
+                    "commitlog.trailing_bytes",
+                    r.file,
+                    f"{length} non-zero bytes after the last record ({why}): stale bytes past "
+                    "the write position, or a record the broker never finished",
+                    file_position=pos,
+                    physical_offset=r.start + pos,
+                )
+            else:
+                findings.add(
+                    "commitlog.magic",
+                    r.file,
+                    f"{length} unreadable bytes end the file ({why}) and later files hold data: "
+                    "the restart stops here and deletes them",
+                    file_position=pos,
+                    physical_offset=r.start + pos,
+                )
+        elif r.end == "zeros" and i < last_data:
+            findings.add(
+                "commitlog.blank",
+                r.file,
+                "the file's records end without a BLANK while later files hold data: the "
+                "restart stops here and deletes them",
+                file_position=r.end_position,
+                physical_offset=r.start + r.end_position,
+            )
+        if r.first_store_timestamp is not None:
+            if last_ts is not None and r.first_store_timestamp < last_ts:
+                findings.add(
+                    "commitlog.timestamp_backwards",
+                    r.file,
+                    f"the file's first STORETIMESTAMP {r.first_store_timestamp} is "
+                    f"{last_ts - r.first_store_timestamp} ms before the previous file's last",
+                    file_position=0,
+                    physical_offset=r.start,
+                )
+            last_ts = r.last_store_timestamp

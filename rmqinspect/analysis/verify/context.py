@@ -1,0 +1,69 @@
+"""What every check of one ``verify`` run shares: the options, the record check they imply,
+and (per process) the consume queues as the broker loads them."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqinspect.analysis.indexes import IndexFileInfo, open_index_files
+from rmqinspect.analysis.queues import loaded_queue
+from rmqinspect.format import commitlog as cl
+from rmqinspect.store.consume_queue import ConsumeQueue
+from rmqinspect.store.model import QueueId, Store
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyOptions:
+    check_crc: bool = True  # BODYCRC and the 5.x property CRC (--no-crc turns both off)
+    hexdump: bool = False  # attach the bytes around each bad record to its finding
+    delay_levels: str = cl.DEFAULT_DELAY_LEVELS  # messageDelayLevel, for schedule tagsCodes
+
+
+class Context:
+    """One process's view of the store under verification."""
+
+    def __init__(self, store: Store, options: VerifyOptions) -> None:
+        self.store = store
+        self.options = options
+        self.profile = store.profile.profile
+        delays = cl.parse_delay_levels(options.delay_levels)
+        self.delay_table = delays
+        self.check = cl.CheckOptions(
+            profile=self.profile,
+            check_crc=options.check_crc,
+            read_body=True,
+            delay_levels=tuple(delays.items()),
+        )
+        self._queues: dict[QueueId, ConsumeQueue | None] = {}
+        # A DLedger store keeps its log in entries, which verify does not walk yet.
+        self.log_readable = store.dledger is None
+        bcq = store.root / "batchconsumequeue"
+        self.batch_topics = (
+            frozenset(e.name for e in os.scandir(bcq) if e.is_dir())
+            if bcq.is_dir()
+            else frozenset()
+        )
+
+    def rel(self, path: Path | str) -> str:
+        """A path as findings name it: relative to the store root."""
+        p = Path(path)
+        try:
+            return p.relative_to(self.store.root).as_posix()
+        except ValueError:
+            return p.as_posix()
+
+    @functools.cached_property
+    def index_files(self) -> list[IndexFileInfo]:
+        """Every index file with its header and geometry, in load order."""
+        return open_index_files(self.store)
+
+    def queue(self, qid: QueueId) -> ConsumeQueue | None:
+        """The queue as the broker loads it (None when its directory does not exist)."""
+        if qid not in self._queues:
+            self._queues[qid] = (
+                loaded_queue(self.store, qid)[0] if qid in self.store.queue_dirs else None
+            )
+        return self._queues[qid]

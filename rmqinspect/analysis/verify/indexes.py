@@ -1,0 +1,390 @@
+"""Index file checks: the header against the entries, the hash chains, and every entry against
+the record it points to.
+
+Geometry comes from :func:`~rmqinspect.analysis.indexes.open_index_files`. Entries and slots are
+read as numpy views of the file; the records they point to are read many at a time with
+:func:`~rmqinspect.format.columns.gather` and their keys hashed by
+:meth:`~rmqinspect.format.columns.RecordColumns.index_keys` (the index builder's own rule). A
+chain can only loop through a link to a newer entry (``putKey`` links every entry to an older
+one), so only those links are followed one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqinspect.analysis.verify.context import Context
+from rmqinspect.analysis.verify.finding import Findings
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.columns import decode_text, gather
+from rmqinspect.format.index import (
+    ENTRY_DTYPE,
+    HASH_SLOT_SIZE,
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER_SIZE,
+    IndexGeometry,
+    IndexHeader,
+)
+from rmqinspect.format.npbytes import I64, distinct, members, span_fingerprints
+from rmqinspect.format.scan import data_extent
+from rmqinspect.store.files import StoreFile
+
+_CHUNK = 1 << 16  # entries checked per gather
+Report = Callable[[str, int, str], None]  # (check, entry index in the chunk, detail)
+
+
+PART_ENTRIES = 1 << 20  # entries per work unit: a 20M-entry file is checked in parallel parts
+
+
+@dataclass
+class IndexPart:
+    """What checking entries ``[first, stop)`` of one index file found."""
+
+    findings: Findings = field(default_factory=Findings)
+    entries: int = 0
+    fingerprints: list[I64] = field(default_factory=list)  # of the keys of the records seen
+    below: int = 0  # entries pointing below the commitlog's first file
+    first_below: int = 0
+
+
+def index_parts(ctx: Context) -> list[tuple[int, int, int]]:
+    """The work units of the index check: (file index, first entry, stop) ranges, the first of
+    each file also checking the header, slots and chains."""
+    parts = []
+    for k, info in enumerate(ctx.index_files):
+        count = 0
+        if info.usable and info.header is not None and info.geometry is not None:
+            count = min(info.header.entry_count, info.geometry.index_num - 1)
+        parts += [
+            (k, a, min(a + PART_ENTRIES, count)) for a in range(0, max(count, 1), PART_ENTRIES)
+        ]
+    return parts
+
+
+def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: int) -> IndexPart:
+    """Check entries ``[first, stop)`` (0-based) of the ``index``-th index file; the part that
+    starts at 0 also checks the header, the slots and the chains."""
+    info = ctx.index_files[index]
+    part = IndexPart()
+    file = ctx.rel(info.file.path)
+    if info.header is None or info.geometry is None or info.error is not None:
+        part.findings.add("index.geometry", file, info.error or "no usable header or geometry")
+        return part
+    header, geometry = info.header, info.geometry
+    buf = ctx.store.view(info.file)
+    try:
+        entries = _entries(buf, file, header, geometry, part.findings if first == 0 else Findings())
+        if first == 0:
+            heads = _heads(buf, geometry)
+            slots = np.where(entries["key_hash"] >= 0, entries["key_hash"] % geometry.slot_num, -1)
+            _check_header(buf, file, header, geometry, entries, heads, part.findings)
+            _check_slots(file, header, geometry, heads, slots, part.findings)
+            _check_links(file, geometry, entries, slots, part.findings)
+            del heads, slots
+        mine = entries[first:stop]
+        for a in range(0, len(mine), _CHUNK):
+            chunk = mine[a : a + _CHUNK]
+            number = first + a + 1
+            prints, low = _check_chunk(ctx, file, geometry, chunk, number, data_end, part.findings)
+            part.fingerprints += prints
+            if len(low) and not part.below:
+                part.first_below = int(low[0])
+            part.below += len(low)
+        part.entries = len(mine)
+        del entries, mine
+    finally:
+        buf.release()
+    return part
+
+
+def finish_index_file(ctx: Context, index: int, parts: list[IndexPart], findings: Findings) -> None:
+    """What needs all parts of a file: entries below the commitlog, and hash collisions."""
+    info = ctx.index_files[index]
+    file = ctx.rel(info.file.path)
+    below = sum(p.below for p in parts)
+    if below and info.geometry is not None:
+        first = next(p.first_below for p in parts if p.below)
+        findings.add(
+            "index.below_commitlog",
+            file,
+            f"{below} entries point below the commitlog's first file (from entry {first}): "
+            "their records were deleted by retention",
+            file_position=info.geometry.entry_position(first),
+        )
+    _report_collisions(file, [f for p in parts for f in p.fingerprints], findings)
+
+
+def _entries(
+    buf: memoryview,
+    file: str,
+    header: IndexHeader,
+    geometry: IndexGeometry,
+    findings: Findings,
+) -> np.ndarray:
+    """Entries 1..indexCount-1 as a numpy view (as many of them as the file holds)."""
+    claimed = header.entry_count
+    fits = max(0, (len(buf) - geometry.entries_base) // INDEX_ENTRY_SIZE - 1)
+    n = max(0, min(claimed, geometry.index_num - 1, fits))
+    if header.index_count > geometry.index_num:
+        findings.add(
+            "index.header",
+            file,
+            f"indexCount {header.index_count} exceeds maxIndexNum {geometry.index_num}",
+            file_position=36,
+        )
+    elif claimed > fits:
+        findings.add(
+            "index.header",
+            file,
+            f"indexCount {header.index_count} claims more entries than the {len(buf)}-byte file "
+            "holds",
+            file_position=36,
+        )
+    return np.frombuffer(buf, ENTRY_DTYPE, n, geometry.entry_position(1))
+
+
+def _heads(buf: memoryview, geometry: IndexGeometry) -> I64:
+    count = max(0, min(geometry.slot_num, (len(buf) - INDEX_HEADER_SIZE) // HASH_SLOT_SIZE))
+    heads: I64 = np.frombuffer(buf, ">i4", count, INDEX_HEADER_SIZE).astype(np.int64)
+    return heads
+
+
+def _check_header(
+    buf: memoryview,
+    file: str,
+    header: IndexHeader,
+    geometry: IndexGeometry,
+    entries: np.ndarray,
+    heads: I64,
+    findings: Findings,
+) -> None:
+    """``putKey`` keeps the header in step with the entries: begin/end physical offsets are the
+    first and last entry's, begin time is not after end time, hashSlotCount counts the used
+    slots, and nothing is written past entry indexCount - 1."""
+    problems = []
+    if len(entries):
+        first, last = int(entries["phy_offset"][0]), int(entries["phy_offset"][-1])
+        if header.begin_phy_offset != first:
+            problems.append(f"beginPhyOffset {header.begin_phy_offset}, entry 1 points to {first}")
+        if header.end_phy_offset != last:
+            problems.append(
+                f"endPhyOffset {header.end_phy_offset}, the last entry points to {last}"
+            )
+        if header.begin_timestamp > header.end_timestamp:
+            problems.append(
+                f"beginTimestamp {header.begin_timestamp} is after endTimestamp "
+                f"{header.end_timestamp}"
+            )
+        used = int(np.count_nonzero((heads > 0) & (heads <= len(entries))))
+        if header.hash_slot_count != used:
+            problems.append(f"hashSlotCount {header.hash_slot_count}, {used} slots are in use")
+    written_to = geometry.entry_position(header.loaded_index_count)
+    if written_to < len(buf) and data_extent(buf, written_to):
+        problems.append(
+            f"bytes are written past entry {header.loaded_index_count - 1}, the last one "
+            "indexCount counts"
+        )
+    for problem in problems:
+        findings.add("index.header", file, problem, file_position=0)
+
+
+def _check_slots(
+    file: str,
+    header: IndexHeader,
+    geometry: IndexGeometry,
+    heads: I64,
+    slots: I64,
+    findings: Findings,
+) -> None:
+    n = len(slots)
+    used = np.flatnonzero(heads)
+    bad = used[(heads[used] < 1) | (heads[used] > n)]
+    for s in bad.tolist():
+        findings.add(
+            "index.slot",
+            file,
+            f"slot {s} holds entry {int(heads[s])}; entries are 1..{header.loaded_index_count - 1}",
+            file_position=geometry.slot_position(s),
+        )
+    good = used[(heads[used] >= 1) & (heads[used] <= n)]
+    wrong = good[slots[heads[good] - 1] != good]
+    for s in wrong.tolist():
+        findings.add(
+            "index.slot",
+            file,
+            f"slot {s} holds entry {int(heads[s])}, whose key hash belongs to slot "
+            f"{int(slots[heads[s] - 1])}",
+            file_position=geometry.slot_position(s),
+        )
+
+
+def _check_links(
+    file: str,
+    geometry: IndexGeometry,
+    entries: np.ndarray,
+    slots: I64,
+    findings: Findings,
+) -> None:
+    """Every prev link goes to an older entry of the same slot, or is 0."""
+    n = len(entries)
+    number = np.arange(1, n + 1, dtype=np.int64)
+    prev = entries["prev"].astype(np.int64)
+
+    def add(check: str, i: int, detail: str) -> None:
+        findings.add(
+            check,
+            file,
+            f"entry {i + 1}: {detail}",
+            file_position=geometry.entry_position(i + 1) + 16,
+        )
+
+    outside = (prev < 0) | (prev > n)
+    for i in np.flatnonzero(outside).tolist():
+        add("index.chain_link", i, f"prev {int(prev[i])} is outside the entries 1..{n}")
+    for i in np.flatnonzero(prev == number).tolist():
+        add("index.chain_cycle", i, "prev links the entry to itself")
+    forward = np.flatnonzero(~outside & (prev > number))
+    for i in forward.tolist():
+        back = _loops(prev, i + 1)
+        if back:
+            add("index.chain_cycle", i, f"prev {int(prev[i])} leads back to entry {i + 1}")
+        else:
+            add("index.chain_link", i, f"prev {int(prev[i])} is a newer entry")
+    older = np.flatnonzero(~outside & (prev > 0) & (prev < number))
+    other = older[slots[prev[older] - 1] != slots[older]]
+    for i in other.tolist():
+        add(
+            "index.chain_link",
+            i,
+            f"prev {int(prev[i])} is an entry of slot {int(slots[prev[i] - 1])}, not "
+            f"{int(slots[i])}",
+        )
+
+
+def _loops(prev: I64, start: int) -> bool:
+    """Whether following prev links from entry ``start`` comes back to it."""
+    seen = {start}
+    at = int(prev[start - 1])
+    while 0 < at <= len(prev):
+        if at in seen:
+            return at == start
+        seen.add(at)
+        at = int(prev[at - 1])
+    return False
+
+
+def _check_chunk(
+    ctx: Context,
+    file: str,
+    geometry: IndexGeometry,
+    chunk: np.ndarray,
+    first_number: int,
+    data_end: int,
+    findings: Findings,
+) -> tuple[list[I64], I64]:
+    """Entries ``first_number..`` of the file against their records: the key fingerprints of
+    :func:`_check_records`, and the numbers of the entries pointing below the commitlog."""
+    clq = ctx.store.commitlog
+    phy = chunk["phy_offset"].astype(np.int64)
+    hashes = chunk["key_hash"].astype(np.int64)
+
+    def report(check: str, i: int, detail: str) -> None:
+        number = first_number + i
+        findings.add(
+            check,
+            file,
+            f"entry {number} ({int(hashes[i])}, {int(phy[i])}): {detail}",
+            file_position=geometry.entry_position(number),
+            physical_offset=int(phy[i]),
+        )
+
+    past = phy >= data_end
+    for i in np.flatnonzero(past).tolist():
+        report("index.points_past_end", i, f"the commitlog's data ends at {data_end}")
+    low = ~past & (phy < max(clq.min_offset, 0))
+    rest = np.flatnonzero(~past & ~low)
+    starts = np.array([f.start for f in clq.files], np.int64)
+    which = np.searchsorted(starts, phy[rest], side="right") - 1
+    prints = [
+        _check_records(ctx, clq.files[k], rest[which == k], phy, hashes, report)
+        for k in distinct(which).tolist()
+    ]
+    return prints, np.flatnonzero(low) + first_number
+
+
+def _check_records(
+    ctx: Context,
+    f: StoreFile,
+    sel: I64,
+    phy: I64,
+    hashes: I64,
+    report: Report,
+) -> I64:
+    """The entries ``sel`` pointing into commitlog file ``f``; returns (hash, fingerprint of
+    the key) of every key of the records they point to, for the collision report."""
+    rel = phy[sel] - f.start
+    outside = rel > f.length - cl.MIN_RECORD_SIZE
+    for i in sel[outside].tolist():
+        report("index.no_record", i, f"no record fits there in {f.name}")
+    sel, rel = sel[~outside], rel[~outside]
+    empty = np.zeros(0, np.int64)
+    if not len(sel):
+        return empty
+    buf = ctx.store.view(f)
+    try:
+        uniq, inverse = np.unique(rel, return_inverse=True)
+        cols = gather(buf, uniq, f.start)
+        magic = cols.magic[inverse]
+        v2 = (magic == cl.MESSAGE_MAGIC_CODE_V2) & ctx.profile.accepts_v2_magic
+        header = (magic == cl.MESSAGE_MAGIC_CODE) | v2
+        for i in sel[~header].tolist():
+            report("index.no_record", i, "no message record starts there")
+        rows = np.flatnonzero(cols.well_formed)
+        if not len(rows):
+            return empty
+        tids, topics = cols.topic_ids()
+        names = [decode_text(t) for t in topics]
+        keys = cols.index_keys(rows, tids, names)
+        owner = rows[keys.owners]
+        record_keys = (owner << 32) | keys.hashes
+        has_keys = np.zeros(len(cols), bool)
+        has_keys[owner] = True
+        checked = header & cols.well_formed[inverse]
+        entry_keys = (inverse << 32) | (hashes[sel] & 0xFFFFFFFF)
+        missing = checked & ~members(entry_keys, record_keys)
+        for n in np.flatnonzero(missing).tolist():
+            report(
+                "index.key_hash",
+                int(sel[n]),
+                "none of the record's keys has this hash"
+                if has_keys[inverse[n]]
+                else "the record has no indexed key",
+            )
+        data = np.frombuffer(cols.buf, np.uint8)
+        prints = span_fingerprints(data, keys.starts, keys.lengths) & 0xFFFFFFFF
+        out: I64 = distinct((keys.hashes << 32) | prints)
+        del cols
+        return out
+    finally:
+        buf.release()
+
+
+def _report_collisions(file: str, fingerprints: list[I64], findings: Findings) -> None:
+    """Distinct keys (told apart by a fingerprint of the string) sharing one hash: one finding
+    per file."""
+    if not fingerprints:
+        return
+    hashes = distinct(np.concatenate(fingerprints)) >> 32
+    values, counts = np.unique(hashes, return_counts=True)
+    shared = values[counts > 1]
+    if len(shared):
+        examples = ", ".join(str(h) for h in shared[:5].tolist())
+        findings.add(
+            "index.hash_collision",
+            file,
+            f"{len(shared)} key hashes are shared by distinct keys (e.g. {examples}): a query for "
+            "one key also returns the others' messages, which the client filters out",
+        )

@@ -1,0 +1,235 @@
+"""One ``verify`` run: the checks in order, each file a work unit, optionally in worker
+processes (``--jobs``), and the findings merged in file order whatever the number of workers.
+
+1. every commitlog file (records, and the consume-queue units their records need);
+2. what needs all commitlog files at once (:func:`.commitlog.check_files`), and the restart
+   prediction for records without units (:func:`.queues.classify_lagging`), only when there are
+   such records;
+3. every consume-queue file and every index file, against the commitlog's data end from 1;
+4. the checkpoint, config files, offsets and unsupported layouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import multiprocessing
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
+from rmqinspect.analysis.verify.commitlog import FileResult, check_file, check_files
+from rmqinspect.analysis.verify.context import Context, VerifyOptions
+from rmqinspect.analysis.verify.finding import CHECKS, Finding, Findings, Severity
+from rmqinspect.analysis.verify.indexes import (
+    IndexPart,
+    check_index_part,
+    finish_index_file,
+    index_parts,
+)
+from rmqinspect.analysis.verify.metadata import (
+    check_checkpoint,
+    check_config,
+    check_offsets,
+    check_unsupported,
+)
+from rmqinspect.analysis.verify.queues import (
+    QueueCoverage,
+    check_queue_file,
+    check_queue_layout,
+    classify_lagging,
+)
+from rmqinspect.analysis.verify.summary import Coverage, Summary, summarize
+from rmqinspect.store.model import QueueId, Store, StoreOptions
+
+Progress = Callable[[int], None]
+T = TypeVar("T")
+A = TypeVar("A")
+
+_FAMILIES = list(dict.fromkeys(check.split(".")[0] for check in CHECKS))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    findings: list[Finding]  # in family, file and position order
+    summary: Summary
+
+    def failing(self, threshold: Severity) -> int:
+        """Findings (listed or not) at ``threshold`` or worse."""
+        return sum(
+            n
+            for check, n in self.summary.findings_by_check.items()
+            if CHECKS[check].severity.rank >= threshold.rank
+        )
+
+
+# --- work units ---------------------------------------------------------------------------------
+
+
+def _commitlog_unit(ctx: Context, index: int) -> FileResult:
+    return check_file(ctx, ctx.store.commitlog.files[index])
+
+
+def _queue_unit(ctx: Context, arg: tuple[str, int, int, int]) -> tuple[Findings, int]:
+    topic, queue_id, index, data_end = arg
+    findings = Findings()
+    f = ctx.store.consume_queue(topic, queue_id).files[index]
+    units = check_queue_file(ctx, QueueId(topic, queue_id), f, data_end, findings)
+    return findings, units
+
+
+def _index_unit(ctx: Context, arg: tuple[int, int, int, int]) -> IndexPart:
+    index, first, stop, data_end = arg
+    return check_index_part(ctx, index, first, stop, data_end)
+
+
+_CONTEXT: Context | None = None  # a worker process's own view of the store
+
+
+def _open_in_worker(root: str, store_options: StoreOptions, options: VerifyOptions) -> None:
+    global _CONTEXT
+    _CONTEXT = Context(Store.open(root, store_options), options)
+
+
+def _in_worker(work: Callable[[Context, A], T], arg: A) -> T:
+    assert _CONTEXT is not None
+    return work(_CONTEXT, arg)
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+class Verifier:
+    """Verify one store, with ``jobs`` worker processes (1: in this process).
+
+    Use as a context manager: with more than one job the workers are forked on entry, before
+    anything else (a progress bar's thread) runs, and each opens the store read-only itself.
+    """
+
+    def __init__(self, store: Store, options: VerifyOptions | None = None, jobs: int = 1) -> None:
+        self.store = store
+        self.options = options or VerifyOptions()
+        self.jobs = max(1, jobs)
+        self.ctx = Context(store, self.options)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> Verifier:
+        if self.jobs > 1:
+            fork = "fork" in multiprocessing.get_all_start_methods()
+            # The store options the workers open with: the profile as detected here, so that
+            # every process judges records by the same rules.
+            settings = dataclasses.replace(self.store.options, profile=self.store.profile.profile)
+            self._pool = ProcessPoolExecutor(
+                self.jobs,
+                mp_context=multiprocessing.get_context("fork") if fork else None,
+                initializer=_open_in_worker,
+                initargs=(str(self.store.root), settings, self.options),
+            )
+            self._pool.submit(int).result()  # fork them all now
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def _map(self, work: Callable[[Context, A], T], args: list[A]) -> Iterator[T]:
+        """``work`` over ``args``, results in order."""
+        if self._pool is None:
+            return (work(self.ctx, a) for a in args)
+        chunk = max(1, len(args) // (self.jobs * 8))
+        return self._pool.map(functools.partial(_in_worker, work), args, chunksize=chunk)
+
+    def run(self, progress: Progress | None = None) -> VerifyReport:
+        advance = progress or (lambda _n: None)
+        ctx, store = self.ctx, self.store
+        findings = Findings()
+        files = store.commitlog.files
+        results: list[FileResult] = []
+        for r in self._map(_commitlog_unit, list(range(len(files)))):
+            results.append(r)
+            findings.extend(r.findings)
+            advance(r.length)
+        check_files(ctx, results, store.commitlog.problems, findings)
+        data_end = max(
+            (r.physical_end for r in results if r.extent),
+            default=max(store.commitlog.min_offset, 0),
+        )
+        coverage = QueueCoverage()
+        for r in results:
+            coverage.extend(r.coverage)
+        restart = None
+        if coverage.lagging:
+            restart = run_recovery(store, RecoverOptions(lost_limit=None)).report
+            classify_lagging(ctx, coverage, restart, findings)
+        check_queue_layout(ctx, findings)
+        queue_args = [
+            (qid.topic, qid.queue_id, i, data_end)
+            for qid in store.queue_dirs
+            for i in range(len(store.consume_queue(qid.topic, qid.queue_id).files))
+        ]
+        index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
+        if not ctx.log_readable:
+            queue_args, index_args = [], []  # nothing to check them against
+        units = _merge(self._map(_queue_unit, queue_args), findings)
+        entries = 0
+        parts: dict[int, list[IndexPart]] = {}
+        for (k, _, _, _), part in zip(index_args, self._map(_index_unit, index_args), strict=True):
+            findings.extend(part.findings)
+            entries += part.entries
+            parts.setdefault(k, []).append(part)
+        for k, file_parts in parts.items():
+            finish_index_file(ctx, k, file_parts, findings)
+        max_ts = max(
+            (r.max_store_timestamp for r in results if r.max_store_timestamp is not None),
+            default=None,
+        )
+        if ctx.log_readable:
+            check_checkpoint(ctx, data_end, max_ts, findings)
+        check_config(ctx, findings)
+        check_offsets(ctx, restart, findings)
+        check_unsupported(ctx, findings)
+        summary = summarize(
+            str(store.root),
+            ctx.profile.value,
+            self.options.check_crc,
+            results,
+            data_end,
+            Coverage(
+                len(store.queue_dirs), units, len(ctx.index_files), entries, restart is not None
+            ),
+            findings,
+        )
+        return VerifyReport(sorted(findings.listed, key=_order), summary)
+
+
+def _merge(parts: Iterable[tuple[Findings, int]], findings: Findings) -> int:
+    total = 0
+    for part, n in parts:
+        findings.extend(part)
+        total += n
+    return total
+
+
+def _order(f: Finding) -> tuple[Any, ...]:
+    family = _FAMILIES.index(f.check.split(".")[0])
+    return (family, f.file, f.file_position if f.file_position is not None else -1)
+
+
+def verify_store(
+    store: Store,
+    options: VerifyOptions | None = None,
+    jobs: int = 1,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Every check of ``verify`` over ``store`` (see the module docstring)."""
+    with Verifier(store, options, jobs) as verifier:
+        return verifier.run(progress)

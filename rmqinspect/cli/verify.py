@@ -1,0 +1,72 @@
+"""``rmqinspect verify STORE``: check every file of a store, as amcheck does a database."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from rmqinspect.analysis.verify import Severity, Verifier, VerifyOptions
+from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, handle_errors
+from rmqinspect.cli.options import FormatOpt, StoreArg, commitlog_progress, with_store_options
+from rmqinspect.render.output import resolve_format
+from rmqinspect.render.verify import render_verify
+from rmqinspect.store.model import Store, StoreOptions
+
+
+@handle_errors
+@with_store_options
+def verify(
+    store: StoreArg,
+    no_crc: Annotated[
+        bool, typer.Option("--no-crc", help="Skip BODYCRC and the 5.x property CRC (faster).")
+    ] = False,
+    fail_on: Annotated[
+        Severity,
+        typer.Option(
+            "--fail-on",
+            case_sensitive=False,
+            help="Exit 1 when a finding of this severity or worse is found: error or warning.",
+        ),
+    ] = Severity.ERROR,
+    format: FormatOpt = None,
+    hexdump: Annotated[
+        bool, typer.Option("--hexdump", help="Show the bytes around each bad record.")
+    ] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Files checked in parallel processes (default: all cores).",
+        ),
+    ] = None,
+    *,
+    store_options: StoreOptions,
+) -> None:
+    """Check every commitlog, consume-queue and index file, the checkpoint, config files and
+    offsets; each problem is a finding with a stable check id (see the README).
+
+    Exit status: 0 when nothing at or above --fail-on is found, 1 when something is,
+    2 on unreadable input.
+
+    Example: rmqinspect verify /data/rocketmq/store --fail-on warning -F json
+    """
+    if fail_on is Severity.INFO:
+        raise typer.BadParameter("choose error or warning", param_hint="--fail-on")
+    options = VerifyOptions(check_crc=not no_crc, hexdump=hexdump)
+    fmt = resolve_format(format)
+    with (
+        Store.open(store, store_options) as opened,
+        Verifier(opened, options, jobs or os.cpu_count() or 1) as verifier,
+        commitlog_progress(opened, "verifying", fmt) as advance,
+    ):
+        report = verifier.run(advance)
+    render_verify(report, fmt)
+    raise typer.Exit(EXIT_FINDINGS if report.failing(fail_on) else EXIT_OK)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify)

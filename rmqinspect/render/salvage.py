@@ -1,0 +1,153 @@
+"""What ``salvage`` writes into its output directory, and what it prints.
+
+:class:`SalvageWriter` receives the salvaged records (it is the analysis'
+:class:`~rmqinspect.analysis.salvage.SalvageSink`) and writes ``messages.jsonl`` (the message
+object of ``messages`` plus ``intact``, ``restart_keeps`` and ``failed``) and
+``messages.parquet`` (:data:`~rmqinspect.format.batch.RECORD_SCHEMA` plus the same three
+columns), streaming: memory stays bounded by one run of records. ``report.json`` is
+:func:`salvage_json`. Files are created through :mod:`rmqinspect.store.output`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rich.table import Table
+
+from rmqinspect.analysis.salvage import Failures, SalvageReport
+from rmqinspect.format.batch import RECORD_SCHEMA, decode_batch
+from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.commitlog import MessageRecord
+from rmqinspect.format.npbytes import I64, Mask
+from rmqinspect.render.message import BodyFormat, message_json
+from rmqinspect.render.output import (
+    OutputFormat,
+    key_value_table,
+    print_json,
+    print_jsonl,
+    print_table,
+    to_jsonable,
+)
+from rmqinspect.store.output import open_new
+
+MESSAGES_JSONL = "messages.jsonl"
+MESSAGES_PARQUET = "messages.parquet"
+REPORT_JSON = "report.json"
+SALVAGE_SCHEMA = (
+    RECORD_SCHEMA.append(pa.field("intact", pa.bool_()))
+    .append(pa.field("restart_keeps", pa.bool_()))
+    .append(pa.field("failed", pa.list_(pa.string())))
+)
+
+
+class SalvageWriter:
+    """Writes the salvaged records into ``out`` (already prepared, empty)."""
+
+    def __init__(self, out: Path, body: BodyFormat = BodyFormat.TEXT) -> None:
+        self.out = out
+        self.body = body
+        self._jsonl = io.TextIOWrapper(open_new(out / MESSAGES_JSONL), encoding="utf-8")
+        self._parquet_file = open_new(out / MESSAGES_PARQUET)
+        self._parquet = pq.ParquetWriter(self._parquet_file, SALVAGE_SCHEMA)
+
+    def __enter__(self) -> SalvageWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._parquet.close()
+        self._parquet_file.close()
+        self._jsonl.close()
+
+    def add_columns(
+        self,
+        cols: RecordColumns,
+        rows: I64,
+        intact: Mask,
+        restart_keeps: Mask,
+        failed: Sequence[Failures],
+    ) -> None:
+        chosen = cols.select(rows)
+        for k, i in enumerate(rows.tolist()):
+            self._line(cols.record(i), bool(intact[k]), bool(restart_keeps[k]), failed[k])
+        batch = decode_batch(chosen)
+        extra = [
+            pa.array(intact, pa.bool_()),
+            pa.array(restart_keeps, pa.bool_()),
+            pa.array([list(f) for f in failed], pa.list_(pa.string())),
+        ]
+        self._parquet.write_batch(
+            pa.RecordBatch.from_arrays([*batch.columns, *extra], schema=SALVAGE_SCHEMA)
+        )
+
+    def add_partial(self, record: MessageRecord, restart_keeps: bool, failed: Failures) -> None:
+        self._line(record, False, restart_keeps, failed)
+
+    def _line(self, record: MessageRecord, intact: bool, keeps: bool, failed: Failures) -> None:
+        doc = message_json(record, self.body)
+        doc.update(intact=intact, restart_keeps=keeps, failed=list(failed))
+        self._jsonl.write(json.dumps(doc, ensure_ascii=False))
+        self._jsonl.write("\n")
+
+    def write_report(self, report: SalvageReport) -> None:
+        with io.TextIOWrapper(open_new(self.out / REPORT_JSON), encoding="utf-8") as fh:
+            json.dump(salvage_json(report, self.out), fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+
+
+def salvage_json(report: SalvageReport, out: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = {"out": str(out)}
+    doc.update(to_jsonable(report))
+    doc["files"] = [MESSAGES_JSONL, MESSAGES_PARQUET, REPORT_JSON]
+    return doc
+
+
+def render_salvage(report: SalvageReport, out: Path, fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.JSON:
+        print_json(salvage_json(report, out))
+        return
+    if fmt is OutputFormat.JSONL:
+        print_jsonl([salvage_json(report, out)])
+        return
+    restart = report.restart
+    print_table(
+        key_value_table(
+            f"Salvaged into {out}",
+            [
+                ("records listed", report.messages),
+                ("intact", report.intact),
+                ("damaged (intact false)", report.damaged),
+                ("  decoded only partly (jsonl only)", report.partial),
+                ("kept by the restart", report.restart_keeps),
+                ("intact, but the restart discards them", report.intact_restart_discards),
+                ("damaged ranges", len(report.damaged_ranges)),
+                ("restart verdict", restart.verdict if restart is not None else ""),
+                ("recovered end", restart.recovered_end if restart is not None else ""),
+            ],
+        )
+    )
+    if report.damaged_ranges:
+        t = Table(title="Damaged ranges", title_justify="left")
+        for col in ("file", "file offset", "physical offset", "length", "reason", "detail"):
+            t.add_column(col, justify="right" if "offset" in col or col == "length" else "left")
+        for r in report.damaged_ranges:
+            t.add_row(
+                r.file,
+                str(r.file_offset),
+                str(r.physical_offset),
+                str(r.length),
+                r.reason,
+                r.detail,
+            )
+        print_table(t)

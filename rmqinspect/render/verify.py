@@ -1,0 +1,147 @@
+"""Rendering of ``verify``: ``{"findings": [...], "summary": {...}}`` as JSON, one finding per
+line then the summary as JSON Lines, or a findings table followed by the store's statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from rmqinspect.analysis.verify import CHECKS, Finding, Summary, VerifyReport
+from rmqinspect.render.output import (
+    OutputFormat,
+    key_value_table,
+    print_json,
+    print_plain_jsonl,
+    print_table,
+    print_table_batches,
+    stdout_console,
+    to_jsonable,
+)
+from rmqinspect.render.values import size_cell, time_cell, with_times
+
+
+def finding_json(finding: Finding) -> dict[str, Any]:
+    doc: dict[str, Any] = to_jsonable(finding)
+    doc["hexdump"] = list(finding.hexdump)
+    return doc
+
+
+def summary_json(summary: Summary) -> dict[str, Any]:
+    doc: dict[str, Any] = with_times(to_jsonable(summary))
+    doc["files"] = [with_times(f) for f in doc["files"]]
+    return doc
+
+
+def verify_json(report: VerifyReport) -> dict[str, Any]:
+    return {
+        "findings": [finding_json(f) for f in report.findings],
+        "summary": summary_json(report.summary),
+    }
+
+
+def render_verify(report: VerifyReport, fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.JSON:
+        print_json(verify_json(report))
+    elif fmt is OutputFormat.JSONL:
+        print_plain_jsonl(finding_json(f) for f in report.findings)
+        print_plain_jsonl([{"summary": summary_json(report.summary)}])
+    else:
+        print_table_batches(report.findings, _findings_table)
+        console = stdout_console()
+        for f in report.findings:
+            if f.hexdump:
+                console.print(f"\n{f.check} at {f.file} byte {f.file_position}:")
+                console.print("\n".join(f.hexdump))
+        for table in summary_tables(report.summary):
+            print_table(table)
+
+
+def _findings_table(batch: list[Finding], first: bool) -> Table:
+    t = Table(title="Findings" if first else None, title_justify="left")
+    for col in ("severity", "check", "file", "position", "physical offset", "queue"):
+        right = col in ("position", "physical offset")
+        t.add_column(col, justify="right" if right else "left", overflow="fold")
+    t.add_column("detail", ratio=1, overflow="fold")
+    if first and not batch:
+        t.add_row("", "", "", "", "", "", "no findings")
+    for f in batch:
+        queue = ""
+        if f.topic is not None:
+            queue = f"{f.topic}/{f.queue_id}"
+            if f.queue_offset is not None:
+                queue += f" @{f.queue_offset}"
+        t.add_row(
+            f.severity.value,
+            f.check,
+            f.file,
+            "" if f.file_position is None else str(f.file_position),
+            "" if f.physical_offset is None else str(f.physical_offset),
+            queue,
+            f.detail,
+        )
+    return t
+
+
+def summary_tables(s: Summary) -> list[Table]:
+    """The statistics, as ``pg_waldump --stats`` prints a WAL's: overall, per topic, per file,
+    and findings by check."""
+    overview = key_value_table(
+        f"Summary: {s.store}",
+        [
+            ("profile", s.profile),
+            ("body/property CRCs", "checked" if s.crc_checked else "not checked (--no-crc)"),
+            ("records", s.records),
+            ("record bytes", size_cell(s.bytes)),
+            ("damaged bytes", size_cell(s.damaged_bytes)),
+            ("intact records after damage", s.intact_after_damage),
+            ("first store time", time_cell(s.first_store_timestamp)),
+            ("last store time", time_cell(s.last_store_timestamp)),
+            ("commitlog data end", s.data_end),
+            ("commitlog files", s.commitlog_files),
+            ("consume queues / units checked", f"{s.consume_queues} / {s.units_checked}"),
+            ("index files / entries checked", f"{s.index_files} / {s.index_entries_checked}"),
+            ("restart predicted", "yes" if s.restart_predicted else "no"),
+            (
+                "findings",
+                ", ".join(f"{n} {sev}" for sev, n in s.findings_by_severity.items())
+                + ("" if s.findings == s.findings_listed else f" ({s.findings_listed} listed)"),
+            ),
+        ],
+    )
+    topics = Table(title="Records per topic", title_justify="left")
+    for col in ("topic", "records", "% records", "bytes", "% bytes"):
+        topics.add_column(col, justify="left" if col == "topic" else "right")
+    for t in s.topics:
+        topics.add_row(
+            t.topic,
+            str(t.records),
+            _percent(t.records, s.records),
+            str(t.bytes),
+            _percent(t.bytes, s.bytes),
+        )
+    files = Table(title="Commitlog files", title_justify="left")
+    columns = ("file", "records", "bytes", "damaged", "after damage", "ends with", "first", "last")
+    for col in columns:
+        files.add_column(col, justify="left" if col in ("file", "ends with") else "right")
+    for f in s.files:
+        files.add_row(
+            f.file,
+            str(f.records),
+            str(f.bytes),
+            str(f.damaged_bytes),
+            str(f.intact_after_damage),
+            f.end,
+            time_cell(f.first_store_timestamp),
+            time_cell(f.last_store_timestamp),
+        )
+    checks = Table(title="Findings by check", title_justify="left")
+    for col in ("check", "severity", "findings", "what it means"):
+        checks.add_column(col, justify="right" if col == "findings" else "left")
+    for check, n in s.findings_by_check.items():
+        checks.add_row(check, CHECKS[check].severity.value, str(n), CHECKS[check].summary)
+    return [overview, topics, files, checks]
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}" if whole else ""

@@ -1,0 +1,103 @@
+"""The verify command: exit codes, the three formats, --fail-on, --no-crc, --hexdump, --jobs,
+and the README documenting every check id."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from rmqinspect.analysis.verify import CHECKS
+from tests.cli_helpers import run
+from tests.conftest import FIXTURES, ROOT
+
+STORES = FIXTURES / "stores"
+
+
+def test_clean_store_exits_0_with_an_empty_findings_list() -> None:
+    result = run("verify", STORES / "clean53_propcrc", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["findings"] == []
+    summary = doc["summary"]
+    assert summary["records"] > 0 and summary["findings_by_check"] == {}
+    assert summary["first_store_time"].endswith("Z")
+    assert {t["topic"] for t in summary["topics"]} >= {"TopicA", "TopicB", "TopicC"}
+    assert sum(t["records"] for t in summary["topics"]) == summary["records"]
+    assert sum(f["records"] for f in summary["files"]) == summary["records"]
+
+
+def test_damage_exits_1_and_names_the_offset() -> None:
+    result = run("verify", STORES / "torn_tail49", "--format", "json")
+    assert result.exit_code == 1
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert finding == {
+        "check": "commitlog.body_crc",
+        "severity": "error",
+        "file": "commitlog/00000000000000065536",
+        "detail": finding["detail"],
+        "file_position": 27623,
+        "physical_offset": 93159,
+        "topic": None,
+        "queue_id": None,
+        "queue_offset": None,
+        "hexdump": [],
+    }
+
+
+def test_fail_on_warning_turns_a_crash_store_red() -> None:
+    assert run("verify", STORES / "crash49", "--format", "json").exit_code == 0
+    assert (
+        run("verify", STORES / "crash49", "--format", "json", "--fail-on", "warning").exit_code == 1
+    )
+    assert run("verify", STORES / "crash49", "--fail-on", "info").exit_code == 2
+
+
+def test_no_crc_skips_the_body_crc() -> None:
+    result = run("verify", STORES / "bad_crc49", "--no-crc", "--format", "json")
+    assert result.exit_code == 0, result.stdout
+    assert json.loads(result.stdout)["summary"]["crc_checked"] is False
+
+
+def test_jsonl_is_findings_then_the_summary() -> None:
+    result = run("verify", STORES / "stale_tail49", "--format", "jsonl", "--hexdump")
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["check"] for line in lines[:-1]] == ["commitlog.physical_offset"] * 3
+    assert all(line["hexdump"] for line in lines[:-1])
+    assert set(lines[-1]) == {"summary"}
+
+
+def test_table_ends_with_the_summary(wide_console: None) -> None:
+    result = run("verify", STORES / "zeroed49", "--format", "table", "--hexdump")
+    assert result.exit_code == 1
+    out = result.stdout
+    assert (
+        out.index("Findings")
+        < out.index("commitlog.body_crc at commitlog/")
+        < out.index("Records per topic")
+    )
+    assert "Findings by check" in out and "Commitlog files" in out
+
+
+def test_jobs_do_not_change_the_output() -> None:
+    one = run("verify", STORES / "zeroed49", "--format", "json", "--jobs", "1")
+    two = run("verify", STORES / "zeroed49", "--format", "json", "--jobs", "2")
+    assert one.stdout == two.stdout and one.exit_code == two.exit_code == 1
+
+
+def test_unreadable_input_exits_2(tmp_path: Path) -> None:
+    result = run("verify", tmp_path / "missing")
+    assert result.exit_code == 2 and "no such directory" in result.stderr
+
+
+def test_readme_documents_every_check_id() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("### `rmqinspect verify STORE`")
+    section = readme[start : readme.index("\n### ", start + 1)]
+    documented = set(
+        re.findall(
+            r"`((?:commitlog|consumequeue|index|checkpoint|config|offsets|store)\.[a-z_]+)`",
+            section,
+        )
+    )
+    assert documented == set(CHECKS)

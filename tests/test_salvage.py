@@ -1,0 +1,136 @@
+"""salvage gives back every message the damage did not touch and nothing else, proven against
+the undamaged original for every damage helper under 4.9, 5.1 and 5.3; restart_keeps is the
+restart recover predicts; the output directory rules hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from rmqinspect.analysis.recovery import RecoverOptions, analyze_recovery
+from rmqinspect.analysis.salvage import SalvageReport, salvage
+from rmqinspect.format import commitlog as cl
+from rmqinspect.render.message import BodyFormat
+from rmqinspect.render.salvage import SalvageWriter
+from rmqinspect.store.model import Store
+from rmqinspect.store.output import prepare_output_dir
+from tests.cli_helpers import run
+from tests.conftest import FIXTURES
+from tests.damage_matrix import (
+    DAMAGES,
+    PROFILES,
+    commitlog_ranges,
+    damaged,
+    original,
+    records,
+    touched,
+)
+
+
+def salvaged(root: Path, out: Path) -> tuple[SalvageReport, list[dict[str, Any]]]:
+    with Store.open(root) as store:
+        prepare_output_dir(out, "--out", store.root)
+        with SalvageWriter(out, BodyFormat.BASE64) as writer:
+            report = salvage(store, writer)
+            writer.write_report(report)
+    lines = (out / "messages.jsonl").read_text(encoding="utf-8").splitlines()
+    return report, [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def originals(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("originals")
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGES))
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_every_untouched_message_and_nothing_else(
+    originals: Path, tmp_path: Path, profile: str, kind: str
+) -> None:
+    d = damaged(originals, profile, kind, tmp_path / "store")
+    report, rows = salvaged(tmp_path / "store", tmp_path / "out")
+    clean = records(original(originals, profile))
+    hit = {r.offset for r in touched(clean, d)}
+    untouched = {r.offset: r for r in clean if r.offset not in hit}
+    intact = {row["physical_offset"]: row for row in rows if row["intact"]}
+    # Every message the damage did not touch comes back intact, field for field.
+    assert set(untouched) <= set(intact)
+    for offset, rec in untouched.items():
+        expected = cl.decode_message(rec.data, 0, offset)
+        row = intact[offset]
+        assert row["topic"] == expected.topic
+        assert (row["queue_id"], row["queue_offset"]) == (expected.queue_id, expected.queue_offset)
+        assert row["store_timestamp"] == expected.store_timestamp
+        assert row["properties"] == dict(sorted(expected.properties.items()))
+        assert row["body_encoding"] == "base64"
+        assert row["body_crc_ok"] and row["failed"] == []
+    # Nothing else: an intact record that is no untouched original was written by the damage
+    # helper itself (a rewritten record), wholly inside the bytes it changed.
+    ranges = commitlog_ranges(d)
+    for offset, row in intact.items():
+        if offset not in untouched:
+            end = offset + row["store_size"]
+            assert any(a <= offset and end <= b for a, b in ranges), row
+    # Damaged records say what failed; the counts add up.
+    for row in rows:
+        assert row["intact"] == (row["failed"] == [])
+    assert report.messages == len(rows)
+    assert report.intact == len(intact)
+    table = pq.read_table(tmp_path / "out" / "messages.parquet")
+    assert table.num_rows == report.messages - report.partial
+    parquet = dict(
+        zip(table["physical_offset"].to_pylist(), table["intact"].to_pylist(), strict=True)
+    )
+    assert {o: r["intact"] for o, r in intact.items()} == {o: i for o, i in parquet.items() if i}
+
+
+@pytest.mark.parametrize("kind", ["flip_body", "torn_tail", "zero_region", "abort"])
+def test_restart_keeps_is_the_predicted_restart(originals: Path, tmp_path: Path, kind: str) -> None:
+    damaged(originals, "4.9", kind, tmp_path / "store")
+    _, rows = salvaged(tmp_path / "store", tmp_path / "out")
+    with Store.open(tmp_path / "store") as store:
+        restart = analyze_recovery(store, RecoverOptions(lost_limit=None))
+    assert restart.commitlog is not None and restart.commitlog.max_offset is not None
+    end = restart.commitlog.max_offset
+    lost = {m.physical_offset for m in restart.lost_messages.messages}
+    for row in rows:
+        offset = row["physical_offset"]
+        assert row["restart_keeps"] == (offset < end and offset not in lost), row
+    discarded = [row for row in rows if row["intact"] and not row["restart_keeps"]]
+    # The intact messages the restart throws away are exactly those it lists as lost.
+    assert {row["physical_offset"] for row in discarded} == {
+        m.physical_offset for m in restart.lost_messages.messages
+    }
+    if kind == "abort":
+        assert discarded == []
+    if kind == "flip_body":
+        assert discarded  # the restart cuts the log at the flipped record; salvage has them
+
+
+def test_report_json(tmp_path: Path) -> None:
+    report, _ = salvaged(FIXTURES / "stores" / "zeroed49", tmp_path / "out")
+    doc = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert doc["messages"] == report.messages == report.intact + report.damaged
+    assert doc["damaged_ranges"][0]["physical_offset"] == 69865
+    assert doc["restart"]["recovered_end"] == 69865
+    assert doc["intact_restart_discards"] == report.intact_restart_discards > 0
+    assert doc["caveats"] and doc["files"] == ["messages.jsonl", "messages.parquet", "report.json"]
+
+
+def test_cli_writes_only_into_a_new_directory_outside_the_store(tmp_path: Path) -> None:
+    store = FIXTURES / "stores" / "torn_tail49"
+    ok = run("salvage", store, "--out", tmp_path / "out", "--format", "json")
+    assert ok.exit_code == 0, ok.stderr
+    doc = json.loads(ok.stdout)
+    assert doc["damaged"] == 1 and doc["intact"] > 0
+    again = run("salvage", store, "--out", tmp_path / "out")
+    assert again.exit_code == 2 and "empty" in again.stderr
+    inside = run("salvage", store, "--out", store / "lost+found")
+    assert inside.exit_code == 2 and "outside" in inside.stderr
+    assert not (store / "lost+found").exists()
+    missing = run("salvage", tmp_path / "nope", "--out", tmp_path / "out2")
+    assert missing.exit_code == 2

@@ -1,0 +1,318 @@
+"""Every check id of verify fires: one recipe per check breaks a copy of an undamaged store in
+exactly the way the check is about, and the finding names the right place."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rmqinspect.analysis.verify import CHECKS, Finding, VerifyOptions, verify_store
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
+from rmqinspect.format.index import INDEX_HEADER_SIZE, IndexGeometry, IndexHeader
+from rmqinspect.store.model import Store
+from rmqinspect.synth.writer import MessageSpec, StoreLayout, StoreWriter
+from tests.conftest import FIXTURES
+from tests.damage_matrix import Record, records
+
+STORES = FIXTURES / "stores"
+FILE = 64 * 1024
+GEOMETRY = IndexGeometry(64, 400)
+CLEAN = STORES / "clean49"
+
+
+def patch(path: Path, position: int, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, position)
+    finally:
+        os.close(fd)
+
+
+def commitlog(root: Path, offset: int) -> tuple[Path, int]:
+    """The file holding a physical offset, and the position in it."""
+    start = offset - offset % FILE
+    return root / "commitlog" / f"{start:020d}", offset - start
+
+
+def patch_record(root: Path, rec: Record, at: int, data: bytes) -> None:
+    path, pos = commitlog(root, rec.offset)
+    patch(path, pos + at, data)
+
+
+def cq_file(root: Path, topic: str = "TopicA", queue_id: int = 0) -> Path:
+    return root / "consumequeue" / topic / str(queue_id) / f"{0:020d}"
+
+
+def first_index(root: Path) -> Path:
+    return sorted((root / "index").iterdir())[0]
+
+
+def write_json(root: Path, name: str, text: str) -> None:
+    (root / "config" / name).write_text(text, encoding="utf-8")
+
+
+def _schedule_record(root: Path) -> Record:
+    return next(r for r in records(root) if cl.SCHEDULE_TOPIC.encode() in r.data)
+
+
+# --- recipes: (check, store to copy, how to break it, what the finding must name) ----------------
+
+Recipe = Callable[[Path], None]
+
+
+def _gap(root: Path) -> None:
+    src = root / "commitlog" / f"{FILE:020d}"
+    src.rename(root / "commitlog" / f"{2 * FILE:020d}")
+
+
+def _bad_blank(root: Path) -> None:
+    recs = [r for r in records(root) if r.offset < FILE]
+    path, pos = commitlog(root, recs[-1].end)
+    patch(path, pos, struct.pack(">i", 16))
+
+
+def _timestamp(root: Path) -> None:
+    recs = records(root)
+    patch_record(root, recs[20], cl.store_timestamp_pos(0), struct.pack(">q", 1000))
+
+
+def _trailing(root: Path) -> None:
+    last = records(root)[-1]
+    path, pos = commitlog(root, last.end)
+    patch(path, pos, b"\x11" * 64)
+
+
+def _delay(root: Path) -> None:
+    rec = _schedule_record(root)
+    at = rec.data.index(b"DELAY\x01") + len("DELAY\x01")
+    patch_record(root, rec, at, b"x")
+
+
+def _zero_unit(root: Path) -> None:
+    patch(cq_file(root), 5 * CQ_STORE_UNIT_SIZE, bytes(CQ_STORE_UNIT_SIZE))
+
+
+def _unit(root: Path, n: int, change: Callable[[int, int, int], tuple[int, int, int]]) -> None:
+    path = cq_file(root)
+    u = decode_unit(path.read_bytes(), n * CQ_STORE_UNIT_SIZE)
+    patch(path, n * CQ_STORE_UNIT_SIZE, encode_unit(*change(u.phy_offset, u.size, u.tags_code)))
+
+
+def _other_queue(root: Path) -> None:
+    other = decode_unit(cq_file(root, "TopicB", 0).read_bytes(), 0)
+    _unit(root, 3, lambda _p, _s, t: (other.phy_offset, other.size, t))
+
+
+def _record_queue_offset(root: Path) -> None:
+    u = decode_unit(cq_file(root).read_bytes(), 3 * CQ_STORE_UNIT_SIZE)
+    rec = next(r for r in records(root) if r.offset == u.phy_offset)
+    patch_record(root, rec, cl.QUEUEOFFSET_POS, struct.pack(">q", 999))
+
+
+def _entry(root: Path, n: int, field_at: int, fmt: str, value: int) -> None:
+    patch(first_index(root), GEOMETRY.entry_position(n) + field_at, struct.pack(fmt, value))
+
+
+def _slot(root: Path) -> None:
+    path = first_index(root)
+    data = path.read_bytes()
+    used = next(s for s in range(64) if struct.unpack_from(">i", data, 40 + 4 * s)[0])
+    patch(path, GEOMETRY.slot_position(used), struct.pack(">i", 9999))
+
+
+def _header(root: Path) -> None:
+    patch(first_index(root), 24, struct.pack(">q", 123))
+
+
+def _geometry(root: Path) -> None:
+    with open(first_index(root), "r+b") as fh:
+        fh.truncate(5001)
+
+
+def _layout(cq_file_size: int) -> StoreLayout:
+    return StoreLayout(
+        commitlog_file_size=FILE, cq_file_size=cq_file_size, index_slot_num=64, index_num=400
+    )
+
+
+def _collision(root: Path) -> None:
+    layout = StoreLayout(
+        commitlog_file_size=FILE, cq_file_size=1000, index_slot_num=64, index_num=400
+    )
+    with StoreWriter(root, layout) as w:
+        for key in ("Aa", "BB"):  # String.hashCode("Aa") == String.hashCode("BB")
+            w.put(MessageSpec("TopicA", b"body", keys=key))
+
+
+def _below(root: Path) -> None:
+    (root / "commitlog" / f"{0:020d}").unlink()
+
+
+def _checkpoint_ahead(root: Path) -> None:
+    patch(root / "checkpoint", 0, struct.pack(">q", 2**60))
+
+
+def _invalid_unit(root: Path) -> None:
+    layout = StoreLayout(
+        commitlog_file_size=FILE, cq_file_size=100, index_slot_num=64, index_num=400
+    )
+    with StoreWriter(root, layout) as w:
+        for i in range(40):
+            w.put(MessageSpec("TopicA", b"m%d" % i))
+    patch(cq_file(root), 2 * CQ_STORE_UNIT_SIZE, bytes(CQ_STORE_UNIT_SIZE))
+
+
+def _fresh(build: Recipe) -> Recipe:
+    """A recipe that writes its own store instead of breaking a copy."""
+    build.fresh = True  # type: ignore[attr-defined]
+    return build
+
+
+RECIPES: dict[str, tuple[Path, Recipe]] = {
+    "commitlog.file_name": (CLEAN, lambda r: (r / "commitlog" / "junk").write_bytes(b"")),
+    "commitlog.file_gap": (CLEAN, _gap),
+    "commitlog.file_size": (
+        CLEAN,
+        lambda r: os.truncate(r / "commitlog" / f"{FILE:020d}", FILE // 2),
+    ),
+    "commitlog.magic": (CLEAN, lambda r: patch_record(r, records(r)[10], 0, bytes(8))),
+    "commitlog.size_bounds": (
+        CLEAN,
+        lambda r: patch_record(r, records(r)[10], 0, struct.pack(">i", 50)),
+    ),
+    "commitlog.body_crc": (CLEAN, lambda r: patch_record(r, records(r)[10], 88, b"\xff")),
+    "commitlog.prop_crc": (
+        STORES / "clean53_propcrc",
+        lambda r: patch_record(r, records(r)[10], cl.FLAG_POS, b"\x7f"),
+    ),
+    "commitlog.total_size": (
+        CLEAN,
+        lambda r: patch_record(r, records(r)[10], 0, struct.pack(">i", records(r)[10].size + 4)),
+    ),
+    "commitlog.parse": (CLEAN, _delay),
+    "commitlog.physical_offset": (
+        CLEAN,
+        lambda r: patch_record(r, records(r)[10], cl.PHYSICALOFFSET_POS, struct.pack(">q", 7)),
+    ),
+    "commitlog.blank": (CLEAN, _bad_blank),
+    "commitlog.timestamp_backwards": (CLEAN, _timestamp),
+    "commitlog.trailing_bytes": (CLEAN, _trailing),
+    "commitlog.intact_after_damage": (
+        CLEAN,
+        lambda r: patch_record(r, records(r)[10], 88, b"\xff"),
+    ),
+    "consumequeue.file_name": (CLEAN, lambda r: (cq_file(r).parent / "junk").write_bytes(b"")),
+    "consumequeue.file_gap": (
+        CLEAN,
+        lambda r: (cq_file(r).parent / f"{2000:020d}").write_bytes(bytes(1000)),
+    ),
+    "consumequeue.file_size": (CLEAN, lambda r: os.truncate(cq_file(r), 500)),
+    "consumequeue.invalid_unit": (CLEAN, _fresh(_invalid_unit)),
+    "consumequeue.points_past_end": (CLEAN, lambda r: _unit(r, 2, lambda p, s, t: (10**9, s, t))),
+    "consumequeue.no_record": (CLEAN, lambda r: _unit(r, 2, lambda p, s, t: (p + 1, s, t))),
+    "consumequeue.size_mismatch": (CLEAN, lambda r: _unit(r, 2, lambda p, s, t: (p, s + 1, t))),
+    "consumequeue.wrong_queue": (CLEAN, _other_queue),
+    "consumequeue.queue_offset_mismatch": (CLEAN, _record_queue_offset),
+    "consumequeue.tags_code": (CLEAN, lambda r: _unit(r, 2, lambda p, s, t: (p, s, t + 1))),
+    "consumequeue.units_after_end": (CLEAN, _zero_unit),
+    "consumequeue.missing_queue": (
+        CLEAN,
+        lambda r: shutil.rmtree(r / "consumequeue" / "TopicC" / "2"),
+    ),
+    "consumequeue.missing_unit": (CLEAN, _zero_unit),
+    "consumequeue.lagging": (STORES / "crash49", lambda r: None),
+    "index.geometry": (CLEAN, _geometry),
+    "index.header": (CLEAN, _header),
+    "index.slot": (CLEAN, _slot),
+    "index.chain_link": (CLEAN, lambda r: _entry(r, 5, 16, ">i", 5000)),
+    "index.chain_cycle": (CLEAN, lambda r: _entry(r, 5, 16, ">i", 5)),
+    "index.points_past_end": (CLEAN, lambda r: _entry(r, 5, 4, ">q", 10**9)),
+    "index.no_record": (CLEAN, lambda r: _entry(r, 5, 4, ">q", records(r)[3].offset + 1)),
+    "index.key_hash": (CLEAN, lambda r: _entry(r, 5, 0, ">i", 12345)),
+    "index.hash_collision": (CLEAN, _fresh(_collision)),
+    "index.below_commitlog": (CLEAN, _below),
+    "checkpoint.missing": (CLEAN, lambda r: (r / "checkpoint").unlink()),
+    "checkpoint.size": (CLEAN, lambda r: os.truncate(r / "checkpoint", 24)),
+    "checkpoint.ahead": (CLEAN, _checkpoint_ahead),
+    "config.parse": (
+        CLEAN,
+        lambda r: (write_json(r, "topics.json", "{oops"), None),  # topics.json has no .bak here
+    ),
+    "config.bak_fallback": (CLEAN, lambda r: write_json(r, "consumerOffset.json", "{oops")),
+    "config.tmp_left": (CLEAN, lambda r: write_json(r, "consumerOffset.json.tmp", "{}")),
+    "offsets.above_max": (
+        CLEAN,
+        lambda r: write_json(r, "consumerOffset.json", '{"offsetTable":{"TopicA@g":{0:10000}}}'),
+    ),
+    "offsets.below_min": (
+        STORES / "retention49",
+        lambda r: write_json(r, "consumerOffset.json", '{"offsetTable":{"TopicA@g":{0:5}}}'),
+    ),
+    "offsets.no_queue": (
+        CLEAN,
+        lambda r: write_json(r, "consumerOffset.json", '{"offsetTable":{"TopicZ@g":{0:5}}}'),
+    ),
+    "store.unsupported": (
+        CLEAN,
+        lambda r: (
+            (r / "batchconsumequeue" / "T" / "0").mkdir(parents=True)
+            or (r / "batchconsumequeue" / "T" / "0" / f"{0:020d}").write_bytes(bytes(46))
+        ),
+    ),
+}
+
+
+def test_every_check_has_a_recipe() -> None:
+    assert set(RECIPES) == set(CHECKS)
+
+
+def _broken(tmp_path: Path, check: str) -> list[Finding]:
+    source, recipe = RECIPES[check]
+    root = tmp_path / "store"
+    if getattr(recipe, "fresh", False):
+        recipe(root)
+    else:
+        shutil.copytree(source, root)
+        recipe(root)
+    with Store.open(root) as store:
+        report = verify_store(store, VerifyOptions())
+    return [f for f in report.findings if f.check == check]
+
+
+@pytest.mark.parametrize("check", sorted(RECIPES))
+def test_check_fires(tmp_path: Path, check: str) -> None:
+    found = _broken(tmp_path, check)
+    assert found, f"{check} did not fire"
+    assert all(f.severity is CHECKS[check].severity for f in found)
+    assert all(f.detail for f in found)
+
+
+def test_findings_name_the_damaged_record(tmp_path: Path) -> None:
+    rec = records(CLEAN)[10]
+    (f,) = _broken(tmp_path, "commitlog.body_crc")
+    path, pos = commitlog(CLEAN, rec.offset)
+    assert (f.physical_offset, f.file, f.file_position) == (
+        rec.offset,
+        f"commitlog/{path.name}",
+        pos,
+    )
+
+
+def test_unit_findings_name_the_unit(tmp_path: Path) -> None:
+    (f,) = _broken(tmp_path, "consumequeue.size_mismatch")
+    assert (f.topic, f.queue_id, f.queue_offset) == ("TopicA", 0, 2)
+    assert f.file == "consumequeue/TopicA/0/00000000000000000000"
+    assert f.file_position == 2 * CQ_STORE_UNIT_SIZE
+
+
+def test_index_findings_name_the_entry(tmp_path: Path) -> None:
+    (f,) = _broken(tmp_path, "index.key_hash")
+    assert f.file_position == GEOMETRY.entry_position(5)
+    header = IndexHeader.decode(first_index(CLEAN).read_bytes()[:INDEX_HEADER_SIZE])
+    assert header.index_count > 5
