@@ -9,7 +9,7 @@ an event so the caller can report it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +90,15 @@ class MessageBatch:
 
 ScanEvent = MessageBatch | cl.MessageRecord | SkippedRange
 """What a message stream holds: the scan yields batches; a single message is one too."""
+
+
+def one_by_one(events: Iterable[ScanEvent]) -> Iterator[cl.MessageRecord | SkippedRange]:
+    """A message stream with each batch as its records, for callers that take one at a time."""
+    for ev in events:
+        if isinstance(ev, MessageBatch):
+            yield from ev.records()
+        else:
+            yield ev
 
 
 def stream_messages(

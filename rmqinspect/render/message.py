@@ -269,7 +269,7 @@ def render_message_stream(
 ) -> int:
     """Messages to stdout in ``fmt``; each skipped byte range as a warning on stderr and, in
     JSON and JSON Lines, as a ``skipped`` object where it occurs. Returns the message count."""
-    from rmqinspect.analysis.messages import SkippedRange
+    from rmqinspect.analysis.messages import SkippedRange, one_by_one
 
     count = 0
 
@@ -295,13 +295,11 @@ def render_message_stream(
         return count
 
     def messages() -> Iterator[MessageRecord]:
-        for ev in events:
+        for ev in one_by_one(events):
             if isinstance(ev, SkippedRange):
                 _warn_skipped(ev)
-            elif isinstance(ev, MessageRecord):
-                yield ev
             else:
-                yield from ev.records()
+                yield ev
 
     return print_table_batches(
         messages(), lambda batch, first: messages_table(batch, title if first else "")
