@@ -6,7 +6,7 @@ DEMO_STORE := .demo/store
 
 .PHONY: demo test lint typecheck pytest fixtures bench fuzz campaign clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py rmqinspect/format/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
@@ -49,6 +49,11 @@ fixtures: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/synth_throughput.py
 	$(PY) benchmarks/scan_commitlog.py
+	$(PY) benchmarks/messages_jsonl.py
+	$(PY) benchmarks/recover.py
+	$(PY) benchmarks/startup.py
+	$(PY) benchmarks/index_entries.py
+	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/export.py
 	$(PY) benchmarks/verify.py
 

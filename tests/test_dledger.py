@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 
 from rmqinspect.analysis.lookup import KeyQuery, lookup_key, lookup_queue_offset, restarted_index
-from rmqinspect.analysis.messages import MessageFilter, SkippedRange, stream_messages
+from rmqinspect.analysis.messages import (
+    MessageFilter,
+    SkippedRange,
+    one_by_one,
+    stream_messages,
+)
 from rmqinspect.analysis.recovery import (
     ApplyReport,
     RecoverOptions,
@@ -87,7 +92,9 @@ def test_writer_round_trips_through_the_store_model(tmp_path: Path) -> None:
             ("dledger", StorePart.EXPORT)  # only the export does not read entries yet
         ]
         records = [
-            e for e in stream_messages(store, MessageFilter()) if isinstance(e, cl.MessageRecord)
+            e
+            for e in one_by_one(stream_messages(store, MessageFilter()))
+            if isinstance(e, cl.MessageRecord)
         ]
         assert [r.position for r in records] == [p.physical_offset for p in puts]
         assert [r.physical_offset for r in records] == [p.physical_offset for p in puts]
@@ -269,7 +276,7 @@ def test_torn_entry_whose_header_survives_is_kept_and_served(tmp_path: Path) -> 
     )
     assert q.units_truncated == 0 and q.max_offset_after_dispatch == last.queue_offset + 1
     with open_store(root) as store:
-        events = list(stream_messages(store, MessageFilter()))
+        events = list(one_by_one(stream_messages(store, MessageFilter())))
         skipped = [e for e in events if isinstance(e, SkippedRange)]
         assert [(s.physical_offset, s.length) for s in skipped] == [
             (last.physical_offset - 48, last.size + 48)
@@ -422,7 +429,7 @@ def test_damage_in_an_entry_header_is_skipped_and_the_walk_resumes(tmp_path: Pat
     at = victim.physical_offset - 48 - int(data_file.name)
     _patch(data_file, at + 24, struct.pack(">q", 7))  # the pos field
     with open_store(root) as store:
-        events = list(stream_messages(store, MessageFilter()))
+        events = list(one_by_one(stream_messages(store, MessageFilter())))
     skipped = [e for e in events if isinstance(e, SkippedRange)]
     assert [(s.physical_offset, s.reason) for s in skipped] == [
         (victim.physical_offset - 48, cl.CheckReason.POS_FIELD_MISMATCH.value)
@@ -440,7 +447,10 @@ def test_the_trimmed_corpus_index_makes_dledger_exit(conformance_dledger_dir: Pa
         assert not report.broker_starts
         assert report.load_failures[0].kind == "dledger_exit"
         assert (
-            sum(isinstance(e, cl.MessageRecord) for e in stream_messages(store, MessageFilter()))
+            sum(
+                isinstance(e, cl.MessageRecord)
+                for e in one_by_one(stream_messages(store, MessageFilter()))
+            )
             == 2000
         )
 

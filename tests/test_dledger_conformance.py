@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rmqinspect.analysis.messages import MessageFilter, stream_messages
+from rmqinspect.analysis.messages import MessageFilter, one_by_one, stream_messages
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.profile import Profile
@@ -103,7 +103,7 @@ def test_every_retrievable_message_decodes_like_the_broker(
     with Store.open(dledger_clean_store) as store:
         records = {
             ev.position: ev
-            for ev in stream_messages(store, MessageFilter())
+            for ev in one_by_one(stream_messages(store, MessageFilter()))
             if isinstance(ev, cl.MessageRecord)
         }
     assert len(records) == 2000
@@ -160,7 +160,7 @@ def test_writer_rebuilds_the_store_byte_for_byte(
     with Store.open(original) as store:
         recs = [
             store.read_message(ev.position)
-            for ev in stream_messages(store, MessageFilter())
+            for ev in one_by_one(stream_messages(store, MessageFilter()))
             if isinstance(ev, cl.MessageRecord)
         ]
     names = sorted(p.name for p in (original / "index").iterdir())

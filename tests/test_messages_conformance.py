@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rmqinspect.analysis.messages import MessageFilter, stream_messages
+from rmqinspect.analysis.messages import MessageFilter, one_by_one, stream_messages
 from rmqinspect.format.commitlog import MessageRecord, body_crc
 from rmqinspect.format.host import HostAddress
 from rmqinspect.render.message import BodyFormat, message_json
@@ -58,7 +58,7 @@ def _decoded(store_dir: Path) -> dict[int, MessageRecord]:
     with Store.open(store_dir) as store:
         return {
             ev.position: ev
-            for ev in stream_messages(store, MessageFilter())
+            for ev in one_by_one(stream_messages(store, MessageFilter()))
             if isinstance(ev, MessageRecord)
         }
 

@@ -141,7 +141,8 @@ def test_resolve_format_prefers_the_request(monkeypatch: pytest.MonkeyPatch) -> 
 def test_streamed_json_arrays(capsys: pytest.CaptureFixture[str]) -> None:
     rows = [{"a": 1}, {"b": "é"}]
     assert print_json_array(iter(rows)) == 2
-    assert capsys.readouterr().out == '[\n  {"a": 1},\n  {"b": "é"}\n]\n'
+    # Each row is one compact line (orjson's separators), indented inside the array.
+    assert capsys.readouterr().out == '[\n  {"a":1},\n  {"b":"é"}\n]\n'
     assert print_json_array(iter([])) == 0
     assert capsys.readouterr().out == "[]\n"
     head = {"queue": {"topic": "T"}, "n": 0}
@@ -149,7 +150,7 @@ def test_streamed_json_arrays(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert out == (
         '{\n  "queue": {\n    "topic": "T"\n  },\n  "n": 0,\n  "units": [\n'
-        '    {"a": 1},\n    {"b": "é"}\n  ]\n}\n'
+        '    {"a":1},\n    {"b":"é"}\n  ]\n}\n'
     )
     assert print_json_with_array({}, "entries", iter([])) == 0
     assert json.loads(capsys.readouterr().out) == {"entries": []}

@@ -9,7 +9,7 @@ an event so the caller can report it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,14 +67,45 @@ class SkippedRange:
     detail: str
 
 
-ScanEvent = cl.MessageRecord | SkippedRange
+@dataclass(frozen=True, slots=True)
+class MessageBatch:
+    """The matching messages of one run of the scan: the records ``rows`` (ascending) of
+    ``columns``, which read the file's map (use them before asking for the next event)."""
+
+    columns: RecordColumns
+    rows: npt.NDArray[np.int64]
+    with_entry: Callable[[cl.MessageRecord], cl.MessageRecord]  # Store.with_entry
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def record(self, i: int) -> cl.MessageRecord:
+        """Record ``i`` of the columns (a row of ``rows``), as the store reads it."""
+        return self.with_entry(self.columns.record(i))
+
+    def records(self) -> Iterator[cl.MessageRecord]:
+        for i in self.rows.tolist():
+            yield self.record(i)
+
+
+ScanEvent = MessageBatch | cl.MessageRecord | SkippedRange
+"""What a message stream holds: the scan yields batches; a single message is one too."""
+
+
+def one_by_one(events: Iterable[ScanEvent]) -> Iterator[cl.MessageRecord | SkippedRange]:
+    """A message stream with each batch as its records, for callers that take one at a time."""
+    for ev in events:
+        if isinstance(ev, MessageBatch):
+            yield from ev.records()
+        else:
+            yield ev
 
 
 def stream_messages(
     store: Store, flt: MessageFilter, progress: Progress | None = None
 ) -> Iterator[ScanEvent]:
-    """Matching messages in commitlog order, interleaved with the byte ranges skipped on the
-    way (whatever the filters: damage may hide matching messages)."""
+    """Matching messages in commitlog order, a run at a time, interleaved with the byte ranges
+    skipped on the way (whatever the filters: damage may hide matching messages)."""
     clq = store.commitlog
     if not clq.files:
         return
@@ -91,9 +122,12 @@ def stream_messages(
             yield skipped
             continue
         cols = event.columns
-        for i in np.flatnonzero(flt.mask(cols)).tolist():
-            yield store.with_entry(cols.record(i))
-            emitted += 1
+        rows = np.flatnonzero(flt.mask(cols))
+        if flt.limit is not None:
+            rows = rows[: flt.limit - emitted]
+        if len(rows):
+            yield MessageBatch(cols, rows, store.with_entry)
+            emitted += len(rows)
             if flt.limit is not None and emitted >= flt.limit:
                 return
         end = f.start + event.end

@@ -1,13 +1,18 @@
-"""Assembles the typer app from one module per command group, and maps errors to exit codes."""
+"""Assembles the typer app from one module per command, each imported when its command runs."""
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import ItemsView, Iterator, KeysView, Sequence, ValuesView
+from typing import TYPE_CHECKING, Any
 
 import typer
+import typer.main
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    from typer import _click as click
 
 from rmqinspect import __version__
 from rmqinspect.render.values import printable
@@ -50,13 +55,80 @@ class _OneLineErrors(TyperGroup):
         sys.exit(result if isinstance(result, int) else 0)
 
 
+# Each command's module, imported only when the command runs (or help lists it): a command
+# pays for the libraries it uses (numpy, pyarrow, rich) and no other's.
+_COMMANDS = {
+    "info": "info",
+    "messages": "messages",
+    "consumequeue": "consumequeue",
+    "index": "index",
+    "checkpoint": "checkpoint",
+    "offsets": "offsets",
+    "lookup": "lookup",
+    "decode-id": "decode_id",
+    "recover": "recover",
+    "export": "export",
+    "verify": "verify",
+    "salvage": "salvage",
+    "synth": "synth",
+}
+
+
+class _Commands(dict[str, "click.Command"]):
+    """The commands by name, each module imported and converted on first use; looking at them
+    all (help, iteration) loads them all."""
+
+    def __missing__(self, name: str) -> click.Command:
+        if name not in _COMMANDS:
+            raise KeyError(name)
+        module = importlib.import_module(f"rmqinspect.cli.{_COMMANDS[name]}")
+        one = typer.Typer()
+        module.register(one)
+        command = typer.main.get_command(one)
+        self[name] = command
+        return command
+
+    def _all(self) -> dict[str, click.Command]:
+        return {name: self[name] for name in _COMMANDS}
+
+    def __contains__(self, name: object) -> bool:
+        return name in _COMMANDS or dict.__contains__(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def keys(self) -> KeysView[str]:  # type: ignore[override]
+        return self._all().keys()
+
+    def values(self) -> ValuesView[click.Command]:  # type: ignore[override]
+        return self._all().values()
+
+    def items(self) -> ItemsView[str, click.Command]:  # type: ignore[override]
+        return self._all().items()
+
+
+class _LazyGroup(_OneLineErrors):
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = _Commands(self.commands)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self.commands[cmd_name] if cmd_name in _COMMANDS else None
+
+
 app = typer.Typer(
-    cls=_OneLineErrors,
     name="rmqinspect",
     help="Offline forensic inspector for Apache RocketMQ broker store directories.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_LazyGroup,
 )
 
 
@@ -73,45 +145,6 @@ def _root(
     ),
 ) -> None:
     """Inspect a RocketMQ store/ directory without a broker; never writes into it."""
-
-
-def _register_commands() -> None:
-    # Imported here so that each command module can import ``app`` helpers without a cycle.
-    from rmqinspect.cli import (
-        checkpoint,
-        consumequeue,
-        decode_id,
-        export,
-        index,
-        info,
-        lookup,
-        messages,
-        offsets,
-        recover,
-        salvage,
-        synth,
-        verify,
-    )
-
-    for module in (
-        info,
-        messages,
-        consumequeue,
-        index,
-        checkpoint,
-        offsets,
-        lookup,
-        decode_id,
-        recover,
-        export,
-        verify,
-        salvage,
-        synth,
-    ):
-        module.register(app)
-
-
-_register_commands()
 
 
 def main() -> None:

@@ -7,21 +7,8 @@ from typing import Annotated
 
 import typer
 
-from rmqinspect.analysis.lookup import (
-    LONG_MAX,
-    KeyQuery,
-    LookupResult,
-    Progress,
-    default_max_num,
-    known_topics,
-    lookup_key,
-    lookup_msg_id,
-    lookup_phy_offset,
-    lookup_queue_offset,
-    lookup_time,
-    parse_queue_ref,
-    restarted_index,
-)
+from rmqinspect.analysis import Progress
+from rmqinspect.analysis import lookup as lk
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,
@@ -134,33 +121,35 @@ def lookup(
         commitlog_progress(st, "scanning commitlog", fmt) as advance,
     ):
         if msg_id is not None:
-            result = lookup_msg_id(st, msg_id)
+            result = lk.lookup_msg_id(st, msg_id)
         elif phy_offset is not None:
-            result = lookup_phy_offset(st, phy_offset)
+            result = lk.lookup_phy_offset(st, phy_offset)
         elif queue_offset is not None:
             result = _queue_offset(st, queue_offset, advance)
         elif window is not None:
             assert topic is not None
             start, stop = window
-            result = lookup_time(st, topic, start, stop, limit=limit, scan=scan, progress=advance)
+            result = lk.lookup_time(
+                st, topic, start, stop, limit=limit, scan=scan, progress=advance
+            )
         else:
             uniq = uniq_key is not None
             text = uniq_key if uniq_key is not None else key
             assert text is not None
-            topics = (topic,) if topic is not None else tuple(known_topics(st))
-            q = KeyQuery(
+            topics = (topic,) if topic is not None else tuple(lk.known_topics(st))
+            q = lk.KeyQuery(
                 text,
                 topics,
                 uniq,
-                max_num or default_max_num(uniq),
+                max_num or lk.default_max_num(uniq),
                 begin_ms or 0,
                 _or_max(end_ms),
             )
             with contextlib.ExitStack() as stack:
                 restart = None
                 if as_recovered and not scan:
-                    restart = stack.enter_context(restarted_index(st, advance))
-                result = lookup_key(
+                    restart = stack.enter_context(lk.restarted_index(st, advance))
+                result = lk.lookup_key(
                     st, q, scan=scan, limit=limit, restart=restart, progress=advance
                 )
         render_lookup(result, fmt, body)
@@ -181,15 +170,15 @@ def _reads(mode: str, scan: bool, as_recovered: bool) -> StorePart:
 
 
 def _or_max(value: int | None) -> int:
-    return LONG_MAX if value is None else value
+    return lk.LONG_MAX if value is None else value
 
 
-def _queue_offset(st: Store, text: str, progress: Progress) -> LookupResult:
+def _queue_offset(st: Store, text: str, progress: Progress) -> lk.LookupResult:
     try:
-        topic, queue_id, offset = parse_queue_ref(text)
+        topic, queue_id, offset = lk.parse_queue_ref(text)
     except ValueError as err:
         raise fail(f"--queue-offset: {err}") from None
-    return lookup_queue_offset(st, topic, queue_id, offset, progress)
+    return lk.lookup_queue_offset(st, topic, queue_id, offset, progress)
 
 
 def _time_range(text: str) -> tuple[int, int]:
@@ -197,7 +186,7 @@ def _time_range(text: str) -> tuple[int, int]:
     if not sep:
         raise fail(f"--time expects FROM..TO, got {text!r}")
     begin = parse_time(start, "--time") if start.strip() else 0
-    end = parse_time(stop, "--time") if stop.strip() else LONG_MAX
+    end = parse_time(stop, "--time") if stop.strip() else lk.LONG_MAX
     check_range(begin, end, "--time")
     return begin, end
 

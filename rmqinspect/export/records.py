@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import crc32c
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -23,6 +22,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format.batch import decode_batch
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.scan import Skipped, scan_file
+from rmqinspect.format.speedups import crc32c_many
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
 
@@ -106,12 +106,4 @@ def _crc_mismatches(cols: RecordColumns) -> tuple[Rejected, ...]:
 
 
 def _crc32c(cols: RecordColumns) -> npt.NDArray[np.int64]:
-    view = memoryview(cols.buf)
-    return np.fromiter(
-        (
-            crc32c.crc32c(view[p : p + n])
-            for p, n in zip(cols.positions.tolist(), cols.sizes.tolist(), strict=True)
-        ),
-        np.int64,
-        len(cols),
-    )
+    return crc32c_many(cols.buf, cols.positions, cols.sizes)

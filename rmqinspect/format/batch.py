@@ -194,8 +194,9 @@ def properties_column(raw: pa.Array) -> pa.Array:
         pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0)
     )
     valid = pc.fill_null(keep, False)
+    # Names are compared decoded: two invalid byte sequences can decode to the same name.
     names, values, rows = (
-        names.filter(valid),
+        utf8_column(names.filter(valid)),
         values.filter(valid),
         rows[valid.to_numpy(zero_copy_only=False)],
     )
@@ -206,7 +207,7 @@ def properties_column(raw: pa.Array) -> pa.Array:
     np.cumsum(np.bincount(rows, minlength=len(raw)), out=offsets[1:])
     return pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()),
-        utf8_column(names.filter(mask)),
+        names.filter(mask),
         utf8_column(values.filter(mask)),
         type=PROPERTIES_TYPE,
     )

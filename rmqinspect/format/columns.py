@@ -22,7 +22,8 @@ import numpy as np
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
-from rmqinspect.format.crc import CRC_MASK, crc32
+from rmqinspect.format import speedups
+from rmqinspect.format.crc import CRC_MASK
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javahash import index_key, prefixed_span_hashes
 from rmqinspect.format.npbytes import (
@@ -30,7 +31,6 @@ from rmqinspect.format.npbytes import (
     Buffer,
     Mask,
     be_ints,
-    first_false,
     members,
     span_ids,
     split_spans,
@@ -39,7 +39,6 @@ from rmqinspect.format.npbytes import (
 from rmqinspect.format.properties_text import PropertiesText
 
 RUN_RECORDS = 1 << 14  # records per run: bounds the columns' memory, not the file size
-_I32 = struct.Struct(">i")
 _HEAD2 = struct.Struct(">ii")
 _V1 = cl.MESSAGE_MAGIC_CODE
 _V2 = cl.MESSAGE_MAGIC_CODE_V2
@@ -136,33 +135,13 @@ def walk(
     with ``accept_v2``) and whose size is plausible (at least ``MIN_RECORD_SIZE``, inside the
     buffer), for at most ``max_records`` records. Checksums and inner lengths are not looked at.
 
-    The loop reads only TOTALSIZE, the sequential part; magic and bounds are then checked for
-    the whole chain with numpy, and the chain is cut at the first header that fails them.
+    The chain is followed by :func:`rmqinspect.format.speedups.walk_chain` (in C when built).
     """
-    unpack = _I32.unpack_from
-    min_size = cl.MIN_RECORD_SIZE
-    starts: list[int] = []
-    append = starts.append
-    at = pos
-    try:
-        for _ in range(max_records):
-            (size,) = unpack(buf, at + cl.TOTALSIZE_POS)
-            if size < min_size:
-                break
-            append(at)
-            at += size
-    except struct.error:
-        pass  # fewer than 4 bytes left at ``at``: the chain ran off the buffer
-    p = np.array(starts, np.int64)
-    sizes = be_ints(np.frombuffer(buf, np.uint8), p + cl.TOTALSIZE_POS, 4)
-    k = first_false(headers_plausible(buf, p, sizes, accept_v2))
-    if k < len(starts):
-        end = starts[k]
-    elif len(starts) == max_records:
-        return Walk(p, sizes, at, WalkStop.LIMIT)
-    else:
-        end = at
-    return Walk(p[:k], sizes[:k], end, _stop_reason(buf, end, accept_v2))
+    magics = (_V1, _V2) if accept_v2 else (_V1,)
+    p, sizes, end = speedups.walk_chain(buf, pos, max_records, cl.MIN_RECORD_SIZE, magics)
+    if len(p) == max_records:
+        return Walk(p, sizes, end, WalkStop.LIMIT)
+    return Walk(p, sizes, end, _stop_reason(buf, end, accept_v2))
 
 
 def _stop_reason(buf: Buffer, at: int, accept_v2: bool) -> WalkStop:
@@ -434,15 +413,10 @@ class RecordColumns:
         return list(map(_DECODE, map(bytes, map(self.buf.__getitem__, spans))))
 
     def body_crcs(self) -> I64:
-        """The masked CRC-32 of every record's body (0 for an empty body, as for ``b""``)."""
-        buf = self.buf
-        out = np.zeros(len(self), np.int64)
-        has = np.flatnonzero(self.body_length > 0)
-        if len(has):
-            at = self.body_at[has].tolist()
-            stop = (self.body_at[has] + self.body_length[has]).tolist()
-            out[has] = [crc32(buf[a:b]) for a, b in zip(at, stop, strict=True)]
-            out &= CRC_MASK
+        """The masked CRC-32 of every record's body (0 for an empty body, as for ``b""``, and
+        for a record that is not well formed)."""
+        lengths = np.where(self.well_formed, np.maximum(self.body_length, 0), 0)
+        out: I64 = speedups.crc32_many(self.buf, self.body_at, lengths) & CRC_MASK
         return out
 
     def topic_ids(self) -> tuple[I64, list[bytes]]:

@@ -42,6 +42,8 @@ def index_key(topic: str, key: str) -> str:
 
 
 # --- vectorised -------------------------------------------------------------------------------
+# Each function imports numpy itself: the scalar hashes above are on every command's start-up
+# path (record decoding), where importing numpy would cost more than the command.
 
 
 def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
@@ -52,6 +54,7 @@ def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDA
     Characters outside the BMP are two UTF-16 units in Java: such strings (rare) are hashed
     one by one.
     """
+
     count = len(strings)
     hashes = np.zeros(count, dtype=np.uint32)
     lengths = np.fromiter(map(len, strings), dtype=np.int64, count=count)
@@ -79,6 +82,7 @@ def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDA
 
 
 def _signed(hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.int64]:
+
     return hashes.view(np.int32).astype(np.int64)
 
 
@@ -89,6 +93,7 @@ def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
 
 def _index_key_hashes(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """:func:`index_key_hash` of each signed ``hashCode``."""
+
     result = np.abs(hashes)
     result[result > INT_MAX] = 0
     return result
@@ -96,6 +101,7 @@ def _index_key_hashes(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 def _pow31(exponents: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
     """31**e mod 2**32 for each exponent, by squaring over the exponents' bits."""
+
     result = np.ones(len(exponents), dtype=np.uint64)
     base = np.full(len(exponents), 31, dtype=np.uint64)
     e = exponents.astype(np.uint64)
@@ -145,5 +151,6 @@ def _prefixed(
     key_units: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.int64]:
     prefix_hashes = _hash_parts(prefixes)[0].astype(np.uint64)[prefix_of]
-    combined = (prefix_hashes * _pow31(key_units) + key_hashes) & np.uint64(_MASK32)
+    unsigned = key_hashes.astype(np.uint64) & np.uint64(_MASK32)
+    combined = (prefix_hashes * _pow31(key_units) + unsigned) & np.uint64(_MASK32)
     return _index_key_hashes(_signed(combined.astype(np.uint32)))

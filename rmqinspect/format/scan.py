@@ -25,8 +25,9 @@ import numpy as np
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, WalkStop, gather, walk
-from rmqinspect.format.crc import masked_crc32
+from rmqinspect.format.crc import CRC_MASK
 from rmqinspect.format.npbytes import I64, Buffer, Mask, first_false, windows
+from rmqinspect.format.speedups import crc32_many
 
 # --- the broker's check, many records at a time -----------------------------------------------
 
@@ -215,14 +216,11 @@ def prop_crc_tails(cols: RecordColumns) -> tuple[Mask, I64]:
 
 def prop_crcs(cols: RecordColumns, rows: I64) -> I64:
     """The masked CRC-32 of each record of ``rows`` without its 20-byte CRC tail (what the
-    ``__CRC32#`` property must hold)."""
-    buf = cols.buf
+    ``__CRC32#`` property must hold), over the run in one call."""
     starts = cols.positions[rows]
     stops = cols.ends[rows] - cl.CRC32_RESERVED_LEN
-    return np.array(
-        [masked_crc32(buf[a:b]) for a, b in zip(starts.tolist(), stops.tolist(), strict=True)],
-        np.int64,
-    )
+    out: I64 = crc32_many(cols.buf, starts, stops - starts) & CRC_MASK
+    return out
 
 
 # --- past damage ---------------------------------------------------------------------------------

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from rmqinspect.analysis.lookup import Hit, IndexReport, LookupResult
 from rmqinspect.render.message import BodyFormat, message_detail_table, message_json, messages_table
@@ -17,6 +15,9 @@ from rmqinspect.render.output import (
     print_table,
     warn,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def hit_json(hit: Hit, body: BodyFormat) -> dict[str, Any]:
@@ -82,6 +83,8 @@ def render_lookup(result: LookupResult, fmt: OutputFormat, body: BodyFormat) -> 
 
 
 def lookup_tables(result: LookupResult) -> list[Table]:
+    from rich.table import Table  # tables only: JSON output starts without rich
+
     tables: list[Table] = []
     query = ", ".join(f"{k}={v}" for k, v in result.query.items() if not isinstance(v, dict))
     if len(result.hits) == 1:

@@ -10,22 +10,29 @@ from __future__ import annotations
 import base64
 import dataclasses
 import enum
+import sys
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from rmqinspect.analysis.messages import ScanEvent, SkippedRange
+from rmqinspect.format import commitlog as cl
 from rmqinspect.format.commitlog import MessageRecord
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.render.output import (
+    JSONL_SEPARATOR,
     OutputFormat,
-    print_json_array,
-    print_plain_jsonl,
+    array_separator,
+    dumps,
+    print_json_array_blocks,
+    print_jsonl_blocks,
     print_table_batches,
     warn,
 )
-from rmqinspect.render.values import iso_ms, time_cell
+from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS, iso_ms, time_cell
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from rmqinspect.analysis.messages import MessageBatch, ScanEvent, SkippedRange
 
 BODY_PREVIEW_CHARS = 48
 
@@ -116,6 +123,8 @@ def body_preview(body: bytes | None, limit: int = BODY_PREVIEW_CHARS) -> str:
 
 def messages_table(records: Iterable[MessageRecord], title: str) -> Table:
     """One row per message: where it is, what it is, and a body preview."""
+    from rich.table import Table  # tables only: JSON output starts without rich
+
     table = Table(title=title, title_justify="left")
     for col in ("phy offset", "topic", "queue", "q offset", "store time", "tags", "keys", "body"):
         table.add_column(col, justify="right" if "offset" in col or col == "queue" else "left")
@@ -135,6 +144,8 @@ def messages_table(records: Iterable[MessageRecord], title: str) -> Table:
 
 def message_detail_table(record: MessageRecord, title: str) -> Table:
     """Every field of one message, then its properties and body."""
+    from rich.table import Table
+
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -181,36 +192,114 @@ def skipped_json(skipped: SkippedRange) -> dict[str, Any]:
     return {"skipped": dataclasses.asdict(skipped)}
 
 
+def message_json_block(batch: MessageBatch, body: BodyFormat, separator: bytes) -> bytes:
+    """``dumps(message_json(record, body)) + separator`` for each record of ``batch``, joined.
+
+    :func:`message_json` stays the definition: the C writer (``speedups.message_json``) is
+    handed its keys, in its order, from its object for the first record, and only computes
+    the values from the columns; the rows it leaves (text that is not UTF-8, property CRCs,
+    compression, IPv4-mapped hosts, a disagreeing PHYSICALOFFSET field) are written here
+    record by record, as is every row without the extension."""
+    import numpy as np  # the stream only: a lookup prints one message without numpy
+
+    from rmqinspect.format import speedups
+
+    cols, rows = batch.columns, batch.rows
+    if not len(rows):
+        return b""
+    keys = _c_keys(message_json(batch.record(int(rows[0])), body), speedups.message_values())
+    if keys is None:  # no extension, or a key it cannot write: every row record by record
+        text, ends, fallback = b"", np.zeros(len(rows), np.int64), rows
+    else:
+        table = np.stack([getattr(cols, name)[rows] for name in speedups.message_fields()], 1)
+        text, ends, fallback = speedups.message_json(
+            cols.buf,
+            cols.file_start,
+            table,
+            keys,
+            _BODY_MODES[body],
+            _json_settings(),
+            _TRANSACTIONS,
+            separator,
+        )
+    if not len(fallback):
+        return text
+    pieces: list[bytes] = []
+    at = 0
+    for k, end in enumerate(ends.tolist()):
+        if end == at:  # a row the C writer left: it writes at least "{}"
+            pieces.append(dumps(message_json(batch.record(int(rows[k])), body)) + separator)
+        else:
+            pieces.append(text[at:end])
+        at = end
+    return b"".join(pieces)
+
+
+def _c_keys(
+    example: dict[str, Any], writable: tuple[str, ...]
+) -> tuple[tuple[bytes, int], ...] | None:
+    """The keys of ``example`` for the C writer: the bytes before each value and the value's
+    index among ``writable``; None when it cannot write one of them."""
+    if not set(example) <= set(writable):
+        return None
+    return tuple(
+        ((b"{" if k == 0 else b",") + dumps(key) + b":", writable.index(key))
+        for k, key in enumerate(example)
+    )
+
+
+_BODY_MODES = {BodyFormat.TEXT: 0, BodyFormat.HEX: 1, BodyFormat.BASE64: 2, BodyFormat.NONE: 3}
+_TRANSACTIONS = tuple(cl.transaction_name(v).encode() for v in range(cl.TRANSACTION_TYPE_MASK + 1))
+
+
+def _json_settings() -> tuple[int, ...]:
+    return (
+        cl.MESSAGE_MAGIC_CODE_V2,
+        cl.BORNHOST_V6_FLAG,
+        cl.STOREHOSTADDRESS_V6_FLAG,
+        cl.COMPRESSED_FLAG,
+        cl.TRANSACTION_TYPE_MASK,
+        MIN_ISO_MS,
+        MAX_ISO_MS,
+    )
+
+
 def render_message_stream(
     events: Iterable[ScanEvent], fmt: OutputFormat, body: BodyFormat, title: str
 ) -> int:
     """Messages to stdout in ``fmt``; each skipped byte range as a warning on stderr and, in
     JSON and JSON Lines, as a ``skipped`` object where it occurs. Returns the message count."""
+    from rmqinspect.analysis.messages import SkippedRange, one_by_one
+
     count = 0
 
-    def rows() -> Iterator[dict[str, Any]]:
+    def blocks(separator: bytes) -> Iterator[bytes]:
         nonlocal count
         for ev in events:
             if isinstance(ev, SkippedRange):
                 _warn_skipped(ev)
-                yield skipped_json(ev)
-            else:
+                yield dumps(skipped_json(ev)) + separator
+            elif isinstance(ev, MessageRecord):
                 count += 1
-                yield message_json(ev, body)
+                yield dumps(message_json(ev, body)) + separator
+            else:
+                count += len(ev)
+                yield message_json_block(ev, body, separator)
 
     if fmt is OutputFormat.JSON:
-        print_json_array(rows())
+        print_json_array_blocks(blocks(array_separator()))
+        sys.stdout.write("\n")
         return count
     if fmt is OutputFormat.JSONL:
-        print_plain_jsonl(rows())
+        print_jsonl_blocks(blocks(JSONL_SEPARATOR))
         return count
 
     def messages() -> Iterator[MessageRecord]:
-        for ev in events:
+        for ev in one_by_one(events):
             if isinstance(ev, SkippedRange):
                 _warn_skipped(ev)
-                continue
-            yield ev
+            else:
+                yield ev
 
     return print_table_batches(
         messages(), lambda batch, first: messages_table(batch, title if first else "")

@@ -13,21 +13,19 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Table
-from rich.text import Text
+import orjson
 
 from rmqinspect.render.values import printable
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+    from rich.text import Text
+
+# rich is imported where a table, a bar or a console is made: JSON output starts without it.
 
 
 class OutputFormat(enum.StrEnum):
@@ -43,28 +41,31 @@ def resolve_format(requested: OutputFormat | None) -> OutputFormat:
     return OutputFormat.TABLE if sys.stdout.isatty() else OutputFormat.JSON
 
 
-class _StdoutConsole(Console):
-    """The console of stdout. It shows every string it renders (cells, titles, captions) with
-    control characters escaped: store data must not drive the terminal (an ESC sequence in a
-    topic name) or split a row; JSON output is exact and escapes them by itself."""
-
-    def render_str(self, text: str, **kwargs: Any) -> Text:
-        return super().render_str(printable(text), **kwargs)
-
-    def on_broken_pipe(self) -> None:
-        # rich exits 1 here, which the exit codes reserve for findings; the reader going away
-        # (``| head``) is handled, for every format alike, by the CLI's error handler.
-        self.quiet = True
-        raise BrokenPipeError
-
-
 def stdout_console() -> Console:
+    from rich.console import Console
+
+    class _StdoutConsole(Console):
+        """The console of stdout. It shows every string it renders (cells, titles, captions)
+        with control characters escaped: store data must not drive the terminal (an ESC
+        sequence in a topic name) or split a row; JSON output is exact and escapes them."""
+
+        def render_str(self, text: str, **kwargs: Any) -> Text:
+            return super().render_str(printable(text), **kwargs)
+
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 here, which the exit codes reserve for findings; the reader going
+            # away (``| head``) is handled, for every format alike, by the CLI's error handler.
+            self.quiet = True
+            raise BrokenPipeError
+
     # No markup: cells and titles hold store data (keys, tags, bodies, topic names), and a
     # "[...]" there is text to show, not a style to apply or a tag that fails to close.
     return _StdoutConsole(soft_wrap=False, highlight=False, markup=False)
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 
@@ -114,36 +115,88 @@ def print_jsonl(rows: Iterable[Any]) -> int:
     return print_plain_jsonl(to_jsonable(row) for row in rows)
 
 
+def dumps(row: Any) -> bytes:
+    """One compact JSON value as UTF-8: the encoder of every streamed row (orjson: a scan can
+    emit millions). A value orjson refuses (a lone surrogate from an undecodable file name, an
+    integer beyond 64 bits) is written by the json module instead, as ASCII."""
+    try:
+        return orjson.dumps(row)
+    except TypeError:
+        return json.dumps(row, separators=(",", ":")).encode("ascii")
+
+
+JSONL_SEPARATOR = b"\n"
+
+
+def array_separator(indent: str = "") -> bytes:
+    """What follows each element of a streamed JSON array whose own indentation is
+    ``indent`` (one compact element per line)."""
+    return f",\n{indent}  ".encode()
+
+
 def print_plain_jsonl(rows: Iterable[dict[str, Any]]) -> int:
     """JSON Lines of rows that are already plain JSON types (no conversion pass: a scan can
     emit millions of rows)."""
     n = 0
-    write = sys.stdout.write
-    for row in rows:
-        write(json.dumps(row, ensure_ascii=False))
-        write("\n")
-        n += 1
+
+    def blocks() -> Iterator[bytes]:
+        nonlocal n
+        for row in rows:
+            n += 1
+            yield dumps(row) + JSONL_SEPARATOR
+
+    print_jsonl_blocks(blocks())
     return n
 
 
-def _write_json_array(rows: Iterable[dict[str, Any]], indent: str = "") -> int:
-    """A JSON array written element by element, one compact element per line (a scan can be far
-    larger than memory); ``indent`` is the array's own indentation."""
-    n = 0
-    write = sys.stdout.write
-    write("[")
-    for row in rows:
-        write(f",\n{indent}  " if n else f"\n{indent}  ")
-        write(json.dumps(row, ensure_ascii=False))
-        n += 1
-    write(f"\n{indent}]" if n else "]")
-    return n
+def print_jsonl_blocks(blocks: Iterable[bytes]) -> None:
+    """JSON Lines already encoded: blocks of rows, each row followed by ``JSONL_SEPARATOR``."""
+    out = _stdout_bytes()
+    for block in blocks:
+        out.write(block)
+
+
+def _stdout_bytes() -> BinaryIO:
+    """stdout for bytes, after whatever was written to it as text."""
+    sys.stdout.flush()
+    return sys.stdout.buffer
+
+
+def print_json_array_blocks(blocks: Iterable[bytes], indent: str = "") -> None:
+    """A JSON array written as it arrives (a scan can be far larger than memory), one compact
+    element per line: blocks of elements, each followed by ``array_separator(indent)``;
+    ``indent`` is the array's own indentation."""
+    separator = array_separator(indent)
+    out = _stdout_bytes()
+    out.write(b"[")
+    wrote = False
+    for block in blocks:
+        if block:
+            # The separator before an element, not after it: the last one needs none.
+            out.write((separator if wrote else separator[1:]) + block[: -len(separator)])
+            wrote = True
+    out.write(f"\n{indent}]".encode() if wrote else b"]")
+    out.flush()
 
 
 def print_json_array(rows: Iterable[dict[str, Any]]) -> int:
     """A streamed JSON array of plain rows; returns the count."""
-    n = _write_json_array(rows)
+    n = _print_rows_array(rows, "")
     sys.stdout.write("\n")
+    return n
+
+
+def _print_rows_array(rows: Iterable[dict[str, Any]], indent: str) -> int:
+    n = 0
+    separator = array_separator(indent)
+
+    def blocks() -> Iterator[bytes]:
+        nonlocal n
+        for row in rows:
+            n += 1
+            yield dumps(row) + separator
+
+    print_json_array_blocks(blocks(), indent)
     return n
 
 
@@ -153,7 +206,7 @@ def print_json_with_array(head: dict[str, Any], key: str, rows: Iterable[dict[st
     the row count."""
     text = json.dumps(head | {key: None}, indent=2, ensure_ascii=False)
     sys.stdout.write(text.removesuffix("null\n}"))
-    n = _write_json_array(rows, "  ")
+    n = _print_rows_array(rows, "  ")
     sys.stdout.write("\n}\n")
     return n
 
@@ -196,6 +249,8 @@ def print_table(table: Table) -> None:
 
 
 def key_value_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
+    from rich.table import Table
+
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
@@ -210,10 +265,19 @@ def progress_bar(total: int, description: str, enabled: bool) -> Iterator[Any]:
 
     Yields a callable ``advance(n_bytes)``.
     """
-    console = stderr_console()
-    if not enabled or not console.is_terminal or total <= 0:
+    if not enabled or total <= 0 or not stderr_console().is_terminal:
         yield lambda _n: None
         return
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = stderr_console()
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

@@ -16,13 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rmqinspect.errors import DecodeError, LiveStoreWarning, StoreError
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import dledger as dl
-from rmqinspect.format.checkpoint import CHECKPOINT_READ_LIMIT
-from rmqinspect.format.columns import RUN_RECORDS
-from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
 from rmqinspect.format.javamath import java_parse_int
 from rmqinspect.format.markers import (
     MARKER_READ_LIMIT,
@@ -33,8 +30,6 @@ from rmqinspect.format.markers import (
 )
 from rmqinspect.format.names import is_index_name, parse_offset_name
 from rmqinspect.format.profile import Profile
-from rmqinspect.format.scan import CheckedRun, FileEvent, scan_file
-from rmqinspect.store.dledger import DLedgerStore, dledger_homes
 from rmqinspect.store.files import (
     FileQueue,
     LayoutProblem,
@@ -46,6 +41,13 @@ from rmqinspect.store.files import (
     read_small,
 )
 from rmqinspect.store.live import Fingerprint, live_evidence, lock_holder
+
+if TYPE_CHECKING:
+    from rmqinspect.format.scan import FileEvent
+    from rmqinspect.store.dledger import DLedgerStore
+
+# The scanner, the consume-queue and checkpoint codecs (numpy) are imported where they are used:
+# a command that reads one record (``lookup --msg-id``) starts without them.
 
 _SMALL_FILES = ("checkpoint", "abort", "lock")
 
@@ -164,6 +166,8 @@ class Store:
         except OSError as err:
             raise StoreError(f"cannot list the store: {err.strerror or err}", str(path)) from None
         markers = ("commitlog", "consumequeue", "index", "checkpoint")
+        from rmqinspect.store.dledger import DLedgerStore, dledger_homes
+
         homes = dledger_homes(path)
         if not entries.intersection(markers) and not homes:
             raise StoreError(
@@ -278,6 +282,8 @@ class Store:
         """The checkpoint's first bytes (enough for every field and a dirty tail) and its size,
         or None when it is missing (the broker then uses zeros); StoreError when it is not a
         file that can be read."""
+        from rmqinspect.format.checkpoint import CHECKPOINT_READ_LIMIT
+
         return read_small(self.checkpoint_path, CHECKPOINT_READ_LIMIT)
 
     @property
@@ -302,6 +308,8 @@ class Store:
     def cq_file_size(self) -> int:
         """Configured CQ file size: the override, else the most common length on disk."""
         if self.options.cq_file_size is not None:
+            from rmqinspect.format.consumequeue import cq_file_size
+
             return cq_file_size(self.options.cq_file_size)
         return self._inferred_cq_file_size
 
@@ -317,6 +325,8 @@ class Store:
                 if size > 0 and parse_offset_name(path.name) is not None:
                     counts[size] = counts.get(size, 0) + 1
         if not counts:
+            from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
+
             return DEFAULT_CQ_FILE_SIZE
         return max(counts, key=lambda s: counts[s])
 
@@ -376,7 +386,7 @@ class Store:
         files: list[StoreFile] | None = None,
         resync: bool = False,
         own_offset: bool = True,
-        max_records: int = RUN_RECORDS,
+        max_records: int | None = None,
     ) -> Iterator[tuple[StoreFile, FileEvent]]:
         """Walk the commitlog from ``start`` (a record boundary; default the first file), file by
         file, as :func:`~rmqinspect.format.scan.scan_file` does: runs of checked records and the
@@ -388,8 +398,13 @@ class Store:
         resumes at the next one (forensics wants everything), unless ``resync`` finds the next
         record in the same file (``own_offset`` as in :func:`~rmqinspect.format.scan.resync`).
         A caller that must stop at the first failure, like recovery, stops at the first failed
-        run. Runs read the file's map: use their columns before asking for the next event.
+        run. Runs read the file's map: use their columns before asking for the next event (the
+        pages behind an event are released then, so memory stays flat over any number of files).
+        ``max_records`` bounds a run (default ``RUN_RECORDS``).
         """
+        from rmqinspect.format.columns import RUN_RECORDS
+        from rmqinspect.format.scan import scan_file
+
         opts = options or cl.CheckOptions()
         chosen = files if files is not None else self.commitlog.files
         for f in chosen:
@@ -397,15 +412,18 @@ class Store:
                 continue
             pos = start - f.start if start is not None and start > f.start else 0
             buf = self.view(f)
+            released = pos
             try:
                 if self.dledger is not None:
+                    from rmqinspect.format import dledger as dl
+
                     events = dl.scan_data_file(
                         buf,
                         f.start,
                         dl.entry_boundary(buf, pos, f.start),
                         opts,
                         resync_damage=resync,
-                        max_records=max_records,
+                        max_records=RUN_RECORDS if max_records is None else max_records,
                         data_end=self.maps.data_end(f),
                     )
                 else:
@@ -416,19 +434,25 @@ class Store:
                         opts,
                         resync_damage=resync,
                         own_offset=own_offset,
-                        max_records=max_records,
+                        max_records=RUN_RECORDS if max_records is None else max_records,
                         data_end=self.maps.data_end(f),
                     )
                 for event in events:
                     yield f, event
+                    # The caller is done with the event: drop the pages behind it.
+                    self.maps.release(f, released, event.end)
+                    released = event.end
             finally:
                 buf.release()
+                self.maps.release(f, released, f.length)
 
     def first_records(
         self, f: StoreFile, options: cl.CheckOptions, limit: int = 1
     ) -> list[cl.MessageRecord]:
         """Up to ``limit`` records from the start of commitlog file ``f`` that the check accepts
         one after another (none when the file does not start with one), without bodies."""
+        from rmqinspect.format.scan import CheckedRun
+
         for _, event in self.scan(f.start, options, files=[f], max_records=limit):
             if isinstance(event, CheckedRun) and len(event):
                 return event.columns.records(range(len(event)), with_body=False)
@@ -504,6 +528,7 @@ class Store:
 
     def _sample_records(self, limit: int = 64) -> list[cl.MessageRecord]:
         """A few records from the start of the newest non-empty commitlog file."""
+
         opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=False)
         for f in reversed(self.commitlog.files):
             found = self.first_records(f, opts, limit)

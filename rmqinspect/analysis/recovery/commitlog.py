@@ -145,6 +145,7 @@ def scan(
                     if dispatch:
                         dispatcher.take_run(run, "load", above)
                     last = (f, _record_info(run, len(run) - 1, f))
+                state.store.maps.release(f.disk, pos, run.end)  # memory stays flat
                 pos = run.end
                 if run.stop is not None:
                     result = run.stop

@@ -181,6 +181,7 @@ def reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> ReputReport
                     taken = int(np.searchsorted(ends, end, side="right"))
                     stuck = taken < len(run)
                 dispatcher.dispatch_rows(run, np.arange(taken, dtype=np.int64), "start")
+                state.store.maps.release(f.disk, bpos, run.end)  # memory stays flat
                 size = int(run.columns.sizes[:taken].sum())
                 dispatched += taken
                 reput_at += size

@@ -156,7 +156,12 @@ class IndexService:
             continued = None
             if self._last_kept is not None:
                 disk = next(f for f in self.store.index_files if f.name == self._last_kept)
-                size = min(disk.length, self.geometry.file_size)
+                # Without a sink only the header and slot table are continued: the entries
+                # (hundreds of MB) are read only to write the file out.
+                whole = (
+                    self.geometry.file_size if self.sink is not None else self.geometry.entries_base
+                )
+                size = min(disk.length, whole)
                 data = self.store.maps.read_padded(disk, 0, size)
                 continued = IndexFileBuilder.from_bytes(
                     data, self.geometry, name=disk.name, materialise=self.sink is not None

@@ -105,10 +105,13 @@ def _past_end(
     # (magic 1) that DLedger stops at.
     headers = _MESSAGE_MAGICS + ((dl.ENTRY_MAGIC,) if state.ledger is not None else ())
     buf = state.store.view(disk)
+    released = begin
     try:
         data_end = state.store.maps.data_end(disk)
         extent = data_extent(buf, begin, data_end)
         for event in state.scan_file(buf, disk.start, begin, state.checks.intact, data_end):
+            state.store.maps.release(disk, released, event.start)  # memory stays flat
+            released = event.start
             if isinstance(event, Skipped):
                 if event.result.magic in headers:
                     damaged += 1
@@ -121,6 +124,7 @@ def _past_end(
                     listing.tally(where)
     finally:
         buf.release()
+        state.store.maps.release(disk, begin, disk.length)
     return damaged, extent
 
 
@@ -139,8 +143,11 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
         buf = state.store.view(f.disk)
         region = buf[: min(f.wrote, len(buf))]
         data_end = state.store.maps.data_end(f.disk)
+        released = 0
         try:
             for event in state.scan_file(region, f.start, 0, state.checks.reput, data_end):
+                state.store.maps.release(f.disk, released, event.start)  # memory stays flat
+                released = event.start
                 if isinstance(event, Skipped):
                     if state.ledger is not None:
                         kept_damage.append(_bad(event, f.start, f.name))
@@ -160,6 +167,7 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
         finally:
             region.release()
             buf.release()
+            state.store.maps.release(f.disk, 0, f.disk.length)
     without = sorted((q for q in seen if q not in queues), key=lambda q: (q.topic, q.queue_id))
     return Unserved(per_queue, without, kept_damage)
 

@@ -1,0 +1,1081 @@
+/*
+ * The commitlog scanner's per-record loops in C: following TOTALSIZE, copying header rows, the
+ * CRCs of many slices of one buffer (zlib's CRC-32 for BODYCRC and the property CRC, CRC-32C
+ * for the export's record checksum) and the index keys of many records. Python pays ~0.3 us per record for each loop; a scan at the
+ * speed of the data cannot. rmqinspect/format/speedups.py holds the pure-Python twins (the
+ * fallback when this module is not built) and tests check that both agree.
+ *
+ * CRC-32 uses carry-less multiplication folding (PCLMULQDQ, Gopal et al., "Fast CRC
+ * Computation for Generic Polynomials Using PCLMULQDQ Instruction", Intel 2009, as in
+ * zlib-ng and Chromium's zlib) when the CPU has it; CRC-32C uses the SSE4.2 crc32
+ * instruction; both fall back to slicing-by-8 tables.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_X86 1
+#include <immintrin.h>
+#endif
+
+/* --- tables ------------------------------------------------------------------------------ */
+
+static uint32_t crc32_table[8][256];  /* zlib's reflected 0xEDB88320 */
+static uint32_t crc32c_table[8][256]; /* Castagnoli, reflected 0x82F63B78 */
+
+static void make_tables(uint32_t t[8][256], uint32_t poly)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? poly ^ (c >> 1) : c >> 1;
+        t[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = t[0][n];
+        for (int k = 1; k < 8; k++) {
+            c = t[0][c & 0xff] ^ (c >> 8);
+            t[k][n] = c;
+        }
+    }
+}
+
+/* Slicing-by-8 on the pre- and post-inverted register value ``c``. */
+static uint32_t crc_slice8(uint32_t t[8][256], uint32_t c, const uint8_t *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7)) {
+        c = t[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8); /* little-endian hosts only: PyInit__speedups refuses others */
+        w ^= c;
+        c = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^
+            t[4][(w >> 24) & 0xff] ^ t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^
+            t[1][(w >> 48) & 0xff] ^ t[0][(w >> 56) & 0xff];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = t[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c;
+}
+
+/* --- CRC-32 with PCLMULQDQ ------------------------------------------------------------------ */
+
+#ifdef HAVE_X86
+/* ``len`` >= 64 and a multiple of 16; ``crc`` is the inverted register, and so is the result. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t
+crc32_clmul(const uint8_t *buf, size_t len, uint32_t crc)
+{
+    static const uint64_t k1k2[2] __attribute__((aligned(16))) = {0x0154442bd4, 0x01c6e41596};
+    static const uint64_t k3k4[2] __attribute__((aligned(16))) = {0x01751997d0, 0x00ccaa009e};
+    static const uint64_t k5k0[2] __attribute__((aligned(16))) = {0x0163cd6124, 0x0000000000};
+    static const uint64_t poly[2] __attribute__((aligned(16))) = {0x01db710641, 0x01f7011641};
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8, y5, y6, y7, y8;
+
+    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    x0 = _mm_load_si128((const __m128i *)k1k2);
+    buf += 64;
+    len -= 64;
+    while (len >= 64) {
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
+        y5 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+        y6 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+        y7 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+        y8 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), y5);
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), y6);
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), y7);
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), y8);
+        buf += 64;
+        len -= 64;
+    }
+    /* Fold the four lanes into one. */
+    x0 = _mm_load_si128((const __m128i *)k3k4);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)buf);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        buf += 16;
+        len -= 16;
+    }
+    /* 128 bits to 64, then Barrett reduction to 32. */
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
+    x1 = _mm_srli_si128(x1, 8);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_loadl_epi64((const __m128i *)k5k0);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, x3);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_load_si128((const __m128i *)poly);
+    x2 = _mm_and_si128(x1, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
+    x2 = _mm_and_si128(x2, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const uint8_t *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8(c, *p++);
+        n--;
+    }
+    uint64_t c64 = c;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = _mm_crc32_u64(c64, w);
+        p += 8;
+        n -= 8;
+    }
+    c = (uint32_t)c64;
+    while (n--)
+        c = _mm_crc32_u8(c, *p++);
+    return c;
+}
+#endif
+
+static int have_clmul = 0;
+static int have_sse42 = 0;
+
+static uint32_t crc32_of(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+#ifdef HAVE_X86
+    if (have_clmul && n >= 64) {
+        size_t chunk = n & ~(size_t)15;
+        c = crc32_clmul(p, chunk, c);
+        p += chunk;
+        n -= chunk;
+    }
+#endif
+    return ~crc_slice8(crc32_table, c, p, n);
+}
+
+static uint32_t crc32c_of(const uint8_t *p, size_t n)
+{
+#ifdef HAVE_X86
+    if (have_sse42)
+        return ~crc32c_hw(0xffffffffu, p, n);
+#endif
+    return ~crc_slice8(crc32c_table, 0xffffffffu, p, n);
+}
+
+/* --- helpers ------------------------------------------------------------------------------- */
+
+static int32_t be32(const uint8_t *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     (uint32_t)p[3]);
+}
+
+/* A writable buffer of int64 items with at least ``n`` of them. */
+static int get_i64_out(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len < n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_Format(PyExc_ValueError, "%s holds fewer than %zd int64 items", what, n);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* --- walk ---------------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(walk_doc,
+             "walk(buf, pos, max_records, min_size, magics, positions, sizes) -> (count, end)\n\n"
+             "Follow TOTALSIZE from pos while a record's size is at least min_size, lies inside\n"
+             "buf and its magic is one of magics (a tuple of ints); write the starts and sizes\n"
+             "of at most max_records records into the int64 buffers positions and sizes.");
+
+static PyObject *speedups_walk(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, pos_out, size_out;
+    Py_ssize_t pos, max_records;
+    long min_size;
+    PyObject *magics, *positions, *sizes;
+    int32_t allowed[4];
+    Py_ssize_t n_allowed;
+
+    if (!PyArg_ParseTuple(args, "y*nnlO!OO", &buf, &pos, &max_records, &min_size, &PyTuple_Type,
+                          &magics, &positions, &sizes))
+        return NULL;
+    n_allowed = PyTuple_GET_SIZE(magics);
+    if (n_allowed > 4 || max_records < 0 || pos < 0 || min_size < 8) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "bad walk arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n_allowed; i++) {
+        long m = PyLong_AsLong(PyTuple_GET_ITEM(magics, i));
+        if (m == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+        allowed[i] = (int32_t)m;
+    }
+    if (get_i64_out(positions, &pos_out, max_records, "positions") < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (get_i64_out(sizes, &size_out, max_records, "sizes") < 0) {
+        PyBuffer_Release(&pos_out);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    const uint8_t *data = buf.buf;
+    Py_ssize_t limit = buf.len, at = pos, count = 0;
+    int64_t *po = pos_out.buf, *so = size_out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    while (count < max_records && at + 8 <= limit) {
+        int32_t size = be32(data + at);
+        if (size < min_size || size > limit - at)
+            break;
+        int32_t magic = be32(data + at + 4);
+        int ok = 0;
+        for (Py_ssize_t i = 0; i < n_allowed; i++)
+            ok |= magic == allowed[i];
+        if (!ok)
+            break;
+        po[count] = at;
+        so[count] = size;
+        count++;
+        at += size;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&size_out);
+    PyBuffer_Release(&pos_out);
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("nn", count, at);
+}
+
+/* --- UTF-8 ------------------------------------------------------------------------------------ */
+
+/* The next code point of strict UTF-8 at p[*i..n) (what Python's decoder accepts: no overlong
+ * forms, no surrogates, at most U+10FFFF); -1 for anything else. */
+static int32_t next_code_point(const uint8_t *p, size_t n, size_t *i)
+{
+    uint8_t b = p[*i];
+    int32_t c;
+    size_t extra;
+    if (b < 0x80) {
+        (*i)++;
+        return b;
+    }
+    if (b >= 0xC2 && b <= 0xDF) {
+        c = b & 0x1F;
+        extra = 1;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+        c = b & 0x0F;
+        extra = 2;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+        c = b & 0x07;
+        extra = 3;
+    } else {
+        return -1;
+    }
+    for (size_t k = 1; k <= extra; k++) {
+        if (*i + k >= n || (p[*i + k] & 0xC0) != 0x80)
+            return -1;
+        c = (c << 6) | (p[*i + k] & 0x3F);
+    }
+    if ((extra == 2 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
+        (extra == 3 && (c < 0x10000 || c > 0x10FFFF)))
+        return -1;
+    *i += extra + 1;
+    return c;
+}
+
+static int valid_utf8(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) { /* ASCII eight bytes at a time */
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if (!(w & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
+        if (p[i] < 0x80)
+            i++;
+        else if (next_code_point(p, n, &i) < 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Grow-on-demand int64 output columns. */
+static PyObject *as_bytes(const int64_t *v, Py_ssize_t n)
+{
+    return PyBytes_FromStringAndSize((const char *)v, n * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* --- message JSON ---------------------------------------------------------------------------- */
+
+/* The columns message_json reads, in the order of MESSAGE_FIELDS (RecordColumns' names). */
+enum {
+    F_POSITION, F_SIZE, F_MAGIC, F_BODY_CRC, F_QUEUE_ID, F_FLAG, F_QUEUE_OFFSET,
+    F_PHYSICAL_OFFSET, F_SYS_FLAG, F_BORN_TIMESTAMP, F_BORN_HOST_AT, F_BORN_PORT,
+    F_STORE_TIMESTAMP, F_STORE_HOST_AT, F_STORE_PORT, F_RECONSUME_TIMES,
+    F_PREPARED_TRANSACTION_OFFSET, F_BODY_AT, F_BODY_LENGTH, F_TOPIC_AT, F_TOPIC_LENGTH,
+    F_PROPERTIES_AT, F_PROPERTIES_LENGTH, F_COUNT
+};
+static const char *const field_names[F_COUNT] = {
+    "positions", "sizes", "magic", "body_crc", "queue_id", "flag", "queue_offset",
+    "physical_offset", "sys_flag", "born_timestamp", "born_host_at", "born_port",
+    "store_timestamp", "store_host_at", "store_port", "reconsume_times",
+    "prepared_transaction_offset", "body_at", "body_length", "topic_at", "topic_length",
+    "properties_at", "properties_length",
+};
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} out_buf;
+
+static int out_reserve(out_buf *o, size_t more)
+{
+    if (o->len + more <= o->cap)
+        return 0;
+    size_t cap = o->cap ? o->cap : 1 << 16;
+    while (cap < o->len + more)
+        cap *= 2;
+    char *d = PyMem_Realloc(o->data, cap);
+    if (!d)
+        return -1;
+    o->data = d;
+    o->cap = cap;
+    return 0;
+}
+
+#define PUT(o, s, n)                                                                               \
+    do {                                                                                           \
+        if (out_reserve((o), (n)) < 0)                                                             \
+            goto nomem;                                                                            \
+        memcpy((o)->data + (o)->len, (s), (n));                                                    \
+        (o)->len += (n);                                                                           \
+    } while (0)
+#define PUTS(o, lit) PUT(o, lit, sizeof(lit) - 1)
+
+static char *write_int(char *d, long long v)
+{
+    char tmp[24];
+    int k = 0;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *d++ = '-';
+    while (k)
+        *d++ = tmp[--k];
+    return d;
+}
+
+static int put_int(out_buf *o, long long v)
+{
+    if (out_reserve(o, 24) < 0)
+        return -1;
+    o->len = (size_t)(write_int(o->data + o->len, v) - o->data);
+    return 0;
+}
+
+/* Whether any byte of w is below 0x20, '"' or '\\' (exact for "any": the classic bit tricks). */
+static inline uint64_t needs_escape(uint64_t w)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+    return ((w - ones * 0x20) & ~w & highs) | ((quote - ones) & ~quote & highs) |
+           ((slash - ones) & ~slash & highs);
+}
+
+/* A JSON string of valid UTF-8 bytes, escaped as json.dumps(ensure_ascii=False) and orjson do. */
+static int put_str(out_buf *o, const uint8_t *p, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (out_reserve(o, 6 * n + 2) < 0)
+        return -1;
+    char *d = o->data + o->len;
+    *d++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = p[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            /* copy the run of bytes that need no escape in one go, found 8 bytes at a time */
+            size_t j = i + 1;
+            while (j + 8 <= n) {
+                uint64_t w;
+                memcpy(&w, p + j, 8);
+                if (needs_escape(w))
+                    break;
+                j += 8;
+            }
+            while (j < n && p[j] >= 0x20 && p[j] != '"' && p[j] != '\\')
+                j++;
+            memcpy(d, p + i, j - i);
+            d += j - i;
+            i = j - 1;
+            continue;
+        }
+        *d++ = '\\';
+        switch (c) {
+        case '"': *d++ = '"'; break;
+        case '\\': *d++ = '\\'; break;
+        case '\b': *d++ = 'b'; break;
+        case '\t': *d++ = 't'; break;
+        case '\n': *d++ = 'n'; break;
+        case '\f': *d++ = 'f'; break;
+        case '\r': *d++ = 'r'; break;
+        default:
+            *d++ = 'u';
+            *d++ = '0';
+            *d++ = '0';
+            *d++ = hex[c >> 4];
+            *d++ = hex[c & 15];
+        }
+    }
+    *d++ = '"';
+    o->len = (size_t)(d - o->data);
+    return 0;
+}
+
+/* ISO 8601 UTC with milliseconds, as render.values.iso_ms writes it (null outside its range). */
+static int put_time(out_buf *o, long long ms, long long min_ms, long long max_ms)
+{
+    if (ms < min_ms || ms > max_ms) {
+        if (out_reserve(o, 4) < 0)
+            return -1;
+        memcpy(o->data + o->len, "null", 4);
+        o->len += 4;
+        return 0;
+    }
+    long long secs = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
+    int milli = (int)(ms - secs * 1000);
+    long long days = secs >= 0 ? secs / 86400 : -((-secs + 86399) / 86400);
+    int rem = (int)(secs - days * 86400);
+    /* civil_from_days (H. Hinnant) */
+    long long z = days + 719468;
+    long long era = (z >= 0 ? z : z - 146096) / 146097;
+    long long doe = z - era * 146097;
+    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    long long y = yoe + era * 400;
+    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    long long mp = (5 * doy + 2) / 153;
+    long long d = doy - (153 * mp + 2) / 5 + 1;
+    long long m = mp < 10 ? mp + 3 : mp - 9;
+    y += m <= 2;
+    if (out_reserve(o, 32) < 0)
+        return -1;
+    char *w = o->data + o->len;
+    int parts[7] = {(int)y, (int)m, (int)d, rem / 3600, rem / 60 % 60, rem % 60, milli};
+    static const char seps[7] = {'-', '-', 'T', ':', ':', '.', 'Z'};
+    static const int widths[7] = {4, 2, 2, 2, 2, 2, 3};
+    *w++ = '"';
+    for (int k = 0; k < 7; k++) {
+        for (int e = widths[k] - 1, v = parts[k]; e >= 0; e--, v /= 10)
+            w[e] = (char)('0' + v % 10);
+        w += widths[k];
+        *w++ = seps[k];
+    }
+    *w++ = '"';
+    o->len = (size_t)(w - o->data);
+    return 0;
+}
+
+/* An IPv4-mapped IPv6 address, which Python versions write differently: left to the caller. */
+static int v4_mapped(const uint8_t *ip)
+{
+    static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return memcmp(ip, prefix, 12) == 0;
+}
+
+/* str(HostAddress): "a.b.c.d:port", or "[v6]:port" with the v6 text of ipaddress (lower-case
+ * groups without leading zeros, the first longest run of two or more zero groups as "::"). */
+static int put_host(out_buf *o, const uint8_t *ip, int v6, long long port)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (out_reserve(o, 64) < 0)
+        return -1;
+    char *d = o->data + o->len;
+    *d++ = '"';
+    if (!v6) {
+        for (int k = 0; k < 4; k++) {
+            d = write_int(d, ip[k]);
+            *d++ = k < 3 ? '.' : ':';
+        }
+    } else {
+        int groups[8], best = -1, best_len = 0, run = -1, run_len = 0;
+        for (int k = 0; k < 8; k++) {
+            groups[k] = (ip[2 * k] << 8) | ip[2 * k + 1];
+            if (groups[k] == 0) {
+                if (run < 0)
+                    run = k;
+                if (++run_len > best_len) {
+                    best_len = run_len;
+                    best = run;
+                }
+            } else {
+                run = -1;
+                run_len = 0;
+            }
+        }
+        if (best_len < 2)
+            best = -1;
+        *d++ = '[';
+        for (int k = 0; k < 8; k++) {
+            if (k == best) {
+                *d++ = ':';
+                if (k == 0)
+                    *d++ = ':';
+                k += best_len - 1;
+                continue;
+            }
+            int started = 0;
+            for (int shift = 12; shift >= 0; shift -= 4) {
+                int nib = (groups[k] >> shift) & 15;
+                if (nib || started || shift == 0) {
+                    *d++ = hex[nib];
+                    started = 1;
+                }
+            }
+            if (k < 7)
+                *d++ = ':';
+        }
+        *d++ = ']';
+        *d++ = ':';
+    }
+    d = write_int(d, port);
+    *d++ = '"';
+    o->len = (size_t)(d - o->data);
+    return 0;
+}
+
+typedef struct {
+    const uint8_t *name, *value;
+    size_t name_len, value_len;
+} prop_entry;
+
+#define MAX_PROPS 256
+
+static int name_cmp(const prop_entry *a, const prop_entry *b)
+{
+    size_t n = a->name_len < b->name_len ? a->name_len : b->name_len;
+    int c = memcmp(a->name, b->name, n);
+    return c ? c : (a->name_len > b->name_len) - (a->name_len < b->name_len);
+}
+
+/* parse_properties: entries split on 0x02, the name before the entry's first 0x01; entries
+ * with an empty name or value dropped; a later duplicate wins. Sorted by name (as dict(sorted())
+ * orders str keys: by code point, which is byte order for valid UTF-8). Returns the count, or -1
+ * for more than MAX_PROPS entries. */
+static int parse_props(const uint8_t *p, size_t n, prop_entry *out)
+{
+    int count = 0;
+    size_t i = 0;
+    while (i < n) {
+        const uint8_t *entry = p + i;
+        const uint8_t *stop = memchr(entry, 0x02, n - i);
+        size_t len = stop ? (size_t)(stop - entry) : n - i;
+        const uint8_t *sep = memchr(entry, 0x01, len);
+        if (sep && sep > entry && (size_t)(sep - entry) + 1 < len) {
+            if (count == MAX_PROPS)
+                return -1;
+            prop_entry e = {entry, sep + 1, (size_t)(sep - entry), len - (size_t)(sep - entry) - 1};
+            /* Insertion keeps entries sorted; an equal name is replaced (the later one wins). */
+            int k = count;
+            while (k > 0 && name_cmp(&out[k - 1], &e) > 0)
+                k--;
+            if (k > 0 && name_cmp(&out[k - 1], &e) == 0) {
+                out[k - 1] = e;
+            } else {
+                memmove(out + k + 1, out + k, (size_t)(count - k) * sizeof(prop_entry));
+                out[k] = e;
+                count++;
+            }
+        }
+        i += len + 1;
+    }
+    return count;
+}
+
+static const prop_entry *find_prop(const prop_entry *e, int n, const char *name)
+{
+    size_t len = strlen(name);
+    for (int i = 0; i < n; i++)
+        if (e[i].name_len == len && memcmp(e[i].name, name, len) == 0)
+            return &e[i];
+    return NULL;
+}
+
+static int put_base64(out_buf *o, const uint8_t *p, size_t n)
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if (out_reserve(o, (n + 2) / 3 * 4 + 2) < 0)
+        return -1;
+    char *d = o->data + o->len;
+    *d++ = '"';
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8) | p[i + 2];
+        *d++ = b64[v >> 18];
+        *d++ = b64[(v >> 12) & 63];
+        *d++ = b64[(v >> 6) & 63];
+        *d++ = b64[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        *d++ = b64[v >> 18];
+        *d++ = b64[(v >> 12) & 63];
+        *d++ = '=';
+        *d++ = '=';
+    } else if (n - i == 2) {
+        uint32_t v = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8);
+        *d++ = b64[v >> 18];
+        *d++ = b64[(v >> 12) & 63];
+        *d++ = b64[(v >> 6) & 63];
+        *d++ = '=';
+    }
+    *d++ = '"';
+    o->len = (size_t)(d - o->data);
+    return 0;
+}
+
+static int put_hex(out_buf *o, const uint8_t *p, size_t n, const char *digits)
+{
+    if (out_reserve(o, 2 * n) < 0)
+        return -1;
+    char *d = o->data + o->len;
+    for (size_t i = 0; i < n; i++) {
+        *d++ = digits[p[i] >> 4];
+        *d++ = digits[p[i] & 15];
+    }
+    o->len = (size_t)(d - o->data);
+    return 0;
+}
+
+static void be_put(uint8_t *d, unsigned long long v, int width)
+{
+    for (int k = width - 1; k >= 0; k--) {
+        d[k] = (uint8_t)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+/* The values message_json can write, by the JSON key render.message.message_json gives them
+ * (exported as VALUE_KEYS): the caller hands the keys and their order, taken from that
+ * definition, and this code only knows how to compute each value from the columns. */
+enum {
+    V_PHYSICAL_OFFSET, V_STORE_SIZE, V_VERSION, V_TOPIC, V_QUEUE_ID, V_QUEUE_OFFSET, V_SYS_FLAG,
+    V_TRANSACTION, V_FLAG, V_BODY_CRC, V_BODY_CRC_OK, V_PROP_CRC, V_PROP_CRC_OK,
+    V_BORN_TIMESTAMP, V_BORN_TIME, V_BORN_HOST, V_STORE_TIMESTAMP, V_STORE_TIME, V_STORE_HOST,
+    V_RECONSUME_TIMES, V_PREPARED_TRANSACTION_OFFSET, V_PROPERTIES, V_TAGS, V_KEYS, V_UNIQ_KEY,
+    V_MSG_ID, V_BODY_LENGTH, V_COMPRESSION, V_BODY_ENCODING, V_BODY, V_COUNT
+};
+static const char *const value_keys[V_COUNT] = {
+    "physical_offset", "store_size", "version", "topic", "queue_id", "queue_offset", "sys_flag",
+    "transaction", "flag", "body_crc", "body_crc_ok", "prop_crc", "prop_crc_ok",
+    "born_timestamp", "born_time", "born_host", "store_timestamp", "store_time", "store_host",
+    "reconsume_times", "prepared_transaction_offset", "properties", "tags", "keys", "uniq_key",
+    "msg_id", "body_length", "compression", "body_encoding", "body",
+};
+
+#define MAX_KEYS 64
+
+PyDoc_STRVAR(message_json_doc,
+             "message_json(buf, file_start, fields, keys, body_mode, settings, transactions, sep)\n"
+             "    -> (text, ends, fallback)\n\n"
+             "The JSON objects of the records whose columns are the rows of the int64 array\n"
+             "fields (MESSAGE_FIELDS order), as compact JSON text, each followed by sep: row i is\n"
+             "text[ends[i-1]:ends[i]] (ends is int64 bytes). keys: (prefix, value) pairs in\n"
+             "output order: the bytes written before the value (the JSON key with its '{' or\n"
+             "',' and ':'), and the value's index in VALUE_KEYS. Rows this code does not write\n"
+             "(listed in fallback, empty in text) are the caller's: IPv4-mapped IPv6 hosts,\n"
+             "invalid UTF-8 in the topic or properties, a __CRC32# property, compression, a\n"
+             "PHYSICALOFFSET field unlike the position, more than 256 properties. body_mode: 0\n"
+             "text, 1 hex, 2 base64, 3 none. settings: (magic_v2, born_v6_flag, store_v6_flag,\n"
+             "compressed_flag, transaction_mask, min_iso_ms, max_iso_ms); transactions: names by\n"
+             "sys_flag & mask.");
+
+static PyObject *speedups_message_json(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, fields;
+    long long file_start;
+    int body_mode;
+    long long magic_v2, born_v6, store_v6, compressed, tx_mask, min_ms, max_ms;
+    PyObject *keys, *transactions, *result = NULL;
+    Py_buffer sep;
+    out_buf o = {0};
+    int64_t *ends = NULL, *fallback = NULL;
+    prop_entry *props = NULL;
+    const char *prefix[MAX_KEYS];
+    Py_ssize_t prefix_len[MAX_KEYS];
+    int value[MAX_KEYS];
+    if (!PyArg_ParseTuple(args, "y*Ly*O!i(LLLLLLL)O!y*", &buf, &file_start, &fields,
+                          &PyTuple_Type, &keys, &body_mode, &magic_v2, &born_v6, &store_v6,
+                          &compressed, &tx_mask, &min_ms, &max_ms, &PyTuple_Type, &transactions,
+                          &sep))
+        return NULL;
+    Py_ssize_t n = fields.len / (Py_ssize_t)(F_COUNT * sizeof(int64_t));
+    Py_ssize_t n_keys = PyTuple_GET_SIZE(keys);
+    if (fields.len != n * (Py_ssize_t)(F_COUNT * sizeof(int64_t)) || tx_mask < 0 ||
+        PyTuple_GET_SIZE(transactions) <= tx_mask || body_mode < 0 || body_mode > 3 ||
+        n_keys > MAX_KEYS) {
+        PyErr_SetString(PyExc_ValueError, "bad message_json arguments");
+        goto done;
+    }
+    for (Py_ssize_t t = 0; t <= tx_mask; t++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(transactions, t))) {
+            PyErr_SetString(PyExc_TypeError, "transaction names must be bytes");
+            goto done;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n_keys; k++) {
+        PyObject *pair = PyTuple_GET_ITEM(keys, k);
+        long v;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
+            (v = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1))) < 0 || v >= V_COUNT) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "keys: (bytes prefix, value index) pairs");
+            goto done;
+        }
+        prefix[k] = PyBytes_AS_STRING(PyTuple_GET_ITEM(pair, 0));
+        prefix_len[k] = PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0));
+        value[k] = (int)v;
+    }
+    ends = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
+    fallback = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
+    props = PyMem_Malloc(MAX_PROPS * sizeof(prop_entry));
+    if (!ends || !fallback || !props)
+        goto nomem;
+    Py_ssize_t n_fallback = 0;
+    const uint8_t *data = buf.buf;
+    const int64_t *all = fields.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *f = all + i * F_COUNT;
+        long long position = file_start + f[F_POSITION];
+        /* Every slice must lie in the buffer (the scanner's well-formed records do). */
+        int bv6 = (f[F_SYS_FLAG] & born_v6) != 0, sv6 = (f[F_SYS_FLAG] & store_v6) != 0;
+        int64_t slices[5][2] = {{f[F_TOPIC_AT], f[F_TOPIC_LENGTH]},
+                                {f[F_PROPERTIES_AT], f[F_PROPERTIES_LENGTH]},
+                                {f[F_BODY_AT], f[F_BODY_LENGTH]},
+                                {f[F_BORN_HOST_AT], bv6 ? 16 : 4},
+                                {f[F_STORE_HOST_AT], sv6 ? 16 : 4}};
+        int ok = f[F_BODY_LENGTH] >= 0 && f[F_TOPIC_LENGTH] >= 0 &&
+                 f[F_PHYSICAL_OFFSET] == position;
+        for (int k = 0; k < 5 && ok; k++)
+            ok = slices[k][1] <= 0 ||
+                 (slices[k][0] >= 0 && slices[k][1] <= (int64_t)buf.len - slices[k][0]);
+        if (ok)
+            ok = !(f[F_SYS_FLAG] & compressed) && !(bv6 && v4_mapped(data + f[F_BORN_HOST_AT])) &&
+                 !(sv6 && v4_mapped(data + f[F_STORE_HOST_AT]));
+        const uint8_t *topic = data + (ok ? f[F_TOPIC_AT] : 0);
+        const uint8_t *praw = data + (ok ? f[F_PROPERTIES_AT] : 0);
+        size_t plen = f[F_PROPERTIES_LENGTH] > 0 ? (size_t)f[F_PROPERTIES_LENGTH] : 0;
+        int np = 0;
+        if (ok)
+            ok = valid_utf8(topic, (size_t)f[F_TOPIC_LENGTH]) && valid_utf8(praw, plen);
+        if (ok) {
+            np = parse_props(praw, plen, props);
+            ok = np >= 0 && !find_prop(props, np, "__CRC32#");
+        }
+        if (!ok) {
+            fallback[n_fallback++] = i;
+            ends[i] = (int64_t)o.len;
+            continue;
+        }
+        const uint8_t *body = data + (f[F_BODY_LENGTH] > 0 ? f[F_BODY_AT] : 0);
+        size_t blen = (size_t)f[F_BODY_LENGTH];
+        /* text falls back to base64 for bytes that are not UTF-8 */
+        int mode = body_mode == 0 && !valid_utf8(body, blen) ? 2 : body_mode;
+        const uint8_t *bh = data + f[F_BORN_HOST_AT], *sh = data + f[F_STORE_HOST_AT];
+        for (Py_ssize_t k = 0; k < n_keys; k++) {
+            PUT(&o, prefix[k], (size_t)prefix_len[k]);
+            int rc = 0;
+            switch (value[k]) {
+            case V_PHYSICAL_OFFSET: rc = put_int(&o, position); break;
+            case V_STORE_SIZE: rc = put_int(&o, f[F_SIZE]); break;
+            case V_VERSION:
+                if (f[F_MAGIC] == magic_v2)
+                    PUTS(&o, "\"v2\"");
+                else
+                    PUTS(&o, "\"v1\"");
+                break;
+            case V_TOPIC: rc = put_str(&o, topic, (size_t)f[F_TOPIC_LENGTH]); break;
+            case V_QUEUE_ID: rc = put_int(&o, f[F_QUEUE_ID]); break;
+            case V_QUEUE_OFFSET: rc = put_int(&o, f[F_QUEUE_OFFSET]); break;
+            case V_SYS_FLAG: rc = put_int(&o, f[F_SYS_FLAG]); break;
+            case V_TRANSACTION: {
+                PyObject *tx = PyTuple_GET_ITEM(transactions, f[F_SYS_FLAG] & tx_mask);
+                rc = put_str(&o, (const uint8_t *)PyBytes_AS_STRING(tx),
+                             (size_t)PyBytes_GET_SIZE(tx));
+                break;
+            }
+            case V_FLAG: rc = put_int(&o, f[F_FLAG]); break;
+            case V_BODY_CRC: rc = put_int(&o, f[F_BODY_CRC]); break;
+            case V_BODY_CRC_OK: {
+                int64_t crc = blen ? (int64_t)(crc32_of(body, blen) & 0x7fffffffu) : 0;
+                if (crc == f[F_BODY_CRC])
+                    PUTS(&o, "true");
+                else
+                    PUTS(&o, "false");
+                break;
+            }
+            case V_PROP_CRC: /* rows with a __CRC32# property are the caller's */
+            case V_PROP_CRC_OK:
+            case V_COMPRESSION: /* so are compressed rows */
+                PUTS(&o, "null");
+                break;
+            case V_BORN_TIMESTAMP: rc = put_int(&o, f[F_BORN_TIMESTAMP]); break;
+            case V_BORN_TIME: rc = put_time(&o, f[F_BORN_TIMESTAMP], min_ms, max_ms); break;
+            case V_BORN_HOST: rc = put_host(&o, bh, bv6, f[F_BORN_PORT]); break;
+            case V_STORE_TIMESTAMP: rc = put_int(&o, f[F_STORE_TIMESTAMP]); break;
+            case V_STORE_TIME: rc = put_time(&o, f[F_STORE_TIMESTAMP], min_ms, max_ms); break;
+            case V_STORE_HOST: rc = put_host(&o, sh, sv6, f[F_STORE_PORT]); break;
+            case V_RECONSUME_TIMES: rc = put_int(&o, f[F_RECONSUME_TIMES]); break;
+            case V_PREPARED_TRANSACTION_OFFSET:
+                rc = put_int(&o, f[F_PREPARED_TRANSACTION_OFFSET]);
+                break;
+            case V_PROPERTIES:
+                PUTS(&o, "{");
+                for (int p = 0; p < np && rc == 0; p++) {
+                    if (p)
+                        PUTS(&o, ",");
+                    rc = put_str(&o, props[p].name, props[p].name_len);
+                    PUTS(&o, ":");
+                    if (rc == 0)
+                        rc = put_str(&o, props[p].value, props[p].value_len);
+                }
+                PUTS(&o, "}");
+                break;
+            case V_TAGS:
+            case V_UNIQ_KEY: {
+                const prop_entry *e = find_prop(props, np, value[k] == V_TAGS ? "TAGS" : "UNIQ_KEY");
+                if (e)
+                    rc = put_str(&o, e->value, e->value_len);
+                else
+                    PUTS(&o, "null");
+                break;
+            }
+            case V_KEYS: {
+                PUTS(&o, "[");
+                const prop_entry *e = find_prop(props, np, "KEYS");
+                int first = 1;
+                for (size_t j = 0; e && j < e->value_len && rc == 0;) {
+                    const uint8_t *piece = e->value + j;
+                    const uint8_t *space = memchr(piece, ' ', e->value_len - j);
+                    size_t len = space ? (size_t)(space - piece) : e->value_len - j;
+                    if (len) {
+                        if (!first)
+                            PUTS(&o, ",");
+                        rc = put_str(&o, piece, len);
+                        first = 0;
+                    }
+                    j += len + 1;
+                }
+                PUTS(&o, "]");
+                break;
+            }
+            case V_MSG_ID: {
+                uint8_t id[28];
+                int ip_len = sv6 ? 16 : 4;
+                memcpy(id, sh, (size_t)ip_len);
+                be_put(id + ip_len, (unsigned long long)f[F_STORE_PORT], 4);
+                be_put(id + ip_len + 4, (unsigned long long)f[F_PHYSICAL_OFFSET], 8);
+                PUTS(&o, "\"");
+                rc = put_hex(&o, id, (size_t)ip_len + 12, "0123456789ABCDEF");
+                PUTS(&o, "\"");
+                break;
+            }
+            case V_BODY_LENGTH: rc = put_int(&o, f[F_BODY_LENGTH]); break;
+            case V_BODY_ENCODING: {
+                static const char *const names[4] = {"\"text\"", "\"hex\"", "\"base64\"",
+                                                     "\"none\""};
+                PUT(&o, names[mode], strlen(names[mode]));
+                break;
+            }
+            case V_BODY:
+                if (mode == 0) {
+                    rc = put_str(&o, body, blen);
+                } else if (mode == 1) {
+                    PUTS(&o, "\"");
+                    rc = put_hex(&o, body, blen, "0123456789abcdef");
+                    PUTS(&o, "\"");
+                } else if (mode == 2) {
+                    rc = put_base64(&o, body, blen);
+                } else {
+                    PUTS(&o, "null");
+                }
+                break;
+            }
+            if (rc < 0)
+                goto nomem;
+        }
+        PUTS(&o, "}");
+        PUT(&o, sep.buf, (size_t)sep.len);
+        ends[i] = (int64_t)o.len;
+    }
+    result = Py_BuildValue("(y#NN)", o.data ? o.data : "", (Py_ssize_t)o.len,
+                           as_bytes(ends, n), as_bytes(fallback, n_fallback));
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    PyMem_Free(o.data);
+    PyMem_Free(ends);
+    PyMem_Free(fallback);
+    PyMem_Free(props);
+    PyBuffer_Release(&sep);
+    PyBuffer_Release(&fields);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* --- CRCs of many slices ------------------------------------------------------------------- */
+
+typedef uint32_t (*crc_fn)(const uint8_t *, size_t);
+
+static PyObject *crc_many(PyObject *args, crc_fn fn)
+{
+    Py_buffer buf, starts, lengths, out;
+    PyObject *out_obj;
+    if (!PyArg_ParseTuple(args, "y*y*y*O", &buf, &starts, &lengths, &out_obj))
+        return NULL;
+    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(int64_t);
+    PyObject *result = NULL;
+    if (lengths.len != starts.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths must be int64 arrays of one length");
+        goto done;
+    }
+    if (get_i64_out(out_obj, &out, n, "out") < 0)
+        goto done;
+    const int64_t *s = starts.buf, *l = lengths.buf;
+    int64_t *o = out.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (l[i] > 0 && (s[i] < 0 || l[i] > (int64_t)buf.len - s[i])) {
+            PyErr_Format(PyExc_ValueError, "slice %zd [%lld, +%lld) is outside the buffer", i,
+                         (long long)s[i], (long long)l[i]);
+            PyBuffer_Release(&out);
+            goto done;
+        }
+    }
+    const uint8_t *data = buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        o[i] = l[i] > 0 ? (int64_t)fn(data + s[i], (size_t)l[i]) : 0;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(crc32_many_doc,
+             "crc32_many(buf, starts, lengths, out)\n\n"
+             "zlib's CRC-32 of buf[start:start + length] for each pair of the int64 arrays\n"
+             "starts and lengths, into the int64 buffer out (0 for a length <= 0).");
+
+static PyObject *speedups_crc32_many(PyObject *self, PyObject *args)
+{
+    return crc_many(args, crc32_of);
+}
+
+PyDoc_STRVAR(crc32c_many_doc, "crc32c_many(buf, starts, lengths, out)\n\n"
+                              "As crc32_many, with CRC-32C (Castagnoli).");
+
+static PyObject *speedups_crc32c_many(PyObject *self, PyObject *args)
+{
+    return crc_many(args, crc32c_of);
+}
+
+static PyObject *speedups_features(PyObject *self, PyObject *unused)
+{
+    return Py_BuildValue("{s:O,s:O}", "pclmul", have_clmul ? Py_True : Py_False, "sse4_2",
+                         have_sse42 ? Py_True : Py_False);
+}
+
+static PyMethodDef methods[] = {
+    {"walk", speedups_walk, METH_VARARGS, walk_doc},
+    {"message_json", speedups_message_json, METH_VARARGS, message_json_doc},
+    {"crc32_many", speedups_crc32_many, METH_VARARGS, crc32_many_doc},
+    {"crc32c_many", speedups_crc32c_many, METH_VARARGS, crc32c_many_doc},
+    {"features", speedups_features, METH_NOARGS, "The CPU features in use."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "The scanner's per-record loops in C.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void)
+{
+    uint16_t probe = 1;
+    if (*(uint8_t *)&probe != 1) {
+        PyErr_SetString(PyExc_ImportError, "_speedups supports little-endian hosts only");
+        return NULL;
+    }
+    make_tables(crc32_table, 0xEDB88320u);
+    make_tables(crc32c_table, 0x82F63B78u);
+#ifdef HAVE_X86
+    __builtin_cpu_init();
+    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    const char *const *lists[2] = {field_names, value_keys};
+    const int sizes[2] = {F_COUNT, V_COUNT};
+    const char *attrs[2] = {"MESSAGE_FIELDS", "VALUE_KEYS"};
+    for (int l = 0; l < 2; l++) {
+        PyObject *names = PyTuple_New(sizes[l]);
+        if (!names) {
+            Py_DECREF(m);
+            return NULL;
+        }
+        for (int k = 0; k < sizes[l]; k++)
+            PyTuple_SET_ITEM(names, k, PyUnicode_FromString(lists[l][k]));
+        if (PyModule_AddObject(m, attrs[l], names) < 0) {
+            Py_DECREF(names);
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    return m;
+}

@@ -1,0 +1,276 @@
+"""The C loops of ``rmqinspect.format._speedups`` agree with their pure-Python twins.
+
+Where the extension is not built, rmqinspect runs the twins; these tests compare both on
+random buffers, random slices and every fixture store's commitlog (skipped, saying so, when
+the extension is absent).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rmqinspect.analysis.messages import MessageBatch
+from rmqinspect.format import columns, encode, scan, speedups
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.host import HostAddress
+from rmqinspect.format.scan import CheckedRun
+from rmqinspect.render.message import BodyFormat, message_json, message_json_block
+from rmqinspect.render.output import dumps
+from tests.conftest import FIXTURES
+
+needs_c = pytest.mark.skipif(not speedups.compiled(), reason="the C extension is not built")
+
+_MAGICS = [cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2, cl.BLANK_MAGIC_CODE, 0, 0x12345678]
+
+
+@st.composite
+def _chains(draw: st.DrawFn) -> bytes:
+    """Headers chained by TOTALSIZE with odd sizes and magics, then random bytes."""
+    out = bytearray()
+    for _ in range(draw(st.integers(0, 12))):
+        size = draw(st.sampled_from([8, 12, 20, 64, 300, -1, 0, 7, 1 << 20]))
+        magic = draw(st.sampled_from(_MAGICS))
+        out += struct.pack(">ii", size, magic)
+        out += bytes(max(0, min(size, 400) - 8))
+    out += draw(st.binary(max_size=40))
+    return bytes(out)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(
+    _chains(),
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.sampled_from([8, 20]),
+    st.sampled_from([(cl.MESSAGE_MAGIC_CODE,), (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)]),
+)
+def test_walk_chain_agrees(
+    buf: bytes, pos: int, max_records: int, min_size: int, magics: tuple[int, ...]
+) -> None:
+    pos = min(pos, len(buf))
+    got = speedups.walk_chain(buf, pos, max_records, min_size, magics)
+    want = speedups.py_walk_chain(buf, pos, max_records, min_size, magics)
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist()
+    assert got[2] == want[2]
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=3000), st.data())
+def test_crcs_agree_with_zlib_and_crc32c(buf: bytes, data: st.DataObject) -> None:
+    pairs = data.draw(
+        st.lists(
+            st.tuples(st.integers(0, len(buf)), st.integers(-2, len(buf))).map(
+                lambda p: (p[0], min(p[1], len(buf) - p[0]))
+            ),
+            max_size=30,
+        )
+    )
+    starts = np.array([s for s, _ in pairs], np.int64)
+    lengths = np.array([n for _, n in pairs], np.int64)
+    want = [zlib.crc32(buf[s : s + n]) if n > 0 else 0 for s, n in pairs]
+    want_c = [crc32c.crc32c(buf[s : s + n]) if n > 0 else 0 for s, n in pairs]
+    assert speedups.crc32_many(buf, starts, lengths).tolist() == want
+    assert speedups.py_crc32_many(buf, starts, lengths).tolist() == want
+    assert speedups.crc32c_many(buf, starts, lengths).tolist() == want_c
+    assert speedups.py_crc32c_many(buf, starts, lengths).tolist() == want_c
+
+
+@needs_c
+def test_crc_of_long_slices_uses_every_folding_path() -> None:
+    buf = np.random.default_rng(7).integers(0, 256, 1 << 16, np.uint8).tobytes()
+    lengths = np.array([63, 64, 65, 79, 80, 127, 128, 129, 1000, 4096, 65535], np.int64)
+    starts = np.ones(len(lengths), np.int64)  # unaligned
+    assert speedups.crc32_many(buf, starts, lengths).tolist() == [
+        zlib.crc32(buf[1 : 1 + n]) for n in lengths.tolist()
+    ]
+
+
+def test_crc_refuses_a_slice_outside_the_buffer() -> None:
+    if not speedups.compiled():
+        pytest.skip("the C extension is not built")
+    with pytest.raises(ValueError):
+        speedups.crc32_many(b"abc", np.array([2], np.int64), np.array([5], np.int64))
+
+
+def _scan_summary(path: Path) -> list[tuple[object, ...]]:
+    data = path.read_bytes()
+    out: list[tuple[object, ...]] = []
+    for profile_opts in (
+        cl.CheckOptions(),
+        cl.CheckOptions(check_crc=False),
+    ):
+        for ev in scan.scan_file(data, 0, 0, profile_opts, resync_damage=True):
+            if isinstance(ev, CheckedRun):
+                stop = None if ev.stop is None else (ev.stop.reason, ev.stop.size)
+                cols = ev.columns
+                out.append((cols.positions.tolist(), cols.body_crcs().tolist(), ev.end, stop))
+            else:
+                out.append((ev.start, ev.end, ev.result.reason))
+    return out
+
+
+@needs_c
+def test_fixture_scans_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = sorted(FIXTURES.glob("stores/*/commitlog/*"))
+    assert files
+    with_c = [_scan_summary(f) for f in files]
+    assert sum(len(run[0]) for summary in with_c for run in summary if len(run) == 4) > 100
+    monkeypatch.setattr(speedups, "_speedups", None)
+    assert not speedups.compiled()
+    assert [_scan_summary(f) for f in files] == with_c
+
+
+@needs_c
+@pytest.mark.parametrize("name", ["crash49", "crash53"])
+def test_recovery_is_the_same_without_the_extension(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rmqinspect.analysis.recovery import run_recovery
+    from rmqinspect.analysis.recovery.state import RecoverOptions
+    from rmqinspect.render.output import to_jsonable
+    from rmqinspect.store.model import Store
+
+    def report() -> tuple[dict[str, Any], int]:
+        with Store.open(FIXTURES / "stores" / name) as store:
+            outcome = run_recovery(store, RecoverOptions())
+            doc: dict[str, Any] = to_jsonable(outcome.report)
+            for new in doc["index"]["new_files"]:
+                new["name"] = None  # named by the wall clock, as the broker names them
+            return doc, outcome.report.index.entries_written
+
+    with_c = report()
+    monkeypatch.setattr(speedups, "_speedups", None)
+    assert report() == with_c
+    assert with_c[1] > 0
+
+
+# --- message JSON -------------------------------------------------------------------------------
+
+_TEXT = st.lists(
+    st.sampled_from(
+        [b"a", b" ", b'"', b"\\", b"\n", b"\x1f", b"\x7f", b"\xe4\xb8\xad", b"\xff", b"\x01"]
+    ),
+    max_size=10,
+).map(b"".join)
+_PROPERTY = st.tuples(
+    st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"a", b"", b"__CRC32#", b"\xe4\xb8\xad"]),
+    st.sampled_from([b"\x01", b"", b"\x01\x01"]),
+    _TEXT,
+).map(b"".join)
+_V6 = [
+    bytes(range(16)),
+    bytes(16),
+    bytes(15) + b"\x01",
+    b"\x00\x01" + bytes(14),
+    bytes(10) + b"\xff\xff\x01\x02\x03\x04",  # IPv4-mapped
+    bytes.fromhex("20010db8000000000001000000000001"),  # two runs of zeros: the first
+    bytes.fromhex("20010db80000000100000000000000ff"),  # the longer run
+    bytes.fromhex("fe800000000000000202b3fffe1e8329"),
+    bytes.fromhex("000100000001000000010000000100ab"),  # single zero groups stay
+]
+_HOSTS = [HostAddress(bytes([10, 0, 0, 1]), 10911), HostAddress(b"\xff\x00\x7f\x01", -1)] + [
+    HostAddress(ip, 7) for ip in _V6
+]
+_TIMES = [
+    0,
+    -1,
+    -62135596800000,
+    -62135596800001,
+    253402300799999,
+    253402300800000,
+    1_714_557_600_123,
+]
+
+
+_BAD_TOPIC = "\x02\x03\x04"
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> bytes:
+    out = bytearray()
+    for _ in range(draw(st.integers(1, 5))):
+        properties = b"\x02".join(draw(st.lists(_PROPERTY, max_size=5)))
+        out += encode.encode_message(
+            topic=draw(st.sampled_from(["TopicA", 'T"op\\ic', "中文", "\x01x", _BAD_TOPIC])),
+            queue_id=draw(st.integers(-3, 3)),
+            flag=draw(st.integers(-(2**31), 2**31 - 1)),
+            queue_offset=draw(st.integers(-5, 2**40)),
+            physical_offset=draw(st.sampled_from([len(out), 12345, -1])),
+            sys_flag=draw(st.sampled_from([0, 4, 8, 12, 1, 0x100 | 1])),
+            born_timestamp=draw(st.sampled_from(_TIMES)),
+            born_host=draw(st.sampled_from(_HOSTS)),
+            store_timestamp=draw(st.sampled_from(_TIMES)),
+            store_host=draw(st.sampled_from(_HOSTS)),
+            reconsume_times=draw(st.integers(0, 3)),
+            prepared_transaction_offset=draw(st.integers(-1, 2**40)),
+            body=draw(st.one_of(_TEXT, st.binary(max_size=70))),
+            properties=properties,
+            version=draw(st.sampled_from([1, 2])),
+        )
+    # A topic that is not UTF-8 (the encoder takes text): same length, other bytes.
+    out = out.replace(_BAD_TOPIC.encode(), b"\xff\xfe\x80")
+    return bytes(out) + bytes(256)  # a file goes on: the last record's header rows fit
+
+
+@settings(max_examples=300, deadline=None)
+@given(_records(), st.sampled_from(list(BodyFormat)), st.booleans())
+def test_message_json_lines_are_the_per_record_json(
+    buf: bytes, body: BodyFormat, with_c: bool
+) -> None:
+    cols = columns.gather(buf, columns.walk(buf, 0), 0)
+    rows = np.arange(len(cols), dtype=np.int64)
+    assert len(cols) and cols.well_formed.all()
+    want = [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]
+    with pytest.MonkeyPatch.context() as patch:
+        if not with_c:
+            patch.setattr(speedups, "_speedups", None)
+        assert message_json_lines(cols, rows, body) == want
+        # every other row: the writer is handed rows, not a contiguous run
+        assert message_json_lines(cols, rows[::2], body) == want[::2]
+
+
+@needs_c
+def test_the_c_writer_writes_every_key_of_the_definition() -> None:
+    """Otherwise every row would take the per-record path, silently slow."""
+    buf = (FIXTURES / "stores").glob("*/commitlog/*").__next__().read_bytes()
+    cols = columns.gather(buf, columns.walk(buf, 0), 0)
+    for body in BodyFormat:
+        keys = set(message_json(cols.record(0), body))
+        assert keys <= set(speedups.message_values())
+
+
+def message_json_lines(
+    cols: columns.RecordColumns, rows: columns.I64, body: BodyFormat
+) -> list[bytes]:
+    """The block's lines (JSON text holds no raw newline)."""
+    batch = MessageBatch(cols, rows, lambda record: record)
+    return message_json_block(batch, body, b"\n").split(b"\n")[:-1]
+
+
+@needs_c
+def test_message_json_lines_of_the_fixture_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    written = 0
+    for path in sorted(FIXTURES.glob("stores/*/commitlog/*")):
+        buf = path.read_bytes()
+        for ev in scan.scan_file(buf, 0, 0, cl.CheckOptions(check_crc=False)):
+            if not isinstance(ev, CheckedRun) or not len(ev):
+                continue
+            cols = ev.columns
+            rows = np.arange(len(cols), dtype=np.int64)
+            for body in BodyFormat:
+                want = [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]
+                assert message_json_lines(cols, rows, body) == want
+                written += len(rows)
+    assert written > 1000
