@@ -273,8 +273,10 @@ def unit_at(store: Store, topic: str, queue_id: int, queue_offset: int) -> tuple
 
 def iter_units(
     store: Store, topic: str, queue_id: int, start: int, limit: int | None
-) -> Iterator[tuple[int, tuple[int, int, int]]]:
-    """(queue offset, raw unit) from ``start`` over the queue's files, at most ``limit``."""
+) -> Iterator[tuple[int, tuple[int, int, int], StoreFile, int]]:
+    """(queue offset, raw unit, the file it was read from, its position there) from ``start``
+    over the queue's files, at most ``limit``. The file is the one read, which is not always
+    where the configured file size would put the unit (a file longer than that size)."""
     queue = store.consume_queue(topic, queue_id)
     left = limit
     for f in queue.files:
@@ -289,8 +291,9 @@ def iter_units(
         while done < n:
             take = min(chunk, n - done)
             rows = _file_units(store, f, (skip + done) * CQ_STORE_UNIT_SIZE, take)
+            at = (skip + done) * CQ_STORE_UNIT_SIZE
             for j, row in enumerate(rows):
-                yield first_unit + skip + done + j, row
+                yield first_unit + skip + done + j, row, f, at + j * CQ_STORE_UNIT_SIZE
             done += take
         if left is not None:
             left -= n
@@ -393,5 +396,5 @@ def list_units(
     if count <= 0:
         return
     n = count if limit is None else min(count, limit)
-    for qoff, unit in iter_units(store, topic, queue_id, listing.start, n):
+    for qoff, unit, _, _ in iter_units(store, topic, queue_id, listing.start, n):
         yield resolve_unit(store, topic, queue_id, qoff, unit, check_tags=True)

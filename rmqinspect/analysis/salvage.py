@@ -173,7 +173,11 @@ def _file(
     sink: SalvageSink,
     report: SalvageReport,
 ) -> None:
-    for event in scan_file(buf, f.start, 0, ctx.check, resync_damage=True, own_offset=True):
+    data_end = ctx.store.maps.data_end(f)
+    events = scan_file(
+        buf, f.start, 0, ctx.check, resync_damage=True, own_offset=True, data_end=data_end
+    )
+    for event in events:
         if isinstance(event, CheckedRun):
             if len(event):
                 _run(ctx, f, buf, event.columns, keeps, sink, report)

@@ -59,7 +59,8 @@ def record_runs(
     buf = store.view(file)
     released = begin
     try:
-        for event in scan_file(buf, file.start, begin, lenient):
+        data_end = store.maps.data_end(file)
+        for event in scan_file(buf, file.start, begin, lenient, data_end=data_end):
             if isinstance(event, Skipped):
                 if event.start >= end:
                     return

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,9 +40,8 @@ from rmqinspect.format import batch
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.batch import host_text_column, offset_msg_id_column
-from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
-from rmqinspect.store.files import StoreFile, read_range
+from rmqinspect.store.files import content_crc32c
 from rmqinspect.store.model import QueueId, Store
 
 SEVERITY_ERROR = "error"
@@ -178,17 +176,13 @@ def findings_batch(run: RecordRun, source_file: str, file_start: int) -> pa.Reco
 
 def consume_queue_batches(store: Store, part: QueueSlice) -> Iterator[pa.RecordBatch]:
     """Every unit of the slice with what it points to (``resolve_unit``'s status)."""
-    queue = store.consume_queue(part.topic, part.queue_id)
     qdir = store.queue_dirs[QueueId(part.topic, part.queue_id)]
     directory = qdir.relative_to(store.root).as_posix()
     rows: dict[str, list[object]] = {f.name: [] for f in CONSUME_QUEUE}
-    for queue_offset, unit in iter_units(
+    for queue_offset, unit, f, position in iter_units(
         store, part.topic, part.queue_id, part.start, part.stop - part.start
     ):
         view = resolve_unit(store, part.topic, part.queue_id, queue_offset, unit)
-        byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
-        f = queue.find(byte_offset)
-        assert f is not None  # iter_units read the unit from this file
         for name, value in (
             ("topic", part.topic),
             ("queue_id", part.queue_id),
@@ -200,7 +194,7 @@ def consume_queue_batches(store: Store, part: QueueSlice) -> Iterator[pa.RecordB
             ("status", view.status.value),
             ("detail", view.detail),
             ("source_file", f"{directory}/{f.name}"),
-            ("file_position", byte_offset - f.start),
+            ("file_position", position),
         ):
             rows[name].append(value)
         if len(rows["topic"]) >= _ROWS:
@@ -254,20 +248,8 @@ def consumer_offsets_batch(store: Store) -> pa.RecordBatch:
 
 # --- source files -------------------------------------------------------------------------------
 
-HASH_READ_BYTES = 16 << 20
-
 
 def file_crc32c(store: Store, group: FileGroup) -> Iterator[tuple[str, int, int, int]]:
     """(path, size, mtime in ns, CRC32C of the content) of each file of the group."""
     for path in group.paths:
-        full = store.root / path
-        stat = full.stat()
-        f = StoreFile(full, 0, stat.st_size)
-        crc, at = 0, 0
-        while at < stat.st_size:
-            chunk = read_range(f, at, HASH_READ_BYTES)
-            if not chunk:
-                break
-            crc = crc32c.crc32c(chunk, crc)
-            at += len(chunk)
-        yield path, stat.st_size, stat.st_mtime_ns, crc
+        yield (path, *content_crc32c(store.root / path))

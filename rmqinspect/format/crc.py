@@ -20,3 +20,54 @@ CRC_MASK = 0x7FFFFFFF
 def masked_crc32(data: bytes | bytearray | memoryview) -> int:
     """``UtilAll.crc32``: the zlib CRC-32 of ``data`` masked to 31 bits."""
     return crc32(data) & CRC_MASK
+
+
+# --- CRC-32C over runs of zeros -------------------------------------------------------------------
+
+_CRC32C_POLY = 0x82F63B78  # Castagnoli, reflected
+
+
+def _apply(matrix: tuple[int, ...], vector: int) -> int:
+    out = 0
+    bit = 0
+    while vector:
+        if vector & 1:
+            out ^= matrix[bit]
+        vector >>= 1
+        bit += 1
+    return out
+
+
+def _square(matrix: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(_apply(matrix, column) for column in matrix)
+
+
+def _zero_bit() -> tuple[int, ...]:
+    """The CRC register's step on one zero bit, as the images of its 32 unit vectors."""
+    return (_CRC32C_POLY, *(1 << (n - 1) for n in range(1, 32)))
+
+
+_ZERO_POWERS: list[tuple[int, ...]] = []  # the step over 2**k zero bytes, k = 0, 1, ...
+
+
+def crc32c_zeros(crc: int, count: int) -> int:
+    """The CRC-32C (as ``crc32c.crc32c`` returns it) of data whose CRC-32C is ``crc`` followed
+    by ``count`` zero bytes, in O(log count): a sparse file's holes are checksummed without
+    reading or feeding gigabytes of zeros."""
+    if count <= 0:
+        return crc
+    if not _ZERO_POWERS:
+        step = _zero_bit()
+        for _ in range(3):  # 8 bits
+            step = _square(step)
+        _ZERO_POWERS.append(step)
+    state = crc ^ 0xFFFFFFFF  # the register before the final inversion
+    k = 0
+    while count:
+        while len(_ZERO_POWERS) <= k:
+            _ZERO_POWERS.append(_square(_ZERO_POWERS[-1]))
+        if count & 1:
+            state = _apply(_ZERO_POWERS[k], state)
+        count >>= 1
+        k += 1
+    return state ^ 0xFFFFFFFF

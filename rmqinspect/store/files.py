@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+import crc32c
+
 from rmqinspect.errors import StoreError
+from rmqinspect.format.crc import crc32c_zeros
 from rmqinspect.format.names import fits_offset_stream, parse_offset_name
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -413,6 +416,30 @@ def read_range(file: StoreFile, start: int, length: int) -> bytes:
     finally:
         os.close(fd)
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def content_crc32c(path: Path) -> tuple[int, int, int]:
+    """(size, mtime in ns, CRC-32C of the content) of a regular store file, read once through
+    its data extents: holes are checksummed as the zeros they read as without being read, so a
+    sparse-extended file costs what its data costs."""
+    fd = open_regular(path)
+    try:
+        st = os.fstat(fd)
+        crc, done = 0, 0
+        for a, b in data_extents(fd, 0, st.st_size):
+            crc = crc32c_zeros(crc, a - done)
+            at = a
+            while at < b:
+                chunk = os.pread(fd, min(b - at, 16 * _READ_CHUNK), at)
+                if not chunk:
+                    break  # the file shrank while read: the rest counts as zeros
+                crc = crc32c.crc32c(chunk, crc)
+                at += len(chunk)
+            crc = crc32c_zeros(crc, b - at)
+            done = b
+        return st.st_size, st.st_mtime_ns, crc32c_zeros(crc, st.st_size - done)
+    finally:
+        os.close(fd)
 
 
 def _snapshot(fd: int, size: int) -> tuple[mmap.mmap, int]:

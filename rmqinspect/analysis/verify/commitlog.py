@@ -176,7 +176,7 @@ def check_file(ctx: Context, f: StoreFile) -> FileResult:
         return result
     buf = ctx.store.view(f)
     try:
-        result.extent = data_extent(buf, 0)
+        result.extent = data_extent(buf, 0, ctx.store.maps.data_end(f))
         _walk(ctx, f, buf, result)
     finally:
         buf.release()
@@ -188,7 +188,15 @@ def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
     last_ts: int | None = None
     damage_at: int | None = None  # where the file's first bad record starts
     first_after: int | None = None
-    events = scan_file(buf, f.start, 0, ctx.check, resync_damage=True, own_offset=True)
+    events = scan_file(
+        buf,
+        f.start,
+        0,
+        ctx.check,
+        resync_damage=True,
+        own_offset=True,
+        data_end=ctx.store.maps.data_end(f),
+    )
     for event in events:
         if isinstance(event, Skipped):
             _skipped(ctx, f, buf, event, out)

@@ -80,7 +80,8 @@ def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: 
         if first == 0:
             heads = _heads(buf, geometry)
             slots = np.where(entries["key_hash"] >= 0, entries["key_hash"] % geometry.slot_num, -1)
-            _check_header(buf, file, header, geometry, entries, heads, part.findings)
+            bytes_end = ctx.store.maps.data_end(info.file)
+            _check_header(buf, bytes_end, file, header, geometry, entries, heads, part.findings)
             _check_slots(file, header, geometry, heads, slots, part.findings)
             _check_links(file, geometry, entries, slots, part.findings)
             del heads, slots
@@ -154,6 +155,7 @@ def _heads(buf: memoryview, geometry: IndexGeometry) -> I64:
 
 def _check_header(
     buf: memoryview,
+    bytes_end: int,
     file: str,
     header: IndexHeader,
     geometry: IndexGeometry,
@@ -182,7 +184,8 @@ def _check_header(
         if header.hash_slot_count != used:
             problems.append(f"hashSlotCount {header.hash_slot_count}, {used} slots are in use")
     written_to = geometry.entry_position(header.loaded_index_count)
-    if written_to < len(buf) and data_extent(buf, written_to):
+    # ``bytes_end``: past it the file is holes, which the search for bytes never reads.
+    if written_to < len(buf) and data_extent(buf, written_to, bytes_end):
         problems.append(
             f"bytes are written past entry {header.loaded_index_count - 1}, the last one "
             "indexCount counts"

@@ -294,16 +294,17 @@ def check_queue_file(
         for a in range(first, last, _CHUNK):
             b = min(a + _CHUNK, last)
             _check_units(ctx, qid, file, f.start, units[a:b], a, data_end, findings)
-        after = units[max(last, (q.max_offset - f.start) // CQ_STORE_UNIT_SIZE, 0) :]
-        stale = np.flatnonzero(
-            (after["phy_offset"] != 0) | (after["size"] != 0) | (after["tags_code"] != 0)
-        )
-        if len(stale):
-            at = (len(units) - len(after) + int(stale[0])) * CQ_STORE_UNIT_SIZE
+        # Past the end of the file's data only holes remain: a sparse-extended file costs
+        # nothing, and the units are looked at a chunk at a time.
+        stop = min(len(units), -(-ctx.store.maps.data_end(f) // CQ_STORE_UNIT_SIZE))
+        begin = max(last, (q.max_offset - f.start) // CQ_STORE_UNIT_SIZE, 0)
+        stale, first_stale = _non_zero_units(units, begin, stop)
+        if stale:
+            at = first_stale * CQ_STORE_UNIT_SIZE
             findings.add(
                 "consumequeue.units_after_end",
                 file,
-                f"{len(stale)} non-zero units after the queue's last valid unit (offset "
+                f"{stale} non-zero units after the queue's last valid unit (offset "
                 f"{q.max_offset_in_queue - 1}): units truncation left, or units the broker's "
                 "load drops",
                 file_position=at,
@@ -311,10 +312,24 @@ def check_queue_file(
                 queue_id=qid.queue_id,
                 queue_offset=(f.start + at) // CQ_STORE_UNIT_SIZE,
             )
-        del units, after
+        del units
     finally:
         buf.release()
     return last - first
+
+
+def _non_zero_units(units: np.ndarray, begin: int, stop: int) -> tuple[int, int]:
+    """How many of ``units[begin:stop]`` are not all zeros, and the first one (-1: none)."""
+    count, first = 0, -1
+    for a in range(begin, stop, _CHUNK):
+        part = units[a : min(a + _CHUNK, stop)]
+        nonzero = np.flatnonzero(
+            (part["phy_offset"] != 0) | (part["size"] != 0) | (part["tags_code"] != 0)
+        )
+        if len(nonzero) and first < 0:
+            first = a + int(nonzero[0])
+        count += len(nonzero)
+    return count, first
 
 
 def _check_units(
