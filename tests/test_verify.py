@@ -14,7 +14,14 @@ import pytest
 from rmqinspect.analysis.verify import Finding, Severity, VerifyOptions, VerifyReport, verify_store
 from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.store.model import Store
-from tests.conftest import CONFORMANCE, CONFORMANCE5, FIXTURES, SHARED
+from tests.conftest import (
+    CONFORMANCE,
+    CONFORMANCE5,
+    CONFORMANCE_DLEDGER,
+    FIXTURES,
+    SHARED,
+    restore_dledger_store,
+)
 from tests.damage_matrix import DAMAGES, PROFILES, commitlog_ranges, damaged, original, records
 from tests.damage_matrix import touched as touched_records
 
@@ -163,11 +170,14 @@ def _mutation(store: Path) -> dict[str, object]:
 @pytest.mark.parametrize(
     "store", _corpus_stores(), ids=lambda p: f"{p.parent.parent.name}/{p.name}"
 )
-def test_real_broker_stores(store: Path) -> None:
+def test_real_broker_stores(store: Path, tmp_path: Path) -> None:
     """Undamaged stores: nothing at warning or above. Killed brokers: warnings only (the
-    dispatch lag). Damaged ones: the damage, at the offset the corpus names."""
-    report = verify(store)
+    dispatch lag). Damaged ones: the damage, at the offset the corpus names. A DLedger store
+    is verified as the broker held it: its trimmed index files restored to their size."""
     mutation = _mutation(store)
+    if store.parent.parent == CONFORMANCE_DLEDGER:
+        store = restore_dledger_store(CONFORMANCE_DLEDGER, store.name, tmp_path / store.name)
+    report = verify(store)
     kind = mutation.get("kind")
     if "crash" in store.name:
         assert at_least(report, Severity.ERROR) == []

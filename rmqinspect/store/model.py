@@ -348,29 +348,54 @@ class Store:
             pos = start - f.start if start is not None and start > f.start else 0
             buf = self.view(f)
             try:
-                if self.dledger is not None:
-                    events = dl.scan_data_file(
-                        buf,
-                        f.start,
-                        dl.entry_boundary(buf, pos, f.start),
-                        opts,
-                        resync_damage=resync,
-                        max_records=max_records,
-                    )
-                else:
-                    events = scan_file(
-                        buf,
-                        f.start,
-                        pos,
-                        opts,
-                        resync_damage=resync,
-                        own_offset=own_offset,
-                        max_records=max_records,
-                    )
-                for event in events:
+                for event in self.scan_file(
+                    f,
+                    buf,
+                    pos,
+                    opts,
+                    resync=resync,
+                    own_offset=own_offset,
+                    max_records=max_records,
+                ):
                     yield f, event
             finally:
                 buf.release()
+
+    def scan_file(
+        self,
+        f: StoreFile,
+        buf: memoryview,
+        pos: int = 0,
+        options: cl.CheckOptions | None = None,
+        *,
+        resync: bool = False,
+        own_offset: bool = True,
+        max_records: int = RUN_RECORDS,
+    ) -> Iterator[FileEvent]:
+        """The events of one commitlog file ``f`` (mapped as ``buf``) from file position ``pos``:
+        :func:`~rmqinspect.format.scan.scan_file` over bare records, or in a DLedger store
+        :func:`~rmqinspect.format.dledger.scan_data_file` over entries, from the entry whose
+        record is at ``pos`` (or the entry at ``pos``, or the next one). Every walk of "the
+        commitlog of this store" goes through here; see :meth:`scan` for the arguments."""
+        opts = options or cl.CheckOptions()
+        if self.dledger is not None:
+            return dl.scan_data_file(
+                buf,
+                f.start,
+                dl.entry_boundary(buf, pos, f.start),
+                opts,
+                resync_damage=resync,
+                max_records=max_records,
+            )
+        return scan_file(
+            buf,
+            f.start,
+            pos,
+            opts,
+            resync_damage=resync,
+            own_offset=own_offset,
+            max_records=max_records,
+        )
 
     def first_records(
         self, f: StoreFile, options: cl.CheckOptions, limit: int = 1
