@@ -105,6 +105,10 @@ class EntryChecks:
         jump = index != expect
         if prev is None or self._after_damage:
             jump[0] = prev is not None and index[0] <= prev.index
+        # One entry whose index field is off: the chain resumes after it, and only it is named.
+        resumes = np.zeros(len(jump), bool)
+        resumes[1:] = jump[:-1] & (index[1:] == before_index[:-1] + 2)
+        jump &= ~resumes
         for i in np.flatnonzero(jump).tolist():
             self._add(
                 "dledger.entry_index",
@@ -119,7 +123,8 @@ class EntryChecks:
                 f"term {int(term[i])} after {int(before_term[i])}: DLedger's recovery stops "
                 "here and truncates the log",
             )
-        self._units(positions, h, index, where)
+        keep = ~jump  # an index field that is off names no unit
+        self._units(positions[keep], h[keep], index[keep], where[keep])
         self._after_damage = False
         if self.span.first is None:
             self.span.first = EntryMark(int(index[0]), int(term[0]), int(where[0]))
@@ -312,7 +317,9 @@ def _checkpoint(
     tfile = ctx.rel(ledger.currterm.path)
     if text is not None and text.strip() and term is None:
         findings.add(
-            "dledger.currterm", tfile, f"currTerm {text.strip()!r} is not a number: load fails"
+            "dledger.currterm",
+            tfile,
+            f"currTerm {text.strip()!r} is not a number (DLedger cannot load it)",
         )
     elif last is not None and last.term > (term or 0):
         findings.add(
