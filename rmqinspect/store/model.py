@@ -51,7 +51,8 @@ class StorePart(enum.Flag):
     CONSUME_QUEUES = enum.auto()
     INDEX = enum.auto()
     RESTART = enum.auto()  # the restart emulation, which reads every part
-    EXPORT = enum.auto()  # the Parquet export's own record reader (export/records.py)
+    EXPORT = enum.auto()  # the Parquet export's record ranges (export/records.py)
+    SALVAGE = enum.auto()  # salvage's resynchronising walk over bare records
 
 
 ALL_PARTS = StorePart.COMMITLOG | StorePart.CONSUME_QUEUES | StorePart.INDEX | StorePart.RESTART
@@ -71,18 +72,26 @@ class UnsupportedLayout:
 
 # The one table of refusals: per layout, its name in a sentence and the parts it takes over.
 # Supporting a layout means emptying its parts; nothing else refuses.
-#  - DLedger itself is read (store/dledger.py) by every command but the export, whose record
-#    reader walks bare records. A plain commitlog beside DLedger data (a store switched over:
-#    reads below the divide go to the old log) and several DLedger homes (which one is the
-#    node's is not on disk) are not read: every part depends on which log answers.
+#  - DLedger itself is read (store/dledger.py) by every command but salvage: its candidates
+#    are bare records found anywhere, and its "what a restart keeps" is the plain
+#    commitlog's; inside entries DLedger keeps what the scan keeps. A plain commitlog beside
+#    DLedger data (a store switched over: reads below the divide go to the old log) and
+#    several DLedger homes (which one is the node's is not on disk) are not read: every part
+#    depends on which log answers.
 #  - RocksDB consume queue, BatchConsumeQueue: the queues of (some) topics are not in
 #    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
 #    index; what is read from those is right, and the restart of those is unchanged.
 _LAYOUTS: dict[str, tuple[str, StorePart]] = {
-    "dledger": ("DLedger", StorePart.EXPORT),
-    "dledger_mixed": ("a plain commitlog beside DLedger data", ALL_PARTS | StorePart.EXPORT),
-    "dledger_homes": ("several DLedger homes", ALL_PARTS | StorePart.EXPORT),
+    "dledger": ("DLedger", StorePart.SALVAGE),
+    "dledger_mixed": (
+        "a plain commitlog beside DLedger data",
+        ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
+    ),
+    "dledger_homes": (
+        "several DLedger homes",
+        ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
+    ),
     "rocksdb_consume_queue": (
         "RocksDB consume queues",
         StorePart.CONSUME_QUEUES | StorePart.RESTART,
@@ -563,8 +572,8 @@ def _detect_unsupported(
             _unsupported(
                 "dledger",
                 ledger.home,
-                "a DLedger commitlog: every command reads it but export, whose record reader "
-                "does not walk entries yet",
+                "a DLedger commitlog: every command reads it but salvage, whose resynchronising "
+                "walk looks for bare records",
             )
         )
     return found
