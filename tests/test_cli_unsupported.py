@@ -57,25 +57,27 @@ def _refusal(layout: str, where: str, name: str) -> str:
     return f"rmqinspect: error: {said}\n"
 
 
-def test_dledger_store_is_answered_by_every_command_but_export(tmp_path: Path) -> None:
-    """DLedger is read (the refusal is lifted for every command that reads it); the export's
-    own record reader does not walk entries yet, so it alone still refuses."""
+def test_dledger_store_is_answered_by_every_command_but_salvage(tmp_path: Path) -> None:
+    """DLedger is read (the refusal is lifted for every command that reads it, the export
+    included); salvage's resynchronising walk looks for bare records, so it alone refuses."""
     layout = dataclasses.replace(SMALL_LAYOUT, enable_dledger_commitlog=True)
     store = build_store(tmp_path / "s", orders(6), layout)
     for name in COMMANDS:
         code, out, err = _run(name, store)
         assert code in (0, 1) and out and "does not support" not in err, (name, err)
     exported = run("export", store, tmp_path / "out", "--engine", "arrow")
-    assert exported.exit_code == 2 and not (tmp_path / "out").exists()
-    assert exported.stderr == _refusal("DLedger", "dledger-n0/", "export")
+    assert exported.exit_code == 0, exported.stderr
+    salvaged = run("salvage", store, "--out", tmp_path / "lost")
+    assert salvaged.exit_code == 2 and not (tmp_path / "lost").exists()
+    assert salvaged.stderr == _refusal("DLedger", "dledger-n0/", "salvage")
     info = run_json("info", store)
     assert info["unsupported"] == [
         {
             "kind": "dledger",
             "path": str(store / "dledger-n0"),
-            "note": "a DLedger commitlog: every command reads it but export, whose record "
-            "reader does not walk entries yet",
-            "takes_over": ["export"],
+            "note": "a DLedger commitlog: every command reads it but salvage, whose "
+            "resynchronising walk looks for bare records",
+            "takes_over": ["salvage"],
         }
     ]
     assert run("checkpoint", store, "--format", "json").exit_code == 0

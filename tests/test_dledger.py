@@ -89,7 +89,7 @@ def test_writer_round_trips_through_the_store_model(tmp_path: Path) -> None:
         assert store.dledger is not None and store.dledger.self_id == "n0"
         assert not store.problems
         assert [(u.kind, u.takes_over) for u in store.unsupported] == [
-            ("dledger", StorePart.EXPORT)  # only the export does not read entries yet
+            ("dledger", StorePart.SALVAGE)  # only salvage does not read entries
         ]
         records = [
             e

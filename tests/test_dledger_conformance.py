@@ -361,4 +361,4 @@ def test_info_shows_the_ledger(meta: dict[str, Any], dledger_clean_store: Path) 
         per_file[ledger["files"][0]["name"]]["validMessages"],
     ]
     assert doc["commitlog"]["max_offset"] == ledger["data_end"]
-    assert [u["takes_over"] for u in doc["unsupported"]] == [["export"]]
+    assert [u["takes_over"] for u in doc["unsupported"]] == [["salvage"]]

@@ -13,10 +13,23 @@ import pytest
 
 from rmqinspect.analysis.verify import Finding, Severity, VerifyOptions, VerifyReport, verify_store
 from rmqinspect.analysis.verify.finding import Findings
+from rmqinspect.format import dledger as dl
 from rmqinspect.store.model import Store
-from tests.conftest import CONFORMANCE, CONFORMANCE5, FIXTURES, SHARED
+from rmqinspect.synth import damage
+from rmqinspect.synth.writer import PutResult
+from tests.conftest import (
+    CONFORMANCE,
+    CONFORMANCE5,
+    CONFORMANCE_DLEDGER,
+    FIXTURES,
+    SHARED,
+    restore_dledger_store,
+)
 from tests.damage_matrix import DAMAGES, PROFILES, commitlog_ranges, damaged, original, records
 from tests.damage_matrix import touched as touched_records
+from tests.test_dledger import LAYOUT as LEDGER_LAYOUT
+from tests.test_dledger import open_store as open_ledger
+from tests.test_dledger import write as write_ledger
 
 STORES = FIXTURES / "stores"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))["stores"]
@@ -163,11 +176,14 @@ def _mutation(store: Path) -> dict[str, object]:
 @pytest.mark.parametrize(
     "store", _corpus_stores(), ids=lambda p: f"{p.parent.parent.name}/{p.name}"
 )
-def test_real_broker_stores(store: Path) -> None:
+def test_real_broker_stores(store: Path, tmp_path: Path) -> None:
     """Undamaged stores: nothing at warning or above. Killed brokers: warnings only (the
-    dispatch lag). Damaged ones: the damage, at the offset the corpus names."""
-    report = verify(store)
+    dispatch lag). Damaged ones: the damage, at the offset the corpus names. A DLedger store
+    is verified as the broker held it: its trimmed index files restored to their size."""
     mutation = _mutation(store)
+    if store.parent.parent == CONFORMANCE_DLEDGER:
+        store = restore_dledger_store(CONFORMANCE_DLEDGER, store.name, tmp_path / store.name)
+    report = verify(store)
     kind = mutation.get("kind")
     if "crash" in store.name:
         assert at_least(report, Severity.ERROR) == []
@@ -289,3 +305,107 @@ def test_findings_beyond_the_listing_limit_are_counted() -> None:
     merged.extend(findings)
     assert [f.detail for f in merged.listed] == ["first", "bad 0", "elsewhere"]
     assert merged.by_check() == {"commitlog.magic": 7}
+
+
+# --- DLedger stores built by the writer ----------------------------------------------------------
+
+
+def _ledger(tmp_path: Path) -> tuple[Path, list[PutResult]]:
+    root = tmp_path / "store"
+    return root, write_ledger(root, 300)
+
+
+def _ledger_report(root: Path) -> VerifyReport:
+    with open_ledger(root) as store:
+        return verify_store(store, VerifyOptions())
+
+
+def _entry_file(put: PutResult) -> tuple[str, int]:
+    """The data file (relative to the store) of ``put``'s entry, and the entry's position."""
+    at = put.physical_offset - dl.BODY_OFFSET
+    start = at - at % LEDGER_LAYOUT.commitlog_file_size
+    return f"dledger-n0/data/{start:020d}", at - start
+
+
+def test_dledger_writer_store_has_no_finding(tmp_path: Path) -> None:
+    root, _ = _ledger(tmp_path)
+    report = _ledger_report(root)
+    assert report.findings == [] and report.summary.records == 300
+
+
+def test_dledger_torn_entry_is_an_error_the_broker_serves(tmp_path: Path) -> None:
+    """DLedger keeps the entry (its header is whole): the record's failure, at the record."""
+    root, puts = _ledger(tmp_path)
+    damage.torn_tail(root)
+    last = puts[-1]
+    (f,) = at_least(_ledger_report(root), Severity.WARNING)
+    file, entry = _entry_file(last)
+    assert (f.check, f.file, f.file_position) == ("commitlog.body_crc", file, entry + 48)
+    assert f.physical_offset == last.physical_offset
+    assert "the broker serves this record" in f.detail
+
+
+def test_dledger_corrupted_entry_header(tmp_path: Path) -> None:
+    """The last entry's header torn after its magic and size: DLedger stops there, and the
+    committed index in the checkpoint now names an entry that is gone."""
+    root, puts = _ledger(tmp_path)
+    damage.torn_entry_header(root)
+    last = puts[-1]
+    file, entry = _entry_file(last)
+    report = _ledger_report(root)
+    worse = at_least(report, Severity.WARNING)
+    assert {
+        (f.check, f.file, f.file_position) for f in worse if f.check.startswith("dledger.")
+    } == {
+        ("dledger.entry_pos", file, entry),
+        ("dledger.checkpoint", "dledger-n0/checkpoint", None),
+        ("dledger.index_past_end", "dledger-n0/index/00000000000000000000", 299 * 32),
+    }
+    (pos,) = [f for f in report.findings if f.check == "dledger.entry_pos"]
+    assert pos.physical_offset == last.physical_offset - 48
+    # The rest are what the cut means: the last record's unit and index entries point past
+    # the end, the checkpoint's times are the lost record's.
+    rest = [f for f in worse if not f.check.startswith("dledger.")]
+    assert {f.check for f in rest} == {
+        "consumequeue.points_past_end",
+        "index.points_past_end",
+        "checkpoint.ahead",
+    }
+    assert {f.physical_offset for f in rest if f.check != "checkpoint.ahead"} == {
+        last.physical_offset
+    }
+
+
+def test_dledger_index_unit_that_disagrees(tmp_path: Path) -> None:
+    root, puts = _ledger(tmp_path)
+    unit = 123 * dl.INDEX_UNIT_SIZE
+    index_file = root / "dledger-n0" / "index" / f"{0:020d}"
+    with open(index_file, "r+b") as fh:
+        fh.seek(unit + 4)  # the pos field
+        fh.write((puts[124].physical_offset - 48).to_bytes(8, "big"))
+    (f,) = _ledger_report(root).findings
+    assert (f.check, f.file, f.file_position) == (
+        "dledger.index_unit",
+        "dledger-n0/index/00000000000000000000",
+        unit,
+    )
+    assert f.physical_offset == puts[123].physical_offset - 48
+
+
+def test_dledger_broken_checkpoint(tmp_path: Path) -> None:
+    root, _ = _ledger(tmp_path)
+    (root / "dledger-n0" / "checkpoint").write_bytes(dl.encode_checkpoint(299, 250))
+    (f,) = _ledger_report(root).findings
+    assert (f.check, f.file, f.severity) == (
+        "dledger.checkpoint",
+        "dledger-n0/checkpoint",
+        Severity.ERROR,
+    )
+    assert "beyond endIndex 250" in f.detail
+
+
+def test_dledger_killed_broker_has_no_error(tmp_path: Path) -> None:
+    """A killed broker: the DLedger checkpoint lags the data, units lag the entries."""
+    root = tmp_path / "store"
+    write_ledger(root, 300, dispatched=280, crash=True, lag_ms=500)
+    assert at_least(_ledger_report(root), Severity.ERROR) == []

@@ -7,16 +7,18 @@ import os
 import shutil
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rmqinspect.analysis.verify import CHECKS, Finding, VerifyOptions, verify_store
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
 from rmqinspect.format.index import INDEX_HEADER_SIZE, IndexGeometry, IndexHeader
 from rmqinspect.store.model import Store
-from rmqinspect.synth.writer import MessageSpec, StoreLayout, StoreWriter
+from rmqinspect.synth.writer import MessageSpec, PutResult, StoreLayout, StoreWriter
 from tests.conftest import FIXTURES
 from tests.damage_matrix import Record, records
 
@@ -174,6 +176,58 @@ def _fresh(build: Recipe) -> Recipe:
     return build
 
 
+# --- DLedger: a writer-built store (64 KiB data files), broken at entry 10 ---------------------
+
+LEDGER_ENTRIES = 300
+
+
+def _ledger_store(root: Path) -> list[PutResult]:
+    layout = replace(_layout(1000), enable_dledger_commitlog=True)
+    with StoreWriter(root, layout) as w:
+        return [
+            w.put(MessageSpec(("TopicA", "TopicB")[i % 2], b"message %d " % i * (5 + i % 30)))
+            for i in range(LEDGER_ENTRIES)
+        ]
+
+
+def ledger_entry(root: Path, put: PutResult) -> tuple[Path, int]:
+    """The data file holding ``put``'s entry, and the entry's position in it."""
+    at = put.physical_offset - dl.BODY_OFFSET
+    return root / "dledger-n0" / "data" / f"{at - at % FILE:020d}", at % FILE
+
+
+def ledger_index(root: Path) -> Path:
+    return root / "dledger-n0" / "index" / f"{0:020d}"
+
+
+def _ledger(change: Callable[[Path, list[PutResult]], object]) -> Recipe:
+    def build(root: Path) -> None:
+        change(root, _ledger_store(root))
+
+    return _fresh(build)
+
+
+def _entry_field(at: int, fmt: str, value: int) -> Recipe:
+    """Entry 10's header field at byte ``at`` set to ``value``."""
+    return _ledger(
+        lambda r, puts: patch(*_at(ledger_entry(r, puts[10]), at), struct.pack(fmt, value))
+    )
+
+
+def _at(where: tuple[Path, int], at: int) -> tuple[Path, int]:
+    return where[0], where[1] + at
+
+
+def _unit_field(at: int, data: bytes, entry: int = 10) -> Recipe:
+    return _ledger(lambda r, _p: patch(ledger_index(r), entry * dl.INDEX_UNIT_SIZE + at, data))
+
+
+def _index_gap(root: Path) -> None:
+    _ledger_store(root)
+    with open(root / "dledger-n0" / "index" / f"{2 * dl.INDEX_FILE_SIZE:020d}", "wb") as fh:
+        fh.truncate(dl.INDEX_FILE_SIZE)
+
+
 RECIPES: dict[str, tuple[Path, Recipe]] = {
     "commitlog.file_name": (CLEAN, lambda r: (r / "commitlog" / "junk").write_bytes(b"")),
     "commitlog.file_gap": (CLEAN, _gap),
@@ -257,6 +311,45 @@ RECIPES: dict[str, tuple[Path, Recipe]] = {
     "offsets.no_queue": (
         CLEAN,
         lambda r: write_json(r, "consumerOffset.json", '{"offsetTable":{"TopicZ@g":{0:5}}}'),
+    ),
+    "dledger.entry_magic": (CLEAN, _entry_field(0, ">i", 7)),
+    "dledger.entry_pos": (CLEAN, _entry_field(24, ">q", 12345)),
+    "dledger.entry_size": (CLEAN, _entry_field(44, ">i", 17)),
+    "dledger.entry_index": (CLEAN, _entry_field(8, ">q", 999)),
+    "dledger.entry_term": (CLEAN, _entry_field(16, ">q", 5)),
+    "dledger.body_size": (
+        CLEAN,
+        _ledger(
+            lambda r, puts: patch(
+                *_at(ledger_entry(r, puts[10]), dl.BODY_OFFSET),
+                struct.pack(">i", puts[10].size - 4),
+            )
+        ),
+    ),
+    "dledger.index_unit": (CLEAN, _unit_field(24, struct.pack(">q", 3))),
+    "dledger.index_missing": (CLEAN, _unit_field(0, bytes(dl.INDEX_UNIT_SIZE))),
+    "dledger.index_past_end": (CLEAN, _unit_field(0, b"\x01", LEDGER_ENTRIES + 5)),
+    "dledger.file_name": (
+        CLEAN,
+        _ledger(lambda r, _p: (r / "dledger-n0" / "index" / "junk").write_bytes(b"")),
+    ),
+    "dledger.file_gap": (CLEAN, _fresh(_index_gap)),
+    "dledger.file_size": (CLEAN, _ledger(lambda r, _p: os.truncate(ledger_index(r), 64000))),
+    "dledger.checkpoint": (
+        CLEAN,
+        _ledger(
+            lambda r, _p: (r / "dledger-n0" / "checkpoint").write_bytes(
+                dl.encode_checkpoint(99999, 99999)
+            )
+        ),
+    ),
+    "dledger.checkpoint_missing": (
+        CLEAN,
+        _ledger(lambda r, _p: (r / "dledger-n0" / "checkpoint").unlink()),
+    ),
+    "dledger.currterm": (
+        CLEAN,
+        _ledger(lambda r, _p: (r / "dledger-n0" / "currterm").write_bytes(b"currTerm=x\n")),
     ),
     "store.unsupported": (
         CLEAN,

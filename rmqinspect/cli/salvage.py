@@ -14,12 +14,13 @@ from rmqinspect.cli.options import (
     FormatOpt,
     StoreArg,
     commitlog_progress,
+    open_store,
     with_store_options,
 )
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format
 from rmqinspect.render.salvage import SalvageWriter, render_salvage
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import StoreOptions, StorePart
 from rmqinspect.store.output import prepare_output_dir
 
 
@@ -50,7 +51,7 @@ def salvage(
     Example: rmqinspect salvage /data/rocketmq/store --out /tmp/lost+found
     """
     fmt = resolve_format(format)
-    with Store.open(store, store_options) as opened:
+    with open_store(store, store_options, "salvage", StorePart.SALVAGE) as opened:
         prepare_output_dir(out, "--out", opened.root)
         with (
             SalvageWriter(out, body) as writer,

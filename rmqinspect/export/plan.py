@@ -59,9 +59,10 @@ class CommitlogRange:
     length for its last range)."""
 
     number: int
-    file: str  # file name in commitlog/
+    file: str  # file name in the commitlog's directory
     begin: int
     end: int
+    directory: str = "commitlog"  # relative to the store (dledger-<selfId>/data for DLedger)
 
     @property
     def nbytes(self) -> int:
@@ -69,7 +70,7 @@ class CommitlogRange:
 
     @property
     def source(self) -> str:
-        return f"commitlog/{self.file}"
+        return f"{self.directory}/{self.file}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +141,11 @@ def commitlog_file(store: Store, name: str) -> StoreFile:
 
 def plan_commitlog(store: Store, split_bytes: int = SPLIT_BYTES) -> list[CommitlogRange]:
     """Ranges of about ``split_bytes``, cut at record boundaries the scan reaches (its runs are
-    read without decoding), so every range reads what a scan of the whole file reads there."""
+    read without decoding), so every range reads what a scan of the whole file reads there. In
+    a DLedger store the cuts are records inside entries: a range starts at its first record's
+    entry."""
     ranges: list[CommitlogRange] = []
+    directory = store.commitlog.directory.relative_to(store.root).as_posix()
     for f in store.commitlog.files:
         if not f.length:
             continue
@@ -155,7 +159,7 @@ def plan_commitlog(store: Store, split_bytes: int = SPLIT_BYTES) -> list[Commitl
                 cuts.append(int(positions[i]))
                 positions = positions[i + 1 :]
         for begin, end in zip(cuts, [*cuts[1:], f.length], strict=True):
-            ranges.append(CommitlogRange(len(ranges), f.name, begin, end))
+            ranges.append(CommitlogRange(len(ranges), f.name, begin, end, directory))
     return ranges
 
 

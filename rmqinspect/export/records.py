@@ -1,9 +1,11 @@
 """The records of a commitlog byte range as Arrow batches: the export's one record reader.
 
-It reads with the shared scanner (:func:`rmqinspect.format.scan.scan_file`) exactly as
-``messages`` does: the broker's check without CRC, resynchronising past damage at the next record
-that names its own position. So a range that starts at a record boundary the scan reaches gives
-the same records as the scan of the whole file, and the rows equal what ``messages`` lists.
+It reads with the store's one walk (:meth:`rmqinspect.store.model.Store.scan_file`: bare
+records, or a DLedger store's entries) exactly as ``messages`` does: the broker's check without
+CRC, resynchronising past damage at the next record that names its own position (the next entry
+DLedger accepts). In a DLedger store positions are the records' (entry + 48). So a range that
+starts at a record boundary the scan reaches gives the same records as the scan of the whole
+file, and the rows equal what ``messages`` lists.
 Until ``verify`` gives the export its findings, the findings are what the broker's CRC-on check
 rejects: a body CRC mismatch among the rows, and every skipped damage range. Pages are released
 behind the walk, so memory stays flat however large the files are.
@@ -21,7 +23,7 @@ import pyarrow as pa
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.batch import decode_batch
 from rmqinspect.format.columns import RecordColumns
-from rmqinspect.format.scan import Skipped, scan_file
+from rmqinspect.format.scan import Skipped
 from rmqinspect.format.speedups import crc32c_many
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
@@ -59,13 +61,16 @@ def record_runs(
     buf = store.view(file)
     released = begin
     try:
-        data_end = store.maps.data_end(file)
-        for event in scan_file(buf, file.start, begin, lenient, data_end=data_end):
+        for event in store.scan_file(file, buf, begin, lenient, resync=True):
             if isinstance(event, Skipped):
-                if event.start >= end:
+                at = event.record_position
+                if at >= end:
                     return
-                r = cl.check_message(buf, event.start, file.start, strict)
-                found = Rejected(event.start, r.reason.value, r.detail, r.record)
+                if store.dledger is not None and not event.frame:
+                    r = event.result  # a header DLedger rejects: its rule, no record
+                else:
+                    r = cl.check_message(buf, at, file.start, strict)
+                found = Rejected(at, r.reason.value, r.detail, r.record)
                 yield RecordRun(_NONE, None, None, (found,), event.end)
                 continue
             cols = event.columns

@@ -65,4 +65,6 @@ def restart_keeps(store: Store) -> RestartKeeps:
             np.int64,
         )
     )
-    return RestartKeeps(True, commitlog.max_offset, frozenset(commitlog.deleted_files), unserved)
+    end = report.end_after_start  # a DLedger leader serves past the committed position
+    assert end is not None
+    return RestartKeeps(True, end, frozenset(commitlog.deleted_files), unserved)

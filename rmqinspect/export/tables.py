@@ -76,7 +76,7 @@ def _commitlog(
     if want_messages and keeps is None:
         raise ValueError("the messages table needs the restart prediction")
     f = commitlog_file(store, part.file)
-    source = f"commitlog/{f.name}"
+    source = part.source
     for run in record_runs(store, f, part.begin, part.end):
         if want_messages and run.records is not None and run.records.num_rows:
             assert keeps is not None

@@ -403,7 +403,7 @@ def _events(
                 cols.select(slice(i, j)), int(walk.positions[i]), run_end, run_stop, options
             )
         if j < n:
-            yield Skipped(int(walk.positions[j]), int(ends[j]), failed[j])
+            yield Skipped(int(walk.positions[j]), int(ends[j]), failed[j], BODY_OFFSET)
             if j + 1 == n and stop is not None:
                 yield CheckedRun(
                     cols.select(slice(n, n)), int(ends[j]), int(ends[j]), stop, options

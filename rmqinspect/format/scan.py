@@ -291,15 +291,23 @@ def data_extent(buf: Buffer, begin: int, data_end: int | None = None) -> int:
 @dataclass(frozen=True, slots=True)
 class Skipped:
     """Bytes ``[start, end)`` of a file that hold no readable record: ``result`` is the check's
-    verdict at ``start``; ``end`` is the next record found, or the end of the file's data."""
+    verdict at ``record_position``; ``end`` is the next record found, or the end of the file's
+    data. ``frame`` is 48 for a DLedger entry whose header DLedger accepts (it keeps and serves
+    the entry) but whose record fails the check: the record is at ``start + 48``; else 0."""
 
     start: int
     end: int
     result: cl.CheckResult
+    frame: int = 0
 
     @property
     def length(self) -> int:
         return self.end - self.start
+
+    @property
+    def record_position(self) -> int:
+        """Where the record the check judged starts."""
+        return self.start + self.frame
 
 
 def damaged_headers(

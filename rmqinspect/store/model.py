@@ -71,7 +71,8 @@ class StorePart(enum.Flag):
     CONSUME_QUEUES = enum.auto()
     INDEX = enum.auto()
     RESTART = enum.auto()  # the restart emulation, which reads every part
-    EXPORT = enum.auto()  # the Parquet export's own record reader (export/records.py)
+    EXPORT = enum.auto()  # the Parquet export's record ranges (export/records.py)
+    SALVAGE = enum.auto()  # salvage's resynchronising walk over bare records
 
 
 ALL_PARTS = StorePart.COMMITLOG | StorePart.CONSUME_QUEUES | StorePart.INDEX | StorePart.RESTART
@@ -91,18 +92,26 @@ class UnsupportedLayout:
 
 # The one table of refusals: per layout, its name in a sentence and the parts it takes over.
 # Supporting a layout means emptying its parts; nothing else refuses.
-#  - DLedger itself is read (store/dledger.py) by every command but the export, whose record
-#    reader walks bare records. A plain commitlog beside DLedger data (a store switched over:
-#    reads below the divide go to the old log) and several DLedger homes (which one is the
-#    node's is not on disk) are not read: every part depends on which log answers.
+#  - DLedger itself is read (store/dledger.py) by every command but salvage: its candidates
+#    are bare records found anywhere, and its "what a restart keeps" is the plain
+#    commitlog's; inside entries DLedger keeps what the scan keeps. A plain commitlog beside
+#    DLedger data (a store switched over: reads below the divide go to the old log) and
+#    several DLedger homes (which one is the node's is not on disk) are not read: every part
+#    depends on which log answers.
 #  - RocksDB consume queue, BatchConsumeQueue: the queues of (some) topics are not in
 #    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
 #    index; what is read from those is right, and the restart of those is unchanged.
 _LAYOUTS: dict[str, tuple[str, StorePart]] = {
-    "dledger": ("DLedger", StorePart.EXPORT),
-    "dledger_mixed": ("a plain commitlog beside DLedger data", ALL_PARTS | StorePart.EXPORT),
-    "dledger_homes": ("several DLedger homes", ALL_PARTS | StorePart.EXPORT),
+    "dledger": ("DLedger", StorePart.SALVAGE),
+    "dledger_mixed": (
+        "a plain commitlog beside DLedger data",
+        ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
+    ),
+    "dledger_homes": (
+        "several DLedger homes",
+        ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
+    ),
     "rocksdb_consume_queue": (
         "RocksDB consume queues",
         StorePart.CONSUME_QUEUES | StorePart.RESTART,
@@ -402,9 +411,6 @@ class Store:
         pages behind an event are released then, so memory stays flat over any number of files).
         ``max_records`` bounds a run (default ``RUN_RECORDS``).
         """
-        from rmqinspect.format.columns import RUN_RECORDS
-        from rmqinspect.format.scan import scan_file
-
         opts = options or cl.CheckOptions()
         chosen = files if files is not None else self.commitlog.files
         for f in chosen:
@@ -414,30 +420,15 @@ class Store:
             buf = self.view(f)
             released = pos
             try:
-                if self.dledger is not None:
-                    from rmqinspect.format import dledger as dl
-
-                    events = dl.scan_data_file(
-                        buf,
-                        f.start,
-                        dl.entry_boundary(buf, pos, f.start),
-                        opts,
-                        resync_damage=resync,
-                        max_records=RUN_RECORDS if max_records is None else max_records,
-                        data_end=self.maps.data_end(f),
-                    )
-                else:
-                    events = scan_file(
-                        buf,
-                        f.start,
-                        pos,
-                        opts,
-                        resync_damage=resync,
-                        own_offset=own_offset,
-                        max_records=RUN_RECORDS if max_records is None else max_records,
-                        data_end=self.maps.data_end(f),
-                    )
-                for event in events:
+                for event in self.scan_file(
+                    f,
+                    buf,
+                    pos,
+                    opts,
+                    resync=resync,
+                    own_offset=own_offset,
+                    max_records=max_records,
+                ):
                     yield f, event
                     # The caller is done with the event: drop the pages behind it.
                     self.maps.release(f, released, event.end)
@@ -445,6 +436,53 @@ class Store:
             finally:
                 buf.release()
                 self.maps.release(f, released, f.length)
+
+    def scan_file(
+        self,
+        f: StoreFile,
+        buf: memoryview,
+        pos: int = 0,
+        options: cl.CheckOptions | None = None,
+        *,
+        resync: bool = False,
+        own_offset: bool = True,
+        max_records: int | None = None,
+    ) -> Iterator[FileEvent]:
+        """The events of one commitlog file ``f`` (mapped as ``buf``) from file position ``pos``:
+        :func:`~rmqinspect.format.scan.scan_file` over bare records, or in a DLedger store
+        :func:`~rmqinspect.format.dledger.scan_data_file` over entries, from the entry whose
+        record is at ``pos`` (or the entry at ``pos``, or the next one). Every walk of "the
+        commitlog of this store" goes through here; see :meth:`scan` for the arguments. The
+        search for the end of the data stops at the file's last data extent (holes are never
+        read)."""
+        from rmqinspect.format.columns import RUN_RECORDS
+        from rmqinspect.format.scan import scan_file
+
+        opts = options or cl.CheckOptions()
+        limit = RUN_RECORDS if max_records is None else max_records
+        data_end = self.maps.data_end(f)
+        if self.dledger is not None:
+            from rmqinspect.format import dledger as dl
+
+            return dl.scan_data_file(
+                buf,
+                f.start,
+                dl.entry_boundary(buf, pos, f.start),
+                opts,
+                resync_damage=resync,
+                max_records=limit,
+                data_end=data_end,
+            )
+        return scan_file(
+            buf,
+            f.start,
+            pos,
+            opts,
+            resync_damage=resync,
+            own_offset=own_offset,
+            max_records=limit,
+            data_end=data_end,
+        )
 
     def first_records(
         self, f: StoreFile, options: cl.CheckOptions, limit: int = 1
@@ -673,8 +711,8 @@ def _detect_unsupported(
             _unsupported(
                 "dledger",
                 ledger.home,
-                "a DLedger commitlog: every command reads it but export, whose record reader "
-                "does not walk entries yet",
+                "a DLedger commitlog: every command reads it but salvage, whose resynchronising "
+                "walk looks for bare records",
             )
         )
     return found

@@ -255,7 +255,7 @@ def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerSta
     for start, end in store.commitlog.gaps():
         state.warnings.append(f"commitlog files are missing between offsets {start} and {end}")
     for u in store.unsupported:
-        if u.takes_over != StorePart.EXPORT:  # a layout only the export refuses is read here
+        if u.takes_over != StorePart.SALVAGE:  # a layout only salvage refuses is read here
             state.warnings.append(f"{u.note} ({u.path}); the emulation ignores it")
     return state
 

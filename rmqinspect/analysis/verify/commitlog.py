@@ -16,9 +16,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqinspect.analysis.verify.context import Context
+from rmqinspect.analysis.verify.dledger import (
+    HEADER_CHECKS,
+    EntryChecks,
+    EntrySpan,
+    blank_length,
+    record_size_at,
+)
 from rmqinspect.analysis.verify.finding import Findings, layout_check
 from rmqinspect.analysis.verify.queues import QueueCoverage
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import RecordColumns, decode_text, gather
 from rmqinspect.format.hexdump import hexdump_lines
 from rmqinspect.format.npbytes import Buffer
@@ -28,7 +36,6 @@ from rmqinspect.format.scan import (
     data_extent,
     prop_crc_tails,
     prop_crcs,
-    scan_file,
 )
 from rmqinspect.store.files import LayoutProblem, StoreFile
 
@@ -159,9 +166,11 @@ class FileResult:
     end: str = "empty"  # blank | zeros | damage | empty: how the walk of the file ended
     end_position: int = 0  # where: the BLANK, the first zero of the tail, or the bad bytes
     tail: tuple[int, int, str] | None = None  # unreadable bytes ending the data: (pos, len, why)
+    tail_check: str = "commitlog.magic"  # what those bytes are when later files hold data
     damaged_bytes: int = 0
     intact_after_damage: int = 0
     coverage: QueueCoverage = field(default_factory=QueueCoverage)
+    entries: EntrySpan | None = None  # a DLedger data file's first and last entries
 
     @property
     def physical_end(self) -> int:
@@ -188,22 +197,29 @@ def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
     last_ts: int | None = None
     damage_at: int | None = None  # where the file's first bad record starts
     first_after: int | None = None
-    events = scan_file(
-        buf,
-        f.start,
-        0,
-        ctx.check,
-        resync_damage=True,
-        own_offset=True,
-        data_end=ctx.store.maps.data_end(f),
-    )
+    entries = EntryChecks(ctx, f, buf, out.file, findings) if ctx.store.dledger else None
+    if entries is not None:
+        out.entries = entries.span
+    events = ctx.store.scan_file(f, buf, 0, ctx.check, resync=True, own_offset=True)
     for event in events:
         if isinstance(event, Skipped):
+            if entries is not None and event.frame:
+                # DLedger keeps the entry: its record is bad, the log goes on.
+                at = event.record_position
+                entries.entries(
+                    np.array([event.start], np.int64), np.array([record_size_at(buf, at)], np.int64)
+                )
+                _skipped(ctx, f, buf, event, out)
+                continue
+            if entries is not None:
+                entries.damage()
             _skipped(ctx, f, buf, event, out)
             if damage_at is None:
                 damage_at = event.start
             continue
         cols = event.columns
+        if entries is not None:
+            entries.entries(cols.positions - dl.BODY_OFFSET, cols.sizes)
         if len(cols):
             last_ts = _run(ctx, f, buf, event, out, last_ts, damage_at is not None)
             if damage_at is not None:
@@ -297,7 +313,9 @@ def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: 
         return
     if stop.is_blank:
         out.end, out.end_position = "blank", run.end
-        if stop.total_size != len(buf) - run.end:
+        # A DLedger blank is magic -1 then the remaining length; a plain one TOTALSIZE first.
+        size = blank_length(buf, run.end) if ctx.store.dledger else stop.total_size
+        if size != len(buf) - run.end:
             _bad_record(
                 ctx,
                 findings,
@@ -306,8 +324,7 @@ def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: 
                 run.end,
                 f.start,
                 "commitlog.blank",
-                f"BLANK TOTALSIZE {stop.total_size}, but {len(buf) - run.end} bytes are left "
-                "in the file",
+                f"BLANK length {size}, but {len(buf) - run.end} bytes are left in the file",
             )
     elif run.end >= out.extent:
         out.end, out.end_position = "zeros", run.end
@@ -317,13 +334,28 @@ def _skipped(ctx: Context, f: StoreFile, buf: memoryview, event: Skipped, out: F
     """Bytes no record could be read from. A record header there (a message magic) is a bad
     record wherever it is. Bytes without one are a hole when records follow in the file; the
     last such stretch of a file is judged with its neighbours (:func:`check_files`): stale
-    bytes after the log's last record, or a hole when later files hold data."""
+    bytes after the log's last record, or a hole when later files hold data. In a DLedger
+    store an entry header DLedger rejects is judged by DLedger's rule it breaks, and an entry
+    it keeps around a bad record is that record's failure (the broker serves it)."""
     out.damaged_bytes += event.length
     r = event.result
+    if ctx.store.dledger is not None and not event.frame:
+        _bad_entry(ctx, f, buf, event, out)
+        return
     if r.record is not None and r.magic in _MESSAGE_MAGICS:
         ts = r.record.store_timestamp
         out.max_store_timestamp = max(ts, out.max_store_timestamp or ts)
-    checks = record_failures(buf, event.start, f.start, r, ctx)
+    at = event.record_position
+    checks = record_failures(buf, at, f.start, r, ctx)
+    what = f"{r.reason.value}: {r.detail}" if r.detail else r.reason.value
+    others = f"; also fails {', '.join(checks[1:])}" if len(checks) > 1 else ""
+    if event.frame:
+        kept = (
+            f"{what}{others}; DLedger checks no CRC and keeps the entry at {f.start + event.start}"
+            ": the broker serves this record as it is"
+        )
+        _bad_record(ctx, out.findings, out.file, buf, at, f.start, checks[0], kept)
+        return
     last = event.end >= out.extent
     if checks[0] == "commitlog.magic" and last:
         out.end, out.end_position = "damage", event.start
@@ -331,8 +363,6 @@ def _skipped(ctx: Context, f: StoreFile, buf: memoryview, event: Skipped, out: F
         return
     if last:
         out.end, out.end_position = "damage", event.start
-    what = f"{r.reason.value}: {r.detail}" if r.detail else r.reason.value
-    others = f"; also fails {', '.join(checks[1:])}" if len(checks) > 1 else ""
     follows = (
         f"; the next intact record starts {event.length} bytes on"
         if not last
@@ -347,6 +377,39 @@ def _skipped(ctx: Context, f: StoreFile, buf: memoryview, event: Skipped, out: F
         f.start,
         checks[0],
         f"{what}{others}{follows}",
+    )
+
+
+def _bad_entry(
+    ctx: Context, f: StoreFile, buf: memoryview, event: Skipped, out: FileResult
+) -> None:
+    """A DLedger entry header DLedger's recovery rejects (it stops there and truncates). No
+    entry magic or no size at the end of the data is judged with the neighbouring files, as
+    bytes without a record header are in a plain commitlog."""
+    r = event.result
+    check = HEADER_CHECKS.get(r.reason, "dledger.entry_magic")
+    last = event.end >= out.extent
+    if last:
+        out.end, out.end_position = "damage", event.start
+        if r.reason in (cl.CheckReason.BAD_ENTRY_MAGIC, cl.CheckReason.END_OF_DATA):
+            out.tail = (event.start, event.length, r.detail or r.reason.value)
+            out.tail_check = check
+            return
+    follows = (
+        f"; the next entry starts {event.length} bytes on"
+        if not last
+        else "; no entry follows in the file"
+    )
+    _bad_record(
+        ctx,
+        out.findings,
+        out.file,
+        buf,
+        event.start,
+        f.start,
+        check,
+        f"{r.detail or r.reason.value}: DLedger's recovery stops here and truncates the log"
+        f"{follows}",
     )
 
 
@@ -402,7 +465,7 @@ def check_files(
                 )
             else:
                 findings.add(
-                    "commitlog.magic",
+                    r.tail_check,
                     r.file,
                     f"{length} unreadable bytes end the file ({why}) and later files hold data: "
                     "the restart stops here and deletes them",

@@ -38,8 +38,6 @@ class Context:
             delay_levels=tuple(delays.items()),
         )
         self._queues: dict[QueueId, ConsumeQueue | None] = {}
-        # A DLedger store keeps its log in entries, which verify does not walk yet.
-        self.log_readable = store.dledger is None
         bcq = store.root / "batchconsumequeue"
         self.batch_topics = (
             frozenset(e.name for e in os.scandir(bcq) if e.is_dir())

@@ -65,6 +65,36 @@ CHECKS = _checks(
         W,
         "intact records after a bad one: the restart discards them, salvage recovers them",
     ),
+    # DLedger data, index, checkpoint and currterm (dledger-store-format.md)
+    ("dledger.entry_magic", E, "an entry header whose magic is neither 1 nor the -1 blank"),
+    ("dledger.entry_pos", E, "an entry header whose pos field is not the entry's position"),
+    (
+        "dledger.entry_size",
+        E,
+        "an entry size of 44 or less, past the end of the file, not body size + 48, "
+        "or 0 (no data) while entries follow",
+    ),
+    ("dledger.entry_index", E, "an entry index that does not follow the previous entry's"),
+    ("dledger.entry_term", E, "an entry term below the previous entry's"),
+    ("dledger.body_size", E, "an entry body size other than the TOTALSIZE of its record"),
+    ("dledger.index_unit", E, "an index unit that disagrees with the entry header it points to"),
+    (
+        "dledger.index_missing",
+        W,
+        "an entry without its index unit (DLedger's recovery rewrites the index from the data)",
+    ),
+    ("dledger.index_past_end", W, "non-zero index units after the last entry in the data"),
+    ("dledger.file_name", E, "a DLedger index entry that is not a 20-digit offset file"),
+    ("dledger.file_gap", E, "DLedger index file names that are not contiguous"),
+    ("dledger.file_size", E, "a DLedger index file other than 160 MiB (DLedger exits at load)"),
+    (
+        "dledger.checkpoint",
+        E,
+        "a DLedger checkpoint whose committedIndex is not a number, beyond endIndex, "
+        "or beyond the last entry",
+    ),
+    ("dledger.checkpoint_missing", W, "no DLedger checkpoint while the data holds entries"),
+    ("dledger.currterm", E, "currTerm not a number, or below the term of the last entry"),
     # consume queues, both directions
     ("consumequeue.file_name", E, "a consume-queue entry that is not a 20-digit offset file"),
     ("consumequeue.file_gap", E, "consume-queue files are missing between two files"),
@@ -240,5 +270,5 @@ _LAYOUT = {
 
 def layout_check(family: str, kind: str) -> str:
     """The check id of a :class:`~rmqinspect.store.files.LayoutProblem` of ``kind`` in the
-    file family ``family`` (``commitlog`` or ``consumequeue``)."""
+    file family ``family`` (``commitlog``, ``consumequeue``, or ``dledger`` for its index files)."""
     return f"{family}.{_LAYOUT.get(kind, 'file_name')}"

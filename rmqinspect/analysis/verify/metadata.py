@@ -132,21 +132,7 @@ def check_offsets(ctx: Context, restart: RecoveryReport | None, findings: Findin
 
 
 def check_unsupported(ctx: Context, findings: Findings) -> None:
-    if ctx.store.dledger is not None:
-        findings.add(
-            "store.unsupported",
-            ctx.rel(ctx.store.dledger.home),
-            "DLedger commitlog; verify does not check its entries yet; consume-queue units, index "
-            "entries and checkpoint times are not checked against it",
-        )
     for u in ctx.store.unsupported:
         if u.kind == "dledger":
-            continue  # said above
-        also = (
-            "; consume-queue units, index entries and checkpoint times are not checked against it"
-            if u.kind == "dledger"
-            else ""
-        )
-        findings.add(
-            "store.unsupported", ctx.rel(u.path), f"{u.note}; verify does not check it{also}"
-        )
+            continue  # verify checks DLedger stores (only other commands refuse them)
+        findings.add("store.unsupported", ctx.rel(u.path), f"{u.note}; verify does not check it")

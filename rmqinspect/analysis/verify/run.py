@@ -1,10 +1,12 @@
 """One ``verify`` run: the checks in order, each file a work unit, optionally in worker
 processes (``--jobs``), and the findings merged in file order whatever the number of workers.
 
-1. every commitlog file (records, and the consume-queue units their records need);
-2. what needs all commitlog files at once (:func:`.commitlog.check_files`), and the restart
-   prediction for records without units (:func:`.queues.classify_lagging`), only when there are
-   such records;
+1. every commitlog file (records, and the consume-queue units their records need; in a DLedger
+   store every data file: entries, their index units, and the records inside them);
+2. what needs all commitlog files at once (:func:`.commitlog.check_files`; in a DLedger
+   store also :func:`.dledger.check_ledger`: entries across files, the index, the checkpoint),
+   and the restart prediction for records without units (:func:`.queues.classify_lagging`),
+   only when there are such records;
 3. every consume-queue file and every index file, against the commitlog's data end from 1;
 4. the checkpoint, config files, offsets and unsupported layouts.
 """
@@ -23,6 +25,7 @@ from typing import Any, TypeVar
 from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
 from rmqinspect.analysis.verify.commitlog import FileResult, check_file, check_files
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
+from rmqinspect.analysis.verify.dledger import EntrySpan, check_ledger
 from rmqinspect.analysis.verify.finding import CHECKS, Finding, Findings, Severity
 from rmqinspect.analysis.verify.indexes import (
     IndexPart,
@@ -159,6 +162,9 @@ class Verifier:
             findings.extend(r.findings)
             advance(r.length)
         check_files(ctx, results, store.commitlog.problems, findings)
+        if store.dledger is not None:
+            spans = [(r.file, r.entries or EntrySpan()) for r in results]
+            check_ledger(ctx, spans, findings)
         data_end = max(
             (r.physical_end for r in results if r.extent),
             default=max(store.commitlog.min_offset, 0),
@@ -177,8 +183,6 @@ class Verifier:
             for i in range(len(store.consume_queue(qid.topic, qid.queue_id).files))
         ]
         index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
-        if not ctx.log_readable:
-            queue_args, index_args = [], []  # nothing to check them against
         units = _merge(self._map(_queue_unit, queue_args), findings)
         entries = 0
         parts: dict[int, list[IndexPart]] = {}
@@ -192,8 +196,7 @@ class Verifier:
             (r.max_store_timestamp for r in results if r.max_store_timestamp is not None),
             default=None,
         )
-        if ctx.log_readable:
-            check_checkpoint(ctx, data_end, max_ts, findings)
+        check_checkpoint(ctx, data_end, max_ts, findings)
         check_config(ctx, findings)
         check_offsets(ctx, restart, findings)
         check_unsupported(ctx, findings)
