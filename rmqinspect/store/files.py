@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import crc32c
-
 from rmqinspect.errors import StoreError
 from rmqinspect.format.crc import crc32c_zeros
 from rmqinspect.format.names import fits_offset_stream, parse_offset_name
@@ -422,6 +420,8 @@ def content_crc32c(path: Path) -> tuple[int, int, int]:
     """(size, mtime in ns, CRC-32C of the content) of a regular store file, read once through
     its data extents: holes are checksummed as the zeros they read as without being read, so a
     sparse-extended file costs what its data costs."""
+    import crc32c  # only the export checksums files: other commands start without it
+
     fd = open_regular(path)
     try:
         st = os.fstat(fd)
