@@ -7,8 +7,8 @@ from pathlib import Path
 
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format.checkpoint import CHECKPOINT_READ_LIMIT, Checkpoint, decode_checkpoint
-from rmqinspect.store.dledger import TextFile, dledger_homes
-from rmqinspect.store.files import read_small
+from rmqinspect.store.dledger import TextFile
+from rmqinspect.store.files import dledger_homes, read_small
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,14 @@ import typer
 
 from rmqinspect.analysis import Progress
 from rmqinspect.cli.common import fail
-from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
-from rmqinspect.format.index import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE
 from rmqinspect.format.javamath import INT_MAX, LONG_MAX, LONG_MIN
 from rmqinspect.format.profile import Profile
+from rmqinspect.format.sizes import (
+    CQ_STORE_UNIT_SIZE,
+    HASH_SLOT_SIZE,
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER_SIZE,
+)
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import OutputFormat, progress_bar, warn
 from rmqinspect.store.model import Store, StoreOptions, StorePart

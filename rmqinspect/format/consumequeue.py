@@ -11,8 +11,8 @@ import numpy.typing as npt
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
+from rmqinspect.format.sizes import CQ_STORE_UNIT_SIZE as CQ_STORE_UNIT_SIZE  # re-exported
 
-CQ_STORE_UNIT_SIZE = 20
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE
 PRE_BLANK_SIZE = 0x7FFFFFFF  # fillPreBlank writes (0, Integer.MAX_VALUE, 0)
 

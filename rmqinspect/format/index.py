@@ -21,12 +21,18 @@ from rmqinspect.errors import DecodeError
 from rmqinspect.format.javahash import index_key, index_key_hash
 from rmqinspect.format.javamath import INT_MAX, wrap64
 from rmqinspect.format.properties import index_key_values
+from rmqinspect.format.sizes import (  # re-exported: the index codec's sizes
+    HASH_SLOT_SIZE as HASH_SLOT_SIZE,
+)
+from rmqinspect.format.sizes import (
+    INDEX_ENTRY_SIZE as INDEX_ENTRY_SIZE,
+)
+from rmqinspect.format.sizes import (
+    INDEX_HEADER_SIZE as INDEX_HEADER_SIZE,
+)
 
 Buffer = bytes | bytearray | memoryview
 
-INDEX_HEADER_SIZE = 40
-HASH_SLOT_SIZE = 4
-INDEX_ENTRY_SIZE = 20
 INVALID_INDEX = 0
 DEFAULT_SLOT_NUM = 5_000_000
 DEFAULT_INDEX_NUM = 20_000_000

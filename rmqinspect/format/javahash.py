@@ -4,12 +4,16 @@ vectorised (numpy) for bulk work."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from rmqinspect.format.javamath import INT_MAX
-from rmqinspect.format.npbytes import span_polynomials
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+# numpy is imported by the vectorised functions only: the scalar ones (java_hash, tags_code,
+# index_key_hash) serve commands that read one record and start without numpy.
 
 _MASK32 = 0xFFFFFFFF
 
@@ -54,6 +58,7 @@ def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDA
     Characters outside the BMP are two UTF-16 units in Java: such strings (rare) are hashed
     one by one.
     """
+    import numpy as np
 
     count = len(strings)
     hashes = np.zeros(count, dtype=np.uint32)
@@ -82,6 +87,7 @@ def _hash_parts(strings: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDA
 
 
 def _signed(hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.int64]:
+    import numpy as np
 
     return hashes.view(np.int32).astype(np.int64)
 
@@ -93,6 +99,7 @@ def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
 
 def _index_key_hashes(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """:func:`index_key_hash` of each signed ``hashCode``."""
+    import numpy as np
 
     result = np.abs(hashes)
     result[result > INT_MAX] = 0
@@ -101,6 +108,7 @@ def _index_key_hashes(hashes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 def _pow31(exponents: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
     """31**e mod 2**32 for each exponent, by squaring over the exponents' bits."""
+    import numpy as np
 
     result = np.ones(len(exponents), dtype=np.uint64)
     base = np.full(len(exponents), 31, dtype=np.uint64)
@@ -132,6 +140,10 @@ def prefixed_span_hashes(
 ) -> npt.NDArray[np.int64]:
     """:func:`prefixed_key_hashes` of keys given as UTF-8 spans of ``data``, decoded as Java
     does: ASCII keys are hashed from their bytes with numpy, the others decoded one by one."""
+    import numpy as np
+
+    from rmqinspect.format.npbytes import span_polynomials
+
     key_hashes, ascii_ = span_polynomials(data, starts, lengths, 31, np.uint32)
     key_units = lengths.copy()
     other = np.flatnonzero(~ascii_)
@@ -150,6 +162,8 @@ def _prefixed(
     key_hashes: npt.NDArray[np.uint32],
     key_units: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.int64]:
+    import numpy as np
+
     prefix_hashes = _hash_parts(prefixes)[0].astype(np.uint64)[prefix_of]
     unsigned = key_hashes.astype(np.uint64) & np.uint64(_MASK32)
     combined = (prefix_hashes * _pow31(key_units) + unsigned) & np.uint64(_MASK32)

@@ -19,6 +19,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.javamath import java_parse_long
 from rmqinspect.store.files import (
+    HOME_PREFIX,
     FileQueue,
     LayoutProblem,
     MappedFiles,
@@ -27,7 +28,6 @@ from rmqinspect.store.files import (
     read_small,
 )
 
-HOME_PREFIX = "dledger-"
 TEXT_FILE_LIMIT = 64 << 10  # checkpoint and currterm hold a few short properties
 
 
@@ -183,8 +183,3 @@ def _text(path: Path) -> bytes | None:
     except StoreError:
         return None
     return None if read is None else read.data
-
-
-def dledger_homes(root: Path) -> list[Path]:
-    """``dledger-*`` directories under a store root (real ones: links are not followed)."""
-    return sorted(p for p in root.glob(HOME_PREFIX + "*") if p.is_dir() and not p.is_symlink())

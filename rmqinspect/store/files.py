@@ -584,3 +584,12 @@ def _close(m: mmap.mmap) -> None:
     # A memoryview still exported by a caller keeps the map alive; it is unmapped when collected.
     with contextlib.suppress(BufferError):
         m.close()
+
+
+HOME_PREFIX = "dledger-"  # dledger-<selfId>: DLedger's storeBaseDir under the store root
+
+
+def dledger_homes(root: Path) -> list[Path]:
+    """``dledger-*`` directories under a store root (real ones: links are not followed). Here,
+    not in :mod:`rmqinspect.store.dledger`, so that opening a plain store needs no numpy."""
+    return sorted(p for p in root.glob(HOME_PREFIX + "*") if p.is_dir() and not p.is_symlink())

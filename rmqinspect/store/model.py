@@ -36,6 +36,7 @@ from rmqinspect.store.files import (
     MappedFiles,
     SmallFile,
     StoreFile,
+    dledger_homes,
     list_directory,
     list_family,
     read_small,
@@ -175,8 +176,6 @@ class Store:
         except OSError as err:
             raise StoreError(f"cannot list the store: {err.strerror or err}", str(path)) from None
         markers = ("commitlog", "consumequeue", "index", "checkpoint")
-        from rmqinspect.store.dledger import DLedgerStore, dledger_homes
-
         homes = dledger_homes(path)
         if not entries.intersection(markers) and not homes:
             raise StoreError(
@@ -190,7 +189,11 @@ class Store:
             "commitlog",
             cl.DEFAULT_COMMITLOG_FILE_SIZE,
         )
-        ledger = DLedgerStore.open(homes[0], opts.commitlog_file_size) if len(homes) == 1 else None
+        ledger: DLedgerStore | None = None
+        if len(homes) == 1:
+            from rmqinspect.store.dledger import DLedgerStore
+
+            ledger = DLedgerStore.open(homes[0], opts.commitlog_file_size)
         # A plain commitlog beside DLedger data is a switched-over ("mixed") store: refused.
         use_ledger = ledger is not None and (bool(ledger.data.files) or not plain.files)
         commitlog = ledger.data if ledger is not None and use_ledger else plain
