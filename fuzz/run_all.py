@@ -29,7 +29,12 @@ RSS_LIMIT_MB = 2048
 INPUT_TIMEOUT_S = 10
 # Commitlog buffers are walked record by record against the broker's check: 8 KiB holds dozens
 # of records, enough for every path, and keeps 100,000 inputs within the hour.
-MAX_LEN = {"commitlog_check": 8192, "commitlog_scan": 8192, "record_columns": 8192}
+MAX_LEN = {
+    "commitlog_check": 8192,
+    "commitlog_scan": 8192,
+    "record_columns": 8192,
+    "dledger_scan": 8192,
+}
 
 
 def run(target: str, runs: int, out: Path) -> dict[str, object]:
