@@ -8,6 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# make test is a gate: its property and fuzz tests draw the same examples on every run, so a red
+# run is reproducible and a green one means something. HYPOTHESIS_PROFILE=explore draws new ones
+# (and the long runs are make fuzz and make campaign).
+settings.register_profile("gate", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gate"))
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"

@@ -529,3 +529,19 @@ def test_escape_sequences_in_a_record_topic(store: Path, wide_console: None) -> 
         if line
     ]
     assert "T\x1b[2JA" in {r.get("topic") for r in rows}
+
+
+def test_apply_to_where_a_directory_holds_a_queue_file_name(tmp_path: Path) -> None:
+    """5.x's file listing skips a directory among a queue's files, so the restart recreates the
+    file; in the copied store the directory is still there: one line naming it, no traceback."""
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURES / "stores" / "crash53", root)
+    path = root / "consumequeue" / "%RETRY%groupX" / "0" / "00000000000000000000"
+    path.unlink()
+    path.mkdir()
+    result = cli("recover", root, "--apply-to", tmp_path / "after")
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert "%RETRY%groupX/0/00000000000000000000" in line
+    assert "something else of that name" in line
+    assert path.is_dir() and not any(path.iterdir())  # the store is untouched

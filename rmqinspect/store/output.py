@@ -92,9 +92,20 @@ def copy_sparse(src: Path, dst: Path) -> int:
 
 
 def create_sized(path: Path, size: int) -> None:
-    """A new all-zero (sparse) file of ``size`` bytes, as ``MappedFile`` creates one."""
-    with open(path, "xb") as fh:
-        fh.truncate(size)
+    """A new all-zero (sparse) file of ``size`` bytes, as ``MappedFile`` creates one. Where the
+    copied store already holds something of that name (a directory the broker's file listing
+    skipped), neither the broker nor this can create the file: a one-line error, nothing
+    overwritten."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise StoreError(
+            "cannot create this file: the store holds something else of that name", str(path)
+        ) from None
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def write_at(path: Path, offset: int, data: bytes | bytearray | memoryview) -> None:
