@@ -8,6 +8,7 @@ entry's equals ``endPhyOffset``, which pins down where the entry table starts.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -77,10 +78,8 @@ def resolve_geometry(store: Store, f: StoreFile, header: IndexHeader) -> tuple[I
     slots, entries = store.options.index_slot_num, store.options.index_num
     if slots is not None or entries is not None:
         return IndexGeometry.infer(f.length, slots, entries), "given"
-    try:
+    with contextlib.suppress(DecodeError):  # no standard geometry fits: read the content
         return IndexGeometry.infer(f.length), "file size"
-    except DecodeError:
-        pass
     geometry = _infer_from_content(store, f, header)
     if geometry is None:
         raise DecodeError(
