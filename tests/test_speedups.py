@@ -14,6 +14,8 @@ from typing import Any
 
 import crc32c
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from rmqinspect.analysis.messages import MessageBatch
 from rmqinspect.format import columns, encode, scan, speedups
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format.batch import _arrow_properties_column, map_values, properties_column
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.scan import CheckedRun
 from rmqinspect.render.message import BodyFormat, message_json, message_json_block
@@ -102,6 +105,62 @@ def test_crc_refuses_a_slice_outside_the_buffer() -> None:
         pytest.skip("the C extension is not built")
     with pytest.raises(ValueError):
         speedups.crc32_many(b"abc", np.array([2], np.int64), np.array([5], np.int64))
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.data())
+def test_binary_views_agree(buf: bytes, data: st.DataObject) -> None:
+    n = data.draw(st.integers(0, 12))
+    starts = np.array(data.draw(st.lists(st.integers(0, len(buf)), min_size=n, max_size=n)))
+    lengths = np.array(
+        [data.draw(st.integers(-3, len(buf) - int(s))) for s in starts.tolist()], np.int64
+    )
+    starts = starts.astype(np.int64)
+    c_views = speedups.binary_views(buf, starts, lengths)
+    assert c_views.tobytes() == speedups.py_binary_views(buf, starts, lengths).tobytes()
+
+
+def test_binary_views_refuse_a_slice_outside_the_buffer() -> None:
+    if not speedups.compiled():
+        pytest.skip("the C extension is not built")
+    with pytest.raises(ValueError):
+        speedups.binary_views(b"abc", np.array([2], np.int64), np.array([5], np.int64))
+
+
+_PROPERTY_TEXT = st.lists(
+    st.sampled_from(["\x01", "\x02", "a", "b", "KEYS", "TAGS", "中", " "]), max_size=30
+).map("".join)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PROPERTY_TEXT, max_size=10))
+def test_property_entries_make_the_arrow_map(texts: list[str]) -> None:
+    """The C entries and the Arrow-only path build the same map, entries in the same order,
+    and the same values under a name."""
+    raw = pa.array([t.encode() for t in texts], pa.binary())
+    via_c = properties_column(raw)
+    via_arrow = _arrow_properties_column(raw)
+    assert via_c.to_pylist() == via_arrow.to_pylist()
+    for name in ("KEYS", "TAGS", "a"):
+        assert map_values(via_c, name).to_pylist() == (
+            pc.map_lookup(via_arrow, name, "first").to_pylist()
+        )
+
+
+def test_property_entries_decline_what_only_the_arrow_path_decodes() -> None:
+    """Text that is not UTF-8 and rows of more than 64 entries are left to the Arrow path,
+    which decodes with replacement characters (Java's decoding)."""
+    if not speedups.compiled():
+        pytest.skip("the C extension is not built")
+    many = "\x02".join(f"n{i}\x01v" for i in range(65)).encode()
+    for rows in ([b"a\x01\xff"], [b"\xff\x01b"], [b"a\x01b", many]):
+        lengths = np.array([len(r) for r in rows], np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        assert speedups.property_entries(b"".join(rows), starts, lengths) is None
+    entries = speedups.property_entries(b"a\x01b", np.zeros(1, np.int64), np.ones(1, np.int64) * 3)
+    assert entries is not None and [a.tolist() for a in entries] == [[0], [0], [1], [2], [1]]
 
 
 def _scan_summary(path: Path) -> list[tuple[object, ...]]:

@@ -118,9 +118,9 @@ def messages_batch(
         "reconsume_times": r.column("reconsume_times"),
         "prepared_transaction_offset": r.column("prepared_transaction_offset"),
         "properties": maps,
-        "tags": pc.map_lookup(maps, props.TAGS, "first"),
-        "keys": batch.keys_column(pc.map_lookup(maps, props.KEYS, "first")),
-        "uniq_key": pc.map_lookup(maps, props.UNIQ_KEY, "first"),
+        "tags": batch.map_values(maps, props.TAGS),
+        "keys": batch.keys_column(batch.map_values(maps, props.KEYS)),
+        "uniq_key": batch.map_values(maps, props.UNIQ_KEY),
         "msg_id": offset_msg_id_column(
             r.column("store_host"),
             r.column("store_port").to_numpy().astype(np.int64),

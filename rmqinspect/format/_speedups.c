@@ -1024,6 +1024,154 @@ static PyObject *speedups_crc32c_many(PyObject *self, PyObject *args)
     return crc_many(args, crc32c_of);
 }
 
+/* --- Arrow binary views ------------------------------------------------------------------- */
+
+PyDoc_STRVAR(binary_views_doc,
+             "binary_views(buf, starts, lengths, out)\n\n"
+             "The 16-byte Arrow binary view of buf[start:start + max(length, 0)] for each pair\n"
+             "of the int64 arrays starts and lengths, into out (16 bytes per pair): values of\n"
+             "at most 12 bytes inline, longer ones as their 4-byte prefix and their offset in\n"
+             "buf (data buffer 0). buf must be shorter than 2 GiB.");
+
+static PyObject *speedups_binary_views(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, starts, lengths, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &buf, &starts, &lengths, &out))
+        return NULL;
+    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(int64_t);
+    PyObject *result = NULL;
+    const int64_t *s = starts.buf, *l = lengths.buf;
+    if (lengths.len != starts.len || starts.len % (Py_ssize_t)sizeof(int64_t) ||
+        out.len < n * 16 || buf.len > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "bad binary_views arguments");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (l[i] > 0 && (s[i] < 0 || l[i] > (int64_t)buf.len - s[i])) {
+            PyErr_Format(PyExc_ValueError, "slice %zd [%lld, +%lld) is outside the buffer", i,
+                         (long long)s[i], (long long)l[i]);
+            goto done;
+        }
+    }
+    const uint8_t *data = buf.buf;
+    uint8_t *o = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++, o += 16) {
+        int32_t len = l[i] > 0 ? (int32_t)l[i] : 0;
+        memset(o, 0, 16);
+        memcpy(o, &len, 4);
+        if (len <= 12) {
+            if (len)
+                memcpy(o + 4, data + s[i], (size_t)len);
+        } else {
+            int32_t at = (int32_t)s[i];
+            memcpy(o + 4, data + s[i], 4);
+            memcpy(o + 12, &at, 4);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* --- properties of many records ------------------------------------------------------------ */
+
+#define MAX_ROW_ENTRIES 64
+
+PyDoc_STRVAR(property_entries_doc,
+             "property_entries(buf, starts, lengths, rows, name_at, name_len, value_at,\n"
+             "                 value_len) -> (count, declined)\n\n"
+             "parse_properties of buf[start:start + length] for each pair of the int64 arrays\n"
+             "starts and lengths, as entries in order of appearance (the later of two equal\n"
+             "names kept, in its place) written to the int64 buffers: the row of each entry\n"
+             "and the positions and lengths of its name and value in buf. Each buffer must hold\n"
+             "sum(length // 3) items (an entry takes at least 3 bytes). declined is the first row\n"
+             "not parsed (-1 for none): a name or value that is not UTF-8, or more than 64\n"
+             "entries; count is the entries of the rows before it.");
+
+static PyObject *speedups_property_entries(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, starts, lengths, out[5];
+    PyObject *out_obj[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*OOOOO", &buf, &starts, &lengths, &out_obj[0], &out_obj[1],
+                          &out_obj[2], &out_obj[3], &out_obj[4]))
+        return NULL;
+    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(int64_t), capacity = 0, got = 0;
+    PyObject *result = NULL;
+    const int64_t *s = starts.buf, *l = lengths.buf;
+    if (lengths.len != starts.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths must be int64 arrays of one length");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (l[i] > 0 && (s[i] < 0 || l[i] > (int64_t)buf.len - s[i])) {
+            PyErr_Format(PyExc_ValueError, "slice %zd [%lld, +%lld) is outside the buffer", i,
+                         (long long)s[i], (long long)l[i]);
+            goto done;
+        }
+        if (l[i] > 0)
+            capacity += (Py_ssize_t)(l[i] / 3);
+    }
+    for (; got < 5; got++)
+        if (get_i64_out(out_obj[got], &out[got], capacity, "entry columns") < 0)
+            goto done;
+    int64_t *rows = out[0].buf, *name_at = out[1].buf, *name_len = out[2].buf;
+    int64_t *value_at = out[3].buf, *value_len = out[4].buf;
+    const uint8_t *data = buf.buf;
+    Py_ssize_t count = 0, declined = -1;
+    prop_entry e[MAX_ROW_ENTRIES];
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < n && declined < 0; r++) {
+        const uint8_t *p = data + (l[r] > 0 ? s[r] : 0);
+        size_t len = l[r] > 0 ? (size_t)l[r] : 0, i = 0;
+        int k = 0;
+        while (i < len && declined < 0) {
+            const uint8_t *entry = p + i;
+            const uint8_t *stop = memchr(entry, 0x02, len - i);
+            size_t m = stop ? (size_t)(stop - entry) : len - i;
+            const uint8_t *sep = memchr(entry, 0x01, m);
+            if (sep && sep > entry && (size_t)(sep - entry) + 1 < m) {
+                prop_entry x = {entry, sep + 1, (size_t)(sep - entry), m - (size_t)(sep - entry) - 1};
+                if (k == MAX_ROW_ENTRIES || !valid_utf8(x.name, x.name_len) ||
+                    !valid_utf8(x.value, x.value_len))
+                    declined = r;
+                else
+                    e[k++] = x;
+            }
+            i += m + 1;
+        }
+        if (declined >= 0)
+            break;
+        for (int a = 0; a < k; a++) {
+            int later = 0;
+            for (int b = a + 1; b < k && !later; b++)
+                later = name_cmp(&e[a], &e[b]) == 0;
+            if (later)
+                continue;
+            rows[count] = r;
+            name_at[count] = e[a].name - data;
+            name_len[count] = (int64_t)e[a].name_len;
+            value_at[count] = e[a].value - data;
+            value_len[count] = (int64_t)e[a].value_len;
+            count++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", count, declined);
+done:
+    while (got > 0)
+        PyBuffer_Release(&out[--got]);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyObject *speedups_features(PyObject *self, PyObject *unused)
 {
     return Py_BuildValue("{s:O,s:O}", "pclmul", have_clmul ? Py_True : Py_False, "sse4_2",
@@ -1035,6 +1183,8 @@ static PyMethodDef methods[] = {
     {"message_json", speedups_message_json, METH_VARARGS, message_json_doc},
     {"crc32_many", speedups_crc32_many, METH_VARARGS, crc32_many_doc},
     {"crc32c_many", speedups_crc32c_many, METH_VARARGS, crc32c_many_doc},
+    {"binary_views", speedups_binary_views, METH_VARARGS, binary_views_doc},
+    {"property_entries", speedups_property_entries, METH_VARARGS, property_entries_doc},
     {"features", speedups_features, METH_NOARGS, "The CPU features in use."},
     {NULL, NULL, 0, NULL},
 };

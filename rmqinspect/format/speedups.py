@@ -4,6 +4,8 @@ pure-Python twins here (same arguments, same results; tests run both).
 * :func:`walk_chain` follows TOTALSIZE through message headers, the only sequential part of a
   scan;
 * :func:`crc32_many` and :func:`crc32c_many` checksum many slices of one buffer in one call;
+* :func:`property_entries` parses the properties of many records into entry columns (the
+  Parquet export's ``properties`` map);
 * :func:`message_json` writes the JSON of many message objects (``messages -F jsonl``; the
   caller writes the rows it declines, such as text that is not UTF-8, record by record).
 
@@ -22,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.format.crc import crc32
+from rmqinspect.format.npbytes import windows
 
 I64 = npt.NDArray[np.int64]
 Buffer = bytes | memoryview
@@ -114,6 +117,62 @@ def message_json(
         separator,
     )
     return text, np.frombuffer(ends, np.int64), np.frombuffer(fallback, np.int64)
+
+
+_INLINE = 12  # an Arrow binary view holds values this short inline
+
+
+def py_binary_views(buf: Buffer, starts: I64, lengths: I64) -> npt.NDArray[np.uint8]:
+    """The 16-byte Arrow binary views (one row each) of ``buf[s:s + n]`` for each pair, with
+    ``buf`` as data buffer 0 (callers make sure every slice lies inside ``buf``, shorter than
+    2 GiB): values of at most 12 bytes inline, longer ones as prefix and offset."""
+    lengths = np.maximum(lengths, 0)
+    n = len(starts)
+    data = np.frombuffer(buf, np.uint8)
+    views = np.zeros((n, 16), np.uint8)
+    views[:, :4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
+    head = windows(data, starts, _INLINE)
+    short = lengths <= _INLINE
+    views[short, 4:] = head[short] * (np.arange(_INLINE) < lengths[short, None])
+    # Rows near the buffer's end were read from an earlier position: take those few by slicing.
+    for i in np.flatnonzero(short & (starts + _INLINE > len(data))).tolist():
+        s = int(starts[i])
+        value = bytes(data[s : s + int(lengths[i])])
+        views[i, 4 : 4 + len(value)] = np.frombuffer(value, np.uint8)
+    long = ~short
+    views[long, 4:8] = head[long, :4]  # prefix; buffer index 0 stays zero
+    views[long, 12:] = starts[long].astype("<i4").view(np.uint8).reshape(-1, 4)
+    return views
+
+
+def binary_views(buf: Buffer, starts: I64, lengths: I64) -> npt.NDArray[np.uint8]:
+    """:func:`py_binary_views`, in C when built."""
+    if _speedups is None:
+        return py_binary_views(buf, starts, lengths)
+    views = np.empty((len(starts), 16), np.uint8)
+    _speedups.binary_views(buf, _i64(starts), _i64(lengths), views)
+    return views
+
+
+def property_entries(
+    buf: Buffer, starts: I64, lengths: I64
+) -> tuple[I64, I64, I64, I64, I64] | None:
+    """:func:`~rmqinspect.format.properties.parse_properties` of ``buf[s:s + n]`` for each
+    pair, as columns of its entries in order of appearance (the later of two equal names kept,
+    in its place): each entry's row, and the positions and lengths of its name and value in
+    ``buf``. None without the extension, or when a row has a name or value that is not UTF-8 or
+    more than 64 entries: :func:`rmqinspect.format.batch.properties_column` then takes the
+    Arrow path, which decodes with replacement characters as Java does."""
+    if _speedups is None:
+        return None
+    lengths = _i64(lengths)
+    capacity = int((np.maximum(lengths, 0) // 3).sum())  # an entry takes at least 3 bytes
+    out = [np.empty(capacity, np.int64) for _ in range(5)]
+    count, declined = _speedups.property_entries(buf, _i64(starts), lengths, *out)
+    if declined >= 0:
+        return None
+    rows, name_at, name_len, value_at, value_len = (a[:count] for a in out)
+    return rows, name_at, name_len, value_at, value_len
 
 
 def py_crc32_many(buf: Buffer, starts: I64, lengths: I64) -> I64:
