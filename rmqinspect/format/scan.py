@@ -21,13 +21,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, WalkStop, gather, walk
 from rmqinspect.format.crc import CRC_MASK
 from rmqinspect.format.npbytes import I64, Buffer, Mask, first_false, windows
-from rmqinspect.format.speedups import crc32_many
+from rmqinspect.format.speedups import crc32_many, property_entries
 
 # --- the broker's check, many records at a time -----------------------------------------------
 
@@ -153,11 +154,39 @@ def _schedule_ok(cols: RecordColumns, ok: Mask) -> None:
     rows = windows(data, cols.topic_at[cand], n)
     schedule = cand[(rows == _SCHEDULE).all(axis=1)]
     starts = cols.properties_at[schedule]
+    entries = property_entries(cols.buf, starts, cols.properties_length[schedule])
+    if entries is not None:
+        # The properties as the check parses them: the DELAY entry left (the later one of
+        # two) must hold a number Integer.parseInt certainly takes.
+        entry_rows, name_at, name_len, value_at, value_len = entries
+        named = windows(data, name_at, len(_DELAY_NAME)) == _DELAY_NAME
+        delay = np.flatnonzero((name_len == len(_DELAY_NAME)) & named.all(axis=1))
+        sure = _sure_ints(data, value_at[delay], value_len[delay])
+        ok[schedule[entry_rows[delay[~sure]]]] = False
+        return
     ends = (starts + cols.properties_length[schedule]).tolist()
     buf = cols.buf
     for i, a, b in zip(schedule.tolist(), starts.tolist(), ends, strict=True):
         if not _delay_parses(bytes(buf[a:b])):
             ok[i] = False
+
+
+_DELAY_NAME = np.frombuffer(props.DELAY.encode(), np.uint8)
+_SURE_DIGITS = 9  # Integer.parseInt takes any sign and up to nine digits
+
+
+def _sure_ints(data: npt.NDArray[np.uint8], at: I64, length: I64) -> Mask:
+    """Which texts ``data[at:at + length]`` match ``[+-]?[0-9]{1,9}`` (:data:`_SURE_INT`);
+    False also for a text too near the buffer's end to be read as a window (unsure)."""
+    text = windows(data, at, _SURE_DIGITS + 1)
+    inside = np.arange(_SURE_DIGITS + 1) < length[:, None]
+    digit = (text >= ord("0")) & (text <= ord("9"))
+    signed = (text[:, 0] == ord("+")) | (text[:, 0] == ord("-"))
+    first = digit[:, 0] | (signed & (length >= 2))
+    rest = (digit | ~inside)[:, 1:].all(axis=1)
+    readable = at + _SURE_DIGITS + 1 <= len(data)
+    sure: Mask = readable & (length >= 1) & (length - signed <= _SURE_DIGITS) & first & rest
+    return sure
 
 
 _DELAY_ENTRY = (props.DELAY + props.NAME_VALUE_SEPARATOR).encode()

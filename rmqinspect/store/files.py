@@ -464,7 +464,8 @@ class MappedFiles:
 
     Files are mapped with ``ACCESS_READ``: the inspected store can never be written through
     them. A map covers the file as it is when first viewed, not as it was listed. The files in
-    :attr:`snapshot_paths` (the commitlog's last file, the only one a live broker writes) are
+    :attr:`snapshot_paths` (the commitlog's last file while a broker holds the store's lock: the
+    only file a live broker writes) are
     copied instead, up to :data:`SNAPSHOT_MAX_BYTES`, and kept for the whole run: every step
     then sees the same bytes, and a writer truncating the file cannot fault a reader (a map
     read past a shrunken end raises SIGBUS).

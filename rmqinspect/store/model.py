@@ -211,8 +211,10 @@ class Store:
             _opened=Fingerprint.take(path, commitlog.directory),
             _lock_holder=lock_holder(path / "lock"),
         )
-        if commitlog.files:
-            # The only file a live broker appends to: read once and kept (see MappedFiles).
+        if commitlog.files and store._lock_holder is not None:
+            # A running broker appends to this file: read it once and keep the copy (see
+            # MappedFiles). Offline, where nothing holds the lock, it is mapped like the rest:
+            # a copy would cost a read of up to 1 GiB in every process that opens the store.
             store.maps.snapshot_paths.add(commitlog.files[-1].path)
         store.problems.extend(_small_file_problems(path))
         store.unsupported.extend(_detect_unsupported(path, plain, homes, ledger))
