@@ -32,6 +32,8 @@ from tests.conftest import FIXTURES
 
 needs_c = pytest.mark.skipif(not speedups.compiled(), reason="the C extension is not built")
 
+_HOST_V4 = HostAddress(bytes([10, 0, 0, 1]), 10911)
+_HOST_V6 = HostAddress(bytes(range(16)), 10912)
 _MAGICS = [cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2, cl.BLANK_MAGIC_CODE, 0, 0x12345678]
 
 
@@ -105,6 +107,52 @@ def test_crc_refuses_a_slice_outside_the_buffer() -> None:
         pytest.skip("the C extension is not built")
     with pytest.raises(ValueError):
         speedups.crc32_many(b"abc", np.array([2], np.int64), np.array([5], np.int64))
+
+
+def _fields(cols: columns.RecordColumns) -> dict[str, list[int]]:
+    return {name: getattr(cols, name).tolist() for name in columns._ARRAY_FIELDS}
+
+
+def _drawn_record(data: st.DataObject) -> bytes:
+    return encode.encode_message(
+        topic=data.draw(st.sampled_from(["T", "TopicLonger", ""])), queue_id=3, flag=1,
+        queue_offset=7, physical_offset=9, sys_flag=data.draw(st.sampled_from([0, 0x10, 0x30])),
+        born_timestamp=5, born_host=_HOST_V6 if data.draw(st.booleans()) else _HOST_V4,
+        store_timestamp=6, store_host=_HOST_V4, reconsume_times=2, prepared_transaction_offset=4,
+        body=data.draw(st.binary(max_size=30)), properties=data.draw(st.binary(max_size=20)),
+    )  # fmt: skip
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_gather_agrees(data: st.DataObject) -> None:
+    """Records whole, cut by the buffer's end, with lying sizes and flags, at any position."""
+    records = [_drawn_record(data) for _ in range(data.draw(st.integers(1, 3)))]
+    buf = bytearray(b"".join(records))
+    for _ in range(data.draw(st.integers(0, 4))):  # flip bytes: sizes, lengths, magics lie
+        at = data.draw(st.integers(0, len(buf) - 1))
+        buf[at] = data.draw(st.integers(0, 255))
+    buf = buf[: data.draw(st.integers(0, len(buf)))]
+    positions = np.array(data.draw(st.lists(st.integers(0, len(buf) + 120), max_size=8)), np.int64)
+    via_c = _fields(columns.gather(bytes(buf), positions, 0))
+    assert via_c == _fields(columns.py_gather(bytes(buf), positions, 0))
+
+
+def test_gather_reads_a_short_record_at_the_buffers_end() -> None:
+    record = encode.encode_message(
+        topic="T", queue_id=3, flag=0, queue_offset=77, physical_offset=0, sys_flag=0,
+        born_timestamp=5, born_host=_HOST_V4, store_timestamp=6, store_host=_HOST_V4,
+        reconsume_times=9, prepared_transaction_offset=11, body=b"", properties=b"",
+    )  # fmt: skip
+    for gather in (columns.gather, columns.py_gather):
+        cols = gather(record, np.zeros(1, np.int64), 0)
+        assert cols.well_formed.tolist() == [True]
+        assert (cols.queue_offset[0], cols.reconsume_times[0], cols.store_timestamp[0]) == (
+            77,
+            9,
+            6,
+        )
 
 
 @needs_c

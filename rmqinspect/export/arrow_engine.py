@@ -84,9 +84,6 @@ def run_arrow(
     ref = StoreRef.of(store)
     wanted = tuple(tables)
     parts: list[Part] = []
-    ranges: list[CommitlogRange] = []
-    if Table.MESSAGES in wanted or Table.FINDINGS in wanted:
-        ranges = plan_commitlog(store)
     if Table.CONSUME_QUEUE in wanted:
         parts += plan_queues(store)
     if Table.INDEX_ENTRIES in wanted:
@@ -94,20 +91,25 @@ def run_arrow(
     if Table.CONSUMER_OFFSETS in wanted:
         parts.append(OffsetsPart())
     parts += plan_hashes(store.root)
-    tally = FileTally([*ranges, *parts])
-    reporter.planned(tally.nbytes, tally.files)
     result = _Done(rows={t: 0 for t in wanted})
     workers = jobs or os.cpu_count() or 1
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        # The restart emulation and the parts that need no plan start first: the workers
+        # start up and run them while this process plans the commitlog ranges.
         keeps: Future[RestartKeeps] | None = None
         if Table.MESSAGES in wanted:
             keeps = pool.submit(_restart, ref)
-        else:
-            parts = [*ranges, *parts]
         running: dict[Future[_Done], Part] = {
             pool.submit(_run, ref, str(out), p, wanted, None): p for p in parts
         }
+        ranges: list[CommitlogRange] = []
+        if Table.MESSAGES in wanted or Table.FINDINGS in wanted:
+            ranges = plan_commitlog(store)
+        if keeps is None:
+            running |= {pool.submit(_run, ref, str(out), r, wanted, None): r for r in ranges}
+        tally = FileTally([*ranges, *parts])
+        reporter.planned(tally.nbytes, tally.files)
         while running or keeps is not None:
             waiting: set[Future[Any]] = {*running, *([keeps] if keeps else [])}
             done, _ = wait(waiting, return_when=FIRST_COMPLETED)

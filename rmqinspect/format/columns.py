@@ -34,7 +34,7 @@ from rmqinspect.format.npbytes import (
     members,
     span_ids,
     split_spans,
-    windows,
+    zero_filled_windows,
 )
 from rmqinspect.format.properties_text import PropertiesText
 
@@ -461,12 +461,47 @@ def _tag_hash(tags: str | None) -> int:
     return cl.dispatch_tags_code("", tags, None, 0, {}) or 0
 
 
+# The layout constants the C gather reads records with, in its order.
+_LAYOUT = (
+    cl.TOTALSIZE_POS,
+    cl.MAGIC_POS,
+    cl.BODYCRC_POS,
+    cl.QUEUEID_POS,
+    cl.FLAG_POS,
+    cl.QUEUEOFFSET_POS,
+    cl.PHYSICALOFFSET_POS,
+    cl.SYSFLAG_POS,
+    cl.BORNTIMESTAMP_POS,
+    cl.BORNHOST_POS,
+    cl.IPV4_HOST_SIZE,
+    cl.IPV6_HOST_SIZE,
+    cl.BORNHOST_V6_FLAG,
+    cl.STOREHOSTADDRESS_V6_FLAG,
+    cl.STORETIMESTAMP_SIZE,
+    cl.MID_POS["reconsume_times"],
+    cl.MID_POS["prepared_transaction_offset"],
+    cl.MID_POS["body_length"],
+    cl.MID_FIELDS_STRUCT.size,
+    _V2,
+)
+
+
 def gather(buf: Buffer, positions: I64 | Walk, file_start: int = 0) -> RecordColumns:
-    """Read every field of the records starting at ``positions`` (message headers that fit the
-    buffer, such as a :class:`Walk`'s) with a few numpy gathers, and say which are well formed."""
+    """Read every field of the records starting at ``positions`` (message headers, such as a
+    :class:`Walk`'s) in one pass, and say which are well formed. Bytes outside the buffer read
+    as zeros (a short record at its end, or a TOTALSIZE that lies)."""
     p = positions.positions if isinstance(positions, Walk) else positions
+    fields = speedups.gather_fields(buf, p, _LAYOUT)
+    if fields is None:
+        return py_gather(buf, p, file_start)
+    arrays = dict(zip(_ARRAY_FIELDS, [p, *fields[:-1], fields[-1] != 0], strict=True))
+    return RecordColumns(buf, file_start, **arrays)
+
+
+def py_gather(buf: Buffer, p: I64, file_start: int = 0) -> RecordColumns:
+    """:func:`gather` with numpy gathers (the C loop's twin)."""
     data = np.frombuffer(buf, np.uint8)
-    head = windows(data, p, _HEAD_DTYPE.itemsize).view(_HEAD_DTYPE).reshape(-1)
+    head = zero_filled_windows(data, p, _HEAD_DTYPE.itemsize).view(_HEAD_DTYPE).reshape(-1)
     sizes = head["total_size"].astype(np.int64)
     ends = p + sizes
     sys_flag = head["sys_flag"].astype(np.int64)
@@ -474,7 +509,7 @@ def gather(buf: Buffer, positions: I64 | Walk, file_start: int = 0) -> RecordCol
     born_v6 = (sys_flag & cl.BORNHOST_V6_FLAG) != 0
     store_v6 = (sys_flag & cl.STOREHOSTADDRESS_V6_FLAG) != 0
     born_host_at = p + cl.BORNHOST_POS
-    block = windows(data, born_host_at, _HOSTS_WIDTH)
+    block = zero_filled_windows(data, born_host_at, _HOSTS_WIDTH)
     hosts = {name: np.zeros(len(p), np.int64) for name in _HOSTS_FIELDS}
     for (b6, s6), dtype in _HOST_LAYOUTS.items():
         rows = (born_v6 == b6) & (store_v6 == s6)
@@ -497,13 +532,17 @@ def gather(buf: Buffer, positions: I64 | Walk, file_start: int = 0) -> RecordCol
     topic_length_size = np.where(v2, 2, 1)
     ok &= topic_length_at + topic_length_size <= ends
     topic_length = np.where(
-        ok, np.where(v2, be_ints(data, topic_length_at, 2), be_ints(data, topic_length_at, 1)), 0
+        ok,
+        np.where(
+            v2, be_ints(data, topic_length_at, 2, True), be_ints(data, topic_length_at, 1, True)
+        ),
+        0,
     )
     topic_at = topic_length_at + topic_length_size
     ok &= topic_length >= 0
     properties_length_at = topic_at + np.maximum(topic_length, 0)
     ok &= properties_length_at + 2 <= ends
-    properties_length = np.where(ok, be_ints(data, properties_length_at, 2), 0)
+    properties_length = np.where(ok, be_ints(data, properties_length_at, 2, zero_filled=True), 0)
     properties_at = properties_length_at + 2
     ok &= properties_at + np.maximum(properties_length, 0) == ends
     return RecordColumns(

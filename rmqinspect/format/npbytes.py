@@ -31,16 +31,36 @@ def windows(data: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np.
     return rows
 
 
-def be_ints(data: npt.NDArray[np.uint8], at: I64, width: int) -> I64:
+def zero_filled_windows(data: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np.uint8]:
+    """:func:`windows` where bytes outside the buffer read as zeros (the few rows that reach
+    past an end are copied one by one)."""
+    rows = windows(data, at, width)
+    for i in np.flatnonzero((at < 0) | (at > len(data) - width)).tolist():
+        start = int(at[i])
+        lo, hi = max(start, 0), max(min(start + width, len(data)), 0)
+        rows[i] = 0
+        if hi > lo:
+            rows[i, lo - start : hi - start] = data[lo:hi]
+    return rows
+
+
+def be_ints(data: npt.NDArray[np.uint8], at: I64, width: int, zero_filled: bool = False) -> I64:
     """The big-endian signed integer of ``width`` (1, 2 or 4) bytes at every position of
-    ``at`` (positions outside the buffer read meaningless values, see :func:`windows`).
-    Narrow fields are read a byte column at a time: cheaper than copying rows."""
-    if len(data) < width:
+    ``at`` (positions outside the buffer read meaningless values, see :func:`windows`, or
+    with ``zero_filled`` zeros for the bytes outside). Narrow fields are read a byte column at
+    a time: cheaper than copying rows."""
+    if zero_filled and ((at < 0) | (at > len(data) - width)).any():
+        rows = zero_filled_windows(data, at, width).astype(np.int64)
+        value = rows[:, 0]
+        for k in range(1, width):
+            value = (value << 8) | rows[:, k]
+    elif len(data) < width:
         return np.zeros(len(at), np.int64)
-    safe = np.clip(at, 0, len(data) - width)
-    value = data[safe].astype(np.int64)
-    for k in range(1, width):
-        value = (value << 8) | data[safe + k]
+    else:
+        safe = np.clip(at, 0, len(data) - width)
+        value = data[safe].astype(np.int64)
+        for k in range(1, width):
+            value = (value << 8) | data[safe + k]
     sign = 1 << (8 * width - 1)
     out: I64 = (value ^ sign) - sign
     return out

@@ -154,6 +154,20 @@ def binary_views(buf: Buffer, starts: I64, lengths: I64) -> npt.NDArray[np.uint8
     return views
 
 
+_GATHERED = 23  # the C gather's output rows (RecordColumns' columns after positions)
+
+
+def gather_fields(buf: Buffer, positions: I64, layout: tuple[int, ...]) -> I64 | None:
+    """Every field of the records at ``positions`` as rows of one int64 array (see
+    ``_speedups.gather``); None without the extension (:func:`rmqinspect.format.columns.gather`
+    then reads them with numpy)."""
+    if _speedups is None:
+        return None
+    out = np.empty((_GATHERED, len(positions)), np.int64)
+    _speedups.gather(buf, _i64(positions), layout, out)
+    return out
+
+
 def property_entries(
     buf: Buffer, starts: I64, lengths: I64
 ) -> tuple[I64, I64, I64, I64, I64] | None:
