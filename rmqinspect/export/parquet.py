@@ -69,9 +69,10 @@ class TableWriter:
         rest = batch.drop_columns([self.column])
         encoded = pc.dictionary_encode(keys)
         codes = encoded.indices.to_numpy()
-        order = np.argsort(codes, kind="stable")
         counts = np.bincount(codes, minlength=len(encoded.dictionary))
-        grouped = rest.take(pa.array(order))
+        grouped = rest
+        if (codes[1:] < codes[:-1]).any():  # rows not grouped yet: copy them into groups
+            grouped = rest.take(pa.array(np.argsort(codes, kind="stable")))
         start = 0
         for value, count in zip(encoded.dictionary.to_pylist(), counts.tolist(), strict=True):
             if count:

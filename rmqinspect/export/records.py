@@ -43,7 +43,7 @@ class Rejected:
 class RecordRun:
     """Consecutive records of the scan, and the problems met among them."""
 
-    positions: npt.NDArray[np.int64]  # file positions of the rows
+    positions: npt.NDArray[np.int64]  # file positions of the rows (decoded: grouped by topic)
     records: pa.RecordBatch | None  # RECORD_SCHEMA rows; None when only walking
     record_crc32c: npt.NDArray[np.int64] | None  # CRC32C of each record's bytes
     rejected: tuple[Rejected, ...]
@@ -94,6 +94,10 @@ _NONE = np.zeros(0, np.int64)
 def _run(cols: RecordColumns, decode: bool, end: int) -> RecordRun:
     if not decode:
         return RecordRun(cols.positions, None, None, (), end)
+    # Rows grouped by topic (in order within a topic): the Parquet writer then slices a batch
+    # per topic partition instead of copying it (bodies included) into that order.
+    topic_ids, _ = cols.topic_ids()
+    cols = cols.select(np.argsort(topic_ids, kind="stable"))
     batch = decode_batch(cols)
     return RecordRun(cols.positions, batch, _crc32c(cols), _crc_mismatches(cols), end)
 
@@ -108,7 +112,7 @@ def _crc_mismatches(cols: RecordColumns) -> tuple[Rejected, ...]:
         out.append(
             Rejected(int(cols.positions[i]), cl.CheckReason.BODY_CRC_MISMATCH.value, detail, rec)
         )
-    return tuple(out)
+    return tuple(sorted(out, key=lambda r: r.position))
 
 
 def _crc32c(cols: RecordColumns) -> npt.NDArray[np.int64]:

@@ -313,29 +313,25 @@ def offset_msg_id_column(
     widths = np.diff(offsets).astype(np.int64)
     if np.any((widths != 4) & (widths != 16)):
         raise ValueError("store host addresses must be 4 or 16 bytes")
-    text_offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(2 * (widths + 12), out=text_offsets[1:])
-    if n and (widths == widths[0]).all():
-        # One address width (the usual store): the ids are fixed-width rows, no scatter.
-        width = int(widths[0])
-        raw = np.empty((n, width + 12), np.uint8)
-        raw[:, :width] = data[offsets[0] : offsets[0] + n * width].reshape(n, width)
-        raw[:, width : width + 4] = port.astype(">i4").view(np.uint8).reshape(-1, 4)
-        raw[:, width + 4 :] = physical_offset.astype(">i8").view(np.uint8).reshape(-1, 8)
-        hex_text = np.take(_HEX_PAIRS, raw)
-        return pa.Array.from_buffers(
-            pa.string(), n, [None, pa.py_buffer(text_offsets), pa.py_buffer(hex_text)]
-        )
-    text = np.empty(int(text_offsets[-1]), np.uint8)
+    # Each address width's ids are fixed-width rows of hex text, one block per width; the
+    # column is then views into the blocks, copied into one string array.
+    blocks, starts = [], np.zeros(n, np.int64)
+    at = 0
     for width in (4, 16):
         rows = np.flatnonzero(widths == width)
+        if not len(rows):
+            continue
         raw = np.empty((rows.size, width + 12), np.uint8)
-        raw[:, :width] = data[offsets[rows, None] + np.arange(width)]
+        same = rows.size == n  # one width (the usual store): the addresses lie back to back
+        raw[:, :width] = (
+            data[offsets[0] : offsets[0] + n * width].reshape(n, width)
+            if same
+            else data[offsets[rows, None] + np.arange(width)]
+        )
         raw[:, width : width + 4] = port[rows].astype(">i4").view(np.uint8).reshape(-1, 4)
         raw[:, width + 4 :] = physical_offset[rows].astype(">i8").view(np.uint8).reshape(-1, 8)
-        text[text_offsets[rows, None] + np.arange(2 * (width + 12))] = (
-            np.take(_HEX_PAIRS, raw).view(np.uint8).reshape(rows.size, 2 * (width + 12))
-        )
-    return pa.Array.from_buffers(
-        pa.string(), n, [None, pa.py_buffer(text_offsets), pa.py_buffer(text)]
-    )
+        blocks.append(np.take(_HEX_PAIRS, raw).view(np.uint8).reshape(-1))
+        starts[rows] = at + np.arange(rows.size, dtype=np.int64) * 2 * (width + 12)
+        at += blocks[-1].size
+    text = np.concatenate(blocks) if blocks else np.zeros(0, np.uint8)
+    return _binary(text.data, starts, 2 * (widths + 12), text=True)
