@@ -51,11 +51,18 @@ class RecordRun:
 
 
 def record_runs(
-    store: Store, file: StoreFile, begin: int, end: int, *, decode: bool = True
+    store: Store,
+    file: StoreFile,
+    begin: int,
+    end: int,
+    *,
+    decode: bool = True,
+    check_crc: bool = True,
 ) -> Iterator[RecordRun]:
     """The records starting in file positions ``[begin, end)`` of one commitlog file
-    (``begin`` is a record boundary of the scan, or 0), in runs. Without ``decode`` only the
-    record boundaries are found (for planning)."""
+    (``begin`` is a record boundary of the scan, or 0), in runs. Without ``decode`` the rows
+    are not decoded (the findings alone, or planning); without ``check_crc`` no body CRC
+    mismatch is looked for (planning: only the record boundaries matter)."""
     lenient = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=True)
     strict = cl.CheckOptions(profile=store.profile.profile)  # the broker's check: its verdicts
     buf = store.view(file)
@@ -78,7 +85,7 @@ def record_runs(
             if inside < len(cols):
                 cols = cols.select(slice(0, inside))
             if len(cols):
-                yield _run(cols, decode, event.end)
+                yield _run(cols, decode, check_crc, event.end)
             if inside < len(event.columns) or event.end >= end:
                 return
             store.maps.release(file, released, event.end)
@@ -91,20 +98,24 @@ def record_runs(
 _NONE = np.zeros(0, np.int64)
 
 
-def _run(cols: RecordColumns, decode: bool, end: int) -> RecordRun:
+def _run(cols: RecordColumns, decode: bool, check_crc: bool, end: int) -> RecordRun:
+    body_crcs = cols.body_crcs() if check_crc or decode else None
+    rejected = _crc_mismatches(cols, body_crcs) if body_crcs is not None and check_crc else ()
     if not decode:
-        return RecordRun(cols.positions, None, None, (), end)
+        return RecordRun(cols.positions, None, None, rejected, end)
     # Rows grouped by topic (in order within a topic): the Parquet writer then slices a batch
     # per topic partition instead of copying it (bodies included) into that order.
     topic_ids, _ = cols.topic_ids()
-    cols = cols.select(np.argsort(topic_ids, kind="stable"))
-    batch = decode_batch(cols)
-    return RecordRun(cols.positions, batch, _crc32c(cols), _crc_mismatches(cols), end)
+    order = np.argsort(topic_ids, kind="stable")
+    cols = cols.select(order)
+    assert body_crcs is not None
+    batch = decode_batch(cols, body_crcs[order])
+    return RecordRun(cols.positions, batch, _crc32c(cols), rejected, end)
 
 
-def _crc_mismatches(cols: RecordColumns) -> tuple[Rejected, ...]:
+def _crc_mismatches(cols: RecordColumns, body_crcs: npt.NDArray[np.int64]) -> tuple[Rejected, ...]:
     """Rows the broker's check rejects with CRC on: the body CRC disagrees (bodies only)."""
-    bad = np.flatnonzero((cols.body_length > 0) & (cols.body_crcs() != cols.body_crc))
+    bad = np.flatnonzero((cols.body_length > 0) & (body_crcs != cols.body_crc))
     out = []
     for i in bad.tolist():
         rec = cols.record(i)
@@ -112,7 +123,7 @@ def _crc_mismatches(cols: RecordColumns) -> tuple[Rejected, ...]:
         out.append(
             Rejected(int(cols.positions[i]), cl.CheckReason.BODY_CRC_MISMATCH.value, detail, rec)
         )
-    return tuple(sorted(out, key=lambda r: r.position))
+    return tuple(out)
 
 
 def _crc32c(cols: RecordColumns) -> npt.NDArray[np.int64]:

@@ -77,7 +77,7 @@ def _commitlog(
         raise ValueError("the messages table needs the restart prediction")
     f = commitlog_file(store, part.file)
     source = part.source
-    for run in record_runs(store, f, part.begin, part.end):
+    for run in record_runs(store, f, part.begin, part.end, decode=want_messages):
         if want_messages and run.records is not None and run.records.num_rows:
             assert keeps is not None
             yield Table.MESSAGES, messages_batch(run, source, f.start, keeps)

@@ -105,8 +105,11 @@ class BatchDecodeError(ValueError):
         self.position = position
 
 
-def decode_batch(cols: RecordColumns) -> pa.RecordBatch:
-    """The records of ``cols`` as a :data:`RECORD_SCHEMA` batch.
+def decode_batch(
+    cols: RecordColumns, body_crcs: npt.NDArray[np.int64] | None = None
+) -> pa.RecordBatch:
+    """The records of ``cols`` as a :data:`RECORD_SCHEMA` batch (``body_crcs``: the records'
+    :meth:`~RecordColumns.body_crcs`, when the caller has them already).
 
     Raises :class:`BatchDecodeError` naming the first record whose fields do not add up to its
     TOTALSIZE (callers fall back to the record-by-record check there).
@@ -124,7 +127,7 @@ def decode_batch(cols: RecordColumns) -> pa.RecordBatch:
         pa.array(cols.sizes, pa.int32()),
         pa.array(cols.version, pa.int8()),
         pa.array(cols.body_crc, pa.int32()),
-        pa.array(cols.body_crcs() == cols.body_crc, pa.bool_()),
+        pa.array((cols.body_crcs() if body_crcs is None else body_crcs) == cols.body_crc),
         pa.array(cols.queue_id, pa.int32()),
         pa.array(cols.flag, pa.int32()),
         pa.array(cols.queue_offset, pa.int64()),
