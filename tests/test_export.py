@@ -102,6 +102,7 @@ def test_messages_round_trip_against_the_messages_command(name: str, tmp_path: P
         raw = (store / row["source_file"]).read_bytes()
         record = raw[row["file_position"] : row["file_position"] + row["store_size"]]
         assert row["record_crc32c"] == crc32c.crc32c(record)
+        assert row["dledger_index"] is None and row["dledger_term"] is None  # a plain store
 
 
 def test_findings_start_where_recovery_finds_the_first_bad_record(

@@ -19,6 +19,7 @@ import pytest
 from rmqinspect.export import Engine, ExportOptions, Table, export_store, read_store
 from rmqinspect.export.schema import SCHEMAS
 from rmqinspect.export.spark_engine import MIN_JAVA, java_major, spark_session
+from rmqinspect.format import dledger as dl
 from rmqinspect.store.model import StoreOptions
 from tests.cli_helpers import SMALL_OPTS, run_jsonl
 from tests.conftest import FIXTURES
@@ -189,5 +190,14 @@ def test_both_engines_export_a_dledger_store(spark: Any, tmp_path: Path) -> None
     for phy, source, pos in rows:
         assert (source, pos) == (f"dledger-n0/data/{phy - phy % size:020d}", phy % size)
     assert all(messages.column("restart_keeps").to_pylist())
+    # Each row names its entry's Raft index and term, as the entry header before it says.
+    for row in messages.select(
+        ["source_file", "file_position", "dledger_index", "dledger_term"]
+    ).to_pylist():
+        data = (store / row["source_file"]).read_bytes()
+        entry = dl.EntryHeader.decode(data, row["file_position"] - dl.BODY_OFFSET)
+        assert (row["dledger_index"], row["dledger_term"]) == (entry.index, entry.term)
+    indexes = messages.column("dledger_index").to_pylist()
+    assert sorted(indexes) == list(range(len(puts) - 1))  # the torn last entry is a finding
     (finding,) = read_table(tmp_path / "arrow", Table.FINDINGS).to_pylist()
     assert finding["physical_offset"] == puts[-1].physical_offset

@@ -21,8 +21,10 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import dledger as dl
 from rmqinspect.format.batch import decode_batch
 from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.npbytes import windows
 from rmqinspect.format.scan import Skipped
 from rmqinspect.format.speedups import crc32c_many
 from rmqinspect.store.files import StoreFile
@@ -46,6 +48,7 @@ class RecordRun:
     positions: npt.NDArray[np.int64]  # file positions of the rows (decoded: grouped by topic)
     records: pa.RecordBatch | None  # RECORD_SCHEMA rows; None when only walking
     record_crc32c: npt.NDArray[np.int64] | None  # CRC32C of each record's bytes
+    entries: npt.NDArray[np.void] | None  # a DLedger store's entry header of each decoded row
     rejected: tuple[Rejected, ...]
     end: int  # file position after the run
 
@@ -78,14 +81,14 @@ def record_runs(
                 else:
                     r = cl.check_message(buf, at, file.start, strict)
                 found = Rejected(at, r.reason.value, r.detail, r.record)
-                yield RecordRun(_NONE, None, None, (found,), event.end)
+                yield RecordRun(_NONE, None, None, None, (found,), event.end)
                 continue
             cols = event.columns
             inside = int(np.searchsorted(cols.positions, end))
             if inside < len(cols):
                 cols = cols.select(slice(0, inside))
             if len(cols):
-                yield _run(cols, decode, check_crc, event.end)
+                yield _run(cols, decode, check_crc, event.end, store.dledger is not None)
             if inside < len(event.columns) or event.end >= end:
                 return
             store.maps.release(file, released, event.end)
@@ -98,11 +101,11 @@ def record_runs(
 _NONE = np.zeros(0, np.int64)
 
 
-def _run(cols: RecordColumns, decode: bool, check_crc: bool, end: int) -> RecordRun:
+def _run(cols: RecordColumns, decode: bool, check_crc: bool, end: int, ledger: bool) -> RecordRun:
     body_crcs = cols.body_crcs() if check_crc or decode else None
     rejected = _crc_mismatches(cols, body_crcs) if body_crcs is not None and check_crc else ()
     if not decode:
-        return RecordRun(cols.positions, None, None, rejected, end)
+        return RecordRun(cols.positions, None, None, None, rejected, end)
     # Rows grouped by topic (in order within a topic): the Parquet writer then slices a batch
     # per topic partition instead of copying it (bodies included) into that order.
     topic_ids, _ = cols.topic_ids()
@@ -110,7 +113,12 @@ def _run(cols: RecordColumns, decode: bool, check_crc: bool, end: int) -> Record
     cols = cols.select(order)
     assert body_crcs is not None
     batch = decode_batch(cols, body_crcs[order])
-    return RecordRun(cols.positions, batch, _crc32c(cols), rejected, end)
+    entries = None
+    if ledger:  # each record is the body of the entry whose header ends where it starts
+        data = np.frombuffer(cols.buf, np.uint8)
+        at = cols.positions - dl.BODY_OFFSET
+        entries = windows(data, at, dl.ENTRY_DTYPE.itemsize).view(dl.ENTRY_DTYPE).reshape(-1)
+    return RecordRun(cols.positions, batch, _crc32c(cols), entries, rejected, end)
 
 
 def _crc_mismatches(cols: RecordColumns, body_crcs: npt.NDArray[np.int64]) -> tuple[Rejected, ...]:

@@ -57,6 +57,8 @@ MESSAGES = pa.schema(
         ("file_position", pa.int64()),
         ("restart_keeps", pa.bool_()),  # null when the broker would refuse to start
         ("record_crc32c", pa.int64()),
+        ("dledger_index", pa.int64()),  # the entry's Raft index and term; null in a plain store
+        ("dledger_term", pa.int64()),
         (TOPIC_PARTITION, pa.string()),
     ]
 )

@@ -138,11 +138,20 @@ def messages_batch(
         "file_position": pa.array(phy_np - file_start),
         "restart_keeps": keeps.column(source_file.rpartition("/")[2], phy_np),
         "record_crc32c": pa.array(run.record_crc32c),
+        "dledger_index": _entry_field(run, "index"),
+        "dledger_term": _entry_field(run, "term"),
         "topic_partition": partition_column(r.column("topic")),
     }
     return pa.RecordBatch.from_arrays(
         [columns[f.name].cast(f.type) for f in MESSAGES], schema=MESSAGES
     )
+
+
+def _entry_field(run: RecordRun, name: str) -> pa.Array:
+    """A field of each row's DLedger entry header (null in a plain store)."""
+    if run.entries is None:
+        return pa.nulls(len(run.positions), pa.int64())
+    return pa.array(run.entries[name].astype(np.int64))
 
 
 def _timestamps(ms: pa.Array) -> pa.Array:
