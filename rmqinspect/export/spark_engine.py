@@ -25,6 +25,8 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only, on 
 # Parquet as the arrow engine writes it: zstd, timestamps in ms, no _SUCCESS or .crc files.
 WRITE_CONF = {
     "spark.sql.parquet.compression.codec": "zstd",
+    # zstd level 1, as the arrow engine writes (parquet-mr defaults to 3).
+    "spark.hadoop.parquet.compression.codec.zstd.level": "1",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS",
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
     "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
