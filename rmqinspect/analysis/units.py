@@ -180,8 +180,9 @@ def _placements(
     dispatched = lmq >= 0
     topic_ok = same_topic | dispatched
     queue_id_ok = record_queue_id == qid
-    if topic.startswith(props.LMQ_PREFIX) and qid == 0:
-        queue_id_ok |= dispatched  # an LMQ queue is queue 0 whatever the record's own queue id
+    if topic.startswith(props.LMQ_PREFIX):
+        # Dispatch puts an LMQ unit in queue 0 whatever the record's own queue id.
+        queue_id_ok = np.where(dispatched, qid == 0, queue_id_ok)
     return topic_ok, queue_id_ok, np.where(dispatched, lmq, record_queue_offset)
 
 
@@ -196,7 +197,7 @@ def _resolve(
     fast: bool,
 ) -> UnitResolution:
     """:func:`resolve_units`; ``fast`` gathers records many at a time before judging the rest
-    one by one (records are then decoded without bodies, else with them)."""
+    one by one."""
     phy = units["phy_offset"].astype(np.int64)
     size = units["size"].astype(np.int64)
     codes = np.full(len(units), _CODE[UnitStatus.FOUND], np.uint8)
@@ -243,7 +244,6 @@ def _resolve(
             int(phy[i]),
             int(size[i]),
             accept_v2=accept_v2,
-            with_body=not fast,
         )
         codes[i] = _CODE[status]
         if detail:
@@ -335,12 +335,12 @@ def _judge(
     size: int,
     *,
     accept_v2: bool,
-    with_body: bool,
 ) -> _Judgement:
     """The record a unit leads to, judged alone (the unit is valid and ``phy`` is inside a
-    commitlog file)."""
+    commitlog file). The body is read too: decoding without it skips a check, and a detail
+    would then depend on who asks."""
     try:
-        record = store.read_message(phy, with_body=with_body, accept_v2=accept_v2)
+        record = store.read_message(phy, accept_v2=accept_v2)
     except StoreError as err:
         detail = err.message
         if store.dledger is not None and store.dledger.message_entry(store.maps, phy):
