@@ -275,3 +275,15 @@ def test_a_record_whose_fields_do_not_add_up(tmp_path: Path) -> None:
         report = verify_store(store, VerifyOptions())
     at_record = [f.check for f in report.findings if f.physical_offset == rec.offset]
     assert at_record and all(c.startswith("commitlog.") for c in at_record)
+
+
+@pytest.mark.parametrize("name", ["clean49", "retention49", "empty49"])
+def test_find_many_is_find(name: str) -> None:
+    with Store.open(FIXTURES / "stores" / name) as store:
+        clq = store.commitlog
+        size = clq.file_size
+        edges = [f.start + d for f in clq.files for d in (-1, 0, 1, size - 1, size, size + 1)]
+        offsets = [*edges, -(2**63), -1, 0, 2**63 - 1, clq.end_offset]
+        which = clq.find_many(np.array(offsets, np.int64)).tolist()
+    expected = [clq.index_of(f) if (f := clq.find(o)) is not None else -1 for o in offsets]
+    assert which == expected

@@ -81,8 +81,9 @@ class UnitView:
 @dataclass(frozen=True, slots=True, eq=False)
 class UnitResolution:
     """What many units lead to: a status code per unit (an index into :data:`STATUSES`), the
-    detail of every unit that is not found, and the records judged one at a time (the units
-    whose record is not plainly theirs: size_mismatch and other_queue units hold theirs).
+    detail of every unit that is not found, and the records judged one at a time, without
+    their bodies (the units whose record is not plainly theirs: size_mismatch and other_queue
+    units hold theirs).
     ``record_sizes``: the TOTALSIZE of the message header where a unit leads to one with room
     for a record in its file (a no_record unit may: a record whose fields do not add up to its
     TOTALSIZE), -1 where none was found or looked for."""
@@ -249,6 +250,8 @@ def _resolve(
         if detail:
             details[i] = detail
         if record is not None:
+            if fast:
+                record.body = None  # a chunk's units may all name one huge record: keep no body
             records[i] = record
     return UnitResolution(codes, details, records, record_sizes)
 
