@@ -13,8 +13,9 @@ import pytest
 from rmqinspect.analysis.indexes import index_reports, iter_entries
 from rmqinspect.analysis.inventory import build_inventory
 from rmqinspect.analysis.lookup import KeyQuery, lookup_key, lookup_msg_id
-from rmqinspect.analysis.queues import UnitView, list_units, queue_listing
+from rmqinspect.analysis.queues import list_units, queue_listing
 from rmqinspect.analysis.recovery import RecoverOptions, analyze_recovery
+from rmqinspect.analysis.units import UnitView
 from rmqinspect.render.indexes import entry_json, index_report_json, render_index
 from rmqinspect.render.inventory import inventory_json, inventory_tables, render_inventory
 from rmqinspect.render.lookup import lookup_json, lookup_tables, render_lookup

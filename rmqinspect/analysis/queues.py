@@ -8,22 +8,21 @@ Bounds follow the broker's load path rather than file names: ``maxOffsetInQueue`
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
+from rmqinspect.analysis.units import UnitView, resolve_unit
 from rmqinspect.errors import StoreError
-from rmqinspect.format import commitlog as cl
 from rmqinspect.format.consumequeue import (
     CQ_STORE_UNIT_SIZE,
     PRE_BLANK_SIZE,
-    TagsCodeKind,
     pre_blank_mask,
-    tags_code_kind,
     units_array,
 )
+from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import data_extent
 from rmqinspect.store.consume_queue import ConsumeQueue, CorrectMinOffsetError
 from rmqinspect.store.files import FileQueue, StoreFile
@@ -150,111 +149,7 @@ def all_queue_bounds(store: Store) -> list[QueueBounds]:
     return [queue_bounds(store, qid) for qid in store.queue_dirs]
 
 
-# --- units and the messages they point to ------------------------------------------------------
-
-
-class UnitStatus(StrEnum):
-    """Why a unit does or does not lead to a message (``getMessage`` plus forensic checks)."""
-
-    FOUND = "found"
-    PRE_BLANK = "pre_blank"  # fillPreBlank placeholder
-    INVALID = "invalid"  # fails offset >= 0 && size > 0: the queue ends here for the broker
-    BELOW_COMMITLOG = "below_commitlog"  # the commitlog file was deleted (retention)
-    BEYOND_COMMITLOG = "beyond_commitlog"  # past the last commitlog file
-    NO_RECORD = "no_record"  # the bytes there are not a message record
-    SIZE_MISMATCH = "size_mismatch"  # a record is there but its TOTALSIZE differs from the unit
-    OTHER_QUEUE = "other_queue"  # the record belongs to another topic/queue or queue offset
-
-
-@dataclass(frozen=True, slots=True)
-class UnitView:
-    queue_offset: int
-    phy_offset: int
-    size: int
-    tags_code: int
-    tags_code_kind: TagsCodeKind
-    status: UnitStatus
-    detail: str = ""
-    message: cl.MessageRecord | None = field(default=None, compare=False)
-    expected_tags_code: int | None = None  # what dispatch computes from the record, if checked
-
-    @property
-    def tags_code_ok(self) -> bool | None:
-        if self.expected_tags_code is None or self.tags_code_kind is TagsCodeKind.EXT_ADDRESS:
-            return None
-        return self.expected_tags_code == self.tags_code
-
-
-def resolve_unit(
-    store: Store,
-    topic: str,
-    queue_id: int,
-    queue_offset: int,
-    unit: tuple[int, int, int],
-    *,
-    check_tags: bool = False,
-) -> UnitView:
-    """What one unit points to: the decoded message, or why there is none. ``check_tags``
-    also recomputes the tagsCode dispatch would write for the record (tag hash or, for
-    ``SCHEDULE_TOPIC_XXXX``, the delivery time)."""
-    view = _resolve(store, topic, queue_id, queue_offset, unit)
-    if check_tags and view.message is not None:
-        opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
-        checked = store.check_at(view.phy_offset, opts)
-        if checked.is_message:
-            return replace(view, expected_tags_code=checked.tags_code)
-    return view
-
-
-def _resolve(
-    store: Store, topic: str, queue_id: int, queue_offset: int, unit: tuple[int, int, int]
-) -> UnitView:
-    phy, size, tags = unit
-    kind = tags_code_kind(tags, topic)
-    if phy == 0 and size == PRE_BLANK_SIZE and tags == 0:
-        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.PRE_BLANK)
-    if phy < 0 or size <= 0:
-        return UnitView(
-            queue_offset, phy, size, tags, kind, UnitStatus.INVALID, "offset < 0 or size <= 0"
-        )
-    clq = store.commitlog
-    if not clq.files or phy >= clq.end_offset:
-        return UnitView(
-            queue_offset,
-            phy,
-            size,
-            tags,
-            kind,
-            UnitStatus.BEYOND_COMMITLOG,
-            f"commitlog files end at {max(clq.end_offset, 0)}",
-        )
-    if store.commitlog.find(phy) is None:
-        status = UnitStatus.BELOW_COMMITLOG if phy < clq.min_offset else UnitStatus.NO_RECORD
-        return UnitView(
-            queue_offset, phy, size, tags, kind, status, "no commitlog file holds this offset"
-        )
-    try:
-        record = store.read_message(phy)
-    except StoreError as err:
-        detail = err.message
-        if store.dledger is not None and store.dledger.message_entry(store.maps, phy):
-            detail += " (DLedger keeps this entry: the broker serves these bytes as they are)"
-        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.NO_RECORD, detail)
-    if record.store_size != size:
-        return UnitView(
-            queue_offset,
-            phy,
-            size,
-            tags,
-            kind,
-            UnitStatus.SIZE_MISMATCH,
-            f"record TOTALSIZE is {record.store_size}",
-            record,
-        )
-    if (record.topic, record.queue_id) != (topic, queue_id) or record.queue_offset != queue_offset:
-        detail = f"record is {record.topic}/{record.queue_id} at queue offset {record.queue_offset}"
-        return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.OTHER_QUEUE, detail, record)
-    return UnitView(queue_offset, phy, size, tags, kind, UnitStatus.FOUND, "", record)
+# --- units -------------------------------------------------------------------------------------
 
 
 def unit_at(store: Store, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int]:
@@ -271,12 +166,35 @@ def unit_at(store: Store, topic: str, queue_id: int, queue_offset: int) -> tuple
     return units[0]
 
 
-def iter_units(
-    store: Store, topic: str, queue_id: int, start: int, limit: int | None
-) -> Iterator[tuple[int, tuple[int, int, int], StoreFile, int]]:
-    """(queue offset, raw unit, the file it was read from, its position there) from ``start``
-    over the queue's files, at most ``limit``. The file is the one read, which is not always
-    where the configured file size would put the unit (a file longer than that size)."""
+@dataclass(frozen=True, slots=True, eq=False)
+class UnitChunk:
+    """Consecutive units of one queue file, copied out of its map."""
+
+    file: StoreFile  # the file read, which is not always where the configured size puts them
+    first_queue_offset: int
+    position: int  # byte position of the first unit in ``file``
+    units: npt.NDArray[np.void]  # CQ_UNIT_DTYPE rows
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    @property
+    def queue_offsets(self) -> I64:
+        return self.first_queue_offset + np.arange(len(self), dtype=np.int64)
+
+    @property
+    def positions(self) -> I64:
+        return self.position + np.arange(len(self), dtype=np.int64) * CQ_STORE_UNIT_SIZE
+
+
+UNIT_CHUNK = 8192  # units per chunk: bounds the memory a chunk and what is built from it take
+
+
+def iter_unit_chunks(
+    store: Store, topic: str, queue_id: int, start: int, limit: int | None, chunk: int = UNIT_CHUNK
+) -> Iterator[UnitChunk]:
+    """The queue's units from queue offset ``start`` over its files, at most ``limit``, in
+    chunks of at most ``chunk`` units that never span two files."""
     queue = store.consume_queue(topic, queue_id)
     left = limit
     for f in queue.files:
@@ -286,19 +204,35 @@ def iter_units(
             continue
         skip = max(start - first_unit, 0)
         n = count - skip if left is None else min(count - skip, left)
-        chunk = 4096
-        done = 0
-        while done < n:
-            take = min(chunk, n - done)
-            rows = _file_units(store, f, (skip + done) * CQ_STORE_UNIT_SIZE, take)
+        for done in range(0, n, chunk):
             at = (skip + done) * CQ_STORE_UNIT_SIZE
-            for j, row in enumerate(rows):
-                yield first_unit + skip + done + j, row, f, at + j * CQ_STORE_UNIT_SIZE
-            done += take
+            take = min(chunk, n - done)
+            buf = store.view(f)
+            try:
+                units = units_array(buf[at : at + take * CQ_STORE_UNIT_SIZE]).copy()
+            finally:
+                buf.release()
+            yield UnitChunk(f, first_unit + skip + done, at, units)
         if left is not None:
             left -= n
             if left <= 0:
                 return
+
+
+def iter_units(
+    store: Store, topic: str, queue_id: int, start: int, limit: int | None
+) -> Iterator[tuple[int, tuple[int, int, int], StoreFile, int]]:
+    """(queue offset, raw unit, the file it was read from, its position there), one at a time
+    (see :func:`iter_unit_chunks`)."""
+    for c in iter_unit_chunks(store, topic, queue_id, start, limit, 4096):
+        rows = zip(
+            c.units["phy_offset"].tolist(),
+            c.units["size"].tolist(),
+            c.units["tags_code"].tolist(),
+            strict=True,
+        )
+        for j, row in enumerate(rows):
+            yield c.first_queue_offset + j, row, c.file, c.position + j * CQ_STORE_UNIT_SIZE
 
 
 def _file_units(

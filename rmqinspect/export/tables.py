@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 
 from rmqinspect.analysis.indexes import entry_blocks, open_index_files
 from rmqinspect.analysis.offsets import offsets_report
-from rmqinspect.analysis.queues import iter_units, resolve_unit
+from rmqinspect.analysis.queues import iter_unit_chunks
+from rmqinspect.analysis.units import STATUSES, resolve_units
 from rmqinspect.export.plan import (
     CommitlogRange,
     FileGroup,
@@ -40,12 +41,12 @@ from rmqinspect.format import batch
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.batch import host_text_column, offset_msg_id_column
+from rmqinspect.format.consumequeue import TAGS_CODE_KINDS, tags_code_kinds
 from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
 from rmqinspect.store.files import content_crc32c
 from rmqinspect.store.model import QueueId, Store
 
 SEVERITY_ERROR = "error"
-_ROWS = 8192  # rows per batch of the row-at-a-time tables
 
 
 def read_part(
@@ -184,33 +185,37 @@ def findings_batch(run: RecordRun, source_file: str, file_start: int) -> pa.Reco
 
 
 def consume_queue_batches(store: Store, part: QueueSlice) -> Iterator[pa.RecordBatch]:
-    """Every unit of the slice with what it points to (``resolve_unit``'s status)."""
+    """Every unit of the slice with what it points to (:func:`resolve_units`), a chunk of
+    units at a time."""
     qdir = store.queue_dirs[QueueId(part.topic, part.queue_id)]
     directory = qdir.relative_to(store.root).as_posix()
-    rows: dict[str, list[object]] = {f.name: [] for f in CONSUME_QUEUE}
-    for queue_offset, unit, f, position in iter_units(
+    statuses = pa.array([s.value for s in STATUSES], pa.string())
+    kinds = pa.array([k.value for k in TAGS_CODE_KINDS], pa.string())
+    for chunk in iter_unit_chunks(
         store, part.topic, part.queue_id, part.start, part.stop - part.start
     ):
-        view = resolve_unit(store, part.topic, part.queue_id, queue_offset, unit)
-        for name, value in (
-            ("topic", part.topic),
-            ("queue_id", part.queue_id),
-            ("queue_offset", queue_offset),
-            ("phy_offset", view.phy_offset),
-            ("size", view.size),
-            ("tags_code", view.tags_code),
-            ("tags_code_kind", view.tags_code_kind.value),
-            ("status", view.status.value),
-            ("detail", view.detail),
-            ("source_file", f"{directory}/{f.name}"),
-            ("file_position", position),
-        ):
-            rows[name].append(value)
-        if len(rows["topic"]) >= _ROWS:
-            yield pa.RecordBatch.from_pydict(rows, schema=CONSUME_QUEUE)
-            rows = {name: [] for name in rows}
-    if rows["topic"]:
-        yield pa.RecordBatch.from_pydict(rows, schema=CONSUME_QUEUE)
+        n = len(chunk)
+        res = resolve_units(store, part.topic, part.queue_id, chunk.queue_offsets, chunk.units)
+        tags = chunk.units["tags_code"].astype(np.int64)
+        details = np.full(n, "", object)
+        if res.details:
+            details[list(res.details)] = list(res.details.values())
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(pa.scalar(part.topic), n),
+                pa.repeat(pa.scalar(part.queue_id, pa.int32()), n),
+                pa.array(chunk.queue_offsets),
+                pa.array(chunk.units["phy_offset"].astype(np.int64)),
+                pa.array(chunk.units["size"].astype(np.int32)),
+                pa.array(tags),
+                kinds.take(pa.array(tags_code_kinds(tags, part.topic))),
+                statuses.take(pa.array(res.codes)),
+                pa.array(details, pa.string()),
+                pa.repeat(pa.scalar(f"{directory}/{chunk.file.name}"), n),
+                pa.array(chunk.positions),
+            ],
+            schema=CONSUME_QUEUE,
+        )
 
 
 def index_entry_batches(store: Store, part: IndexSlice) -> Iterator[pa.RecordBatch]:

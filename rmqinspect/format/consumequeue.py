@@ -93,15 +93,28 @@ class TagsCodeKind(StrEnum):
     NONE = "none"
 
 
+TAGS_CODE_KINDS = (
+    TagsCodeKind.EXT_ADDRESS,
+    TagsCodeKind.DELIVER_TIME,
+    TagsCodeKind.NONE,
+    TagsCodeKind.TAG_HASH,
+)
+_DELIVER_TIME_ABOVE = 2**31  # a delivery time in ms is far past any 32-bit tag hash
+
+
+def tags_code_kinds(tags_codes: npt.NDArray[np.int64], topic: str) -> npt.NDArray[np.int8]:
+    """What each tagsCode of a ``topic`` queue means (an index into :data:`TAGS_CODE_KINDS`):
+    an ext address, a delay delivery time, none, or a tag hash."""
+    ext = tags_codes <= EXT_MAX_ADDR
+    deliver = ~ext & (tags_codes > _DELIVER_TIME_ABOVE) & (topic == SCHEDULE_TOPIC)
+    none = ~ext & ~deliver & (tags_codes == 0)
+    kinds: npt.NDArray[np.int8] = np.select([ext, deliver, none], [0, 1, 2], 3).astype(np.int8)
+    return kinds
+
+
 def tags_code_kind(tags_code: int, topic: str) -> TagsCodeKind:
-    """What a unit's tagsCode means: a tag hash, a delay delivery time, or an ext address."""
-    if is_ext_address(tags_code):
-        return TagsCodeKind.EXT_ADDRESS
-    if topic == SCHEDULE_TOPIC and tags_code > 2**31:
-        return TagsCodeKind.DELIVER_TIME
-    if tags_code == 0:
-        return TagsCodeKind.NONE
-    return TagsCodeKind.TAG_HASH
+    """:func:`tags_code_kinds` of one unit."""
+    return TAGS_CODE_KINDS[int(tags_code_kinds(np.array([tags_code], np.int64), topic)[0])]
 
 
 def is_ext_address(tags_code: int) -> bool:

@@ -7,7 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
-from rmqinspect.analysis.queues import QueueListing, UnitStatus, UnitView
+from rmqinspect.analysis.queues import QueueListing
+from rmqinspect.analysis.units import UnitStatus, UnitView
 from rmqinspect.render.inventory import queue_json
 from rmqinspect.render.message import BodyFormat, body_preview, message_json
 from rmqinspect.render.output import (

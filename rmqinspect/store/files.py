@@ -27,10 +27,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rmqinspect.errors import StoreError
 from rmqinspect.format.crc import crc32c_zeros
 from rmqinspect.format.names import fits_offset_stream, parse_offset_name
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 # The last commitlog file is copied rather than mapped up to this size (see MappedFiles).
@@ -217,6 +222,18 @@ class FileQueue:
             return None
         f = self.files[i]
         return f if offset < f.start + self.file_size else None
+
+    def find_many(self, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
+        """:meth:`find` for many offsets: the index of each one's file, -1 where none holds it."""
+        import numpy as np  # here: commands that read one record start without numpy
+
+        starts = np.array(self._starts, np.int64)
+        which = np.searchsorted(starts, offsets, side="right") - 1
+        inside = which >= 0
+        # start <= offset here, so the difference cannot overflow (a sum near 2**63 could)
+        inside[inside] = offsets[inside] - starts[which[inside]] < self.file_size
+        out: npt.NDArray[np.intp] = np.where(inside, which, -1)
+        return out
 
     def index_of(self, file: StoreFile) -> int:
         return self.files.index(file)

@@ -370,15 +370,18 @@ class Store:
         finally:
             buf.release()
 
-    def read_message(self, physical_offset: int, with_body: bool = True) -> cl.MessageRecord:
-        """Decode the message at ``physical_offset``; StoreError names the file and offset."""
+    def read_message(
+        self, physical_offset: int, with_body: bool = True, *, accept_v2: bool = True
+    ) -> cl.MessageRecord:
+        """Decode the message at ``physical_offset``; StoreError names the file and offset.
+        ``accept_v2``: a V2 magic is a message's (False for a version without it)."""
         f = self.commitlog_file(physical_offset)
         buf = self.view(f)
         try:
             pos = physical_offset - f.start
             if pos >= len(buf):
                 raise StoreError("offset is past the end of the file on disk", str(f.path), pos)
-            record = cl.decode_message(buf, pos, f.start, with_body=with_body)
+            record = cl.decode_message(buf, pos, f.start, with_body=with_body, accept_v2=accept_v2)
         except DecodeError as err:
             raise StoreError.from_decode(err, str(f.path)) from None
         finally:

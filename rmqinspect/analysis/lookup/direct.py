@@ -19,12 +19,8 @@ from rmqinspect.analysis.lookup.scan import (
     time_tail,
     with_body,
 )
-from rmqinspect.analysis.queues import (
-    UnitStatus,
-    queue_bounds,
-    resolve_unit,
-    unit_at,
-)
+from rmqinspect.analysis.queues import queue_bounds, unit_at
+from rmqinspect.analysis.units import UnitStatus, resolve_unit
 from rmqinspect.errors import StoreError
 from rmqinspect.store.model import QueueId, Store
 

@@ -3,7 +3,8 @@
 * Units to records (:func:`check_queue_file`): every unit of a queue's range ``[minOffset,
   maxOffset)`` (as :func:`~rmqinspect.analysis.queues.loaded_queue` loads it) leads to a record
   with the unit's size, the queue's topic and queue id and the unit's queue offset. Records are
-  read many at a time with :func:`~rmqinspect.format.columns.gather`. Pre-blank placeholders are
+  judged by :func:`~rmqinspect.analysis.units.resolve_units` (the rule ``consumequeue``,
+  ``lookup`` and the export use), whose statuses map to check ids. Pre-blank placeholders are
   the spec's exception; an LMQ unit leads to a record that names the queue in
   ``INNER_MULTI_DISPATCH`` with that offset.
 * Records to units (:class:`QueueCoverage`, fed by the commitlog walk): every NOT/COMMIT record
@@ -24,19 +25,24 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqinspect.analysis.recovery import RecoveryReport
+from rmqinspect.analysis.units import (
+    STATUSES,
+    UnitResolution,
+    UnitStatus,
+    placement,
+    resolve_units,
+)
 from rmqinspect.analysis.verify.context import Context
 from rmqinspect.analysis.verify.finding import Findings, layout_check
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import properties as props
-from rmqinspect.format.columns import RecordColumns, gather
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.consumequeue import (
     CQ_STORE_UNIT_SIZE,
     EXT_MAX_ADDR,
-    pre_blank_mask,
     units_array,
 )
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.npbytes import I64, Mask, distinct, members, windows
+from rmqinspect.format.npbytes import I64, Mask, members
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import StoreFile
@@ -342,144 +348,61 @@ def _check_units(
     data_end: int,
     findings: Findings,
 ) -> None:
-    """Units ``first..`` of one file (positions in units from the file start)."""
-    phy = units["phy_offset"].astype(np.int64)
-    size = units["size"].astype(np.int64)
-    tags = units["tags_code"].astype(np.int64)
+    """Units ``first..`` of one file (positions in units from the file start): what
+    :func:`~rmqinspect.analysis.units.resolve_units` says each leads to, as findings."""
     index = np.arange(first, first + len(units), dtype=np.int64)
     queue_offsets = file_start // CQ_STORE_UNIT_SIZE + index
-
-    def report(check: str, i: int, detail: str) -> None:
+    res = resolve_units(ctx.store, qid.topic, qid.queue_id, queue_offsets, units, data_end=data_end)
+    quiet = (res.codes == _CODE_FOUND) | (res.codes == _CODE_PRE_BLANK)
+    for i in np.flatnonzero(~quiet).tolist():
+        phy, size, tags = (int(units[i][name]) for name in ("phy_offset", "size", "tags_code"))
+        found = _finding(res, i, size, qid, data_end)
+        if found is None:
+            continue
+        check, detail = found
         findings.add(
             check,
             file,
-            f"unit ({int(phy[i])}, {int(size[i])}, {int(tags[i])}): {detail}",
+            f"unit ({phy}, {size}, {tags}): {detail}",
             file_position=int(index[i]) * CQ_STORE_UNIT_SIZE,
-            physical_offset=int(phy[i]),
+            physical_offset=phy,
             topic=qid.topic,
             queue_id=qid.queue_id,
             queue_offset=int(queue_offsets[i]),
         )
 
-    pre = pre_blank_mask(units)
-    invalid = ~pre & ((phy < 0) | (size <= 0))
-    for i in np.flatnonzero(invalid).tolist():
-        report("consumequeue.invalid_unit", i, "not a valid unit inside the queue's range")
-    valid = ~pre & ~invalid
-    past = valid & (phy >= data_end)
-    for i in np.flatnonzero(past).tolist():
-        report("consumequeue.points_past_end", i, f"the commitlog's data ends at {data_end}")
-    clq = ctx.store.commitlog
-    rest = np.flatnonzero(valid & ~past)
-    starts = np.array([f.start for f in clq.files], np.int64)
-    which = np.searchsorted(starts, phy[rest], side="right") - 1
-    for k in distinct(which).tolist():
-        sel = rest[which == k]
-        if k < 0:
-            for i in sel.tolist():
-                report("consumequeue.no_record", i, "below the commitlog's first file")
-            continue
-        _check_records(ctx, qid, clq.files[k], sel, phy, size, queue_offsets, report)
+
+_CODE_FOUND = STATUSES.index(UnitStatus.FOUND)
+_CODE_PRE_BLANK = STATUSES.index(UnitStatus.PRE_BLANK)
 
 
-def _check_records(
-    ctx: Context,
-    qid: QueueId,
-    f: StoreFile,
-    sel: I64,
-    phy: I64,
-    size: I64,
-    queue_offsets: I64,
-    report: Report,
-) -> None:
-    """The units ``sel`` that point into commitlog file ``f``, against the records there."""
-    rel = phy[sel] - f.start
-    outside = rel > f.length - cl.MIN_RECORD_SIZE
-    for i in sel[outside].tolist():
-        report("consumequeue.no_record", i, f"no record fits at {int(phy[i])} in {f.name}")
-    sel, rel = sel[~outside], rel[~outside]
-    if not len(sel):
-        return
-    buf = ctx.store.view(f)
-    try:
-        uniq, inverse = np.unique(rel, return_inverse=True)
-        cols = gather(buf, uniq, f.start)
-        accept_v2 = ctx.profile.accepts_v2_magic
-        magic = cols.magic[inverse]
-        header = (magic == cl.MESSAGE_MAGIC_CODE) | (
-            (magic == cl.MESSAGE_MAGIC_CODE_V2) & accept_v2
-        )
-        for i in sel[~header].tolist():
-            report("consumequeue.no_record", i, "no message record starts there")
-        rec_size = cols.sizes[inverse]
-        bad = header & (rec_size != size[sel])
-        for n in np.flatnonzero(bad).tolist():
-            report(
-                "consumequeue.size_mismatch",
-                int(sel[n]),
-                f"the record's TOTALSIZE is {rec_size[n]}",
-            )
-        ok = header & ~bad
-        _check_fields(qid, cols, inverse, sel, ok, queue_offsets, report)
-        del cols
-    finally:
-        buf.release()
-
-
-def _check_fields(
-    qid: QueueId,
-    cols: RecordColumns,
-    inverse: I64,
-    sel: I64,
-    ok: Mask,
-    queue_offsets: I64,
-    report: Report,
-) -> None:
-    """Topic, queue id and queue offset of the records the units ``sel[ok]`` lead to
-    (``cols`` holds each distinct record once; ``inverse`` maps units to it)."""
-    topic = qid.topic.encode()
-    data = np.frombuffer(cols.buf, np.uint8)
-    formed = cols.well_formed
-    same_topic = formed & (cols.topic_length == len(topic))
-    if same_topic.any() and topic:
-        found = windows(data, cols.topic_at, len(topic))
-        same_topic &= (found == np.frombuffer(topic, np.uint8)).all(axis=1)
-    lmq = _lmq_offsets(cols, formed & ~same_topic, qid)
-    queue_id_ok = cols.queue_id == qid.queue_id
-    if qid.topic.startswith(props.LMQ_PREFIX):
-        # An LMQ queue is queue 0 whatever the record's own queue id.
-        queue_id_ok |= (lmq >= 0) & (qid.queue_id == 0)
-    expected_offset = np.where(lmq >= 0, lmq, cols.queue_offset)
-    r = inverse
-    unit_offsets = queue_offsets[sel]
-    wrong_topic = ok & formed[r] & ~same_topic[r] & (lmq[r] < 0)
-    wrong_id = ok & ~wrong_topic & ~queue_id_ok[r]
-    wrong_offset = ok & ~wrong_topic & ~wrong_id & (expected_offset[r] != unit_offsets)
-    for n in np.flatnonzero(wrong_topic).tolist():
-        report("consumequeue.wrong_queue", int(sel[n]), f"the record is in {cols.topic(r[n])!r}")
-    for n in np.flatnonzero(wrong_id).tolist():
-        report(
-            "consumequeue.wrong_queue", int(sel[n]), f"the record is in queue {cols.queue_id[r[n]]}"
-        )
-    for n in np.flatnonzero(wrong_offset).tolist():
-        report(
-            "consumequeue.queue_offset_mismatch",
-            int(sel[n]),
-            f"the record's queue offset is {int(expected_offset[r[n]])}",
-        )
-
-
-def _lmq_offsets(cols: RecordColumns, rows_mask: np.ndarray, qid: QueueId) -> I64:
-    """For each record, the offset it holds in ``qid``'s queue by multi-dispatch (LMQ), -1
-    where none (only the records of ``rows_mask`` are looked at)."""
-    out = np.full(len(cols), -1, np.int64)
-    rows = np.flatnonzero(rows_mask)
-    if not len(rows):
-        return out
-    dispatch = cols.property_values(props.INNER_MULTI_DISPATCH, rows)
-    offsets = cols.property_values(props.INNER_MULTI_QUEUE_OFFSET, rows)
-    for r, d, o in zip(rows.tolist(), dispatch, offsets, strict=True):
-        value = props.multi_dispatch_offset(d, o, qid.topic)
-        if value is not None:
-            out[r] = value
-    return out
+def _finding(
+    res: UnitResolution, i: int, size: int, qid: QueueId, data_end: int
+) -> tuple[str, str] | None:
+    """The check id and detail of unit ``i`` (of ``size``), which is neither found nor a
+    placeholder; None when the unit itself is not at fault."""
+    status = res.status(i)
+    if status is UnitStatus.INVALID:
+        return "consumequeue.invalid_unit", "not a valid unit inside the queue's range"
+    if status is UnitStatus.BEYOND_COMMITLOG:
+        return "consumequeue.points_past_end", f"the commitlog's data ends at {data_end}"
+    if status is UnitStatus.BELOW_COMMITLOG:
+        return "consumequeue.no_record", "below the commitlog's first file"
+    record = res.records.get(i)
+    if status in (UnitStatus.NO_RECORD, UnitStatus.SIZE_MISMATCH) and res.record_sizes[i] != size:
+        if res.record_sizes[i] < 0:
+            return "consumequeue.no_record", res.details.get(i, "no message record starts there")
+        return "consumequeue.size_mismatch", f"the record's TOTALSIZE is {res.record_sizes[i]}"
+    if status is UnitStatus.NO_RECORD or record is None:
+        # A message header of the unit's size whose fields do not add up: the record's own
+        # damage, which the commitlog checks report at the record.
+        return None
+    place = placement(record, qid.topic, qid.queue_id)
+    if not place.topic_ok:
+        return "consumequeue.wrong_queue", f"the record is in {record.topic!r}"
+    if not place.queue_id_ok:
+        return "consumequeue.wrong_queue", f"the record is in queue {record.queue_id}"
+    return (
+        "consumequeue.queue_offset_mismatch",
+        f"the record's queue offset is {place.queue_offset}",
+    )
