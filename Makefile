@@ -10,7 +10,6 @@ $(VENV)/.installed: pyproject.toml setup.py rmqinspect/format/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
-	$(MAKE) --no-print-directory bytecode
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
