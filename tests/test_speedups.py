@@ -233,12 +233,13 @@ def test_message_json_lines_are_the_per_record_json(
     rows = np.arange(len(cols), dtype=np.int64)
     assert len(cols) and cols.well_formed.all()
     want = [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]
+    out = bytearray()  # one buffer for both calls, as a stream hands it batch after batch
     with pytest.MonkeyPatch.context() as patch:
         if not with_c:
             patch.setattr(speedups, "_speedups", None)
-        assert message_json_lines(cols, rows, body) == want
+        assert message_json_lines(cols, rows, body, out) == want
         # every other row: the writer is handed rows, not a contiguous run
-        assert message_json_lines(cols, rows[::2], body) == want[::2]
+        assert message_json_lines(cols, rows[::2], body, out) == want[::2]
 
 
 @needs_c
@@ -252,16 +253,18 @@ def test_the_c_writer_writes_every_key_of_the_definition() -> None:
 
 
 def message_json_lines(
-    cols: columns.RecordColumns, rows: columns.I64, body: BodyFormat
+    cols: columns.RecordColumns, rows: columns.I64, body: BodyFormat, out: bytearray
 ) -> list[bytes]:
     """The block's lines (JSON text holds no raw newline)."""
     batch = MessageBatch(cols, rows, lambda record: record)
-    return message_json_block(batch, body, b"\n").split(b"\n")[:-1]
+    with message_json_block(batch, body, b"\n", out) as block:
+        return bytes(block).split(b"\n")[:-1]
 
 
 @needs_c
 def test_message_json_lines_of_the_fixture_stores(monkeypatch: pytest.MonkeyPatch) -> None:
     written = 0
+    out = bytearray()  # reused across every batch, as a stream does
     for path in sorted(FIXTURES.glob("stores/*/commitlog/*")):
         buf = path.read_bytes()
         for ev in scan.scan_file(buf, 0, 0, cl.CheckOptions(check_crc=False)):
@@ -271,6 +274,6 @@ def test_message_json_lines_of_the_fixture_stores(monkeypatch: pytest.MonkeyPatc
             rows = np.arange(len(cols), dtype=np.int64)
             for body in BodyFormat:
                 want = [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]
-                assert message_json_lines(cols, rows, body) == want
+                assert message_json_lines(cols, rows, body, out) == want
                 written += len(rows)
     assert written > 1000

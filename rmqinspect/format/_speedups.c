@@ -280,59 +280,103 @@ static PyObject *speedups_walk(PyObject *self, PyObject *args)
     return Py_BuildValue("nn", count, at);
 }
 
+/* --- bytes in chunks ------------------------------------------------------------------------- */
+
+/* The JSON writer's inner loops look at CHUNK bytes at once: 16 with SSE2 (every x86_64 CPU),
+ * else 8 in a 64-bit word. chunk_ascii and chunk_clean give how many leading bytes of p[0..CHUNK)
+ * are ASCII, and need no JSON escape (below 0x20, '"', '\\'); CHUNK when all do. */
+#ifdef __SSE2__
+#include <emmintrin.h>
+#define CHUNK 16
+static inline size_t first_marked(unsigned mask)
+{
+    return mask ? (size_t)__builtin_ctz(mask) : CHUNK;
+}
+static inline size_t chunk_ascii(const uint8_t *p)
+{
+    return first_marked((unsigned)_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline size_t chunk_clean(const uint8_t *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+    __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+    __m128i slash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    return first_marked(
+        (unsigned)_mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, slash))));
+}
+#else
+#define CHUNK 8
+/* mask has 0x80 set in the marked bytes (the host is little-endian: see PyInit__speedups) */
+static inline size_t first_marked(uint64_t mask)
+{
+    size_t k = 0;
+    if (!mask)
+        return CHUNK;
+    while (!(mask & 0x80))
+        mask >>= 8, k++;
+    return k;
+}
+static inline size_t chunk_ascii(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return first_marked(w & 0x8080808080808080ull);
+}
+/* exact for "is any byte marked"; above the first marked byte a borrow may mark more */
+static inline size_t chunk_clean(const uint8_t *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t w;
+    memcpy(&w, p, 8);
+    uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+    return first_marked(((w - ones * 0x20) & ~w & highs) | ((quote - ones) & ~quote & highs) |
+                        ((slash - ones) & ~slash & highs));
+}
+#endif
+
 /* --- UTF-8 ------------------------------------------------------------------------------------ */
 
-/* The next code point of strict UTF-8 at p[*i..n) (what Python's decoder accepts: no overlong
- * forms, no surrogates, at most U+10FFFF); -1 for anything else. */
-static int32_t next_code_point(const uint8_t *p, size_t n, size_t *i)
+/* Strict UTF-8 as Python's decoder accepts it (no overlong forms, no surrogates, at most
+ * U+10FFFF), by lead byte: the sequence's length (0: not a lead byte) and the range of its
+ * second byte, which carries every one of those rules (Unicode 15, table 3-7). */
+static uint8_t utf8_length[256], utf8_low[256], utf8_high[256];
+
+static void make_utf8_tables(void)
 {
-    uint8_t b = p[*i];
-    int32_t c;
-    size_t extra;
-    if (b < 0x80) {
-        (*i)++;
-        return b;
+    for (int b = 0xC2; b <= 0xF4; b++) {
+        utf8_length[b] = b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+        utf8_low[b] = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
+        utf8_high[b] = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
     }
-    if (b >= 0xC2 && b <= 0xDF) {
-        c = b & 0x1F;
-        extra = 1;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        c = b & 0x0F;
-        extra = 2;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        c = b & 0x07;
-        extra = 3;
-    } else {
-        return -1;
-    }
-    for (size_t k = 1; k <= extra; k++) {
-        if (*i + k >= n || (p[*i + k] & 0xC0) != 0x80)
-            return -1;
-        c = (c << 6) | (p[*i + k] & 0x3F);
-    }
-    if ((extra == 2 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
-        (extra == 3 && (c < 0x10000 || c > 0x10FFFF)))
-        return -1;
-    *i += extra + 1;
-    return c;
 }
 
 static int valid_utf8(const uint8_t *p, size_t n)
 {
     size_t i = 0;
     while (i < n) {
-        if (i + 8 <= n) { /* ASCII eight bytes at a time */
-            uint64_t w;
-            memcpy(&w, p + i, 8);
-            if (!(w & 0x8080808080808080ull)) {
-                i += 8;
-                continue;
+        if (p[i] < 0x80) { /* ASCII a chunk at a time */
+            while (i + CHUNK <= n) {
+                size_t k = chunk_ascii(p + i);
+                i += k;
+                if (k < CHUNK)
+                    break;
             }
+            while (i < n && p[i] < 0x80)
+                i++;
+            continue;
         }
-        if (p[i] < 0x80)
-            i++;
-        else if (next_code_point(p, n, &i) < 0)
-            return 0;
+        /* then one sequence after another while they last (text like CJK holds no ASCII) */
+        while (i < n && p[i] >= 0x80) {
+            uint8_t b = p[i];
+            size_t len = utf8_length[b];
+            if (!len || n - i < len || p[i + 1] < utf8_low[b] || p[i + 1] > utf8_high[b])
+                return 0;
+            for (size_t k = 2; k < len; k++)
+                if ((p[i + k] & 0xC0) != 0x80)
+                    return 0;
+            i += len;
+        }
     }
     return 1;
 }
@@ -361,11 +405,17 @@ static const char *const field_names[F_COUNT] = {
     "properties_at", "properties_length",
 };
 
+/* The output: the caller's bytearray, grown here when a batch needs more and never shrunk, so
+ * batch after batch writes into memory that is already mapped (fresh pages would cost a page
+ * fault and a clearing each, about as much as the JSON itself). */
 typedef struct {
+    PyObject *array;
     char *data;
     size_t len, cap;
 } out_buf;
 
+/* Room for ``more`` bytes; -1 with an exception set (MemoryError, or BufferError while a view
+ * of the bytearray is alive). */
 static int out_reserve(out_buf *o, size_t more)
 {
     if (o->len + more <= o->cap)
@@ -373,10 +423,9 @@ static int out_reserve(out_buf *o, size_t more)
     size_t cap = o->cap ? o->cap : 1 << 16;
     while (cap < o->len + more)
         cap *= 2;
-    char *d = PyMem_Realloc(o->data, cap);
-    if (!d)
+    if (cap > (size_t)PY_SSIZE_T_MAX || PyByteArray_Resize(o->array, (Py_ssize_t)cap) < 0)
         return -1;
-    o->data = d;
+    o->data = PyByteArray_AS_STRING(o->array);
     o->cap = cap;
     return 0;
 }
@@ -384,7 +433,7 @@ static int out_reserve(out_buf *o, size_t more)
 #define PUT(o, s, n)                                                                               \
     do {                                                                                           \
         if (out_reserve((o), (n)) < 0)                                                             \
-            goto nomem;                                                                            \
+            goto done;                                                                             \
         memcpy((o)->data + (o)->len, (s), (n));                                                    \
         (o)->len += (n);                                                                           \
     } while (0)
@@ -414,42 +463,33 @@ static int put_int(out_buf *o, long long v)
     return 0;
 }
 
-/* Whether any byte of w is below 0x20, '"' or '\\' (exact for "any": the classic bit tricks). */
-static inline uint64_t needs_escape(uint64_t w)
-{
-    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-    uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
-    return ((w - ones * 0x20) & ~w & highs) | ((quote - ones) & ~quote & highs) |
-           ((slash - ones) & ~slash & highs);
-}
-
-/* A JSON string of valid UTF-8 bytes, escaped as json.dumps(ensure_ascii=False) and orjson do. */
+/* A JSON string of valid UTF-8 bytes, escaped as json.dumps(ensure_ascii=False) and orjson do:
+ * the bytes that need no escape are copied a chunk at a time (the whole chunk is stored, then
+ * the output moves on by its clean prefix: the reserve covers it). */
 static int put_str(out_buf *o, const uint8_t *p, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    if (out_reserve(o, 6 * n + 2) < 0)
+    if (out_reserve(o, 6 * n + 2 + CHUNK) < 0)
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    while (i < n) {
         uint8_t c = p[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            /* copy the run of bytes that need no escape in one go, found 8 bytes at a time */
-            size_t j = i + 1;
-            while (j + 8 <= n) {
-                uint64_t w;
-                memcpy(&w, p + j, 8);
-                if (needs_escape(w))
-                    break;
-                j += 8;
-            }
-            while (j < n && p[j] >= 0x20 && p[j] != '"' && p[j] != '\\')
-                j++;
-            memcpy(d, p + i, j - i);
-            d += j - i;
-            i = j - 1;
+        if (i + CHUNK <= n) {
+            size_t k = chunk_clean(p + i);
+            memcpy(d, p + i, CHUNK);
+            d += k;
+            i += k;
+            if (k == CHUNK)
+                continue;
+            c = p[i];
+        } else if (c >= 0x20 && c != '"' && c != '\\') {
+            *d++ = (char)c;
+            i++;
             continue;
         }
+        i++;
         *d++ = '\\';
         switch (c) {
         case '"': *d++ = '"'; break;
@@ -715,11 +755,13 @@ static const char *const value_keys[V_COUNT] = {
 #define MAX_KEYS 64
 
 PyDoc_STRVAR(message_json_doc,
-             "message_json(buf, file_start, fields, keys, body_mode, settings, transactions, sep)\n"
-             "    -> (text, ends, fallback)\n\n"
+             "message_json(buf, file_start, fields, keys, body_mode, settings, transactions, sep,\n"
+             "             out) -> (length, ends, fallback)\n\n"
              "The JSON objects of the records whose columns are the rows of the int64 array\n"
-             "fields (MESSAGE_FIELDS order), as compact JSON text, each followed by sep: row i is\n"
-             "text[ends[i-1]:ends[i]] (ends is int64 bytes). keys: (prefix, value) pairs in\n"
+             "fields (MESSAGE_FIELDS order), as compact JSON text, each followed by sep, written\n"
+             "to the start of the bytearray out (grown when too short, never shrunk; its first\n"
+             "length bytes are the text): row i is text[ends[i-1]:ends[i]] (ends is int64\n"
+             "bytes). keys: (prefix, value) pairs in\n"
              "output order: the bytes written before the value (the JSON key with its '{' or\n"
              "',' and ':'), and the value's index in VALUE_KEYS. Rows this code does not write\n"
              "(listed in fallback, empty in text) are the caller's: IPv4-mapped IPv6 hosts,\n"
@@ -735,7 +777,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
     long long file_start;
     int body_mode;
     long long magic_v2, born_v6, store_v6, compressed, tx_mask, min_ms, max_ms;
-    PyObject *keys, *transactions, *result = NULL;
+    PyObject *keys, *transactions, *out, *result = NULL;
     Py_buffer sep;
     out_buf o = {0};
     int64_t *ends = NULL, *fallback = NULL;
@@ -743,11 +785,14 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
     const char *prefix[MAX_KEYS];
     Py_ssize_t prefix_len[MAX_KEYS];
     int value[MAX_KEYS];
-    if (!PyArg_ParseTuple(args, "y*Ly*O!i(LLLLLLL)O!y*", &buf, &file_start, &fields,
+    if (!PyArg_ParseTuple(args, "y*Ly*O!i(LLLLLLL)O!y*O!", &buf, &file_start, &fields,
                           &PyTuple_Type, &keys, &body_mode, &magic_v2, &born_v6, &store_v6,
                           &compressed, &tx_mask, &min_ms, &max_ms, &PyTuple_Type, &transactions,
-                          &sep))
+                          &sep, &PyByteArray_Type, &out))
         return NULL;
+    o.array = out;
+    o.data = PyByteArray_AS_STRING(out);
+    o.cap = (size_t)PyByteArray_GET_SIZE(out);
     Py_ssize_t n = fields.len / (Py_ssize_t)(F_COUNT * sizeof(int64_t));
     Py_ssize_t n_keys = PyTuple_GET_SIZE(keys);
     if (fields.len != n * (Py_ssize_t)(F_COUNT * sizeof(int64_t)) || tx_mask < 0 ||
@@ -942,19 +987,18 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 break;
             }
             if (rc < 0)
-                goto nomem;
+                goto done;
         }
         PUTS(&o, "}");
         PUT(&o, sep.buf, (size_t)sep.len);
         ends[i] = (int64_t)o.len;
     }
-    result = Py_BuildValue("(y#NN)", o.data ? o.data : "", (Py_ssize_t)o.len,
-                           as_bytes(ends, n), as_bytes(fallback, n_fallback));
+    result = Py_BuildValue("(nNN)", (Py_ssize_t)o.len, as_bytes(ends, n),
+                           as_bytes(fallback, n_fallback));
     goto done;
 nomem:
     PyErr_NoMemory();
 done:
-    PyMem_Free(o.data);
     PyMem_Free(ends);
     PyMem_Free(fallback);
     PyMem_Free(props);
@@ -1052,6 +1096,7 @@ PyMODINIT_FUNC PyInit__speedups(void)
     }
     make_tables(crc32_table, 0xEDB88320u);
     make_tables(crc32c_table, 0x82F63B78u);
+    make_utf8_tables();
 #ifdef HAVE_X86
     __builtin_cpu_init();
     have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
