@@ -277,3 +277,63 @@ def test_message_json_lines_of_the_fixture_stores(monkeypatch: pytest.MonkeyPatc
                 assert message_json_lines(cols, rows, body, out) == want
                 written += len(rows)
     assert written > 1000
+
+
+# Bytes the writer's chunked loops (16 bytes with SSE2, else 8) must stop at: escapes, UTF-8 of
+# every length, and byte strings Python's strict decoder refuses (a stray continuation byte,
+# overlong forms, a surrogate, beyond U+10FFFF, a sequence cut short).
+_AWKWARD = [
+    b'"',
+    b"\\",
+    b"\n",
+    b"\x1f",
+    b"\x7f",
+    b"\xc3\xa9",
+    b"\xe4\xb8\xad",
+    b"\xf0\x9f\x98\x80",
+    b"\xef\xbf\xbf",
+    b"\xf4\x8f\xbf\xbf",
+    b"\x80",
+    b"\xff",
+    b"\xc1\xbf",
+    b"\xe0\x9f\xbf",
+    b"\xed\xa0\x80",
+    b"\xf0\x8f\xbf\xbf",
+    b"\xf4\x90\x80\x80",
+    b"\xe4\xb8",
+]
+
+
+@needs_c
+@pytest.mark.parametrize("awkward", _AWKWARD)
+def test_message_json_at_every_chunk_boundary(awkward: bytes) -> None:
+    """The awkward bytes at each position of bodies and topics up to 40 bytes long, so each
+    falls at every place in a chunk, at a chunk's end and in the scalar tail after the last."""
+    out = bytearray()
+    for length in range(41):
+        buf = bytearray()
+        for at in range(length + 1):
+            body = b"a" * at + awkward + b"b" * (length - at)
+            buf += encode.encode_message(
+                topic="T" * (length % 7),
+                queue_id=0,
+                flag=0,
+                queue_offset=at,
+                physical_offset=len(buf),
+                sys_flag=0,
+                born_timestamp=0,
+                born_host=HostAddress(bytes([10, 0, 0, 1]), 1),
+                store_timestamp=0,
+                store_host=HostAddress(bytes([10, 0, 0, 2]), 2),
+                reconsume_times=0,
+                prepared_transaction_offset=0,
+                body=body,
+                properties=b"KEYS\x01" + body.replace(b"\x01", b"").replace(b"\x02", b""),
+            )
+        data = bytes(buf) + bytes(256)
+        cols = columns.gather(data, columns.walk(data, 0), 0)
+        rows = np.arange(len(cols), dtype=np.int64)
+        assert len(cols) == length + 1
+        for body_format in BodyFormat:
+            want = [dumps(message_json(cols.record(i), body_format)) for i in range(len(cols))]
+            assert message_json_lines(cols, rows, body_format, out) == want

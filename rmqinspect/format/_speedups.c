@@ -439,20 +439,46 @@ static int out_reserve(out_buf *o, size_t more)
     } while (0)
 #define PUTS(o, lit) PUT(o, lit, sizeof(lit) - 1)
 
+/* Two characters per table entry: the decimal digits of 0..99, and the hex digits of a byte
+ * (lower and upper case): half the divisions and lookups of a digit at a time. */
+static char digit_pairs[100][2], hex_lower[256][2], hex_upper[256][2];
+
+static void make_digit_tables(void)
+{
+    static const char lower[] = "0123456789abcdef", upper[] = "0123456789ABCDEF";
+    for (int k = 0; k < 100; k++) {
+        digit_pairs[k][0] = (char)('0' + k / 10);
+        digit_pairs[k][1] = (char)('0' + k % 10);
+    }
+    for (int b = 0; b < 256; b++) {
+        hex_lower[b][0] = lower[b >> 4];
+        hex_lower[b][1] = lower[b & 15];
+        hex_upper[b][0] = upper[b >> 4];
+        hex_upper[b][1] = upper[b & 15];
+    }
+}
+
 static char *write_int(char *d, long long v)
 {
     char tmp[24];
-    int k = 0;
+    char *t = tmp + sizeof(tmp);
     unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do {
-        tmp[k++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+    while (u >= 100) {
+        t -= 2;
+        memcpy(t, digit_pairs[u % 100], 2);
+        u /= 100;
+    }
+    if (u >= 10) {
+        t -= 2;
+        memcpy(t, digit_pairs[u], 2);
+    } else {
+        *--t = (char)('0' + u);
+    }
     if (v < 0)
         *d++ = '-';
-    while (k)
-        *d++ = tmp[--k];
-    return d;
+    size_t len = (size_t)(tmp + sizeof(tmp) - t);
+    memcpy(d, t, len);
+    return d + len;
 }
 
 static int put_int(out_buf *o, long long v)
@@ -680,32 +706,55 @@ static const prop_entry *find_prop(const prop_entry *e, int n, const char *name)
     return NULL;
 }
 
+/* base64 of p[0..n) in quotes: six bytes at a time through one 8-byte big-endian load, as four
+ * 12-bit lookups of two characters each. */
+static char b64_pairs[4096][2];
+static const char b64_digits[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static void make_b64_table(void)
+{
+    for (int k = 0; k < 4096; k++) {
+        b64_pairs[k][0] = b64_digits[k >> 6];
+        b64_pairs[k][1] = b64_digits[k & 63];
+    }
+}
+
 static int put_base64(out_buf *o, const uint8_t *p, size_t n)
 {
-    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     if (out_reserve(o, (n + 2) / 3 * 4 + 2) < 0)
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
     size_t i = 0;
+    for (; i + 8 <= n; i += 6) {
+        uint64_t w = 0;
+        for (int k = 0; k < 8; k++) /* compilers make this one load and a byte swap */
+            w = (w << 8) | p[i + k];
+        w >>= 16; /* the six bytes of this step */
+        memcpy(d, b64_pairs[(w >> 36) & 0xfff], 2);
+        memcpy(d + 2, b64_pairs[(w >> 24) & 0xfff], 2);
+        memcpy(d + 4, b64_pairs[(w >> 12) & 0xfff], 2);
+        memcpy(d + 6, b64_pairs[w & 0xfff], 2);
+        d += 8;
+    }
     for (; i + 3 <= n; i += 3) {
         uint32_t v = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8) | p[i + 2];
-        *d++ = b64[v >> 18];
-        *d++ = b64[(v >> 12) & 63];
-        *d++ = b64[(v >> 6) & 63];
-        *d++ = b64[v & 63];
+        memcpy(d, b64_pairs[v >> 12], 2);
+        memcpy(d + 2, b64_pairs[v & 0xfff], 2);
+        d += 4;
     }
     if (n - i == 1) {
         uint32_t v = (uint32_t)p[i] << 16;
-        *d++ = b64[v >> 18];
-        *d++ = b64[(v >> 12) & 63];
+        *d++ = b64_digits[v >> 18];
+        *d++ = b64_digits[(v >> 12) & 63];
         *d++ = '=';
         *d++ = '=';
     } else if (n - i == 2) {
         uint32_t v = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8);
-        *d++ = b64[v >> 18];
-        *d++ = b64[(v >> 12) & 63];
-        *d++ = b64[(v >> 6) & 63];
+        *d++ = b64_digits[v >> 18];
+        *d++ = b64_digits[(v >> 12) & 63];
+        *d++ = b64_digits[(v >> 6) & 63];
         *d++ = '=';
     }
     *d++ = '"';
@@ -713,14 +762,33 @@ static int put_base64(out_buf *o, const uint8_t *p, size_t n)
     return 0;
 }
 
-static int put_hex(out_buf *o, const uint8_t *p, size_t n, const char *digits)
+/* hex of p[0..n), two characters per byte from a table; lower-case bytes 16 at a time with
+ * SSE2 (nibbles spread to bytes, '0' added, and 'a' - '0' - 10 more above 9). */
+static int put_hex(out_buf *o, const uint8_t *p, size_t n, const char (*digits)[2])
 {
     if (out_reserve(o, 2 * n) < 0)
         return -1;
     char *d = o->data + o->len;
-    for (size_t i = 0; i < n; i++) {
-        *d++ = digits[p[i] >> 4];
-        *d++ = digits[p[i] & 15];
+    size_t i = 0;
+#ifdef __SSE2__
+    if (digits == hex_lower) {
+        const __m128i low4 = _mm_set1_epi8(0x0f), nine = _mm_set1_epi8(9);
+        const __m128i zero = _mm_set1_epi8('0'), gap = _mm_set1_epi8('a' - '0' - 10);
+        for (; i + 16 <= n; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+            __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), low4), lo = _mm_and_si128(v, low4);
+            __m128i a = _mm_unpacklo_epi8(hi, lo), b = _mm_unpackhi_epi8(hi, lo);
+            a = _mm_add_epi8(_mm_add_epi8(a, zero), _mm_and_si128(_mm_cmpgt_epi8(a, nine), gap));
+            b = _mm_add_epi8(_mm_add_epi8(b, zero), _mm_and_si128(_mm_cmpgt_epi8(b, nine), gap));
+            _mm_storeu_si128((__m128i *)d, a);
+            _mm_storeu_si128((__m128i *)(d + 16), b);
+            d += 32;
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        memcpy(d, digits[p[i]], 2);
+        d += 2;
     }
     o->len = (size_t)(d - o->data);
     return 0;
@@ -961,7 +1029,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 be_put(id + ip_len, (unsigned long long)f[F_STORE_PORT], 4);
                 be_put(id + ip_len + 4, (unsigned long long)f[F_PHYSICAL_OFFSET], 8);
                 PUTS(&o, "\"");
-                rc = put_hex(&o, id, (size_t)ip_len + 12, "0123456789ABCDEF");
+                rc = put_hex(&o, id, (size_t)ip_len + 12, hex_upper);
                 PUTS(&o, "\"");
                 break;
             }
@@ -977,7 +1045,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                     rc = put_str(&o, body, blen);
                 } else if (mode == 1) {
                     PUTS(&o, "\"");
-                    rc = put_hex(&o, body, blen, "0123456789abcdef");
+                    rc = put_hex(&o, body, blen, hex_lower);
                     PUTS(&o, "\"");
                 } else if (mode == 2) {
                     rc = put_base64(&o, body, blen);
@@ -1097,6 +1165,8 @@ PyMODINIT_FUNC PyInit__speedups(void)
     make_tables(crc32_table, 0xEDB88320u);
     make_tables(crc32c_table, 0x82F63B78u);
     make_utf8_tables();
+    make_digit_tables();
+    make_b64_table();
 #ifdef HAVE_X86
     __builtin_cpu_init();
     have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
