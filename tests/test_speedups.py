@@ -337,3 +337,64 @@ def test_message_json_at_every_chunk_boundary(awkward: bytes) -> None:
         for body_format in BodyFormat:
             want = [dumps(message_json(cols.record(i), body_format)) for i in range(len(cols))]
             assert message_json_lines(cols, rows, body_format, out) == want
+
+
+# Pieces of UTF-8 at the edges of each rule (the lowest and highest second byte of every lead,
+# the last code points before a surrogate and past them) and pieces that break one rule each.
+_UTF8_PIECES = [
+    b"a",
+    b"\x7f",
+    b"\xc2\x80",
+    b"\xdf\xbf",
+    b"\xe0\xa0\x80",
+    b"\xe4\xb8\xad",
+    b"\xed\x9f\xbf",
+    b"\xee\x80\x80",
+    b"\xef\xbf\xbf",
+    b"\xf0\x90\x80\x80",
+    b"\xf3\xbf\xbf\xbf",
+    b"\xf4\x8f\xbf\xbf",
+    b"\x80",  # a continuation byte alone
+    b"\xc0\x80",  # overlong
+    b"\xc1\xbf",
+    b"\xe0\x9f\xbf",
+    b"\xf0\x8f\xbf\xbf",
+    b"\xed\xa0\x80",  # surrogate
+    b"\xf4\x90\x80\x80",  # beyond U+10FFFF
+    b"\xf5\x80\x80\x80",
+    b"\xff",
+    b"\xe4\xb8",  # cut short
+    b"\xf0\x90\x80",
+    b"\xc2",
+]
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_UTF8_PIECES), max_size=80).map(b"".join), max_size=4))
+def test_the_c_writer_takes_as_text_what_python_decodes(bodies: list[bytes]) -> None:
+    """Bodies of many blocks of 16 bytes: the C writer writes a body as text exactly when
+    Python's strict decoder takes it, and the same text."""
+    buf = bytearray()
+    for body in [*bodies, b"\xe4\xb8\xad" * 40]:  # a long valid body in every example
+        buf += encode.encode_message(
+            topic="TopicA",
+            queue_id=0,
+            flag=0,
+            queue_offset=0,
+            physical_offset=len(buf),
+            sys_flag=0,
+            born_timestamp=0,
+            born_host=HostAddress(bytes([10, 0, 0, 1]), 1),
+            store_timestamp=0,
+            store_host=HostAddress(bytes([10, 0, 0, 2]), 2),
+            reconsume_times=0,
+            prepared_transaction_offset=0,
+            body=body,
+            properties=b"",
+        )
+    data = bytes(buf) + bytes(256)
+    cols = columns.gather(data, columns.walk(data, 0), 0)
+    rows = np.arange(len(cols), dtype=np.int64)
+    want = [dumps(message_json(cols.record(i), BodyFormat.TEXT)) for i in range(len(cols))]
+    assert message_json_lines(cols, rows, BodyFormat.TEXT, bytearray()) == want
