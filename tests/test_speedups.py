@@ -23,7 +23,13 @@ from rmqinspect.format import columns, encode, scan, speedups
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.scan import CheckedRun
-from rmqinspect.render.message import BodyFormat, message_json, message_json_block
+from rmqinspect.render.message import (
+    _TRANSACTIONS,
+    BodyFormat,
+    _json_settings,
+    message_json,
+    message_json_block,
+)
 from rmqinspect.render.output import dumps
 from tests.conftest import FIXTURES
 
@@ -398,3 +404,39 @@ def test_the_c_writer_takes_as_text_what_python_decodes(bodies: list[bytes]) -> 
     rows = np.arange(len(cols), dtype=np.int64)
     want = [dumps(message_json(cols.record(i), BodyFormat.TEXT)) for i in range(len(cols))]
     assert message_json_lines(cols, rows, BodyFormat.TEXT, bytearray()) == want
+
+
+@needs_c
+@pytest.mark.parametrize("name_length", [1, 27, 28, 29, 60])
+def test_the_c_writer_writes_keys_of_any_length(name_length: int) -> None:
+    """Short key prefixes are copied as one padded block, long ones byte for byte."""
+    data = encode.encode_message(
+        topic="TopicA",
+        queue_id=7,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=0,
+        born_timestamp=0,
+        born_host=HostAddress(bytes([10, 0, 0, 1]), 1),
+        store_timestamp=0,
+        store_host=HostAddress(bytes([10, 0, 0, 2]), 2),
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        body=b"x",
+        properties=b"",
+    ) + bytes(256)
+    cols = columns.gather(data, columns.walk(data, 0), 0)
+    rows = np.arange(len(cols), dtype=np.int64)
+    table = np.stack([getattr(cols, name)[rows] for name in speedups.message_fields()], 1)
+    name = "k" * name_length
+    keys = (
+        (b'{"' + name.encode() + b'":', speedups.message_values().index("queue_id")),
+        (b',"' + name.encode() + b'2":', speedups.message_values().index("topic")),
+    )
+    out = bytearray()
+    length, _, fallback = speedups.message_json(
+        cols.buf, 0, table, keys, 3, _json_settings(), _TRANSACTIONS, b"\n", out
+    )
+    assert not len(fallback)
+    assert bytes(out[:length]) == dumps({name: 7, name + "2": "TopicA"}) + b"\n"

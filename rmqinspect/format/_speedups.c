@@ -516,10 +516,8 @@ typedef struct {
 
 /* Room for ``more`` bytes; -1 with an exception set (MemoryError, or BufferError while a view
  * of the bytearray is alive). */
-static int out_reserve(out_buf *o, size_t more)
+static int out_grow(out_buf *o, size_t more)
 {
-    if (o->len + more <= o->cap)
-        return 0;
     size_t cap = o->cap ? o->cap : 1 << 16;
     while (cap < o->len + more)
         cap *= 2;
@@ -528,6 +526,12 @@ static int out_reserve(out_buf *o, size_t more)
     o->data = PyByteArray_AS_STRING(o->array);
     o->cap = cap;
     return 0;
+}
+
+/* inline: every value of every row asks (the growing is out of line) */
+static inline int out_reserve(out_buf *o, size_t more)
+{
+    return o->len + more <= o->cap ? 0 : out_grow(o, more);
 }
 
 #define PUT(o, s, n)                                                                               \
@@ -921,6 +925,7 @@ static const char *const value_keys[V_COUNT] = {
 };
 
 #define MAX_KEYS 64
+#define PREFIX_PAD 32
 
 PyDoc_STRVAR(message_json_doc,
              "message_json(buf, file_start, fields, keys, body_mode, settings, transactions, sep,\n"
@@ -950,8 +955,11 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
     out_buf o = {0};
     int64_t *ends = NULL, *fallback = NULL;
     prop_entry *props = NULL;
-    const char *prefix[MAX_KEYS];
-    Py_ssize_t prefix_len[MAX_KEYS];
+    /* each key's prefix, padded: a short one (all of message_json's) is copied as one
+     * fixed-size block, with no call to memcpy */
+    char prefix[MAX_KEYS][PREFIX_PAD];
+    size_t prefix_len[MAX_KEYS];
+    const char *long_prefix[MAX_KEYS];
     int value[MAX_KEYS];
     if (!PyArg_ParseTuple(args, "y*Ly*O!i(LLLLLLL)O!y*O!", &buf, &file_start, &fields,
                           &PyTuple_Type, &keys, &body_mode, &magic_v2, &born_v6, &store_v6,
@@ -985,8 +993,11 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 PyErr_SetString(PyExc_ValueError, "keys: (bytes prefix, value index) pairs");
             goto done;
         }
-        prefix[k] = PyBytes_AS_STRING(PyTuple_GET_ITEM(pair, 0));
-        prefix_len[k] = PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0));
+        long_prefix[k] = PyBytes_AS_STRING(PyTuple_GET_ITEM(pair, 0));
+        prefix_len[k] = (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0));
+        memset(prefix[k], 0, PREFIX_PAD);
+        if (prefix_len[k] < PREFIX_PAD)
+            memcpy(prefix[k], long_prefix[k], prefix_len[k]);
         value[k] = (int)v;
     }
     ends = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
@@ -1036,7 +1047,14 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
         int mode = body_mode == 0 && !valid_utf8(body, blen) ? 2 : body_mode;
         const uint8_t *bh = data + f[F_BORN_HOST_AT], *sh = data + f[F_STORE_HOST_AT];
         for (Py_ssize_t k = 0; k < n_keys; k++) {
-            PUT(&o, prefix[k], (size_t)prefix_len[k]);
+            if (prefix_len[k] < PREFIX_PAD) {
+                if (out_reserve(&o, PREFIX_PAD) < 0)
+                    goto done;
+                memcpy(o.data + o.len, prefix[k], PREFIX_PAD);
+                o.len += prefix_len[k];
+            } else {
+                PUT(&o, long_prefix[k], prefix_len[k]);
+            }
             int rc = 0;
             switch (value[k]) {
             case V_PHYSICAL_OFFSET: rc = put_int(&o, position); break;
