@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -562,10 +563,13 @@ static void make_digit_tables(void)
     }
 }
 
+/* The decimal text of v at d; writes up to INT_WRITE bytes (the digits are copied as one
+ * fixed-size block: no memcpy call), returns the end of the text. */
+#define INT_WRITE 21
 static char *write_int(char *d, long long v)
 {
-    char tmp[24];
-    char *t = tmp + sizeof(tmp);
+    char tmp[2 * INT_WRITE];
+    char *end = tmp + INT_WRITE, *t = end;
     unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
     while (u >= 100) {
         t -= 2;
@@ -579,24 +583,25 @@ static char *write_int(char *d, long long v)
         *--t = (char)('0' + u);
     }
     if (v < 0)
-        *d++ = '-';
-    size_t len = (size_t)(tmp + sizeof(tmp) - t);
-    memcpy(d, t, len);
-    return d + len;
+        *--t = '-';
+    memcpy(d, t, INT_WRITE);
+    return d + (end - t);
 }
 
 static int put_int(out_buf *o, long long v)
 {
-    if (out_reserve(o, 24) < 0)
+    if (out_reserve(o, INT_WRITE) < 0)
         return -1;
     o->len = (size_t)(write_int(o->data + o->len, v) - o->data);
     return 0;
 }
 
-/* A JSON string of valid UTF-8 bytes, escaped as json.dumps(ensure_ascii=False) and orjson do:
- * the bytes that need no escape are copied a chunk at a time (the whole chunk is stored, then
- * the output moves on by its clean prefix: the reserve covers it). */
-static int put_str(out_buf *o, const uint8_t *p, size_t n)
+/* A JSON string of the valid UTF-8 bytes p[0..n), escaped as json.dumps(ensure_ascii=False) and
+ * orjson do. The bytes that need no escape are copied a chunk at a time: the whole chunk is
+ * stored, then the output moves on by its clean prefix (the reserve covers it). Chunks are read
+ * while ``readable`` bytes from p allow (the rest of the record's buffer), past n: a short
+ * string, such as a property, takes one chunk, not a loop byte by byte. */
+static int put_str(out_buf *o, const uint8_t *p, size_t n, size_t readable)
 {
     static const char hex[] = "0123456789abcdef";
     if (out_reserve(o, 6 * n + 2 + CHUNK) < 0)
@@ -605,16 +610,20 @@ static int put_str(out_buf *o, const uint8_t *p, size_t n)
     *d++ = '"';
     size_t i = 0;
     while (i < n) {
-        uint8_t c = p[i];
-        if (i + CHUNK <= n) {
+        uint8_t c;
+        if (i + CHUNK <= readable) {
             size_t k = chunk_clean(p + i);
             memcpy(d, p + i, CHUNK);
+            if (k >= n - i) { /* clean to the end of the string */
+                d += n - i;
+                break;
+            }
             d += k;
             i += k;
             if (k == CHUNK)
                 continue;
             c = p[i];
-        } else if (c >= 0x20 && c != '"' && c != '\\') {
+        } else if ((c = p[i]) >= 0x20 && c != '"' && c != '\\') {
             *d++ = (char)c;
             i++;
             continue;
@@ -642,44 +651,62 @@ static int put_str(out_buf *o, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* ISO 8601 UTC with milliseconds, as render.values.iso_ms writes it (null outside its range). */
-static int put_time(out_buf *o, long long ms, long long min_ms, long long max_ms)
+/* The "YYYY-MM-DDTHH:MM:SS" of the last second written: the messages of a batch are stored
+ * within a few seconds, so most times only write their milliseconds. */
+typedef struct {
+    long long secs;
+    char text[19];
+} time_cache;
+
+/* ISO 8601 UTC with milliseconds, as render.values.iso_ms writes it (null outside its range,
+ * which holds only four-digit years). */
+static int put_time(out_buf *o, long long ms, long long min_ms, long long max_ms, time_cache *c)
 {
+    if (out_reserve(o, 32) < 0)
+        return -1;
     if (ms < min_ms || ms > max_ms) {
-        if (out_reserve(o, 4) < 0)
-            return -1;
         memcpy(o->data + o->len, "null", 4);
         o->len += 4;
         return 0;
     }
     long long secs = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
     int milli = (int)(ms - secs * 1000);
-    long long days = secs >= 0 ? secs / 86400 : -((-secs + 86399) / 86400);
-    int rem = (int)(secs - days * 86400);
-    /* civil_from_days (H. Hinnant) */
-    long long z = days + 719468;
-    long long era = (z >= 0 ? z : z - 146096) / 146097;
-    long long doe = z - era * 146097;
-    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    long long y = yoe + era * 400;
-    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    long long mp = (5 * doy + 2) / 153;
-    long long d = doy - (153 * mp + 2) / 5 + 1;
-    long long m = mp < 10 ? mp + 3 : mp - 9;
-    y += m <= 2;
-    if (out_reserve(o, 32) < 0)
-        return -1;
-    char *w = o->data + o->len;
-    int parts[7] = {(int)y, (int)m, (int)d, rem / 3600, rem / 60 % 60, rem % 60, milli};
-    static const char seps[7] = {'-', '-', 'T', ':', ':', '.', 'Z'};
-    static const int widths[7] = {4, 2, 2, 2, 2, 2, 3};
-    *w++ = '"';
-    for (int k = 0; k < 7; k++) {
-        for (int e = widths[k] - 1, v = parts[k]; e >= 0; e--, v /= 10)
-            w[e] = (char)('0' + v % 10);
-        w += widths[k];
-        *w++ = seps[k];
+    if (secs != c->secs) {
+        long long days = secs >= 0 ? secs / 86400 : -((-secs + 86399) / 86400);
+        int rem = (int)(secs - days * 86400);
+        /* civil_from_days (H. Hinnant) */
+        long long z = days + 719468;
+        long long era = (z >= 0 ? z : z - 146096) / 146097;
+        long long doe = z - era * 146097;
+        long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+        long long y = yoe + era * 400;
+        long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        long long mp = (5 * doy + 2) / 153;
+        long long d = doy - (153 * mp + 2) / 5 + 1;
+        long long m = mp < 10 ? mp + 3 : mp - 9;
+        y += m <= 2;
+        int parts[6] = {(int)y, (int)m, (int)d, rem / 3600, rem / 60 % 60, rem % 60};
+        static const char seps[5] = {'-', '-', 'T', ':', ':'};
+        char *w = c->text;
+        memcpy(w, digit_pairs[parts[0] / 100], 2);
+        memcpy(w + 2, digit_pairs[parts[0] % 100], 2);
+        w += 4;
+        for (int k = 1; k < 6; k++) {
+            *w++ = seps[k - 1];
+            memcpy(w, digit_pairs[parts[k]], 2);
+            w += 2;
+        }
+        c->secs = secs;
     }
+    char *w = o->data + o->len;
+    *w++ = '"';
+    memcpy(w, c->text, sizeof(c->text));
+    w += sizeof(c->text);
+    *w++ = '.';
+    *w++ = (char)('0' + milli / 100);
+    memcpy(w, digit_pairs[milli % 100], 2);
+    w += 2;
+    *w++ = 'Z';
     *w++ = '"';
     o->len = (size_t)(w - o->data);
     return 0;
@@ -697,7 +724,8 @@ static int v4_mapped(const uint8_t *ip)
 static int put_host(out_buf *o, const uint8_t *ip, int v6, long long port)
 {
     static const char hex[] = "0123456789abcdef";
-    if (out_reserve(o, 64) < 0)
+    /* at most '"[' + 39 + ']:' before the port, and the quote after it */
+    if (out_reserve(o, 44 + INT_WRITE) < 0)
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
@@ -816,6 +844,20 @@ static char b64_pairs[4096][2];
 static const char b64_digits[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
+static inline uint64_t load_be64(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_bswap64(w); /* the host is little-endian: see PyInit__speedups */
+#else
+    uint64_t r = 0;
+    for (int k = 0; k < 8; k++)
+        r = (r << 8) | p[k];
+    return r;
+#endif
+}
+
 static void make_b64_table(void)
 {
     for (int k = 0; k < 4096; k++) {
@@ -832,10 +874,7 @@ static int put_base64(out_buf *o, const uint8_t *p, size_t n)
     *d++ = '"';
     size_t i = 0;
     for (; i + 8 <= n; i += 6) {
-        uint64_t w = 0;
-        for (int k = 0; k < 8; k++) /* compilers make this one load and a byte swap */
-            w = (w << 8) | p[i + k];
-        w >>= 16; /* the six bytes of this step */
+        uint64_t w = load_be64(p + i) >> 16; /* the six bytes of this step */
         memcpy(d, b64_pairs[(w >> 36) & 0xfff], 2);
         memcpy(d + 2, b64_pairs[(w >> 24) & 0xfff], 2);
         memcpy(d + 4, b64_pairs[(w >> 12) & 0xfff], 2);
@@ -1007,6 +1046,9 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
         goto nomem;
     Py_ssize_t n_fallback = 0;
     const uint8_t *data = buf.buf;
+    /* what put_str may read from p on: the rest of the buffer */
+#define readable(p) ((size_t)(data + buf.len - (p)))
+    time_cache born_time = {LLONG_MIN, {0}}, store_time = {LLONG_MIN, {0}};
     const int64_t *all = fields.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         const int64_t *f = all + i * F_COUNT;
@@ -1065,14 +1107,16 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 else
                     PUTS(&o, "\"v1\"");
                 break;
-            case V_TOPIC: rc = put_str(&o, topic, (size_t)f[F_TOPIC_LENGTH]); break;
+            case V_TOPIC:
+                rc = put_str(&o, topic, (size_t)f[F_TOPIC_LENGTH], readable(topic));
+                break;
             case V_QUEUE_ID: rc = put_int(&o, f[F_QUEUE_ID]); break;
             case V_QUEUE_OFFSET: rc = put_int(&o, f[F_QUEUE_OFFSET]); break;
             case V_SYS_FLAG: rc = put_int(&o, f[F_SYS_FLAG]); break;
             case V_TRANSACTION: {
                 PyObject *tx = PyTuple_GET_ITEM(transactions, f[F_SYS_FLAG] & tx_mask);
                 rc = put_str(&o, (const uint8_t *)PyBytes_AS_STRING(tx),
-                             (size_t)PyBytes_GET_SIZE(tx));
+                             (size_t)PyBytes_GET_SIZE(tx), (size_t)PyBytes_GET_SIZE(tx));
                 break;
             }
             case V_FLAG: rc = put_int(&o, f[F_FLAG]); break;
@@ -1091,10 +1135,14 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 PUTS(&o, "null");
                 break;
             case V_BORN_TIMESTAMP: rc = put_int(&o, f[F_BORN_TIMESTAMP]); break;
-            case V_BORN_TIME: rc = put_time(&o, f[F_BORN_TIMESTAMP], min_ms, max_ms); break;
+            case V_BORN_TIME:
+                rc = put_time(&o, f[F_BORN_TIMESTAMP], min_ms, max_ms, &born_time);
+                break;
             case V_BORN_HOST: rc = put_host(&o, bh, bv6, f[F_BORN_PORT]); break;
             case V_STORE_TIMESTAMP: rc = put_int(&o, f[F_STORE_TIMESTAMP]); break;
-            case V_STORE_TIME: rc = put_time(&o, f[F_STORE_TIMESTAMP], min_ms, max_ms); break;
+            case V_STORE_TIME:
+                rc = put_time(&o, f[F_STORE_TIMESTAMP], min_ms, max_ms, &store_time);
+                break;
             case V_STORE_HOST: rc = put_host(&o, sh, sv6, f[F_STORE_PORT]); break;
             case V_RECONSUME_TIMES: rc = put_int(&o, f[F_RECONSUME_TIMES]); break;
             case V_PREPARED_TRANSACTION_OFFSET:
@@ -1105,10 +1153,11 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 for (int p = 0; p < np && rc == 0; p++) {
                     if (p)
                         PUTS(&o, ",");
-                    rc = put_str(&o, props[p].name, props[p].name_len);
+                    rc = put_str(&o, props[p].name, props[p].name_len, readable(props[p].name));
                     PUTS(&o, ":");
                     if (rc == 0)
-                        rc = put_str(&o, props[p].value, props[p].value_len);
+                        rc = put_str(&o, props[p].value, props[p].value_len,
+                                     readable(props[p].value));
                 }
                 PUTS(&o, "}");
                 break;
@@ -1116,7 +1165,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
             case V_UNIQ_KEY: {
                 const prop_entry *e = find_prop(props, np, value[k] == V_TAGS ? "TAGS" : "UNIQ_KEY");
                 if (e)
-                    rc = put_str(&o, e->value, e->value_len);
+                    rc = put_str(&o, e->value, e->value_len, readable(e->value));
                 else
                     PUTS(&o, "null");
                 break;
@@ -1132,7 +1181,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                     if (len) {
                         if (!first)
                             PUTS(&o, ",");
-                        rc = put_str(&o, piece, len);
+                        rc = put_str(&o, piece, len, readable(piece));
                         first = 0;
                     }
                     j += len + 1;
@@ -1160,7 +1209,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
             }
             case V_BODY:
                 if (mode == 0) {
-                    rc = put_str(&o, body, blen);
+                    rc = put_str(&o, body, blen, readable(body));
                 } else if (mode == 1) {
                     PUTS(&o, "\"");
                     rc = put_hex(&o, body, blen, hex_lower);
@@ -1179,6 +1228,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
         PUT(&o, sep.buf, (size_t)sep.len);
         ends[i] = (int64_t)o.len;
     }
+#undef readable
     result = Py_BuildValue("(nNN)", (Py_ssize_t)o.len, as_bytes(ends, n),
                            as_bytes(fallback, n_fallback));
     goto done;
