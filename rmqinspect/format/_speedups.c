@@ -866,6 +866,32 @@ static void make_b64_table(void)
     }
 }
 
+#if defined(HAVE_X86) && defined(__SSE2__)
+/* base64 of 12 bytes at p (16 readable) into 16 characters at d, after W. Mula and D. Lemire,
+ * "Faster Base64 Encoding and Decoding Using AVX2 Instructions" (ACM TWEB, 2018), with SSSE3:
+ * the bytes spread so each 32-bit lane holds three, the four 6-bit indices cut out with two
+ * multiplications, and each index moved to its character by an offset looked up by range. */
+__attribute__((target("ssse3"))) static void base64_12(const uint8_t *p, char *d)
+{
+    __m128i in = _mm_loadu_si128((const __m128i *)p);
+    in = _mm_shuffle_epi8(in, _mm_set_epi8(10, 11, 9, 10, 7, 8, 6, 7, 4, 5, 3, 4, 1, 2, 0, 1));
+    __m128i hi = _mm_mulhi_epu16(_mm_and_si128(in, _mm_set1_epi32(0x0fc0fc00)),
+                                 _mm_set1_epi32(0x04000040));
+    __m128i lo = _mm_mullo_epi16(_mm_and_si128(in, _mm_set1_epi32(0x003f03f0)),
+                                 _mm_set1_epi32(0x01000010));
+    __m128i index = _mm_or_si128(hi, lo);
+    /* 0..25 -> 13 ('A' + index), 26..51 -> 0 ('a' - 26), 52..61 -> 1..10 ('0' - 52), 62 -> 11,
+     * 63 -> 12 */
+    __m128i range = _mm_subs_epu8(index, _mm_set1_epi8(51));
+    range = _mm_or_si128(range, _mm_and_si128(_mm_cmpgt_epi8(_mm_set1_epi8(26), index),
+                                              _mm_set1_epi8(13)));
+    const __m128i offsets = _mm_setr_epi8('a' - 26, '0' - 52, '0' - 52, '0' - 52, '0' - 52,
+                                          '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52,
+                                          '0' - 52, '+' - 62, '/' - 63, 'A', 0, 0);
+    _mm_storeu_si128((__m128i *)d, _mm_add_epi8(index, _mm_shuffle_epi8(offsets, range)));
+}
+#endif
+
 static int put_base64(out_buf *o, const uint8_t *p, size_t n)
 {
     if (out_reserve(o, (n + 2) / 3 * 4 + 2) < 0)
@@ -873,6 +899,14 @@ static int put_base64(out_buf *o, const uint8_t *p, size_t n)
     char *d = o->data + o->len;
     *d++ = '"';
     size_t i = 0;
+#if defined(HAVE_X86) && defined(__SSE2__)
+    if (have_ssse3) {
+        for (; i + 16 <= n; i += 12) {
+            base64_12(p + i, d);
+            d += 16;
+        }
+    }
+#endif
     for (; i + 8 <= n; i += 6) {
         uint64_t w = load_be64(p + i) >> 16; /* the six bytes of this step */
         memcpy(d, b64_pairs[(w >> 36) & 0xfff], 2);
