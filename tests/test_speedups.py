@@ -26,7 +26,13 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format.batch import _arrow_properties_column, map_values, properties_column
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.scan import CheckedRun
-from rmqinspect.render.message import BodyFormat, message_json, message_json_block
+from rmqinspect.render.message import (
+    _TRANSACTIONS,
+    BodyFormat,
+    _json_settings,
+    message_json,
+    message_json_block,
+)
 from rmqinspect.render.output import dumps
 from tests.conftest import FIXTURES
 
@@ -340,12 +346,13 @@ def test_message_json_lines_are_the_per_record_json(
     rows = np.arange(len(cols), dtype=np.int64)
     assert len(cols) and cols.well_formed.all()
     want = [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]
+    out = bytearray()  # one buffer for both calls, as a stream hands it batch after batch
     with pytest.MonkeyPatch.context() as patch:
         if not with_c:
             patch.setattr(speedups, "_speedups", None)
-        assert message_json_lines(cols, rows, body) == want
+        assert message_json_lines(cols, rows, body, out) == want
         # every other row: the writer is handed rows, not a contiguous run
-        assert message_json_lines(cols, rows[::2], body) == want[::2]
+        assert message_json_lines(cols, rows[::2], body, out) == want[::2]
 
 
 @needs_c
@@ -359,16 +366,18 @@ def test_the_c_writer_writes_every_key_of_the_definition() -> None:
 
 
 def message_json_lines(
-    cols: columns.RecordColumns, rows: columns.I64, body: BodyFormat
+    cols: columns.RecordColumns, rows: columns.I64, body: BodyFormat, out: bytearray
 ) -> list[bytes]:
     """The block's lines (JSON text holds no raw newline)."""
     batch = MessageBatch(cols, rows, lambda record: record)
-    return message_json_block(batch, body, b"\n").split(b"\n")[:-1]
+    with message_json_block(batch, body, b"\n", out) as block:
+        return bytes(block).split(b"\n")[:-1]
 
 
 @needs_c
 def test_message_json_lines_of_the_fixture_stores(monkeypatch: pytest.MonkeyPatch) -> None:
     written = 0
+    out = bytearray()  # reused across every batch, as a stream does
     for path in sorted(FIXTURES.glob("stores/*/commitlog/*")):
         buf = path.read_bytes()
         for ev in scan.scan_file(buf, 0, 0, cl.CheckOptions(check_crc=False)):
@@ -378,6 +387,163 @@ def test_message_json_lines_of_the_fixture_stores(monkeypatch: pytest.MonkeyPatc
             rows = np.arange(len(cols), dtype=np.int64)
             for body in BodyFormat:
                 want = [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]
-                assert message_json_lines(cols, rows, body) == want
+                assert message_json_lines(cols, rows, body, out) == want
                 written += len(rows)
     assert written > 1000
+
+
+# Bytes the writer's chunked loops (16 bytes with SSE2, else 8) must stop at: escapes, UTF-8 of
+# every length, and byte strings Python's strict decoder refuses (a stray continuation byte,
+# overlong forms, a surrogate, beyond U+10FFFF, a sequence cut short).
+_AWKWARD = [
+    b'"',
+    b"\\",
+    b"\n",
+    b"\x1f",
+    b"\x7f",
+    b"\xc3\xa9",
+    b"\xe4\xb8\xad",
+    b"\xf0\x9f\x98\x80",
+    b"\xef\xbf\xbf",
+    b"\xf4\x8f\xbf\xbf",
+    b"\x80",
+    b"\xff",
+    b"\xc1\xbf",
+    b"\xe0\x9f\xbf",
+    b"\xed\xa0\x80",
+    b"\xf0\x8f\xbf\xbf",
+    b"\xf4\x90\x80\x80",
+    b"\xe4\xb8",
+]
+
+
+@needs_c
+@pytest.mark.parametrize("awkward", _AWKWARD)
+def test_message_json_at_every_chunk_boundary(awkward: bytes) -> None:
+    """The awkward bytes at each position of bodies and topics up to 40 bytes long, so each
+    falls at every place in a chunk, at a chunk's end and in the scalar tail after the last."""
+    out = bytearray()
+    for length in range(41):
+        buf = bytearray()
+        for at in range(length + 1):
+            body = b"a" * at + awkward + b"b" * (length - at)
+            buf += encode.encode_message(
+                topic="T" * (length % 7),
+                queue_id=0,
+                flag=0,
+                queue_offset=at,
+                physical_offset=len(buf),
+                sys_flag=0,
+                born_timestamp=0,
+                born_host=HostAddress(bytes([10, 0, 0, 1]), 1),
+                store_timestamp=0,
+                store_host=HostAddress(bytes([10, 0, 0, 2]), 2),
+                reconsume_times=0,
+                prepared_transaction_offset=0,
+                body=body,
+                properties=b"KEYS\x01" + body.replace(b"\x01", b"").replace(b"\x02", b""),
+            )
+        data = bytes(buf) + bytes(256)
+        cols = columns.gather(data, columns.walk(data, 0), 0)
+        rows = np.arange(len(cols), dtype=np.int64)
+        assert len(cols) == length + 1
+        for body_format in BodyFormat:
+            want = [dumps(message_json(cols.record(i), body_format)) for i in range(len(cols))]
+            assert message_json_lines(cols, rows, body_format, out) == want
+
+
+# Pieces of UTF-8 at the edges of each rule (the lowest and highest second byte of every lead,
+# the last code points before a surrogate and past them) and pieces that break one rule each.
+_UTF8_PIECES = [
+    b"a",
+    b"\x7f",
+    b"\xc2\x80",
+    b"\xdf\xbf",
+    b"\xe0\xa0\x80",
+    b"\xe4\xb8\xad",
+    b"\xed\x9f\xbf",
+    b"\xee\x80\x80",
+    b"\xef\xbf\xbf",
+    b"\xf0\x90\x80\x80",
+    b"\xf3\xbf\xbf\xbf",
+    b"\xf4\x8f\xbf\xbf",
+    b"\x80",  # a continuation byte alone
+    b"\xc0\x80",  # overlong
+    b"\xc1\xbf",
+    b"\xe0\x9f\xbf",
+    b"\xf0\x8f\xbf\xbf",
+    b"\xed\xa0\x80",  # surrogate
+    b"\xf4\x90\x80\x80",  # beyond U+10FFFF
+    b"\xf5\x80\x80\x80",
+    b"\xff",
+    b"\xe4\xb8",  # cut short
+    b"\xf0\x90\x80",
+    b"\xc2",
+]
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_UTF8_PIECES), max_size=80).map(b"".join), max_size=4))
+def test_the_c_writer_takes_as_text_what_python_decodes(bodies: list[bytes]) -> None:
+    """Bodies of many blocks of 16 bytes: the C writer writes a body as text exactly when
+    Python's strict decoder takes it, and the same text."""
+    buf = bytearray()
+    for body in [*bodies, b"\xe4\xb8\xad" * 40]:  # a long valid body in every example
+        buf += encode.encode_message(
+            topic="TopicA",
+            queue_id=0,
+            flag=0,
+            queue_offset=0,
+            physical_offset=len(buf),
+            sys_flag=0,
+            born_timestamp=0,
+            born_host=HostAddress(bytes([10, 0, 0, 1]), 1),
+            store_timestamp=0,
+            store_host=HostAddress(bytes([10, 0, 0, 2]), 2),
+            reconsume_times=0,
+            prepared_transaction_offset=0,
+            body=body,
+            properties=b"",
+        )
+    data = bytes(buf) + bytes(256)
+    cols = columns.gather(data, columns.walk(data, 0), 0)
+    rows = np.arange(len(cols), dtype=np.int64)
+    want = [dumps(message_json(cols.record(i), BodyFormat.TEXT)) for i in range(len(cols))]
+    assert message_json_lines(cols, rows, BodyFormat.TEXT, bytearray()) == want
+
+
+@needs_c
+@pytest.mark.parametrize("name_length", [1, 27, 28, 29, 60])
+def test_the_c_writer_writes_keys_of_any_length(name_length: int) -> None:
+    """Short key prefixes are copied as one padded block, long ones byte for byte."""
+    data = encode.encode_message(
+        topic="TopicA",
+        queue_id=7,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=0,
+        born_timestamp=0,
+        born_host=HostAddress(bytes([10, 0, 0, 1]), 1),
+        store_timestamp=0,
+        store_host=HostAddress(bytes([10, 0, 0, 2]), 2),
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        body=b"x",
+        properties=b"",
+    ) + bytes(256)
+    cols = columns.gather(data, columns.walk(data, 0), 0)
+    rows = np.arange(len(cols), dtype=np.int64)
+    table = np.stack([getattr(cols, name)[rows] for name in speedups.message_fields()], 1)
+    name = "k" * name_length
+    keys = (
+        (b'{"' + name.encode() + b'":', speedups.message_values().index("queue_id")),
+        (b',"' + name.encode() + b'2":', speedups.message_values().index("topic")),
+    )
+    out = bytearray()
+    length, _, fallback = speedups.message_json(
+        cols.buf, 0, table, keys, 3, _json_settings(), _TRANSACTIONS, b"\n", out
+    )
+    assert not len(fallback)
+    assert bytes(out[:length]) == dumps({name: 7, name + "2": "TopicA"}) + b"\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import ItemsView, Iterator, KeysView, Sequence, ValuesView
 from typing import TYPE_CHECKING, Any
@@ -149,4 +150,7 @@ def _root(
 
 def main() -> None:
     """Console entry point (``rmqinspect`` and ``python -m rmqinspect``)."""
+    # numpy's OpenBLAS starts a thread per core at import, which spins for a while: 0.1 s of
+    # CPU on every command that imports numpy, for linear algebra rmqinspect never does.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     app()

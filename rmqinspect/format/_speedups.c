@@ -8,10 +8,13 @@
  * CRC-32 uses carry-less multiplication folding (PCLMULQDQ, Gopal et al., "Fast CRC
  * Computation for Generic Polynomials Using PCLMULQDQ Instruction", Intel 2009, as in
  * zlib-ng and Chromium's zlib) when the CPU has it; CRC-32C uses the SSE4.2 crc32
- * instruction; both fall back to slicing-by-8 tables.
+ * instruction; both fall back to slicing-by-8 tables. The message JSON writer validates UTF-8
+ * with SSSE3 where the CPU has it (a lead-byte table otherwise) and escapes, copies and writes
+ * hex 16 bytes at a time with SSE2 (8 in a 64-bit word without it).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -166,6 +169,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const ui
 
 static int have_clmul = 0;
 static int have_sse42 = 0;
+static int have_ssse3 = 0;
 
 static uint32_t crc32_of(const uint8_t *p, size_t n)
 {
@@ -280,59 +284,200 @@ static PyObject *speedups_walk(PyObject *self, PyObject *args)
     return Py_BuildValue("nn", count, at);
 }
 
+/* --- bytes in chunks ------------------------------------------------------------------------- */
+
+/* The JSON writer's inner loops look at CHUNK bytes at once: 16 with SSE2 (every x86_64 CPU),
+ * else 8 in a 64-bit word. chunk_ascii and chunk_clean give how many leading bytes of p[0..CHUNK)
+ * are ASCII, and need no JSON escape (below 0x20, '"', '\\'); CHUNK when all do. */
+#ifdef __SSE2__
+#include <emmintrin.h>
+#define CHUNK 16
+static inline size_t first_marked(unsigned mask)
+{
+    return mask ? (size_t)__builtin_ctz(mask) : CHUNK;
+}
+static inline size_t chunk_ascii(const uint8_t *p)
+{
+    return first_marked((unsigned)_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline size_t chunk_clean(const uint8_t *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+    __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+    __m128i slash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    return first_marked(
+        (unsigned)_mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, slash))));
+}
+#else
+#define CHUNK 8
+/* mask has 0x80 set in the marked bytes (the host is little-endian: see PyInit__speedups) */
+static inline size_t first_marked(uint64_t mask)
+{
+    size_t k = 0;
+    if (!mask)
+        return CHUNK;
+    while (!(mask & 0x80))
+        mask >>= 8, k++;
+    return k;
+}
+static inline size_t chunk_ascii(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return first_marked(w & 0x8080808080808080ull);
+}
+/* exact for "is any byte marked"; above the first marked byte a borrow may mark more */
+static inline size_t chunk_clean(const uint8_t *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t w;
+    memcpy(&w, p, 8);
+    uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+    return first_marked(((w - ones * 0x20) & ~w & highs) | ((quote - ones) & ~quote & highs) |
+                        ((slash - ones) & ~slash & highs));
+}
+#endif
+
 /* --- UTF-8 ------------------------------------------------------------------------------------ */
 
-/* The next code point of strict UTF-8 at p[*i..n) (what Python's decoder accepts: no overlong
- * forms, no surrogates, at most U+10FFFF); -1 for anything else. */
-static int32_t next_code_point(const uint8_t *p, size_t n, size_t *i)
+/* Strict UTF-8 as Python's decoder accepts it (no overlong forms, no surrogates, at most
+ * U+10FFFF), by lead byte: the sequence's length (0: not a lead byte) and the range of its
+ * second byte, which carries every one of those rules (Unicode 15, table 3-7). */
+static uint8_t utf8_length[256], utf8_low[256], utf8_high[256];
+
+static void make_utf8_tables(void)
 {
-    uint8_t b = p[*i];
-    int32_t c;
-    size_t extra;
-    if (b < 0x80) {
-        (*i)++;
-        return b;
+    for (int b = 0xC2; b <= 0xF4; b++) {
+        utf8_length[b] = b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+        utf8_low[b] = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
+        utf8_high[b] = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
     }
-    if (b >= 0xC2 && b <= 0xDF) {
-        c = b & 0x1F;
-        extra = 1;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        c = b & 0x0F;
-        extra = 2;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        c = b & 0x07;
-        extra = 3;
-    } else {
-        return -1;
-    }
-    for (size_t k = 1; k <= extra; k++) {
-        if (*i + k >= n || (p[*i + k] & 0xC0) != 0x80)
-            return -1;
-        c = (c << 6) | (p[*i + k] & 0x3F);
-    }
-    if ((extra == 2 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
-        (extra == 3 && (c < 0x10000 || c > 0x10FFFF)))
-        return -1;
-    *i += extra + 1;
-    return c;
 }
+
+#if defined(HAVE_X86) && defined(__SSE2__)
+/* The validation of J. Keiser and D. Lemire, "Validating UTF-8 in less than one instruction per
+ * byte" (Software: Practice and Experience, 2021; simdjson's and simdutf's "lookup" algorithm),
+ * 16 bytes at a time: three table lookups on the nibbles of each byte and of the byte before
+ * it flag every two-byte pattern that strict UTF-8 forbids (the error classes named below);
+ * the third and fourth bytes of longer sequences are checked by whether the byte two or three
+ * back is a three- or four-byte lead. A block of zeros after the data catches a sequence cut
+ * at the end. */
+#define TOO_SHORT (1 << 0)  /* a lead byte or ASCII, then a lead byte or ASCII */
+#define TOO_LONG (1 << 1)   /* ASCII, then a continuation byte */
+#define OVERLONG_3 (1 << 2) /* E0 80..9F */
+#define TOO_LARGE (1 << 3)  /* F4 90..BF, F5..FF */
+#define SURROGATE (1 << 4)  /* ED A0..BF */
+#define OVERLONG_2 (1 << 5) /* C0..C1 */
+#define TOO_LARGE_1000 (1 << 6)
+#define OVERLONG_4 (1 << 6) /* F0 80..8F */
+#define TWO_CONTS (1 << 7)  /* a continuation byte, then another: left to the length check */
+#define CARRY (TOO_SHORT | TOO_LONG | TWO_CONTS)
+
+__attribute__((target("ssse3"))) static int valid_utf8_ssse3(const uint8_t *p, size_t n)
+{
+    const __m128i byte_1_high = _mm_setr_epi8(
+        TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TOO_LONG, TWO_CONTS,
+        TWO_CONTS, TWO_CONTS, TWO_CONTS, TOO_SHORT | OVERLONG_2, TOO_SHORT,
+        TOO_SHORT | OVERLONG_3 | SURROGATE, TOO_SHORT | TOO_LARGE | TOO_LARGE_1000 | OVERLONG_4);
+    const __m128i byte_1_low = _mm_setr_epi8(
+        CARRY | OVERLONG_3 | OVERLONG_2 | OVERLONG_4, CARRY | OVERLONG_2, CARRY, CARRY,
+        CARRY | TOO_LARGE, CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,
+        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,
+        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,
+        CARRY | TOO_LARGE | TOO_LARGE_1000, CARRY | TOO_LARGE | TOO_LARGE_1000,
+        CARRY | TOO_LARGE | TOO_LARGE_1000 | SURROGATE, CARRY | TOO_LARGE | TOO_LARGE_1000,
+        CARRY | TOO_LARGE | TOO_LARGE_1000);
+    const __m128i byte_2_high = _mm_setr_epi8(
+        TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT, TOO_SHORT,
+        TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE_1000 | OVERLONG_4,
+        TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE,
+        TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,
+        TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE, TOO_SHORT, TOO_SHORT, TOO_SHORT,
+        TOO_SHORT);
+    /* the last bytes of a block that start a sequence the block does not finish */
+    const __m128i incomplete_above = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                   -1, (char)0xef, (char)0xdf, (char)0xbf);
+    const __m128i low4 = _mm_set1_epi8(0x0f), zero = _mm_setzero_si128();
+    __m128i prev = zero, prev_incomplete = zero, error = zero;
+    uint8_t tail[16];
+    for (size_t i = 0;; i += 16) {
+        __m128i input;
+        int last = i + 16 > n;
+        if (!last) {
+            input = _mm_loadu_si128((const __m128i *)(p + i));
+        } else {
+            memset(tail, 0, sizeof(tail));
+            memcpy(tail, p + i, n - i);
+            input = _mm_loadu_si128((const __m128i *)tail);
+        }
+        if (!_mm_movemask_epi8(input)) {
+            error = _mm_or_si128(error, prev_incomplete);
+        } else {
+            __m128i prev1 = _mm_alignr_epi8(input, prev, 15);
+            __m128i special = _mm_and_si128(
+                _mm_and_si128(
+                    _mm_shuffle_epi8(byte_1_high, _mm_and_si128(_mm_srli_epi16(prev1, 4), low4)),
+                    _mm_shuffle_epi8(byte_1_low, _mm_and_si128(prev1, low4))),
+                _mm_shuffle_epi8(byte_2_high, _mm_and_si128(_mm_srli_epi16(input, 4), low4)));
+            __m128i prev2 = _mm_alignr_epi8(input, prev, 14);
+            __m128i prev3 = _mm_alignr_epi8(input, prev, 13);
+            __m128i must_be_continuation =
+                _mm_and_si128(_mm_or_si128(_mm_subs_epu8(prev2, _mm_set1_epi8(0xe0 - 0x80)),
+                                           _mm_subs_epu8(prev3, _mm_set1_epi8(0xf0 - 0x80))),
+                              _mm_set1_epi8((char)0x80));
+            error = _mm_or_si128(error, _mm_xor_si128(must_be_continuation, special));
+            prev_incomplete = _mm_subs_epu8(input, incomplete_above);
+        }
+        if (_mm_movemask_epi8(_mm_cmpeq_epi8(error, zero)) != 0xffff)
+            return 0;
+        if (last)
+            return 1;
+        prev = input;
+    }
+}
+#undef TOO_SHORT
+#undef TOO_LONG
+#undef OVERLONG_3
+#undef TOO_LARGE
+#undef SURROGATE
+#undef OVERLONG_2
+#undef TOO_LARGE_1000
+#undef OVERLONG_4
+#undef TWO_CONTS
+#undef CARRY
+#endif
 
 static int valid_utf8(const uint8_t *p, size_t n)
 {
+#if defined(HAVE_X86) && defined(__SSE2__)
+    if (have_ssse3)
+        return valid_utf8_ssse3(p, n);
+#endif
     size_t i = 0;
     while (i < n) {
-        if (i + 8 <= n) { /* ASCII eight bytes at a time */
-            uint64_t w;
-            memcpy(&w, p + i, 8);
-            if (!(w & 0x8080808080808080ull)) {
-                i += 8;
-                continue;
+        if (p[i] < 0x80) { /* ASCII a chunk at a time */
+            while (i + CHUNK <= n) {
+                size_t k = chunk_ascii(p + i);
+                i += k;
+                if (k < CHUNK)
+                    break;
             }
+            while (i < n && p[i] < 0x80)
+                i++;
+            continue;
         }
-        if (p[i] < 0x80)
-            i++;
-        else if (next_code_point(p, n, &i) < 0)
-            return 0;
+        /* then one sequence after another while they last (text like CJK holds no ASCII) */
+        while (i < n && p[i] >= 0x80) {
+            uint8_t b = p[i];
+            size_t len = utf8_length[b];
+            if (!len || n - i < len || p[i + 1] < utf8_low[b] || p[i + 1] > utf8_high[b])
+                return 0;
+            for (size_t k = 2; k < len; k++)
+                if ((p[i + k] & 0xC0) != 0x80)
+                    return 0;
+            i += len;
+        }
     }
     return 1;
 }
@@ -361,95 +506,129 @@ static const char *const field_names[F_COUNT] = {
     "properties_at", "properties_length",
 };
 
+/* The output: the caller's bytearray, grown here when a batch needs more and never shrunk, so
+ * batch after batch writes into memory that is already mapped (fresh pages would cost a page
+ * fault and a clearing each, about as much as the JSON itself). */
 typedef struct {
+    PyObject *array;
     char *data;
     size_t len, cap;
 } out_buf;
 
-static int out_reserve(out_buf *o, size_t more)
+/* Room for ``more`` bytes; -1 with an exception set (MemoryError, or BufferError while a view
+ * of the bytearray is alive). */
+static int out_grow(out_buf *o, size_t more)
 {
-    if (o->len + more <= o->cap)
-        return 0;
     size_t cap = o->cap ? o->cap : 1 << 16;
     while (cap < o->len + more)
         cap *= 2;
-    char *d = PyMem_Realloc(o->data, cap);
-    if (!d)
+    if (cap > (size_t)PY_SSIZE_T_MAX || PyByteArray_Resize(o->array, (Py_ssize_t)cap) < 0)
         return -1;
-    o->data = d;
+    o->data = PyByteArray_AS_STRING(o->array);
     o->cap = cap;
     return 0;
+}
+
+/* inline: every value of every row asks (the growing is out of line) */
+static inline int out_reserve(out_buf *o, size_t more)
+{
+    return o->len + more <= o->cap ? 0 : out_grow(o, more);
 }
 
 #define PUT(o, s, n)                                                                               \
     do {                                                                                           \
         if (out_reserve((o), (n)) < 0)                                                             \
-            goto nomem;                                                                            \
+            goto done;                                                                             \
         memcpy((o)->data + (o)->len, (s), (n));                                                    \
         (o)->len += (n);                                                                           \
     } while (0)
 #define PUTS(o, lit) PUT(o, lit, sizeof(lit) - 1)
 
+/* Two characters per table entry: the decimal digits of 0..99, and the hex digits of a byte
+ * (lower and upper case): half the divisions and lookups of a digit at a time. */
+static char digit_pairs[100][2], hex_lower[256][2], hex_upper[256][2];
+
+static void make_digit_tables(void)
+{
+    static const char lower[] = "0123456789abcdef", upper[] = "0123456789ABCDEF";
+    for (int k = 0; k < 100; k++) {
+        digit_pairs[k][0] = (char)('0' + k / 10);
+        digit_pairs[k][1] = (char)('0' + k % 10);
+    }
+    for (int b = 0; b < 256; b++) {
+        hex_lower[b][0] = lower[b >> 4];
+        hex_lower[b][1] = lower[b & 15];
+        hex_upper[b][0] = upper[b >> 4];
+        hex_upper[b][1] = upper[b & 15];
+    }
+}
+
+/* The decimal text of v at d; writes up to INT_WRITE bytes (the digits are copied as one
+ * fixed-size block: no memcpy call), returns the end of the text. */
+#define INT_WRITE 21
 static char *write_int(char *d, long long v)
 {
-    char tmp[24];
-    int k = 0;
+    char tmp[2 * INT_WRITE];
+    char *end = tmp + INT_WRITE, *t = end;
     unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do {
-        tmp[k++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+    while (u >= 100) {
+        t -= 2;
+        memcpy(t, digit_pairs[u % 100], 2);
+        u /= 100;
+    }
+    if (u >= 10) {
+        t -= 2;
+        memcpy(t, digit_pairs[u], 2);
+    } else {
+        *--t = (char)('0' + u);
+    }
     if (v < 0)
-        *d++ = '-';
-    while (k)
-        *d++ = tmp[--k];
-    return d;
+        *--t = '-';
+    memcpy(d, t, INT_WRITE);
+    return d + (end - t);
 }
 
 static int put_int(out_buf *o, long long v)
 {
-    if (out_reserve(o, 24) < 0)
+    if (out_reserve(o, INT_WRITE) < 0)
         return -1;
     o->len = (size_t)(write_int(o->data + o->len, v) - o->data);
     return 0;
 }
 
-/* Whether any byte of w is below 0x20, '"' or '\\' (exact for "any": the classic bit tricks). */
-static inline uint64_t needs_escape(uint64_t w)
-{
-    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-    uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
-    return ((w - ones * 0x20) & ~w & highs) | ((quote - ones) & ~quote & highs) |
-           ((slash - ones) & ~slash & highs);
-}
-
-/* A JSON string of valid UTF-8 bytes, escaped as json.dumps(ensure_ascii=False) and orjson do. */
-static int put_str(out_buf *o, const uint8_t *p, size_t n)
+/* A JSON string of the valid UTF-8 bytes p[0..n), escaped as json.dumps(ensure_ascii=False) and
+ * orjson do. The bytes that need no escape are copied a chunk at a time: the whole chunk is
+ * stored, then the output moves on by its clean prefix (the reserve covers it). Chunks are read
+ * while ``readable`` bytes from p allow (the rest of the record's buffer), past n: a short
+ * string, such as a property, takes one chunk, not a loop byte by byte. */
+static int put_str(out_buf *o, const uint8_t *p, size_t n, size_t readable)
 {
     static const char hex[] = "0123456789abcdef";
-    if (out_reserve(o, 6 * n + 2) < 0)
+    if (out_reserve(o, 6 * n + 2 + CHUNK) < 0)
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
-    for (size_t i = 0; i < n; i++) {
-        uint8_t c = p[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            /* copy the run of bytes that need no escape in one go, found 8 bytes at a time */
-            size_t j = i + 1;
-            while (j + 8 <= n) {
-                uint64_t w;
-                memcpy(&w, p + j, 8);
-                if (needs_escape(w))
-                    break;
-                j += 8;
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c;
+        if (i + CHUNK <= readable) {
+            size_t k = chunk_clean(p + i);
+            memcpy(d, p + i, CHUNK);
+            if (k >= n - i) { /* clean to the end of the string */
+                d += n - i;
+                break;
             }
-            while (j < n && p[j] >= 0x20 && p[j] != '"' && p[j] != '\\')
-                j++;
-            memcpy(d, p + i, j - i);
-            d += j - i;
-            i = j - 1;
+            d += k;
+            i += k;
+            if (k == CHUNK)
+                continue;
+            c = p[i];
+        } else if ((c = p[i]) >= 0x20 && c != '"' && c != '\\') {
+            *d++ = (char)c;
+            i++;
             continue;
         }
+        i++;
         *d++ = '\\';
         switch (c) {
         case '"': *d++ = '"'; break;
@@ -472,44 +651,62 @@ static int put_str(out_buf *o, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* ISO 8601 UTC with milliseconds, as render.values.iso_ms writes it (null outside its range). */
-static int put_time(out_buf *o, long long ms, long long min_ms, long long max_ms)
+/* The "YYYY-MM-DDTHH:MM:SS" of the last second written: the messages of a batch are stored
+ * within a few seconds, so most times only write their milliseconds. */
+typedef struct {
+    long long secs;
+    char text[19];
+} time_cache;
+
+/* ISO 8601 UTC with milliseconds, as render.values.iso_ms writes it (null outside its range,
+ * which holds only four-digit years). */
+static int put_time(out_buf *o, long long ms, long long min_ms, long long max_ms, time_cache *c)
 {
+    if (out_reserve(o, 32) < 0)
+        return -1;
     if (ms < min_ms || ms > max_ms) {
-        if (out_reserve(o, 4) < 0)
-            return -1;
         memcpy(o->data + o->len, "null", 4);
         o->len += 4;
         return 0;
     }
     long long secs = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
     int milli = (int)(ms - secs * 1000);
-    long long days = secs >= 0 ? secs / 86400 : -((-secs + 86399) / 86400);
-    int rem = (int)(secs - days * 86400);
-    /* civil_from_days (H. Hinnant) */
-    long long z = days + 719468;
-    long long era = (z >= 0 ? z : z - 146096) / 146097;
-    long long doe = z - era * 146097;
-    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    long long y = yoe + era * 400;
-    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    long long mp = (5 * doy + 2) / 153;
-    long long d = doy - (153 * mp + 2) / 5 + 1;
-    long long m = mp < 10 ? mp + 3 : mp - 9;
-    y += m <= 2;
-    if (out_reserve(o, 32) < 0)
-        return -1;
-    char *w = o->data + o->len;
-    int parts[7] = {(int)y, (int)m, (int)d, rem / 3600, rem / 60 % 60, rem % 60, milli};
-    static const char seps[7] = {'-', '-', 'T', ':', ':', '.', 'Z'};
-    static const int widths[7] = {4, 2, 2, 2, 2, 2, 3};
-    *w++ = '"';
-    for (int k = 0; k < 7; k++) {
-        for (int e = widths[k] - 1, v = parts[k]; e >= 0; e--, v /= 10)
-            w[e] = (char)('0' + v % 10);
-        w += widths[k];
-        *w++ = seps[k];
+    if (secs != c->secs) {
+        long long days = secs >= 0 ? secs / 86400 : -((-secs + 86399) / 86400);
+        int rem = (int)(secs - days * 86400);
+        /* civil_from_days (H. Hinnant) */
+        long long z = days + 719468;
+        long long era = (z >= 0 ? z : z - 146096) / 146097;
+        long long doe = z - era * 146097;
+        long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+        long long y = yoe + era * 400;
+        long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        long long mp = (5 * doy + 2) / 153;
+        long long d = doy - (153 * mp + 2) / 5 + 1;
+        long long m = mp < 10 ? mp + 3 : mp - 9;
+        y += m <= 2;
+        int parts[6] = {(int)y, (int)m, (int)d, rem / 3600, rem / 60 % 60, rem % 60};
+        static const char seps[5] = {'-', '-', 'T', ':', ':'};
+        char *w = c->text;
+        memcpy(w, digit_pairs[parts[0] / 100], 2);
+        memcpy(w + 2, digit_pairs[parts[0] % 100], 2);
+        w += 4;
+        for (int k = 1; k < 6; k++) {
+            *w++ = seps[k - 1];
+            memcpy(w, digit_pairs[parts[k]], 2);
+            w += 2;
+        }
+        c->secs = secs;
     }
+    char *w = o->data + o->len;
+    *w++ = '"';
+    memcpy(w, c->text, sizeof(c->text));
+    w += sizeof(c->text);
+    *w++ = '.';
+    *w++ = (char)('0' + milli / 100);
+    memcpy(w, digit_pairs[milli % 100], 2);
+    w += 2;
+    *w++ = 'Z';
     *w++ = '"';
     o->len = (size_t)(w - o->data);
     return 0;
@@ -527,7 +724,8 @@ static int v4_mapped(const uint8_t *ip)
 static int put_host(out_buf *o, const uint8_t *ip, int v6, long long port)
 {
     static const char hex[] = "0123456789abcdef";
-    if (out_reserve(o, 64) < 0)
+    /* at most '"[' + 39 + ']:' before the port, and the quote after it */
+    if (out_reserve(o, 44 + INT_WRITE) < 0)
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
@@ -640,32 +838,100 @@ static const prop_entry *find_prop(const prop_entry *e, int n, const char *name)
     return NULL;
 }
 
+/* base64 of p[0..n) in quotes: six bytes at a time through one 8-byte big-endian load, as four
+ * 12-bit lookups of two characters each. */
+static char b64_pairs[4096][2];
+static const char b64_digits[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static inline uint64_t load_be64(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_bswap64(w); /* the host is little-endian: see PyInit__speedups */
+#else
+    uint64_t r = 0;
+    for (int k = 0; k < 8; k++)
+        r = (r << 8) | p[k];
+    return r;
+#endif
+}
+
+static void make_b64_table(void)
+{
+    for (int k = 0; k < 4096; k++) {
+        b64_pairs[k][0] = b64_digits[k >> 6];
+        b64_pairs[k][1] = b64_digits[k & 63];
+    }
+}
+
+#if defined(HAVE_X86) && defined(__SSE2__)
+/* base64 of 12 bytes at p (16 readable) into 16 characters at d, after W. Mula and D. Lemire,
+ * "Faster Base64 Encoding and Decoding Using AVX2 Instructions" (ACM TWEB, 2018), with SSSE3:
+ * the bytes spread so each 32-bit lane holds three, the four 6-bit indices cut out with two
+ * multiplications, and each index moved to its character by an offset looked up by range. */
+__attribute__((target("ssse3"))) static void base64_12(const uint8_t *p, char *d)
+{
+    __m128i in = _mm_loadu_si128((const __m128i *)p);
+    in = _mm_shuffle_epi8(in, _mm_set_epi8(10, 11, 9, 10, 7, 8, 6, 7, 4, 5, 3, 4, 1, 2, 0, 1));
+    __m128i hi = _mm_mulhi_epu16(_mm_and_si128(in, _mm_set1_epi32(0x0fc0fc00)),
+                                 _mm_set1_epi32(0x04000040));
+    __m128i lo = _mm_mullo_epi16(_mm_and_si128(in, _mm_set1_epi32(0x003f03f0)),
+                                 _mm_set1_epi32(0x01000010));
+    __m128i index = _mm_or_si128(hi, lo);
+    /* 0..25 -> 13 ('A' + index), 26..51 -> 0 ('a' - 26), 52..61 -> 1..10 ('0' - 52), 62 -> 11,
+     * 63 -> 12 */
+    __m128i range = _mm_subs_epu8(index, _mm_set1_epi8(51));
+    range = _mm_or_si128(range, _mm_and_si128(_mm_cmpgt_epi8(_mm_set1_epi8(26), index),
+                                              _mm_set1_epi8(13)));
+    const __m128i offsets = _mm_setr_epi8('a' - 26, '0' - 52, '0' - 52, '0' - 52, '0' - 52,
+                                          '0' - 52, '0' - 52, '0' - 52, '0' - 52, '0' - 52,
+                                          '0' - 52, '+' - 62, '/' - 63, 'A', 0, 0);
+    _mm_storeu_si128((__m128i *)d, _mm_add_epi8(index, _mm_shuffle_epi8(offsets, range)));
+}
+#endif
+
 static int put_base64(out_buf *o, const uint8_t *p, size_t n)
 {
-    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     if (out_reserve(o, (n + 2) / 3 * 4 + 2) < 0)
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
     size_t i = 0;
+#if defined(HAVE_X86) && defined(__SSE2__)
+    if (have_ssse3) {
+        for (; i + 16 <= n; i += 12) {
+            base64_12(p + i, d);
+            d += 16;
+        }
+    }
+#endif
+    for (; i + 8 <= n; i += 6) {
+        uint64_t w = load_be64(p + i) >> 16; /* the six bytes of this step */
+        memcpy(d, b64_pairs[(w >> 36) & 0xfff], 2);
+        memcpy(d + 2, b64_pairs[(w >> 24) & 0xfff], 2);
+        memcpy(d + 4, b64_pairs[(w >> 12) & 0xfff], 2);
+        memcpy(d + 6, b64_pairs[w & 0xfff], 2);
+        d += 8;
+    }
     for (; i + 3 <= n; i += 3) {
         uint32_t v = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8) | p[i + 2];
-        *d++ = b64[v >> 18];
-        *d++ = b64[(v >> 12) & 63];
-        *d++ = b64[(v >> 6) & 63];
-        *d++ = b64[v & 63];
+        memcpy(d, b64_pairs[v >> 12], 2);
+        memcpy(d + 2, b64_pairs[v & 0xfff], 2);
+        d += 4;
     }
     if (n - i == 1) {
         uint32_t v = (uint32_t)p[i] << 16;
-        *d++ = b64[v >> 18];
-        *d++ = b64[(v >> 12) & 63];
+        *d++ = b64_digits[v >> 18];
+        *d++ = b64_digits[(v >> 12) & 63];
         *d++ = '=';
         *d++ = '=';
     } else if (n - i == 2) {
         uint32_t v = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8);
-        *d++ = b64[v >> 18];
-        *d++ = b64[(v >> 12) & 63];
-        *d++ = b64[(v >> 6) & 63];
+        *d++ = b64_digits[v >> 18];
+        *d++ = b64_digits[(v >> 12) & 63];
+        *d++ = b64_digits[(v >> 6) & 63];
         *d++ = '=';
     }
     *d++ = '"';
@@ -673,14 +939,33 @@ static int put_base64(out_buf *o, const uint8_t *p, size_t n)
     return 0;
 }
 
-static int put_hex(out_buf *o, const uint8_t *p, size_t n, const char *digits)
+/* hex of p[0..n), two characters per byte from a table; lower-case bytes 16 at a time with
+ * SSE2 (nibbles spread to bytes, '0' added, and 'a' - '0' - 10 more above 9). */
+static int put_hex(out_buf *o, const uint8_t *p, size_t n, const char (*digits)[2])
 {
     if (out_reserve(o, 2 * n) < 0)
         return -1;
     char *d = o->data + o->len;
-    for (size_t i = 0; i < n; i++) {
-        *d++ = digits[p[i] >> 4];
-        *d++ = digits[p[i] & 15];
+    size_t i = 0;
+#ifdef __SSE2__
+    if (digits == hex_lower) {
+        const __m128i low4 = _mm_set1_epi8(0x0f), nine = _mm_set1_epi8(9);
+        const __m128i zero = _mm_set1_epi8('0'), gap = _mm_set1_epi8('a' - '0' - 10);
+        for (; i + 16 <= n; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+            __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), low4), lo = _mm_and_si128(v, low4);
+            __m128i a = _mm_unpacklo_epi8(hi, lo), b = _mm_unpackhi_epi8(hi, lo);
+            a = _mm_add_epi8(_mm_add_epi8(a, zero), _mm_and_si128(_mm_cmpgt_epi8(a, nine), gap));
+            b = _mm_add_epi8(_mm_add_epi8(b, zero), _mm_and_si128(_mm_cmpgt_epi8(b, nine), gap));
+            _mm_storeu_si128((__m128i *)d, a);
+            _mm_storeu_si128((__m128i *)(d + 16), b);
+            d += 32;
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        memcpy(d, digits[p[i]], 2);
+        d += 2;
     }
     o->len = (size_t)(d - o->data);
     return 0;
@@ -713,13 +998,16 @@ static const char *const value_keys[V_COUNT] = {
 };
 
 #define MAX_KEYS 64
+#define PREFIX_PAD 32
 
 PyDoc_STRVAR(message_json_doc,
-             "message_json(buf, file_start, fields, keys, body_mode, settings, transactions, sep)\n"
-             "    -> (text, ends, fallback)\n\n"
+             "message_json(buf, file_start, fields, keys, body_mode, settings, transactions, sep,\n"
+             "             out) -> (length, ends, fallback)\n\n"
              "The JSON objects of the records whose columns are the rows of the int64 array\n"
-             "fields (MESSAGE_FIELDS order), as compact JSON text, each followed by sep: row i is\n"
-             "text[ends[i-1]:ends[i]] (ends is int64 bytes). keys: (prefix, value) pairs in\n"
+             "fields (MESSAGE_FIELDS order), as compact JSON text, each followed by sep, written\n"
+             "to the start of the bytearray out (grown when too short, never shrunk; its first\n"
+             "length bytes are the text): row i is text[ends[i-1]:ends[i]] (ends is int64\n"
+             "bytes). keys: (prefix, value) pairs in\n"
              "output order: the bytes written before the value (the JSON key with its '{' or\n"
              "',' and ':'), and the value's index in VALUE_KEYS. Rows this code does not write\n"
              "(listed in fallback, empty in text) are the caller's: IPv4-mapped IPv6 hosts,\n"
@@ -735,19 +1023,25 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
     long long file_start;
     int body_mode;
     long long magic_v2, born_v6, store_v6, compressed, tx_mask, min_ms, max_ms;
-    PyObject *keys, *transactions, *result = NULL;
+    PyObject *keys, *transactions, *out, *result = NULL;
     Py_buffer sep;
     out_buf o = {0};
     int64_t *ends = NULL, *fallback = NULL;
     prop_entry *props = NULL;
-    const char *prefix[MAX_KEYS];
-    Py_ssize_t prefix_len[MAX_KEYS];
+    /* each key's prefix, padded: a short one (all of message_json's) is copied as one
+     * fixed-size block, with no call to memcpy */
+    char prefix[MAX_KEYS][PREFIX_PAD];
+    size_t prefix_len[MAX_KEYS];
+    const char *long_prefix[MAX_KEYS];
     int value[MAX_KEYS];
-    if (!PyArg_ParseTuple(args, "y*Ly*O!i(LLLLLLL)O!y*", &buf, &file_start, &fields,
+    if (!PyArg_ParseTuple(args, "y*Ly*O!i(LLLLLLL)O!y*O!", &buf, &file_start, &fields,
                           &PyTuple_Type, &keys, &body_mode, &magic_v2, &born_v6, &store_v6,
                           &compressed, &tx_mask, &min_ms, &max_ms, &PyTuple_Type, &transactions,
-                          &sep))
+                          &sep, &PyByteArray_Type, &out))
         return NULL;
+    o.array = out;
+    o.data = PyByteArray_AS_STRING(out);
+    o.cap = (size_t)PyByteArray_GET_SIZE(out);
     Py_ssize_t n = fields.len / (Py_ssize_t)(F_COUNT * sizeof(int64_t));
     Py_ssize_t n_keys = PyTuple_GET_SIZE(keys);
     if (fields.len != n * (Py_ssize_t)(F_COUNT * sizeof(int64_t)) || tx_mask < 0 ||
@@ -772,8 +1066,11 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 PyErr_SetString(PyExc_ValueError, "keys: (bytes prefix, value index) pairs");
             goto done;
         }
-        prefix[k] = PyBytes_AS_STRING(PyTuple_GET_ITEM(pair, 0));
-        prefix_len[k] = PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0));
+        long_prefix[k] = PyBytes_AS_STRING(PyTuple_GET_ITEM(pair, 0));
+        prefix_len[k] = (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0));
+        memset(prefix[k], 0, PREFIX_PAD);
+        if (prefix_len[k] < PREFIX_PAD)
+            memcpy(prefix[k], long_prefix[k], prefix_len[k]);
         value[k] = (int)v;
     }
     ends = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
@@ -783,6 +1080,9 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
         goto nomem;
     Py_ssize_t n_fallback = 0;
     const uint8_t *data = buf.buf;
+    /* what put_str may read from p on: the rest of the buffer */
+#define readable(p) ((size_t)(data + buf.len - (p)))
+    time_cache born_time = {LLONG_MIN, {0}}, store_time = {LLONG_MIN, {0}};
     const int64_t *all = fields.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         const int64_t *f = all + i * F_COUNT;
@@ -823,7 +1123,14 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
         int mode = body_mode == 0 && !valid_utf8(body, blen) ? 2 : body_mode;
         const uint8_t *bh = data + f[F_BORN_HOST_AT], *sh = data + f[F_STORE_HOST_AT];
         for (Py_ssize_t k = 0; k < n_keys; k++) {
-            PUT(&o, prefix[k], (size_t)prefix_len[k]);
+            if (prefix_len[k] < PREFIX_PAD) {
+                if (out_reserve(&o, PREFIX_PAD) < 0)
+                    goto done;
+                memcpy(o.data + o.len, prefix[k], PREFIX_PAD);
+                o.len += prefix_len[k];
+            } else {
+                PUT(&o, long_prefix[k], prefix_len[k]);
+            }
             int rc = 0;
             switch (value[k]) {
             case V_PHYSICAL_OFFSET: rc = put_int(&o, position); break;
@@ -834,14 +1141,16 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 else
                     PUTS(&o, "\"v1\"");
                 break;
-            case V_TOPIC: rc = put_str(&o, topic, (size_t)f[F_TOPIC_LENGTH]); break;
+            case V_TOPIC:
+                rc = put_str(&o, topic, (size_t)f[F_TOPIC_LENGTH], readable(topic));
+                break;
             case V_QUEUE_ID: rc = put_int(&o, f[F_QUEUE_ID]); break;
             case V_QUEUE_OFFSET: rc = put_int(&o, f[F_QUEUE_OFFSET]); break;
             case V_SYS_FLAG: rc = put_int(&o, f[F_SYS_FLAG]); break;
             case V_TRANSACTION: {
                 PyObject *tx = PyTuple_GET_ITEM(transactions, f[F_SYS_FLAG] & tx_mask);
                 rc = put_str(&o, (const uint8_t *)PyBytes_AS_STRING(tx),
-                             (size_t)PyBytes_GET_SIZE(tx));
+                             (size_t)PyBytes_GET_SIZE(tx), (size_t)PyBytes_GET_SIZE(tx));
                 break;
             }
             case V_FLAG: rc = put_int(&o, f[F_FLAG]); break;
@@ -860,10 +1169,14 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 PUTS(&o, "null");
                 break;
             case V_BORN_TIMESTAMP: rc = put_int(&o, f[F_BORN_TIMESTAMP]); break;
-            case V_BORN_TIME: rc = put_time(&o, f[F_BORN_TIMESTAMP], min_ms, max_ms); break;
+            case V_BORN_TIME:
+                rc = put_time(&o, f[F_BORN_TIMESTAMP], min_ms, max_ms, &born_time);
+                break;
             case V_BORN_HOST: rc = put_host(&o, bh, bv6, f[F_BORN_PORT]); break;
             case V_STORE_TIMESTAMP: rc = put_int(&o, f[F_STORE_TIMESTAMP]); break;
-            case V_STORE_TIME: rc = put_time(&o, f[F_STORE_TIMESTAMP], min_ms, max_ms); break;
+            case V_STORE_TIME:
+                rc = put_time(&o, f[F_STORE_TIMESTAMP], min_ms, max_ms, &store_time);
+                break;
             case V_STORE_HOST: rc = put_host(&o, sh, sv6, f[F_STORE_PORT]); break;
             case V_RECONSUME_TIMES: rc = put_int(&o, f[F_RECONSUME_TIMES]); break;
             case V_PREPARED_TRANSACTION_OFFSET:
@@ -874,10 +1187,11 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 for (int p = 0; p < np && rc == 0; p++) {
                     if (p)
                         PUTS(&o, ",");
-                    rc = put_str(&o, props[p].name, props[p].name_len);
+                    rc = put_str(&o, props[p].name, props[p].name_len, readable(props[p].name));
                     PUTS(&o, ":");
                     if (rc == 0)
-                        rc = put_str(&o, props[p].value, props[p].value_len);
+                        rc = put_str(&o, props[p].value, props[p].value_len,
+                                     readable(props[p].value));
                 }
                 PUTS(&o, "}");
                 break;
@@ -885,7 +1199,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
             case V_UNIQ_KEY: {
                 const prop_entry *e = find_prop(props, np, value[k] == V_TAGS ? "TAGS" : "UNIQ_KEY");
                 if (e)
-                    rc = put_str(&o, e->value, e->value_len);
+                    rc = put_str(&o, e->value, e->value_len, readable(e->value));
                 else
                     PUTS(&o, "null");
                 break;
@@ -901,7 +1215,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                     if (len) {
                         if (!first)
                             PUTS(&o, ",");
-                        rc = put_str(&o, piece, len);
+                        rc = put_str(&o, piece, len, readable(piece));
                         first = 0;
                     }
                     j += len + 1;
@@ -916,7 +1230,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 be_put(id + ip_len, (unsigned long long)f[F_STORE_PORT], 4);
                 be_put(id + ip_len + 4, (unsigned long long)f[F_PHYSICAL_OFFSET], 8);
                 PUTS(&o, "\"");
-                rc = put_hex(&o, id, (size_t)ip_len + 12, "0123456789ABCDEF");
+                rc = put_hex(&o, id, (size_t)ip_len + 12, hex_upper);
                 PUTS(&o, "\"");
                 break;
             }
@@ -929,10 +1243,10 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
             }
             case V_BODY:
                 if (mode == 0) {
-                    rc = put_str(&o, body, blen);
+                    rc = put_str(&o, body, blen, readable(body));
                 } else if (mode == 1) {
                     PUTS(&o, "\"");
-                    rc = put_hex(&o, body, blen, "0123456789abcdef");
+                    rc = put_hex(&o, body, blen, hex_lower);
                     PUTS(&o, "\"");
                 } else if (mode == 2) {
                     rc = put_base64(&o, body, blen);
@@ -942,19 +1256,19 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 break;
             }
             if (rc < 0)
-                goto nomem;
+                goto done;
         }
         PUTS(&o, "}");
         PUT(&o, sep.buf, (size_t)sep.len);
         ends[i] = (int64_t)o.len;
     }
-    result = Py_BuildValue("(y#NN)", o.data ? o.data : "", (Py_ssize_t)o.len,
-                           as_bytes(ends, n), as_bytes(fallback, n_fallback));
+#undef readable
+    result = Py_BuildValue("(nNN)", (Py_ssize_t)o.len, as_bytes(ends, n),
+                           as_bytes(fallback, n_fallback));
     goto done;
 nomem:
     PyErr_NoMemory();
 done:
-    PyMem_Free(o.data);
     PyMem_Free(ends);
     PyMem_Free(fallback);
     PyMem_Free(props);
@@ -1302,8 +1616,8 @@ done:
 
 static PyObject *speedups_features(PyObject *self, PyObject *unused)
 {
-    return Py_BuildValue("{s:O,s:O}", "pclmul", have_clmul ? Py_True : Py_False, "sse4_2",
-                         have_sse42 ? Py_True : Py_False);
+    return Py_BuildValue("{s:O,s:O,s:O}", "pclmul", have_clmul ? Py_True : Py_False, "sse4_2",
+                         have_sse42 ? Py_True : Py_False, "ssse3", have_ssse3 ? Py_True : Py_False);
 }
 
 static PyMethodDef methods[] = {
@@ -1331,10 +1645,14 @@ PyMODINIT_FUNC PyInit__speedups(void)
     }
     make_tables(crc32_table, 0xEDB88320u);
     make_tables(crc32c_table, 0x82F63B78u);
+    make_utf8_tables();
+    make_digit_tables();
+    make_b64_table();
 #ifdef HAVE_X86
     __builtin_cpu_init();
     have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
     have_sse42 = __builtin_cpu_supports("sse4.2");
+    have_ssse3 = __builtin_cpu_supports("ssse3");
 #endif
     PyObject *m = PyModule_Create(&module);
     if (!m)

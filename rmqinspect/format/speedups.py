@@ -98,15 +98,18 @@ def message_json(
     settings: tuple[int, ...],
     transactions: tuple[bytes, ...],
     separator: bytes,
-) -> tuple[bytes, I64, I64]:
+    out: bytearray,
+) -> tuple[int, I64, I64]:
     """The compact JSON text of many message objects, each followed by ``separator`` (see
-    ``_speedups.message_json``): the text, each row's end in it, and the rows left to the
-    caller. ``keys`` are the objects' keys in order, each as the bytes written before its value
-    and the value's index in :func:`message_values` (which is empty without the extension:
-    callers write every row themselves then)."""
+    ``_speedups.message_json``), written to the start of ``out`` (grown when too short, never
+    shrunk, so a caller that hands the same bytearray batch after batch writes into memory
+    already mapped): the text's length, each row's end in it, and the rows left to the caller.
+    ``keys`` are the objects' keys in order, each as the bytes written before its value and the
+    value's index in :func:`message_values` (which is empty without the extension: callers
+    write every row themselves then)."""
     if _speedups is None:
         raise RuntimeError("message_json needs the C extension")
-    text, ends, fallback = _speedups.message_json(
+    length, ends, fallback = _speedups.message_json(
         buf,
         file_start,
         np.ascontiguousarray(fields, np.int64),
@@ -115,8 +118,9 @@ def message_json(
         settings,
         transactions,
         separator,
+        out,
     )
-    return text, np.frombuffer(ends, np.int64), np.frombuffer(fallback, np.int64)
+    return length, np.frombuffer(ends, np.int64), np.frombuffer(fallback, np.int64)
 
 
 _INLINE = 12  # an Arrow binary view holds values this short inline

@@ -149,7 +149,7 @@ def print_plain_jsonl(rows: Iterable[dict[str, Any]]) -> int:
     return n
 
 
-def print_jsonl_blocks(blocks: Iterable[bytes]) -> None:
+def print_jsonl_blocks(blocks: Iterable[bytes | memoryview]) -> None:
     """JSON Lines already encoded: blocks of rows, each row followed by ``JSONL_SEPARATOR``."""
     out = _stdout_bytes()
     for block in blocks:
@@ -162,7 +162,7 @@ def _stdout_bytes() -> BinaryIO:
     return sys.stdout.buffer
 
 
-def print_json_array_blocks(blocks: Iterable[bytes], indent: str = "") -> None:
+def print_json_array_blocks(blocks: Iterable[bytes | memoryview], indent: str = "") -> None:
     """A JSON array written as it arrives (a scan can be far larger than memory), one compact
     element per line: blocks of elements, each followed by ``array_separator(indent)``;
     ``indent`` is the array's own indentation."""

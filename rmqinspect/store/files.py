@@ -461,8 +461,10 @@ def content_crc32c(path: Path) -> tuple[int, int, int]:
 
 def _snapshot(fd: int, size: int) -> tuple[mmap.mmap, int]:
     """A private copy of the file in anonymous memory (holes stay untouched zero pages) and
-    where its data ends."""
-    copy = mmap.mmap(-1, size)
+    where its data ends. MAP_PRIVATE: mmap's default for anonymous memory, MAP_SHARED, puts the
+    pages in shmem, whose faults, and whose freeing at close, cost about half as much again
+    (0.4 s more CPU for a 1 GiB file)."""
+    copy = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
     end = 0
     with memoryview(copy) as whole:
         for a, b in data_extents(fd, 0, size):
