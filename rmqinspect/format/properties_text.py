@@ -12,6 +12,7 @@ import numpy as np
 
 from rmqinspect.format import properties as props
 from rmqinspect.format.npbytes import I64, windows
+from rmqinspect.format.speedups import property_entries
 
 if TYPE_CHECKING:
     from rmqinspect.format.columns import RecordColumns
@@ -28,8 +29,9 @@ def _needle(text: bytes) -> re.Pattern[bytes]:
 
 
 class PropertiesText:
-    """The properties of some records (``rows``, ascending) laid out in one string, bodies left
-    out, to find property values by searching it once per name (:meth:`spans`).
+    """The properties of some records (``rows``, ascending), to find property values of many
+    records at once (:meth:`spans`): their entries parsed in C, or without the extension (or
+    for text that is not UTF-8) laid out in one string, bodies left out, searched once per name.
 
     Each record's properties are one row of a fixed width (copied at once with numpy; what
     follows a record's properties pads its row), or, where a record's properties are long or
@@ -41,8 +43,14 @@ class PropertiesText:
         self.rows = rows
         self.at = cols.properties_at[rows]
         size = np.maximum(cols.properties_length[rows], 0)
+        self.data = np.frombuffer(cols.buf, np.uint8)
+        # The C parser gives every entry at once (None without it, or for text it leaves to
+        # Java's decoding); the joined string is the way otherwise.
+        self.entries = property_entries(cols.buf, self.at, size) if len(rows) else None
+        if self.entries is not None:
+            return
         width = int(size.max()) if len(rows) else 0
-        data = np.frombuffer(cols.buf, np.uint8)
+        data = self.data
         if 0 < width <= _MAX_ROW and int(self.at.max()) + width <= len(data):
             self.text = windows(data, self.at, width).tobytes()
             self.starts = np.arange(len(rows), dtype=np.int64) * width
@@ -64,6 +72,15 @@ class PropertiesText:
         n = len(self.rows)
         starts, lengths = np.full(n, -1, np.int64), np.zeros(n, np.int64)
         if not n:
+            return starts, lengths
+        if self.entries is not None:
+            # Entries as parse_properties keeps them: empty values dropped, the last one wins.
+            rows, name_at, name_len, value_at, value_len = self.entries
+            wanted = np.frombuffer(name.encode("utf-8"), np.uint8)
+            named = np.flatnonzero(name_len == len(wanted))
+            named = named[(windows(self.data, name_at[named], len(wanted)) == wanted).all(axis=1)]
+            starts[rows[named]] = value_at[named]
+            lengths[rows[named]] = value_len[named]
             return starts, lengths
         joined, row_starts = self.text, self.starts
         needle = name.encode("utf-8") + b"\x01"
