@@ -69,9 +69,10 @@ def record_runs(
     lenient = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=True)
     strict = cl.CheckOptions(profile=store.profile.profile)  # the broker's check: its verdicts
     buf = store.view(file)
-    released = begin
+    released = reached = begin
     try:
         for event in store.scan_file(file, buf, begin, lenient, resync=True):
+            reached = max(reached, event.end)
             if isinstance(event, Skipped):
                 at = event.record_position
                 if at >= end:
@@ -95,7 +96,9 @@ def record_runs(
             released = event.end
     finally:
         buf.release()
-        store.maps.release(file, released, end)
+        # The last run's walk reads past ``end``: its pages go too, or every range would leave
+        # a run's worth of the next range mapped in this process.
+        store.maps.release(file, released, max(end, reached))
 
 
 _NONE = np.zeros(0, np.int64)
