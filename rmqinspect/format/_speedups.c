@@ -451,7 +451,8 @@ __attribute__((target("ssse3"))) static int valid_utf8_ssse3(const uint8_t *p, s
 static int valid_utf8(const uint8_t *p, size_t n)
 {
 #if defined(HAVE_X86) && defined(__SSE2__)
-    if (have_ssse3)
+    /* Below a block the scalar loop wins: names and values of properties are mostly short. */
+    if (have_ssse3 && n >= 16)
         return valid_utf8_ssse3(p, n);
 #endif
     size_t i = 0;
