@@ -3,7 +3,9 @@
 Every figure a script prints is measured in the same run as its reference (``cat`` of the same
 bytes, ``python -c pass``), so a busy machine shifts both. A child command is timed by wall
 clock and by CPU (user + system, from ``wait4``); its peak resident set (mapped store pages
-included) is the kernel's high-water mark, its peak anonymous memory is sampled.
+included) is the kernel's high-water mark of the executed program (``VmHWM``, sampled: ``wait4``'s
+``ru_maxrss`` also counts what the child shared with this process between fork and exec, and
+this process may hold a big store writer), its peak anonymous memory is sampled too.
 """
 
 from __future__ import annotations
@@ -58,31 +60,43 @@ def cat_seconds(files: list[Path]) -> float:
 class Run:
     wall: float  # seconds
     cpu: float  # user + system seconds of the child
-    max_rss: int  # bytes: the child's peak resident set, mapped file pages included
+    max_rss: int  # bytes: the program's peak resident set, mapped file pages included
     max_anon: int  # bytes: the child's peak anonymous memory (sampled every 20 ms)
     code: int
 
 
-def _anon(pid: int) -> int:
+def _memory(pid: int) -> tuple[int, int]:
+    """(high-water mark of the resident set, resident anonymous memory) of ``pid`` in bytes."""
+    hwm = anon = 0
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+                elif line.startswith("RssAnon:"):
+                    anon = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return hwm, anon
 
 
 def run(cmd: list[str], *, ok: tuple[int, ...] = (0,), stdout: int | None = None) -> Run:
     """Run ``cmd`` to completion (stdout to /dev/null unless given) and measure it."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if stdout is None else stdout)
-    peak = [0]
+    peak = [0, 0]
     done = threading.Event()
+    command_line = "\0".join(cmd).encode() + b"\0"
 
     def sample() -> None:
         while not done.wait(0.02):
-            peak[0] = max(peak[0], _anon(proc.pid))
+            try:  # before exec the child is still a copy of this process: not its figures
+                with open(f"/proc/{proc.pid}/cmdline", "rb") as fh:
+                    if fh.read() != command_line:
+                        continue
+            except OSError:
+                continue
+            hwm, anon = _memory(proc.pid)
+            peak[0], peak[1] = max(peak[0], hwm), max(peak[1], anon)
 
     thread = threading.Thread(target=sample, daemon=True)
     t0 = time.perf_counter()
@@ -94,9 +108,7 @@ def run(cmd: list[str], *, ok: tuple[int, ...] = (0,), stdout: int | None = None
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in ok:
         raise SystemExit(f"{' '.join(cmd)} exited with {proc.returncode}")
-    return Run(
-        wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, peak[0], proc.returncode
-    )
+    return Run(wall, usage.ru_utime + usage.ru_stime, peak[0], peak[1], proc.returncode)
 
 
 def best_of(n: int, cmd: list[str], *, ok: tuple[int, ...] = (0,)) -> Run:
