@@ -98,3 +98,40 @@ def test_a_last_file_truncated_and_regrown_while_read_never_faults(store: Path) 
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_the_last_file_is_copied_only_while_a_broker_holds_the_lock(store: Path) -> None:
+    """Offline (nobody holds ``lock``) the last commitlog file is mapped like the others; while
+    a process holds the lock, as a running broker does, it is read once into a private copy."""
+    from rmqinspect.errors import LiveStoreWarning
+    from rmqinspect.store.model import Store
+
+    with Store.open(store) as offline:
+        assert not offline.maps.snapshot_paths
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n"
+            "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n",
+            str(store / "lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with (
+            pytest.warns(LiveStoreWarning, match="holds the broker's lock"),
+            Store.open(store) as live,
+        ):
+            last = live.commitlog.files[-1]
+            assert live.maps.snapshot_paths == {last.path}
+            with live.view(last) as view:
+                assert bytes(view[:8]) == (store / "commitlog" / last.name).read_bytes()[:8]
+    finally:
+        holder.kill()
+        holder.wait()
