@@ -215,6 +215,26 @@ static int get_i64_out(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char 
     return 0;
 }
 
+/* How many (start, length) pairs two int64 buffers of one size hold, every slice with a positive
+ * length lying inside a buffer of len bytes; -1 with ValueError set otherwise. */
+static Py_ssize_t slice_pairs(const Py_buffer *starts, const Py_buffer *lengths, Py_ssize_t len)
+{
+    if (lengths->len != starts->len || starts->len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths must be int64 arrays of one length");
+        return -1;
+    }
+    Py_ssize_t n = starts->len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *s = starts->buf, *l = lengths->buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (l[i] > 0 && (s[i] < 0 || l[i] > (int64_t)len - s[i])) {
+            PyErr_Format(PyExc_ValueError, "slice %zd [%lld, +%lld) is outside the buffer", i,
+                         (long long)s[i], (long long)l[i]);
+            return -1;
+        }
+    }
+    return n;
+}
+
 /* --- walk ---------------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(walk_doc,
@@ -1289,24 +1309,12 @@ static PyObject *crc_many(PyObject *args, crc_fn fn)
     PyObject *out_obj;
     if (!PyArg_ParseTuple(args, "y*y*y*O", &buf, &starts, &lengths, &out_obj))
         return NULL;
-    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(int64_t);
     PyObject *result = NULL;
-    if (lengths.len != starts.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_SetString(PyExc_ValueError, "starts and lengths must be int64 arrays of one length");
-        goto done;
-    }
-    if (get_i64_out(out_obj, &out, n, "out") < 0)
+    Py_ssize_t n = slice_pairs(&starts, &lengths, buf.len);
+    if (n < 0 || get_i64_out(out_obj, &out, n, "out") < 0)
         goto done;
     const int64_t *s = starts.buf, *l = lengths.buf;
     int64_t *o = out.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (l[i] > 0 && (s[i] < 0 || l[i] > (int64_t)buf.len - s[i])) {
-            PyErr_Format(PyExc_ValueError, "slice %zd [%lld, +%lld) is outside the buffer", i,
-                         (long long)s[i], (long long)l[i]);
-            PyBuffer_Release(&out);
-            goto done;
-        }
-    }
     const uint8_t *data = buf.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++)
@@ -1481,20 +1489,14 @@ static PyObject *speedups_binary_views(PyObject *self, PyObject *args)
     Py_buffer buf, starts, lengths, out;
     if (!PyArg_ParseTuple(args, "y*y*y*w*", &buf, &starts, &lengths, &out))
         return NULL;
-    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(int64_t);
     PyObject *result = NULL;
     const int64_t *s = starts.buf, *l = lengths.buf;
-    if (lengths.len != starts.len || starts.len % (Py_ssize_t)sizeof(int64_t) ||
-        out.len < n * 16 || buf.len > INT32_MAX) {
+    Py_ssize_t n = slice_pairs(&starts, &lengths, buf.len);
+    if (n < 0)
+        goto done;
+    if (out.len < n * 16 || buf.len > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "bad binary_views arguments");
         goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (l[i] > 0 && (s[i] < 0 || l[i] > (int64_t)buf.len - s[i])) {
-            PyErr_Format(PyExc_ValueError, "slice %zd [%lld, +%lld) is outside the buffer", i,
-                         (long long)s[i], (long long)l[i]);
-            goto done;
-        }
     }
     const uint8_t *data = buf.buf;
     uint8_t *o = out.buf;
@@ -1544,22 +1546,15 @@ static PyObject *speedups_property_entries(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*y*y*OOOOO", &buf, &starts, &lengths, &out_obj[0], &out_obj[1],
                           &out_obj[2], &out_obj[3], &out_obj[4]))
         return NULL;
-    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(int64_t), capacity = 0, got = 0;
+    Py_ssize_t capacity = 0, got = 0;
     PyObject *result = NULL;
     const int64_t *s = starts.buf, *l = lengths.buf;
-    if (lengths.len != starts.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_SetString(PyExc_ValueError, "starts and lengths must be int64 arrays of one length");
+    Py_ssize_t n = slice_pairs(&starts, &lengths, buf.len);
+    if (n < 0)
         goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (l[i] > 0 && (s[i] < 0 || l[i] > (int64_t)buf.len - s[i])) {
-            PyErr_Format(PyExc_ValueError, "slice %zd [%lld, +%lld) is outside the buffer", i,
-                         (long long)s[i], (long long)l[i]);
-            goto done;
-        }
+    for (Py_ssize_t i = 0; i < n; i++)
         if (l[i] > 0)
             capacity += (Py_ssize_t)(l[i] / 3);
-    }
     for (; got < 5; got++)
         if (get_i64_out(out_obj[got], &out[got], capacity, "entry columns") < 0)
             goto done;
