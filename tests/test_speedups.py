@@ -115,18 +115,43 @@ def test_crc_refuses_a_slice_outside_the_buffer() -> None:
         speedups.crc32_many(b"abc", np.array([2], np.int64), np.array([5], np.int64))
 
 
+_BORN = HostAddress(bytes([10, 0, 0, 1]), 1)
+_STORED = HostAddress(bytes([10, 0, 0, 2]), 2)
+
+
+def _record(**fields: Any) -> bytes:
+    """One encoded record of TopicA between the two test hosts, every other field zero or
+    empty, unless given."""
+    defaults: dict[str, Any] = {
+        "topic": "TopicA", "queue_id": 0, "flag": 0, "queue_offset": 0, "physical_offset": 0,
+        "sys_flag": 0, "born_timestamp": 0, "born_host": _BORN, "store_timestamp": 0,
+        "store_host": _STORED, "reconsume_times": 0, "prepared_transaction_offset": 0,
+        "body": b"", "properties": b"",
+    }  # fmt: skip
+    return encode.encode_message(**{**defaults, **fields})
+
+
 def _fields(cols: columns.RecordColumns) -> dict[str, list[int]]:
     return {name: getattr(cols, name).tolist() for name in columns._ARRAY_FIELDS}
 
 
 def _drawn_record(data: st.DataObject) -> bytes:
-    return encode.encode_message(
-        topic=data.draw(st.sampled_from(["T", "TopicLonger", ""])), queue_id=3, flag=1,
-        queue_offset=7, physical_offset=9, sys_flag=data.draw(st.sampled_from([0, 0x10, 0x30])),
-        born_timestamp=5, born_host=_HOST_V6 if data.draw(st.booleans()) else _HOST_V4,
-        store_timestamp=6, store_host=_HOST_V4, reconsume_times=2, prepared_transaction_offset=4,
-        body=data.draw(st.binary(max_size=30)), properties=data.draw(st.binary(max_size=20)),
-    )  # fmt: skip
+    return _record(
+        topic=data.draw(st.sampled_from(["T", "TopicLonger", ""])),
+        queue_id=3,
+        flag=1,
+        queue_offset=7,
+        physical_offset=9,
+        sys_flag=data.draw(st.sampled_from([0, 0x10, 0x30])),
+        born_timestamp=5,
+        born_host=_HOST_V6 if data.draw(st.booleans()) else _HOST_V4,
+        store_timestamp=6,
+        store_host=_HOST_V4,
+        reconsume_times=2,
+        prepared_transaction_offset=4,
+        body=data.draw(st.binary(max_size=30)),
+        properties=data.draw(st.binary(max_size=20)),
+    )
 
 
 @needs_c
@@ -146,11 +171,17 @@ def test_gather_agrees(data: st.DataObject) -> None:
 
 
 def test_gather_reads_a_short_record_at_the_buffers_end() -> None:
-    record = encode.encode_message(
-        topic="T", queue_id=3, flag=0, queue_offset=77, physical_offset=0, sys_flag=0,
-        born_timestamp=5, born_host=_HOST_V4, store_timestamp=6, store_host=_HOST_V4,
-        reconsume_times=9, prepared_transaction_offset=11, body=b"", properties=b"",
-    )  # fmt: skip
+    record = _record(
+        topic="T",
+        queue_id=3,
+        queue_offset=77,
+        born_timestamp=5,
+        born_host=_HOST_V4,
+        store_timestamp=6,
+        store_host=_HOST_V4,
+        reconsume_times=9,
+        prepared_transaction_offset=11,
+    )
     for gather in (columns.gather, columns.py_gather):
         cols = gather(record, np.zeros(1, np.int64), 0)
         assert cols.well_formed.tolist() == [True]
@@ -427,19 +458,10 @@ def test_message_json_at_every_chunk_boundary(awkward: bytes) -> None:
         buf = bytearray()
         for at in range(length + 1):
             body = b"a" * at + awkward + b"b" * (length - at)
-            buf += encode.encode_message(
+            buf += _record(
                 topic="T" * (length % 7),
-                queue_id=0,
-                flag=0,
                 queue_offset=at,
                 physical_offset=len(buf),
-                sys_flag=0,
-                born_timestamp=0,
-                born_host=HostAddress(bytes([10, 0, 0, 1]), 1),
-                store_timestamp=0,
-                store_host=HostAddress(bytes([10, 0, 0, 2]), 2),
-                reconsume_times=0,
-                prepared_transaction_offset=0,
                 body=body,
                 properties=b"KEYS\x01" + body.replace(b"\x01", b"").replace(b"\x02", b""),
             )
@@ -490,22 +512,7 @@ def test_the_c_writer_takes_as_text_what_python_decodes(bodies: list[bytes]) -> 
     Python's strict decoder takes it, and the same text."""
     buf = bytearray()
     for body in [*bodies, b"\xe4\xb8\xad" * 40]:  # a long valid body in every example
-        buf += encode.encode_message(
-            topic="TopicA",
-            queue_id=0,
-            flag=0,
-            queue_offset=0,
-            physical_offset=len(buf),
-            sys_flag=0,
-            born_timestamp=0,
-            born_host=HostAddress(bytes([10, 0, 0, 1]), 1),
-            store_timestamp=0,
-            store_host=HostAddress(bytes([10, 0, 0, 2]), 2),
-            reconsume_times=0,
-            prepared_transaction_offset=0,
-            body=body,
-            properties=b"",
-        )
+        buf += _record(physical_offset=len(buf), body=body)
     data = bytes(buf) + bytes(256)
     cols = columns.gather(data, columns.walk(data, 0), 0)
     rows = np.arange(len(cols), dtype=np.int64)
@@ -517,22 +524,7 @@ def test_the_c_writer_takes_as_text_what_python_decodes(bodies: list[bytes]) -> 
 @pytest.mark.parametrize("name_length", [1, 27, 28, 29, 60])
 def test_the_c_writer_writes_keys_of_any_length(name_length: int) -> None:
     """Short key prefixes are copied as one padded block, long ones byte for byte."""
-    data = encode.encode_message(
-        topic="TopicA",
-        queue_id=7,
-        flag=0,
-        queue_offset=0,
-        physical_offset=0,
-        sys_flag=0,
-        born_timestamp=0,
-        born_host=HostAddress(bytes([10, 0, 0, 1]), 1),
-        store_timestamp=0,
-        store_host=HostAddress(bytes([10, 0, 0, 2]), 2),
-        reconsume_times=0,
-        prepared_transaction_offset=0,
-        body=b"x",
-        properties=b"",
-    ) + bytes(256)
+    data = _record(queue_id=7, body=b"x") + bytes(256)
     cols = columns.gather(data, columns.walk(data, 0), 0)
     rows = np.arange(len(cols), dtype=np.int64)
     table = np.stack([getattr(cols, name)[rows] for name in speedups.message_fields()], 1)

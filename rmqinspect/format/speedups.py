@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import struct
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
@@ -207,11 +208,7 @@ def py_crc32_many(buf: Buffer, starts: I64, lengths: I64) -> I64:
 
 def crc32_many(buf: Buffer, starts: I64, lengths: I64) -> I64:
     """:func:`py_crc32_many`, in C when built."""
-    if _speedups is None:
-        return py_crc32_many(buf, starts, lengths)
-    out = np.empty(len(starts), np.int64)
-    _speedups.crc32_many(buf, _i64(starts), _i64(lengths), out)
-    return out
+    return _crc_many("crc32_many", py_crc32_many, buf, starts, lengths)
 
 
 def py_crc32c_many(buf: Buffer, starts: I64, lengths: I64) -> I64:
@@ -230,10 +227,16 @@ def py_crc32c_many(buf: Buffer, starts: I64, lengths: I64) -> I64:
 
 def crc32c_many(buf: Buffer, starts: I64, lengths: I64) -> I64:
     """:func:`py_crc32c_many`, in C when built."""
+    return _crc_many("crc32c_many", py_crc32c_many, buf, starts, lengths)
+
+
+def _crc_many(
+    name: str, twin: Callable[[Buffer, I64, I64], I64], buf: Buffer, starts: I64, lengths: I64
+) -> I64:
     if _speedups is None:
-        return py_crc32c_many(buf, starts, lengths)
+        return twin(buf, starts, lengths)
     out = np.empty(len(starts), np.int64)
-    _speedups.crc32c_many(buf, _i64(starts), _i64(lengths), out)
+    getattr(_speedups, name)(buf, _i64(starts), _i64(lengths), out)
     return out
 
 
