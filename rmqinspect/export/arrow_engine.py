@@ -9,14 +9,13 @@ import multiprocessing
 import os
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rmqinspect.export.parquet import TableWriter, write_empty
+from rmqinspect.export.parquet import write_empty
 from rmqinspect.export.plan import (
     CommitlogRange,
-    FileGroup,
     OffsetsPart,
     Part,
     StoreRef,
@@ -27,9 +26,9 @@ from rmqinspect.export.plan import (
     plan_queues,
 )
 from rmqinspect.export.progress import FileTally, Reporter
-from rmqinspect.export.restart import RestartKeeps, restart_keeps
+from rmqinspect.export.restart import RestartKeeps
 from rmqinspect.export.schema import PARTITION_COLUMN, Table
-from rmqinspect.export.tables import file_crc32c, read_part
+from rmqinspect.export.tasks import PartResult, predict_restart, run_part
 from rmqinspect.store.model import Store
 
 
@@ -37,45 +36,6 @@ from rmqinspect.store.model import Store
 class EngineResult:
     rows: dict[Table, int]
     hashes: list[tuple[str, int, int, int]]  # (path, size, mtime ns, crc32c) per source file
-
-
-@dataclass
-class _Done:
-    rows: dict[Table, int] = field(default_factory=dict)
-    hashes: list[tuple[str, int, int, int]] = field(default_factory=list)
-
-
-_OPEN: dict[StoreRef, Store] = {}  # per worker process: tasks of one export share the store
-
-
-def _store(ref: StoreRef) -> Store:
-    if ref not in _OPEN:
-        _OPEN[ref] = ref.open()
-    return _OPEN[ref]
-
-
-def _restart(ref: StoreRef) -> RestartKeeps:
-    # A store of its own, closed afterwards: the emulation maps the files it scans, and their
-    # pages should not stay resident while this worker goes on to other parts.
-    with ref.open() as store:
-        return restart_keeps(store)
-
-
-def _run(
-    ref: StoreRef, out: str, part: Part, tables: tuple[Table, ...], keeps: RestartKeeps | None
-) -> _Done:
-    store = _store(ref)
-    if isinstance(part, FileGroup):
-        return _Done(hashes=list(file_crc32c(store, part)))
-    writers: dict[Table, TableWriter] = {}
-    try:
-        for table, batch in read_part(store, part, tables, keeps):
-            if table not in writers:
-                writers[table] = TableWriter(Path(out) / table.value, table, part.number)
-            writers[table].write(batch)
-    finally:
-        rows = {table: w.close() for table, w in writers.items()}
-    return _Done(rows=rows)
 
 
 def run_arrow(
@@ -91,7 +51,7 @@ def run_arrow(
     if Table.CONSUMER_OFFSETS in wanted:
         parts.append(OffsetsPart())
     parts += plan_hashes(store.root)
-    result = _Done(rows={t: 0 for t in wanted})
+    result = PartResult(rows={t: 0 for t in wanted})
     workers = jobs or os.cpu_count() or 1
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
@@ -99,15 +59,15 @@ def run_arrow(
         # start up and run them while this process plans the commitlog ranges.
         keeps: Future[RestartKeeps] | None = None
         if Table.MESSAGES in wanted:
-            keeps = pool.submit(_restart, ref)
-        running: dict[Future[_Done], Part] = {
-            pool.submit(_run, ref, str(out), p, wanted, None): p for p in parts
+            keeps = pool.submit(predict_restart, ref)
+        running: dict[Future[PartResult], Part] = {
+            pool.submit(run_part, ref, str(out), p, wanted, None): p for p in parts
         }
         ranges: list[CommitlogRange] = []
         if Table.MESSAGES in wanted or Table.FINDINGS in wanted:
             ranges = plan_commitlog(store)
         if keeps is None:
-            running |= {pool.submit(_run, ref, str(out), r, wanted, None): r for r in ranges}
+            running |= {pool.submit(run_part, ref, str(out), r, wanted, None): r for r in ranges}
         tally = FileTally([*ranges, *parts])
         reporter.planned(tally.nbytes, tally.files)
         while running or keeps is not None:
@@ -119,7 +79,7 @@ def run_arrow(
                 for r in ranges:
                     f = commitlog_file(store, r.file)
                     own = prediction.within(f.start + r.begin, f.start + r.end)
-                    running[pool.submit(_run, ref, str(out), r, wanted, own)] = r
+                    running[pool.submit(run_part, ref, str(out), r, wanted, own)] = r
             for future in [f for f in running if f in done]:
                 part = running.pop(future)
                 finished = future.result()
