@@ -22,11 +22,12 @@ from typing import Protocol
 
 import numpy as np
 
-from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
+from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
+from rmqinspect.analysis.recovery.keeps import RestartKeeps, keeps_from_report
 from rmqinspect.analysis.verify import Context, VerifyOptions, record_failures, run_failures
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns, gather
-from rmqinspect.format.npbytes import I64, Mask, members
+from rmqinspect.format.npbytes import I64, Mask
 from rmqinspect.format.scan import (
     CheckedRun,
     Skipped,
@@ -113,38 +114,11 @@ class SalvageReport:
     caveats: tuple[str, ...] = CAVEATS
 
 
-class _Keeps:
-    """The restart prediction's answer for record positions."""
-
-    def __init__(self, report: RecoveryReport, file_size: int) -> None:
-        clr = report.commitlog
-        self.end = clr.max_offset if clr is not None and clr.max_offset is not None else -1
-        kept = clr.files_after if clr is not None and clr.files_after is not None else []
-        self.kept = [(int(f.name), int(f.name) + file_size) for f in kept]
-        self.unserved = np.array(
-            sorted(
-                m.physical_offset
-                for m in (report.lost_messages.messages if report.lost_messages else [])
-                if m.where == "no_queue_unit"
-            ),
-            np.int64,
-        )
-
-    def __call__(self, positions: I64) -> Mask:
-        keeps = positions < self.end
-        inside = np.zeros(len(positions), bool)
-        for a, b in self.kept:
-            inside |= (positions >= a) & (positions < b)
-        keeps &= inside
-        keeps &= ~members(positions, self.unserved)
-        return keeps
-
-
 def salvage(store: Store, sink: SalvageSink, progress: Progress | None = None) -> SalvageReport:
     """Hand every intact (and every partly readable) record of ``store`` to ``sink``."""
     advance = progress or (lambda _n: None)
     restart = run_recovery(store, RecoverOptions(lost_limit=None)).report
-    keeps = _Keeps(restart, store.commitlog.file_size)
+    keeps = keeps_from_report(restart)
     ctx = Context(store, VerifyOptions())
     report = SalvageReport(str(store.root), ctx.profile.value, len(store.commitlog.files))
     report.restart = RestartSummary(
@@ -169,7 +143,7 @@ def _file(
     ctx: Context,
     f: StoreFile,
     buf: memoryview,
-    keeps: _Keeps,
+    keeps: RestartKeeps,
     sink: SalvageSink,
     report: SalvageReport,
 ) -> None:
@@ -201,7 +175,7 @@ def _run(
     f: StoreFile,
     buf: memoryview,
     cols: RecordColumns,
-    keeps: _Keeps,
+    keeps: RestartKeeps,
     sink: SalvageSink,
     report: SalvageReport,
 ) -> None:
@@ -217,7 +191,7 @@ def _run(
         found = record_failures(buf, int(cols.positions[i]), f.start, accepted, ctx)
         failed[i] = tuple(dict.fromkeys(found + checks))
     intact = np.array([not x for x in failed], bool)
-    kept = keeps(positions)
+    kept = keeps.keeps(f.name, positions)
     sink.add_columns(cols, np.arange(len(cols), dtype=np.int64), intact, kept, failed)
     _count(report, intact, kept)
 
@@ -227,7 +201,7 @@ def _damaged(
     f: StoreFile,
     buf: memoryview,
     event: Skipped,
-    keeps: _Keeps,
+    keeps: RestartKeeps,
     sink: SalvageSink,
     report: SalvageReport,
 ) -> None:
@@ -237,7 +211,7 @@ def _damaged(
         if r.record is None:
             continue
         failed = tuple(record_failures(buf, pos, f.start, r, ctx))
-        kept = keeps(np.array([f.start + pos], np.int64))
+        kept = keeps.keeps(f.name, np.array([f.start + pos], np.int64))
         cols = gather(buf, np.array([pos], np.int64), f.start)
         if cols.well_formed[0]:
             sink.add_columns(cols, np.zeros(1, np.int64), np.zeros(1, bool), kept, [failed])

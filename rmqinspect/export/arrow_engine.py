@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rmqinspect.analysis.recovery.keeps import RestartKeeps
 from rmqinspect.export.parquet import write_empty
 from rmqinspect.export.plan import (
     CommitlogRange,
@@ -26,7 +27,6 @@ from rmqinspect.export.plan import (
     plan_queues,
 )
 from rmqinspect.export.progress import FileTally, Reporter
-from rmqinspect.export.restart import RestartKeeps
 from rmqinspect.export.schema import PARTITION_COLUMN, Table
 from rmqinspect.export.tasks import PartResult, predict_restart, run_part
 from rmqinspect.store.model import Store

@@ -63,6 +63,10 @@ class CommitlogRange:
     begin: int
     end: int
     directory: str = "commitlog"  # relative to the store (dledger-<selfId>/data for DLedger)
+    # Where a walk of the file that reaches ``begin`` may start: ``begin``, or the first damage
+    # the scan met in the file before it (past damage, walks with other checks may resync
+    # elsewhere, so the restart emulation's walk is resumed from there).
+    walk_from: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -150,16 +154,22 @@ def plan_commitlog(store: Store, split_bytes: int = SPLIT_BYTES) -> list[Commitl
         if not f.length:
             continue
         cuts = [0]
+        damage: int | None = None  # the first damage the scan meets in the file
+        walk_from = [0]
         for run in record_runs(store, f, 0, f.length, decode=False, check_crc=False):
+            if run.rejected and damage is None:
+                damage = run.rejected[0].position
             positions = run.positions
             while len(positions):
                 i = int(np.searchsorted(positions, cuts[-1] + split_bytes))
                 if i >= len(positions):
                     break
                 cuts.append(int(positions[i]))
+                walk_from.append(cuts[-1] if damage is None else damage)
                 positions = positions[i + 1 :]
-        for begin, end in zip(cuts, [*cuts[1:], f.length], strict=True):
-            ranges.append(CommitlogRange(len(ranges), f.name, begin, end, directory))
+        ends = [*cuts[1:], f.length]
+        for begin, end, start in zip(cuts, ends, walk_from, strict=True):
+            ranges.append(CommitlogRange(len(ranges), f.name, begin, end, directory, start))
     return ranges
 
 

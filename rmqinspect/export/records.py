@@ -51,6 +51,7 @@ class RecordRun:
     entries: npt.NDArray[np.void] | None  # a DLedger store's entry header of each decoded row
     rejected: tuple[Rejected, ...]
     end: int  # file position after the run
+    columns: RecordColumns | None = None  # the run's records in file order (None: damage)
 
 
 def record_runs(
@@ -108,12 +109,12 @@ def _run(cols: RecordColumns, decode: bool, check_crc: bool, end: int, ledger: b
     body_crcs = cols.body_crcs() if check_crc or decode else None
     rejected = _crc_mismatches(cols, body_crcs) if body_crcs is not None and check_crc else ()
     if not decode:
-        return RecordRun(cols.positions, None, None, None, rejected, end)
+        return RecordRun(cols.positions, None, None, None, rejected, end, cols)
     # Rows grouped by topic (in order within a topic): the Parquet writer then slices a batch
     # per topic partition instead of copying it (bodies included) into that order.
     topic_ids, _ = cols.topic_ids()
     order = np.argsort(topic_ids, kind="stable")
-    cols = cols.select(order)
+    walked, cols = cols, cols.select(order)
     assert body_crcs is not None
     batch = decode_batch(cols, body_crcs[order])
     entries = None
@@ -121,7 +122,7 @@ def _run(cols: RecordColumns, decode: bool, check_crc: bool, end: int, ledger: b
         data = np.frombuffer(cols.buf, np.uint8)
         at = cols.positions - dl.BODY_OFFSET
         entries = windows(data, at, dl.ENTRY_DTYPE.itemsize).view(dl.ENTRY_DTYPE).reshape(-1)
-    return RecordRun(cols.positions, batch, _crc32c(cols), entries, rejected, end)
+    return RecordRun(cols.positions, batch, _crc32c(cols), entries, rejected, end, walked)
 
 
 def _crc_mismatches(cols: RecordColumns, body_crcs: npt.NDArray[np.int64]) -> tuple[Rejected, ...]:

@@ -21,6 +21,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
     CommitlogRange,
@@ -34,7 +35,6 @@ from rmqinspect.export.plan import (
     plan_index,
     plan_queues,
 )
-from rmqinspect.export.restart import RestartKeeps, restart_keeps
 from rmqinspect.export.schema import SCHEMAS, Table
 from rmqinspect.export.tables import file_crc32c, read_part
 from rmqinspect.format.profile import Profile
@@ -96,7 +96,7 @@ class StoreReader(DataSourceReader):
             raise ValueError("give the store directory: .load(STORE)")
         with Store.open(path, store_options(self.options)) as store:
             ref = StoreRef.of(store)
-            keeps = restart_keeps(store) if self.table == Table.MESSAGES else None
+            keeps = predict_keeps(store, per_range=True) if self.table == Table.MESSAGES else None
             parts = _plan(store, self.table, int(self.options.get("split_bytes", SPLIT_BYTES)))
             out = []
             for part in parts:

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqinspect.analysis.indexes import entry_blocks, open_index_files
 from rmqinspect.analysis.offsets import offsets_report
 from rmqinspect.analysis.queues import iter_unit_chunks
+from rmqinspect.analysis.recovery.keeps import RangeJudge, RestartKeeps
 from rmqinspect.analysis.units import STATUSES, resolve_units
 from rmqinspect.export.plan import (
     CommitlogRange,
@@ -26,7 +28,6 @@ from rmqinspect.export.plan import (
     commitlog_file,
 )
 from rmqinspect.export.records import RecordRun, record_runs
-from rmqinspect.export.restart import RestartKeeps
 from rmqinspect.export.schema import (
     CONSUME_QUEUE,
     CONSUMER_OFFSETS,
@@ -78,18 +79,33 @@ def _commitlog(
         raise ValueError("the messages table needs the restart prediction")
     f = commitlog_file(store, part.file)
     source = part.source
+    judge = None
+    if want_messages and keeps is not None and keeps.serving is not None:
+        # The emulation left the no_queue_unit losses to the ranges: judged on this walk.
+        judge = RangeJudge(keeps, store, f.name, part.walk_from, part.begin, part.end)
     for run in record_runs(store, f, part.begin, part.end, decode=want_messages):
+        if judge is not None:
+            if run.columns is not None:
+                judge.run(run.columns)
+            elif run.rejected:
+                judge.damage(run.rejected[0].position)
         if want_messages and run.records is not None and run.records.num_rows:
             assert keeps is not None
-            yield Table.MESSAGES, messages_batch(run, source, f.start, keeps)
+            unserved = None if judge is None else judge.unserved
+            yield Table.MESSAGES, messages_batch(run, source, f.start, keeps, unserved)
         if want_findings and run.rejected:
             yield Table.FINDINGS, findings_batch(run, source, f.start)
 
 
 def messages_batch(
-    run: RecordRun, source_file: str, file_start: int, keeps: RestartKeeps
+    run: RecordRun,
+    source_file: str,
+    file_start: int,
+    keeps: RestartKeeps,
+    unserved: npt.NDArray[np.int64] | None = None,
 ) -> pa.RecordBatch:
-    """A run's records as ``messages`` rows (the JSON message object with Arrow types)."""
+    """A run's records as ``messages`` rows (the JSON message object with Arrow types);
+    ``unserved``: the range's judged no_queue_unit losses (see :class:`RestartKeeps`)."""
     r = run.records
     assert r is not None and run.record_crc32c is not None
     n = r.num_rows
@@ -137,7 +153,7 @@ def messages_batch(
         ),
         "source_file": pa.repeat(pa.scalar(source_file), n),
         "file_position": pa.array(phy_np - file_start),
-        "restart_keeps": keeps.column(source_file.rpartition("/")[2], phy_np),
+        "restart_keeps": _restart_keeps(keeps, source_file.rpartition("/")[2], phy_np, unserved),
         "record_crc32c": pa.array(run.record_crc32c),
         "dledger_index": _entry_field(run, "index"),
         "dledger_term": _entry_field(run, "term"),
@@ -146,6 +162,19 @@ def messages_batch(
     return pa.RecordBatch.from_arrays(
         [columns[f.name].cast(f.type) for f in MESSAGES], schema=MESSAGES
     )
+
+
+def _restart_keeps(
+    keeps: RestartKeeps,
+    file_name: str,
+    physical_offsets: npt.NDArray[np.int64],
+    unserved: npt.NDArray[np.int64] | None,
+) -> pa.Array:
+    """The ``restart_keeps`` column: null when the broker would refuse to start (there is no
+    post-restart store)."""
+    if not keeps.broker_starts:
+        return pa.nulls(len(physical_offsets), pa.bool_())
+    return pa.array(keeps.keeps(file_name, physical_offsets, unserved))
 
 
 def _entry_field(run: RecordRun, name: str) -> pa.Array:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
 from rmqinspect.export.parquet import TableWriter
 from rmqinspect.export.plan import FileGroup, Part, StoreRef
-from rmqinspect.export.restart import RestartKeeps, restart_keeps
 from rmqinspect.export.schema import Table
 from rmqinspect.export.tables import file_crc32c, read_part
 from rmqinspect.store.model import Store
@@ -36,7 +36,7 @@ def predict_restart(ref: StoreRef) -> RestartKeeps:
     maps the files it scans, and their pages should not stay resident in a worker that goes on
     to other parts."""
     with ref.open() as store:
-        return restart_keeps(store)
+        return predict_keeps(store, per_range=True)
 
 
 def run_part(

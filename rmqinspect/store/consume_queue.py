@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, CQ_UNIT_DTYPE, PRE_BLANK_UNIT
 from rmqinspect.format.javamath import jdiv, jmod, wrap64
-from rmqinspect.format.npbytes import distinct, members
+from rmqinspect.format.npbytes import distinct
 from rmqinspect.store.files import MappedFiles, StoreFile
 
 RECOVER_FILES_BACK = 3  # ConsumeQueue.recover trusts all but the last three files
@@ -165,7 +165,9 @@ class ConsumeQueue:
         self, queue_offsets: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.bool_]:
         """Whether a unit of ``[minOffset, maxOffset)`` within ``MISPLACED_SLOTS`` of each
-        record's queue offset holds the record's physical offset (``positions``)."""
+        record's queue offset holds the record's physical offset (``positions``). Each record
+        is judged on its own window, so the answer does not depend on which records are asked
+        together (a whole-file walk and a range of it agree)."""
         served = np.zeros(len(positions), bool)
         if not len(positions):
             return served
@@ -174,7 +176,21 @@ class ConsumeQueue:
         if low >= high:
             return served
         units = self.unit_offsets(np.arange(low, high, dtype=np.int64))
-        return members(positions, units)
+        order = np.argsort(units, kind="stable")
+        by_offset = units[order]
+        first = np.searchsorted(by_offset, positions, side="left")
+        count = np.searchsorted(by_offset, positions, side="right") - first
+        slot = order[np.minimum(first, len(order) - 1)] + low  # the first unit holding it
+        served[:] = (count > 0) & (np.abs(slot - queue_offsets) <= MISPLACED_SLOTS)
+        # Records several units hold (stale copies, hostile files): look at every slot of
+        # their window instead, so the work stays bounded by the window.
+        again = np.flatnonzero((count > 1) & ~served)
+        for delta in range(-MISPLACED_SLOTS, MISPLACED_SLOTS + 1) if len(again) else ():
+            at = queue_offsets[again] + delta - low
+            inside = (at >= 0) & (at < len(units))
+            hit = inside & (units[np.clip(at, 0, len(units) - 1)] == positions[again])
+            served[again[hit]] = True
+        return served
 
     @property
     def max_offset(self) -> int:

@@ -46,7 +46,7 @@ from rmqinspect.analysis.recovery.index_service import (
     index_report,
     load_index,
 )
-from rmqinspect.analysis.recovery.lost import Unserved, lost_messages
+from rmqinspect.analysis.recovery.lost import Unserved, lost_messages, served_check
 from rmqinspect.analysis.recovery.report import (
     SCHEMA_VERSION,
     CheckpointReport,
@@ -60,6 +60,7 @@ from rmqinspect.analysis.recovery.report import (
     ReputReport,
     StartFile,
 )
+from rmqinspect.analysis.recovery.served import ServingState
 from rmqinspect.analysis.recovery.state import BrokerState, RecoverOptions, load
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
@@ -99,6 +100,9 @@ class RecoveryOutcome:
     index_deleted: list[str]
     index_written: list[str]  # files (new or continued) materialised into the index out dir
     checkpoint_after: bytes | None
+    # What the restarted broker serves, for judging ranges of the commitlog elsewhere
+    # (the export's workers); None when it does not start.
+    serving: ServingState | None = None
 
 
 def run_recovery(
@@ -187,6 +191,7 @@ def run_recovery(
         loaded.deleted,
         index.written,
         checkpoint_after,
+        None if failure is not None else served_check(state).serving_state(state.checks.reput),
     )
 
 

@@ -9,12 +9,12 @@ resynchronising on the next intact record that names its own position.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rmqinspect.analysis.recovery.report import BadRecord, LostMessage, LostReport
+from rmqinspect.analysis.recovery.served import ServedCheck
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
@@ -22,12 +22,10 @@ from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.scan import Skipped, data_extent
-from rmqinspect.store.consume_queue import MISPLACED_SLOTS, ConsumeQueue
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId
 
 _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
-_I64 = struct.Struct(">q")
 
 
 class _Listing:
@@ -130,15 +128,11 @@ def _past_end(
 
 def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
     """Walk the kept commitlog ``[min, E)`` (each file up to its write position) and list the
-    intact NOT/COMMIT messages no consume-queue unit serves after the restart: their queue is
-    missing, or no unit of ``[minOffset, maxOffset)`` near their queue offset leads to them (a
-    fillPreBlank placeholder stands there, or the queue ends before). Headers are checked in
-    runs with numpy; only candidates get the full check."""
-    queues = {qid: q for qid, q in state.queues.items() if q.files}
+    intact NOT/COMMIT messages no consume-queue unit serves after the restart
+    (:class:`~rmqinspect.analysis.recovery.served.ServedCheck`)."""
+    check = served_check(state)
     per_queue: dict[QueueId, int] = {}
-    seen: set[QueueId] = set()
     kept_damage: list[BadRecord] = []
-    intact = state.checks.intact
     for f in state.commitlog:
         buf = state.store.view(f.disk)
         region = buf[: min(f.wrote, len(buf))]
@@ -152,24 +146,30 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
                     if state.ledger is not None:
                         kept_damage.append(_bad(event, f.start, f.name))
                     continue
-                cols = event.columns
-                for i in _unserved_in_run(cols, queues, seen):
-                    at = int(cols.positions[i])
-                    r = cl.check_message(region, at, f.start, intact)
-                    rec = r.record
-                    if not r.is_message or rec is None:
-                        continue
+                for rec in check.unserved(region, f.start, event.columns):
                     qid = QueueId(rec.topic, rec.queue_id)
-                    if _copy_of_served(state, queues.get(qid), rec):
-                        continue
                     per_queue[qid] = per_queue.get(qid, 0) + 1
                     listing.add(rec, f.name, "no_queue_unit")
         finally:
             region.release()
             buf.release()
             state.store.maps.release(f.disk, 0, f.disk.length)
-    without = sorted((q for q in seen if q not in queues), key=lambda q: (q.topic, q.queue_id))
+    queues = check.queues
+    without = sorted(
+        (q for q in check.seen if q not in queues), key=lambda q: (q.topic, q.queue_id)
+    )
     return Unserved(per_queue, without, kept_damage)
+
+
+def served_check(state: BrokerState) -> ServedCheck:
+    """The no-queue-unit rule over the state after the restart."""
+    return ServedCheck(
+        state.store.maps,
+        state.queues,
+        state.commitlog,
+        state.commitlog_file_size,
+        state.checks.intact,
+    )
 
 
 def _bad(event: Skipped, file_start: int, name: str) -> BadRecord:
@@ -183,52 +183,6 @@ def _bad(event: Skipped, file_start: int, name: str) -> BadRecord:
         r.total_size,
         cl.magic_name(r.magic) if r.magic is not None else None,
     )
-
-
-def _copy_of_served(state: BrokerState, q: ConsumeQueue | None, rec: cl.MessageRecord) -> bool:
-    """A stale copy: a unit near the record's queue offset serves another record that stores
-    the same queue offset (the message itself is served; this copy is a leftover)."""
-    if q is None:
-        return False
-    low = max(rec.queue_offset - MISPLACED_SLOTS, q.min_offset_in_queue)
-    high = min(rec.queue_offset + MISPLACED_SLOTS + 1, q.max_offset_in_queue)
-    if low >= high:
-        return False
-    for phy in q.unit_offsets(np.arange(low, high, dtype=np.int64)).tolist():
-        f = state.find_commitlog(phy) if phy != rec.position else None
-        if f is None or phy - f.start + cl.PHYSICALOFFSET_POS > f.wrote:
-            continue
-        raw = state.store.maps.read_padded(f.disk, phy - f.start + cl.QUEUEOFFSET_POS, 8)
-        if _I64.unpack(raw)[0] == rec.queue_offset:
-            return True
-    return False
-
-
-def _unserved_in_run(
-    cols: RecordColumns, queues: dict[QueueId, ConsumeQueue], seen: set[QueueId]
-) -> list[int]:
-    """Records of a run that enter a consume queue whose units near their queue offset do not
-    lead to them; also adds every queue the run holds records of to ``seen``."""
-    if not len(cols):
-        return []
-    tids, topics = cols.topic_ids()
-    names = [decode_text(t) for t in topics]
-    keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
-    cq_type = cols.enters_consume_queue()
-    lacking = cq_type.copy()
-    candidates = np.flatnonzero(cq_type)
-    uniq, inverse = np.unique(keys[candidates], return_inverse=True)
-    by_queue = candidates[np.argsort(inverse, kind="stable")]
-    bounds = np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1]
-    qoff = cols.queue_offset
-    positions = cols.file_start + cols.positions
-    for key, members in zip(uniq.tolist(), np.split(by_queue, bounds), strict=True):
-        qid = QueueId(names[key >> 32], wrap32(key & 0xFFFFFFFF))
-        seen.add(qid)
-        q = queues.get(qid)
-        if q is not None:
-            lacking[members] = ~q.serves(qoff[members], positions[members])
-    return np.flatnonzero(lacking).tolist()
 
 
 def _lost_in_run(cols: RecordColumns, queue_max: dict[QueueId, int]) -> list[int]:

@@ -1,0 +1,176 @@
+"""Which messages the restarted broker cannot serve: the rule behind the ``no_queue_unit`` loss.
+
+An intact NOT/COMMIT message in the kept commitlog is unserved when its queue has no consume
+queue after the restart, or no unit of ``[minOffset, maxOffset)`` within ``MISPLACED_SLOTS`` of
+its queue offset leads to it (a fillPreBlank placeholder stands there, or the queue ends before),
+unless it is a stale copy of a queue offset another record is served at.
+
+:class:`ServedCheck` judges the runs of a walk. The emulation walks the whole kept commitlog
+with it (:mod:`.lost`); the export's range tasks walk their own ranges with the same check over
+the post-restart state the emulation hands over as a :class:`ServingState`. Every verdict is
+per record, so the walks agree however the records are grouped.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rmqinspect.analysis.recovery.state import CommitlogFile
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.columns import RecordColumns, decode_text
+from rmqinspect.format.javamath import wrap32
+from rmqinspect.format.npbytes import Buffer
+from rmqinspect.store.consume_queue import MISPLACED_SLOTS, ConsumeQueue, CqFile
+from rmqinspect.store.files import MappedFiles
+from rmqinspect.store.model import QueueId, Store
+
+_I64 = struct.Struct(">q")
+
+
+class ServedCheck:
+    """The unserved messages of runs of the kept commitlog ``commitlog`` (files with their
+    post-restart write positions), against the post-restart ``queues``."""
+
+    def __init__(
+        self,
+        maps: MappedFiles,
+        queues: Mapping[QueueId, ConsumeQueue],
+        commitlog: Sequence[CommitlogFile],
+        commitlog_file_size: int,
+        intact: cl.CheckOptions,
+    ) -> None:
+        self.maps = maps
+        self.queues = {qid: q for qid, q in queues.items() if q.files}
+        self.commitlog = list(commitlog)
+        self.file_size = commitlog_file_size
+        self.intact = intact
+        self.seen: set[QueueId] = set()  # every queue the judged runs hold records of
+
+    def unserved(
+        self, region: Buffer, file_start: int, cols: RecordColumns
+    ) -> Iterator[cl.MessageRecord]:
+        """The unserved messages of one run of ``region`` (a kept file up to its write
+        position). Headers are judged with numpy; only candidates get the full check."""
+        for i in self._lacking(cols):
+            r = cl.check_message(region, int(cols.positions[i]), file_start, self.intact)
+            rec = r.record
+            if not r.is_message or rec is None:
+                continue
+            if not self._copy_of_served(self.queues.get(QueueId(rec.topic, rec.queue_id)), rec):
+                yield rec
+
+    def _lacking(self, cols: RecordColumns) -> list[int]:
+        """Records of a run that enter a consume queue whose units near their queue offset do
+        not lead to them."""
+        if not len(cols):
+            return []
+        tids, topics = cols.topic_ids()
+        names = [decode_text(t) for t in topics]
+        keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
+        cq_type = cols.enters_consume_queue()
+        lacking = cq_type.copy()
+        candidates = np.flatnonzero(cq_type)
+        if not len(candidates):  # PREPARED/ROLLBACK records only: nothing enters a queue
+            return []
+        uniq, inverse = np.unique(keys[candidates], return_inverse=True)
+        by_queue = candidates[np.argsort(inverse, kind="stable")]
+        bounds = np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1]
+        qoff = cols.queue_offset
+        positions = cols.file_start + cols.positions
+        for key, members in zip(uniq.tolist(), np.split(by_queue, bounds), strict=True):
+            qid = QueueId(names[key >> 32], wrap32(key & 0xFFFFFFFF))
+            self.seen.add(qid)
+            q = self.queues.get(qid)
+            if q is not None:
+                lacking[members] = ~q.serves(qoff[members], positions[members])
+        return np.flatnonzero(lacking).tolist()
+
+    def _copy_of_served(self, q: ConsumeQueue | None, rec: cl.MessageRecord) -> bool:
+        """A stale copy: a unit near the record's queue offset serves another record that
+        stores the same queue offset (the message itself is served; this copy is a leftover)."""
+        if q is None:
+            return False
+        low = max(rec.queue_offset - MISPLACED_SLOTS, q.min_offset_in_queue)
+        high = min(rec.queue_offset + MISPLACED_SLOTS + 1, q.max_offset_in_queue)
+        if low >= high:
+            return False
+        for phy in q.unit_offsets(np.arange(low, high, dtype=np.int64)).tolist():
+            f = self._find(phy) if phy != rec.position else None
+            if f is None or phy - f.start + cl.PHYSICALOFFSET_POS > f.wrote:
+                continue
+            raw = self.maps.read_padded(f.disk, phy - f.start + cl.QUEUEOFFSET_POS, 8)
+            if _I64.unpack(raw)[0] == rec.queue_offset:
+                return True
+        return False
+
+    def serving_state(self, reput: cl.CheckOptions) -> ServingState:
+        """This check's state, detached from the store (``reput``: the walk it judges)."""
+        queues = tuple(
+            QueueServing(
+                qid.topic,
+                qid.queue_id,
+                q.min_logic,
+                tuple(
+                    (f.start, f.disk is not None, f.wrote, f.overlay_start, bytes(f.overlay))
+                    for f in q.files
+                ),
+            )
+            for qid, q in self.queues.items()
+        )
+        commitlog = tuple((f.name, f.wrote) for f in self.commitlog)
+        cq_size = next((q.file_size for q in self.queues.values()), 0)
+        return ServingState(commitlog, self.file_size, queues, cq_size, reput, self.intact)
+
+    def _find(self, offset: int) -> CommitlogFile | None:
+        for f in self.commitlog:
+            if f.start <= offset < f.start + self.file_size:
+                return f
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueServing:
+    """One consume queue after the restart: its files (start, on disk, write position, and the
+    units the dispatch wrote in memory: their start and bytes) and its minLogicOffset."""
+
+    topic: str
+    queue_id: int
+    min_logic: int
+    files: tuple[tuple[int, bool, int, int, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServingState:
+    """The post-restart state :class:`ServedCheck` needs, without the store's mappings: it is
+    pickled to the export's workers, which :meth:`bind` it to their own open store."""
+
+    commitlog: tuple[tuple[str, int], ...]  # kept commitlog files: (name, write position)
+    commitlog_file_size: int
+    queues: tuple[QueueServing, ...]
+    cq_file_size: int
+    reput: cl.CheckOptions  # the walk the emulation judges (ReputMessageService's check)
+    intact: cl.CheckOptions
+
+    @property
+    def overlay_bytes(self) -> int:
+        """Bytes of units the dispatch wrote in memory (what shipping this state costs)."""
+        return sum(len(f[4]) for q in self.queues for f in q.files)
+
+    def bind(self, store: Store) -> ServedCheck:
+        disks = {f.name: f for f in store.commitlog.files}
+        commitlog = [CommitlogFile(disks[name], wrote) for name, wrote in self.commitlog]
+        queues: dict[QueueId, ConsumeQueue] = {}
+        for s in self.queues:
+            on_disk = {f.start: f for f in store.consume_queue(s.topic, s.queue_id).files}
+            q = ConsumeQueue(store.maps, s.topic, s.queue_id, [], self.cq_file_size)
+            for start, disk, wrote, overlay_start, overlay in s.files:
+                f = CqFile(start, on_disk[start] if disk else None, wrote)
+                f.overlay_start, f.overlay = overlay_start, bytearray(overlay)
+                q.files.append(f)
+            q.min_logic = s.min_logic
+            queues[QueueId(s.topic, s.queue_id)] = q
+        return ServedCheck(store.maps, queues, commitlog, self.commitlog_file_size, self.intact)
