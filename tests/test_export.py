@@ -105,16 +105,37 @@ def test_messages_round_trip_against_the_messages_command(name: str, tmp_path: P
         assert row["dledger_index"] is None and row["dledger_term"] is None  # a plain store
 
 
-def test_findings_start_where_recovery_finds_the_first_bad_record(
-    crashed: tuple[Path, Path],
-) -> None:
+FINDING_FIELDS = (
+    "check",
+    "severity",
+    "file",
+    "file_position",
+    "physical_offset",
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "detail",
+)
+
+
+def _verify_findings(store: Path) -> list[dict[str, object]]:
+    return [
+        {k: f[k] for k in FINDING_FIELDS}
+        for f in run_json("verify", store, *SMALL_OPTS)["findings"]
+    ]
+
+
+def test_findings_are_what_verify_finds(crashed: tuple[Path, Path]) -> None:
     store, out = crashed
-    report = run_json("recover", store)
-    bad = report["commitlog"]["first_bad_record"]
     findings = read_table(out, Table.FINDINGS).to_pylist()
-    assert findings, "the torn record is a finding"
-    first = min(findings, key=lambda f: f["physical_offset"])
-    assert (first["physical_offset"], first["check"]) == (bad["offset"], bad["reason"])
+    assert findings == _verify_findings(store)
+    # verify's first commitlog finding is the record where recovery stops.
+    bad = run_json("recover", store)["commitlog"]["first_bad_record"]
+    first = min(
+        (f for f in findings if f["check"].startswith("commitlog.")),
+        key=lambda f: f["physical_offset"],
+    )
+    assert first["physical_offset"] == bad["offset"]
     assert first["file"] == f"commitlog/{bad['file']}"
     assert first["file_position"] == bad["position"]
     assert first["severity"] == "error"
@@ -125,10 +146,9 @@ def test_body_crc_mismatch_is_a_finding_and_stays_a_message(tmp_path: Path) -> N
     export_arrow(store, tmp_path / "out", *SMALL_OPTS, "--tables", "messages,findings")
     bad = run_json("recover", store)["commitlog"]["first_bad_record"]
     findings = read_table(tmp_path / "out", Table.FINDINGS).to_pylist()
-    assert [(f["physical_offset"], f["check"]) for f in findings] == [
-        (bad["offset"], "body_crc_mismatch")
-    ]
-    assert findings[0]["topic"] and findings[0]["queue_id"] is not None
+    assert findings == _verify_findings(store)
+    crc = [f for f in findings if f["check"] == "commitlog.body_crc"]
+    assert [f["physical_offset"] for f in crc] == [bad["offset"]]
     messages = read_table(tmp_path / "out", Table.MESSAGES)
     damaged = messages.filter(pa.compute.equal(messages.column("physical_offset"), bad["offset"]))
     assert damaged.column("body_crc_ok").to_pylist() == [False]

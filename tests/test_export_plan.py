@@ -12,17 +12,17 @@ from rmqinspect.export.plan import StoreRef, commitlog_file, plan_commitlog
 from rmqinspect.store.model import Store
 from tests.conftest import FIXTURES
 
-STORE = FIXTURES / "stores" / "zeroed49"  # a damaged region mid-file: findings and a stop
+STORE = FIXTURES / "stores" / "zeroed49"  # a damaged region mid-file: damage and a stop
 
 
-def _read(store: Store, split: int) -> tuple[list[int], list[tuple[int, str]]]:
+def _read(store: Store, split: int) -> tuple[list[int], list[int]]:
     positions: list[int] = []
-    problems: list[tuple[int, str]] = []
+    problems: list[int] = []
     for rng in plan_commitlog(store, split):
         f = commitlog_file(store, rng.file)
         for run in records.record_runs(store, f, rng.begin, rng.end):
             positions += (f.start + run.positions).tolist()
-            problems += [(f.start + r.position, r.reason) for r in run.rejected]
+            problems += [] if run.damage_at is None else [f.start + run.damage_at]
     # A decoded run's rows come grouped by topic: the records, not their order, must agree.
     return sorted(positions), sorted(problems)
 
@@ -42,6 +42,19 @@ def test_ranges_cut_at_record_boundaries_and_cover_the_chain() -> None:
                 [r.positions for r in records.record_runs(store, f, 0, one.end, decode=False)]
             )
             assert {r.begin for r in mine} <= set(starts.tolist())
+            # Past the first damage, walks resume from it (the restart emulation's walk may
+            # resync elsewhere); before it, from the range's own begin.
+            damage = next(
+                (
+                    r.damage_at
+                    for r in records.record_runs(store, f, 0, one.end, decode=False)
+                    if r.damage_at is not None
+                ),
+                None,
+            )
+            for r in mine:
+                past = damage is not None and damage < r.begin
+                assert r.walk_from == (damage if past else r.begin)
 
 
 def test_reading_in_ranges_equals_one_read() -> None:

@@ -1,6 +1,7 @@
 """``--engine arrow``: the planned parts run in a local process pool, each task writing its own
 Parquet files with pyarrow; no JVM. The restart emulation runs as one of the tasks, alongside the
-queue, index and hashing tasks; the commitlog ranges follow once it has answered.
+queue, index and hashing tasks; the commitlog ranges follow once it has answered. ``verify``
+(the ``findings`` table) runs its work units in the same pool.
 """
 
 from __future__ import annotations
@@ -8,12 +9,19 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
+from rmqinspect.export.findings import pool_mapper, write_findings
 from rmqinspect.export.parquet import write_empty
 from rmqinspect.export.plan import (
     CommitlogRange,
@@ -54,7 +62,7 @@ def run_arrow(
     result = PartResult(rows={t: 0 for t in wanted})
     workers = jobs or os.cpu_count() or 1
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context) as pool, ThreadPoolExecutor(1) as side:
         # The restart emulation and the parts that need no plan start first: the workers
         # start up and run them while this process plans the commitlog ranges.
         keeps: Future[RestartKeeps] | None = None
@@ -63,11 +71,14 @@ def run_arrow(
         running: dict[Future[PartResult], Part] = {
             pool.submit(run_part, ref, str(out), p, wanted, None): p for p in parts
         }
+        findings: Future[int] | None = None
+        if Table.FINDINGS in wanted:
+            # verify runs its work units in the same pool, from a thread of its own.
+            mapper = pool_mapper(pool, store, workers)
+            findings = side.submit(write_findings, store, out, mapper)
         ranges: list[CommitlogRange] = []
-        if Table.MESSAGES in wanted or Table.FINDINGS in wanted:
+        if Table.MESSAGES in wanted:
             ranges = plan_commitlog(store)
-        if keeps is None:
-            running |= {pool.submit(run_part, ref, str(out), r, wanted, None): r for r in ranges}
         tally = FileTally([*ranges, *parts])
         reporter.planned(tally.nbytes, tally.files)
         while running or keeps is not None:
@@ -87,6 +98,8 @@ def run_arrow(
                     result.rows[table] += n
                 result.hashes += finished.hashes
                 reporter.advanced(part.nbytes, tally.finished(part))
+        if findings is not None:
+            result.rows[Table.FINDINGS] = findings.result()
     for table in wanted:
         if PARTITION_COLUMN[table] is None and not (out / table.value).exists():
             write_empty(out / table.value, table)

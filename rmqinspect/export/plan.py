@@ -156,9 +156,9 @@ def plan_commitlog(store: Store, split_bytes: int = SPLIT_BYTES) -> list[Commitl
         cuts = [0]
         damage: int | None = None  # the first damage the scan meets in the file
         walk_from = [0]
-        for run in record_runs(store, f, 0, f.length, decode=False, check_crc=False):
-            if run.rejected and damage is None:
-                damage = run.rejected[0].position
+        for run in record_runs(store, f, 0, f.length, decode=False):
+            if damage is None:
+                damage = run.damage_at
             positions = run.positions
             while len(positions):
                 i = int(np.searchsorted(positions, cuts[-1] + split_bytes))

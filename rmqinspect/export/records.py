@@ -6,9 +6,9 @@ CRC, resynchronising past damage at the next record that names its own position 
 DLedger accepts). In a DLedger store positions are the records' (entry + 48). So a range that
 starts at a record boundary the scan reaches gives the same records as the scan of the whole
 file, and the rows equal what ``messages`` lists.
-Until ``verify`` gives the export its findings, the findings are what the broker's CRC-on check
-rejects: a body CRC mismatch among the rows, and every skipped damage range. Pages are released
-behind the walk, so memory stays flat however large the files are.
+A damaged range is a run of its own (``damage_at``), so a reader knows where the scan had to
+resynchronise. Pages are released behind the walk, so memory stays flat however large the files
+are.
 """
 
 from __future__ import annotations
@@ -32,16 +32,6 @@ from rmqinspect.store.model import Store
 
 
 @dataclass(frozen=True, slots=True)
-class Rejected:
-    """A record the broker's check (CRC on) fails, or the start of a damaged range."""
-
-    position: int  # in the file
-    reason: str  # a CheckReason value
-    detail: str
-    record: cl.MessageRecord | None  # what could be read of it
-
-
-@dataclass(frozen=True, slots=True)
 class RecordRun:
     """Consecutive records of the scan, and the problems met among them."""
 
@@ -49,48 +39,35 @@ class RecordRun:
     records: pa.RecordBatch | None  # RECORD_SCHEMA rows; None when only walking
     record_crc32c: npt.NDArray[np.int64] | None  # CRC32C of each record's bytes
     entries: npt.NDArray[np.void] | None  # a DLedger store's entry header of each decoded row
-    rejected: tuple[Rejected, ...]
     end: int  # file position after the run
     columns: RecordColumns | None = None  # the run's records in file order (None: damage)
+    damage_at: int | None = None  # a damaged range (no records): where the scan met it
 
 
 def record_runs(
-    store: Store,
-    file: StoreFile,
-    begin: int,
-    end: int,
-    *,
-    decode: bool = True,
-    check_crc: bool = True,
+    store: Store, file: StoreFile, begin: int, end: int, *, decode: bool = True
 ) -> Iterator[RecordRun]:
     """The records starting in file positions ``[begin, end)`` of one commitlog file
-    (``begin`` is a record boundary of the scan, or 0), in runs. Without ``decode`` the rows
-    are not decoded (the findings alone, or planning); without ``check_crc`` no body CRC
-    mismatch is looked for (planning: only the record boundaries matter)."""
+    (``begin`` is a record boundary of the scan, or 0), in runs, and each damaged range met as
+    a run of its own. Without ``decode`` the rows are not decoded (planning: only the record
+    boundaries matter)."""
     lenient = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=True)
-    strict = cl.CheckOptions(profile=store.profile.profile)  # the broker's check: its verdicts
     buf = store.view(file)
     released = reached = begin
     try:
         for event in store.scan_file(file, buf, begin, lenient, resync=True):
             reached = max(reached, event.end)
             if isinstance(event, Skipped):
-                at = event.record_position
-                if at >= end:
+                if event.record_position >= end:
                     return
-                if store.dledger is not None and not event.frame:
-                    r = event.result  # a header DLedger rejects: its rule, no record
-                else:
-                    r = cl.check_message(buf, at, file.start, strict)
-                found = Rejected(at, r.reason.value, r.detail, r.record)
-                yield RecordRun(_NONE, None, None, None, (found,), event.end)
+                yield RecordRun(_NONE, None, None, None, event.end, None, event.record_position)
                 continue
             cols = event.columns
             inside = int(np.searchsorted(cols.positions, end))
             if inside < len(cols):
                 cols = cols.select(slice(0, inside))
             if len(cols):
-                yield _run(cols, decode, check_crc, event.end, store.dledger is not None)
+                yield _run(cols, decode, event.end, store.dledger is not None)
             if inside < len(event.columns) or event.end >= end:
                 return
             store.maps.release(file, released, event.end)
@@ -105,37 +82,21 @@ def record_runs(
 _NONE = np.zeros(0, np.int64)
 
 
-def _run(cols: RecordColumns, decode: bool, check_crc: bool, end: int, ledger: bool) -> RecordRun:
-    body_crcs = cols.body_crcs() if check_crc or decode else None
-    rejected = _crc_mismatches(cols, body_crcs) if body_crcs is not None and check_crc else ()
+def _run(cols: RecordColumns, decode: bool, end: int, ledger: bool) -> RecordRun:
     if not decode:
-        return RecordRun(cols.positions, None, None, None, rejected, end, cols)
+        return RecordRun(cols.positions, None, None, None, end, cols)
     # Rows grouped by topic (in order within a topic): the Parquet writer then slices a batch
     # per topic partition instead of copying it (bodies included) into that order.
     topic_ids, _ = cols.topic_ids()
     order = np.argsort(topic_ids, kind="stable")
     walked, cols = cols, cols.select(order)
-    assert body_crcs is not None
-    batch = decode_batch(cols, body_crcs[order])
+    batch = decode_batch(cols, walked.body_crcs()[order])  # CRCs read in file order
     entries = None
     if ledger:  # each record is the body of the entry whose header ends where it starts
         data = np.frombuffer(cols.buf, np.uint8)
         at = cols.positions - dl.BODY_OFFSET
         entries = windows(data, at, dl.ENTRY_DTYPE.itemsize).view(dl.ENTRY_DTYPE).reshape(-1)
-    return RecordRun(cols.positions, batch, _crc32c(cols), entries, rejected, end, walked)
-
-
-def _crc_mismatches(cols: RecordColumns, body_crcs: npt.NDArray[np.int64]) -> tuple[Rejected, ...]:
-    """Rows the broker's check rejects with CRC on: the body CRC disagrees (bodies only)."""
-    bad = np.flatnonzero((cols.body_length > 0) & (body_crcs != cols.body_crc))
-    out = []
-    for i in bad.tolist():
-        rec = cols.record(i)
-        detail = f"body CRC is {cl.body_crc(rec.body or b'')}, BODYCRC field says {rec.body_crc}"
-        out.append(
-            Rejected(int(cols.positions[i]), cl.CheckReason.BODY_CRC_MISMATCH.value, detail, rec)
-        )
-    return tuple(out)
+    return RecordRun(cols.positions, batch, _crc32c(cols), entries, end, walked)
 
 
 def _crc32c(cols: RecordColumns) -> npt.NDArray[np.int64]:

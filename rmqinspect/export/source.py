@@ -13,6 +13,7 @@ Options: ``table`` (default ``messages``), the store settings ``profile``,
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,6 +23,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
+from rmqinspect.analysis.verify import Finding, verify_store
+from rmqinspect.export.findings import OPTIONS as FINDINGS_OPTIONS
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
     CommitlogRange,
@@ -36,7 +39,7 @@ from rmqinspect.export.plan import (
     plan_queues,
 )
 from rmqinspect.export.schema import SCHEMAS, Table
-from rmqinspect.export.tables import file_crc32c, read_part
+from rmqinspect.export.tables import file_crc32c, findings_batch, read_part
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.model import Store, StoreOptions
 
@@ -56,14 +59,23 @@ def spark_schema(table: str) -> StructType:
 
 
 class StorePartition(InputPartition):
-    """One planned part, with what its task needs to reopen the store."""
+    """One planned part, with what its task needs to reopen the store (``findings``: verify's,
+    found while planning)."""
 
-    def __init__(self, ref: StoreRef, table: str, part: Part, keeps: RestartKeeps | None):
+    def __init__(
+        self,
+        ref: StoreRef,
+        table: str,
+        part: Part,
+        keeps: RestartKeeps | None,
+        findings: list[Finding] | None = None,
+    ):
         super().__init__(part.number)
         self.ref = ref
         self.table = table
         self.part = part
         self.keeps = keeps
+        self.findings = findings
 
 
 class StoreDataSource(DataSource):
@@ -96,6 +108,10 @@ class StoreReader(DataSourceReader):
             raise ValueError("give the store directory: .load(STORE)")
         with Store.open(path, store_options(self.options)) as store:
             ref = StoreRef.of(store)
+            if self.table == Table.FINDINGS:
+                # verify's cross-checks need the whole store: it runs here, in worker processes.
+                report = verify_store(store, FINDINGS_OPTIONS, os.cpu_count() or 1)
+                return [StorePartition(ref, self.table, OffsetsPart(), None, report.findings)]
             keeps = predict_keeps(store, per_range=True) if self.table == Table.MESSAGES else None
             parts = _plan(store, self.table, int(self.options.get("split_bytes", SPLIT_BYTES)))
             out = []
@@ -121,6 +137,9 @@ class StoreReader(DataSourceReader):
 
 def _batches(store: Store, partition: StorePartition) -> Iterator[pa.RecordBatch]:
     part = partition.part
+    if partition.findings is not None:
+        yield findings_batch(partition.findings)
+        return
     if partition.table == SOURCE_FILES:
         if isinstance(part, FileGroup):
             rows = list(file_crc32c(store, part))
@@ -136,7 +155,7 @@ def _batches(store: Store, partition: StorePartition) -> Iterator[pa.RecordBatch
 def _plan(store: Store, table: str, split_bytes: int) -> list[Part]:
     if table == SOURCE_FILES:
         return list(plan_hashes(store.root))
-    if table in (Table.MESSAGES, Table.FINDINGS):
+    if table == Table.MESSAGES:
         return list(plan_commitlog(store, split_bytes))
     if table == Table.CONSUME_QUEUE:
         return list(plan_queues(store))

@@ -1,7 +1,7 @@
 """The table builders: each turns one planned part into Arrow batches of its table's schema.
 
 Both engines call these and nothing else to produce rows, which is what makes their tables
-identical. ``messages`` and ``findings`` come out of the same pass over a commitlog range.
+identical. ``findings`` are ``verify``'s, turned into rows by :func:`findings_batch`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from rmqinspect.analysis.offsets import offsets_report
 from rmqinspect.analysis.queues import iter_unit_chunks
 from rmqinspect.analysis.recovery.keeps import RangeJudge, RestartKeeps
 from rmqinspect.analysis.units import STATUSES, resolve_units
+from rmqinspect.analysis.verify import Finding
 from rmqinspect.export.plan import (
     CommitlogRange,
     FileGroup,
@@ -47,8 +48,6 @@ from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
 from rmqinspect.store.files import content_crc32c
 from rmqinspect.store.model import QueueId, Store
 
-SEVERITY_ERROR = "error"
-
 
 def read_part(
     store: Store, part: Part, tables: Sequence[Table], keeps: RestartKeeps | None = None
@@ -65,36 +64,31 @@ def read_part(
         yield Table.CONSUMER_OFFSETS, consumer_offsets_batch(store)
 
 
-# --- messages and findings ----------------------------------------------------------------------
+# --- messages -----------------------------------------------------------------------------------
 
 
 def _commitlog(
     store: Store, part: CommitlogRange, tables: Sequence[Table], keeps: RestartKeeps | None
 ) -> Iterator[tuple[Table, pa.RecordBatch]]:
-    want_messages = Table.MESSAGES in tables
-    want_findings = Table.FINDINGS in tables
-    if not (want_messages or want_findings):
+    if Table.MESSAGES not in tables:
         return
-    if want_messages and keeps is None:
+    if keeps is None:
         raise ValueError("the messages table needs the restart prediction")
     f = commitlog_file(store, part.file)
     source = part.source
     judge = None
-    if want_messages and keeps is not None and keeps.serving is not None:
+    if keeps.serving is not None:
         # The emulation left the no_queue_unit losses to the ranges: judged on this walk.
         judge = RangeJudge(keeps, store, f.name, part.walk_from, part.begin, part.end)
-    for run in record_runs(store, f, part.begin, part.end, decode=want_messages):
+    for run in record_runs(store, f, part.begin, part.end):
         if judge is not None:
             if run.columns is not None:
                 judge.run(run.columns)
-            elif run.rejected:
-                judge.damage(run.rejected[0].position)
-        if want_messages and run.records is not None and run.records.num_rows:
-            assert keeps is not None
+            elif run.damage_at is not None:
+                judge.damage(run.damage_at)
+        if run.records is not None and run.records.num_rows:
             unserved = None if judge is None else judge.unserved
             yield Table.MESSAGES, messages_batch(run, source, f.start, keeps, unserved)
-        if want_findings and run.rejected:
-            yield Table.FINDINGS, findings_batch(run, source, f.start)
 
 
 def messages_batch(
@@ -191,20 +185,19 @@ def _timestamps(ms: pa.Array) -> pa.Array:
     return pc.if_else(valid, ms, pa.scalar(None, pa.int64())).cast(MS_UTC)
 
 
-def findings_batch(run: RecordRun, source_file: str, file_start: int) -> pa.RecordBatch:
-    rows = run.rejected
-    records = [r.record for r in rows]
+def findings_batch(findings: Sequence[Finding]) -> pa.RecordBatch:
+    """``verify``'s findings as ``findings`` rows (the hex dumps stay in ``verify -F json``)."""
     return pa.RecordBatch.from_pydict(
         {
-            "check": [r.reason for r in rows],
-            "severity": [SEVERITY_ERROR] * len(rows),
-            "file": [source_file] * len(rows),
-            "file_position": [r.position for r in rows],
-            "physical_offset": [file_start + r.position for r in rows],
-            "topic": [None if m is None else m.topic for m in records],
-            "queue_id": [None if m is None else m.queue_id for m in records],
-            "queue_offset": [None if m is None else m.queue_offset for m in records],
-            "detail": [r.detail for r in rows],
+            "check": [f.check for f in findings],
+            "severity": [f.severity.value for f in findings],
+            "file": [f.file for f in findings],
+            "file_position": [f.file_position for f in findings],
+            "physical_offset": [f.physical_offset for f in findings],
+            "topic": [f.topic for f in findings],
+            "queue_id": [f.queue_id for f in findings],
+            "queue_offset": [f.queue_offset for f in findings],
+            "detail": [f.detail for f in findings],
         },
         schema=FINDINGS,
     )

@@ -51,6 +51,10 @@ from rmqinspect.store.model import QueueId, Store, StoreOptions
 Progress = Callable[[int], None]
 T = TypeVar("T")
 A = TypeVar("A")
+Work = Callable[[Context, A], T]  # a work unit: module level, so that it pickles
+# Runs ``work`` over ``args`` elsewhere (the export's process pool, a Spark job), results in
+# order; the workers call :func:`run_unit`.
+Mapper = Callable[[Work[Any, Any], list[Any]], Iterable[Any]]
 
 _FAMILIES = list(dict.fromkeys(check.split(".")[0] for check in CHECKS))
 
@@ -90,6 +94,7 @@ def _index_unit(ctx: Context, arg: tuple[int, int, int, int]) -> IndexPart:
 
 
 _CONTEXT: Context | None = None  # a worker process's own view of the store
+_OPENED: dict[tuple[str, StoreOptions, VerifyOptions], Context] = {}
 
 
 def _open_in_worker(root: str, store_options: StoreOptions, options: VerifyOptions) -> None:
@@ -102,6 +107,23 @@ def _in_worker(work: Callable[[Context, A], T], arg: A) -> T:
     return work(_CONTEXT, arg)
 
 
+def worker_settings(store: Store) -> StoreOptions:
+    """The store options workers open the store with: the profile as detected here, so that
+    every process judges records by the same rules."""
+    return dataclasses.replace(store.options, profile=store.profile.profile)
+
+
+def run_unit(
+    root: str, store_options: StoreOptions, options: VerifyOptions, work: Work[A, T], arg: A
+) -> T:
+    """One work unit in a process another engine runs (see :class:`Verifier`'s ``mapper``):
+    the store is opened once per process."""
+    key = (root, store_options, options)
+    if key not in _OPENED:
+        _OPENED[key] = Context(Store.open(root, store_options), options)
+    return work(_OPENED[key], arg)
+
+
 # --- the run ------------------------------------------------------------------------------------
 
 
@@ -112,19 +134,24 @@ class Verifier:
     anything else (a progress bar's thread) runs, and each opens the store read-only itself.
     """
 
-    def __init__(self, store: Store, options: VerifyOptions | None = None, jobs: int = 1) -> None:
+    def __init__(
+        self,
+        store: Store,
+        options: VerifyOptions | None = None,
+        jobs: int = 1,
+        mapper: Mapper | None = None,
+    ) -> None:
         self.store = store
         self.options = options or VerifyOptions()
-        self.jobs = max(1, jobs)
+        self.jobs = 1 if mapper is not None else max(1, jobs)
         self.ctx = Context(store, self.options)
         self._pool: ProcessPoolExecutor | None = None
+        self._mapper = mapper
 
     def __enter__(self) -> Verifier:
         if self.jobs > 1:
             fork = "fork" in multiprocessing.get_all_start_methods()
-            # The store options the workers open with: the profile as detected here, so that
-            # every process judges records by the same rules.
-            settings = dataclasses.replace(self.store.options, profile=self.store.profile.profile)
+            settings = worker_settings(self.store)
             self._pool = ProcessPoolExecutor(
                 self.jobs,
                 mp_context=multiprocessing.get_context("fork") if fork else None,
@@ -146,6 +173,8 @@ class Verifier:
 
     def _map(self, work: Callable[[Context, A], T], args: list[A]) -> Iterator[T]:
         """``work`` over ``args``, results in order."""
+        if self._mapper is not None:
+            return iter(self._mapper(work, args))
         if self._pool is None:
             return (work(self.ctx, a) for a in args)
         chunk = max(1, len(args) // (self.jobs * 8))

@@ -1,0 +1,42 @@
+"""The ``findings`` table: what ``verify`` finds in the store, its work units run by the
+engine's workers (a process pool, or Spark tasks), written as one Parquet file."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+from rmqinspect.analysis.verify import Verifier, VerifyOptions
+from rmqinspect.analysis.verify.run import Mapper, Work, run_unit, worker_settings
+from rmqinspect.export.parquet import TableWriter
+from rmqinspect.export.schema import Table
+from rmqinspect.export.tables import findings_batch
+from rmqinspect.store.model import Store
+
+OPTIONS = VerifyOptions()  # verify's defaults, as `rmqinspect verify` without options
+
+
+def write_findings(store: Store, out: Path, mapper: Mapper) -> int:
+    """Verify ``store`` with ``mapper`` running the work units; writes ``out/findings`` and
+    returns its rows (verify lists at most a thousand findings per check and file, and counts
+    the rest: see ``verify``)."""
+    with Verifier(store, OPTIONS, mapper=mapper) as verifier:
+        report = verifier.run()
+    writer = TableWriter(out / Table.FINDINGS.value, Table.FINDINGS, 0)
+    writer.write(findings_batch(report.findings))
+    return writer.close()
+
+
+def pool_mapper(pool: Executor, store: Store, workers: int) -> Mapper:
+    """Work units in ``pool``'s processes, each opening the store once."""
+    unit = functools.partial(run_unit, str(store.root), worker_settings(store), OPTIONS)
+
+    def run(work: Work[Any, Any], args: list[Any]) -> Iterable[Any]:
+        # Chunks as Verifier's own pool takes them: few round trips, every worker busy.
+        chunk = max(1, len(args) // (workers * 8))
+        return pool.map(functools.partial(unit, work), args, chunksize=chunk)
+
+    return run
