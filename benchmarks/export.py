@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("store", nargs="?", type=Path)
     parser.add_argument("--size-gib", type=float, default=2.0)
     parser.add_argument("--engines", default="arrow,spark")
-    parser.add_argument("--tables", default="messages,findings")
+    parser.add_argument("--tables", default="messages")
     parser.add_argument("--rss-sizes", default="", help="GiB sizes, comma-separated")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rmqbench-") as tmp:

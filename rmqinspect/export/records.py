@@ -41,6 +41,7 @@ class RecordRun:
     entries: npt.NDArray[np.void] | None  # a DLedger store's entry header of each decoded row
     end: int  # file position after the run
     columns: RecordColumns | None = None  # the run's records in file order (None: damage)
+    topic_ids: tuple[npt.NDArray[np.int64], list[bytes]] | None = None  # of ``columns``
     damage_at: int | None = None  # a damaged range (no records): where the scan met it
 
 
@@ -60,7 +61,7 @@ def record_runs(
             if isinstance(event, Skipped):
                 if event.record_position >= end:
                     return
-                yield RecordRun(_NONE, None, None, None, event.end, None, event.record_position)
+                yield RecordRun(_NONE, None, None, None, event.end, damage_at=event.record_position)
                 continue
             cols = event.columns
             inside = int(np.searchsorted(cols.positions, end))
@@ -84,11 +85,11 @@ _NONE = np.zeros(0, np.int64)
 
 def _run(cols: RecordColumns, decode: bool, end: int, ledger: bool) -> RecordRun:
     if not decode:
-        return RecordRun(cols.positions, None, None, None, end, cols)
+        return RecordRun(cols.positions, None, None, None, end, cols, None)
     # Rows grouped by topic (in order within a topic): the Parquet writer then slices a batch
     # per topic partition instead of copying it (bodies included) into that order.
-    topic_ids, _ = cols.topic_ids()
-    order = np.argsort(topic_ids, kind="stable")
+    topics = cols.topic_ids()
+    order = np.argsort(topics[0], kind="stable")
     walked, cols = cols, cols.select(order)
     batch = decode_batch(cols, walked.body_crcs()[order])  # CRCs read in file order
     entries = None
@@ -96,7 +97,7 @@ def _run(cols: RecordColumns, decode: bool, end: int, ledger: bool) -> RecordRun
         data = np.frombuffer(cols.buf, np.uint8)
         at = cols.positions - dl.BODY_OFFSET
         entries = windows(data, at, dl.ENTRY_DTYPE.itemsize).view(dl.ENTRY_DTYPE).reshape(-1)
-    return RecordRun(cols.positions, batch, _crc32c(cols), entries, end, walked)
+    return RecordRun(cols.positions, batch, _crc32c(cols), entries, end, walked, topics)
 
 
 def _crc32c(cols: RecordColumns) -> npt.NDArray[np.int64]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from rmqinspect.analysis.recovery.emulator import run_recovery
 from rmqinspect.analysis.recovery.report import RecoveryReport
-from rmqinspect.analysis.recovery.served import ServingState
+from rmqinspect.analysis.recovery.served import ServingState, TopicIds
 from rmqinspect.analysis.recovery.state import RecoverOptions
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.npbytes import I64, Mask, members
@@ -125,14 +125,16 @@ class RangeJudge:
     def unserved(self) -> I64:
         return np.array(sorted(self.found), np.int64)
 
-    def run(self, cols: RecordColumns) -> None:
-        """Judge a run of the reader's walk (before any damage it met)."""
+    def run(self, cols: RecordColumns, topics: TopicIds | None = None) -> None:
+        """Judge a run of the reader's walk (before any damage it met); ``topics``: its
+        ``topic_ids()`` when the reader has them."""
         if self.walked or self.kept is None:
             return
         inside = cols.positions + cols.sizes <= self.kept.wrote  # the kept part of the file
         if not inside.all():
-            cols = cols.select(np.flatnonzero(inside))
-        self.found += [rec.position for rec in self.check.unserved(cols.buf, cols.file_start, cols)]
+            cols, topics = cols.select(np.flatnonzero(inside)), None
+        judged = self.check.unserved(cols.buf, cols.file_start, cols, topics)
+        self.found += [rec.position for rec in judged]
 
     def damage(self, position: int, begin: int | None = None) -> None:
         """The reader's walk met damage at ``position``: the rest of the range is judged by the

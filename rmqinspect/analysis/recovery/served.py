@@ -23,12 +23,13 @@ from rmqinspect.analysis.recovery.state import CommitlogFile
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.npbytes import Buffer
+from rmqinspect.format.npbytes import I64, Buffer
 from rmqinspect.store.consume_queue import MISPLACED_SLOTS, ConsumeQueue, CqFile
 from rmqinspect.store.files import MappedFiles
 from rmqinspect.store.model import QueueId, Store
 
 _I64 = struct.Struct(">q")
+TopicIds = tuple[I64, list[bytes]]  # RecordColumns.topic_ids()
 
 
 class ServedCheck:
@@ -51,11 +52,12 @@ class ServedCheck:
         self.seen: set[QueueId] = set()  # every queue the judged runs hold records of
 
     def unserved(
-        self, region: Buffer, file_start: int, cols: RecordColumns
+        self, region: Buffer, file_start: int, cols: RecordColumns, topics: TopicIds | None = None
     ) -> Iterator[cl.MessageRecord]:
         """The unserved messages of one run of ``region`` (a kept file up to its write
-        position). Headers are judged with numpy; only candidates get the full check."""
-        for i in self._lacking(cols):
+        position); ``topics``: ``cols.topic_ids()`` when the caller has them. Headers are
+        judged with numpy; only candidates get the full check."""
+        for i in self._lacking(cols, topics or cols.topic_ids()):
             r = cl.check_message(region, int(cols.positions[i]), file_start, self.intact)
             rec = r.record
             if not r.is_message or rec is None:
@@ -63,12 +65,12 @@ class ServedCheck:
             if not self._copy_of_served(self.queues.get(QueueId(rec.topic, rec.queue_id)), rec):
                 yield rec
 
-    def _lacking(self, cols: RecordColumns) -> list[int]:
+    def _lacking(self, cols: RecordColumns, topic_ids: TopicIds) -> list[int]:
         """Records of a run that enter a consume queue whose units near their queue offset do
         not lead to them."""
         if not len(cols):
             return []
-        tids, topics = cols.topic_ids()
+        tids, topics = topic_ids
         names = [decode_text(t) for t in topics]
         keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
         cq_type = cols.enters_consume_queue()
