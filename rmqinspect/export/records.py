@@ -97,7 +97,8 @@ def _run(cols: RecordColumns, decode: bool, end: int, ledger: bool) -> RecordRun
         data = np.frombuffer(cols.buf, np.uint8)
         at = cols.positions - dl.BODY_OFFSET
         entries = windows(data, at, dl.ENTRY_DTYPE.itemsize).view(dl.ENTRY_DTYPE).reshape(-1)
-    return RecordRun(cols.positions, batch, _crc32c(cols), entries, end, walked, topics)
+    fingerprints = _crc32c(walked)[order]  # read in file order, like the body CRCs
+    return RecordRun(cols.positions, batch, fingerprints, entries, end, walked, topics)
 
 
 def _crc32c(cols: RecordColumns) -> npt.NDArray[np.int64]:
