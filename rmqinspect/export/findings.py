@@ -4,6 +4,7 @@ engine's workers (a process pool, or Spark tasks), written as one Parquet file."
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Iterable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -30,9 +31,14 @@ def write_findings(store: Store, out: Path, mapper: Mapper) -> int:
     return writer.close()
 
 
+def _unit(store: Store) -> functools.partial[Any]:
+    run = uuid.uuid4().hex
+    return functools.partial(run_unit, run, str(store.root), worker_settings(store), OPTIONS)
+
+
 def pool_mapper(pool: Executor, store: Store, workers: int) -> Mapper:
     """Work units in ``pool``'s processes, each opening the store once."""
-    unit = functools.partial(run_unit, str(store.root), worker_settings(store), OPTIONS)
+    unit = _unit(store)
 
     def run(work: Work[Any, Any], args: list[Any]) -> Iterable[Any]:
         # Chunks as Verifier's own pool takes them: few round trips, every worker busy.

@@ -94,7 +94,8 @@ def _index_unit(ctx: Context, arg: tuple[int, int, int, int]) -> IndexPart:
 
 
 _CONTEXT: Context | None = None  # a worker process's own view of the store
-_OPENED: dict[tuple[str, StoreOptions, VerifyOptions], Context] = {}
+# A process another engine runs: the context of the run it last worked for.
+_OPENED: dict[tuple[str, str, StoreOptions, VerifyOptions], Context] = {}
 
 
 def _open_in_worker(root: str, store_options: StoreOptions, options: VerifyOptions) -> None:
@@ -114,12 +115,22 @@ def worker_settings(store: Store) -> StoreOptions:
 
 
 def run_unit(
-    root: str, store_options: StoreOptions, options: VerifyOptions, work: Work[A, T], arg: A
+    run: str,
+    root: str,
+    store_options: StoreOptions,
+    options: VerifyOptions,
+    work: Work[A, T],
+    arg: A,
 ) -> T:
     """One work unit in a process another engine runs (see :class:`Verifier`'s ``mapper``):
-    the store is opened once per process."""
-    key = (root, store_options, options)
+    the store is opened once per ``run`` (an id of the caller's choosing) and process. A
+    process that outlives a run (a Spark session's Python workers) reopens it for the next: the
+    store may have changed."""
+    key = (run, root, store_options, options)
     if key not in _OPENED:
+        for context in _OPENED.values():
+            context.store.close()
+        _OPENED.clear()
         _OPENED[key] = Context(Store.open(root, store_options), options)
     return work(_OPENED[key], arg)
 
