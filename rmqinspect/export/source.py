@@ -28,15 +28,11 @@ from rmqinspect.export.plan import (
     OffsetsPart,
     Part,
     StoreRef,
-    commitlog_file,
-    plan_commitlog,
-    plan_hashes,
-    plan_index,
-    plan_queues,
 )
 from rmqinspect.export.restart import RestartKeeps, restart_keeps
 from rmqinspect.export.schema import SCHEMAS, Table
 from rmqinspect.export.tables import file_crc32c, read_part
+from rmqinspect.export.tasks import plan_parts, plan_ranges, range_keeps
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.model import Store, StoreOptions
 
@@ -102,8 +98,7 @@ class StoreReader(DataSourceReader):
             for part in parts:
                 own = keeps
                 if keeps is not None and isinstance(part, CommitlogRange):
-                    start = commitlog_file(store, part.file).start
-                    own = keeps.within(start + part.begin, start + part.end)
+                    own = range_keeps(store, part, keeps)
                 out.append(StorePartition(ref, self.table, part, own))
         # Spark needs at least one partition; an empty part yields no rows.
         return out or [StorePartition(ref, self.table, OffsetsPart(), None)]
@@ -134,15 +129,11 @@ def _batches(store: Store, partition: StorePartition) -> Iterator[pa.RecordBatch
 
 
 def _plan(store: Store, table: str, split_bytes: int) -> list[Part]:
+    """The parts the engines plan, for one table."""
     if table == SOURCE_FILES:
-        return list(plan_hashes(store.root))
-    if table in (Table.MESSAGES, Table.FINDINGS):
-        return list(plan_commitlog(store, split_bytes))
-    if table == Table.CONSUME_QUEUE:
-        return list(plan_queues(store))
-    if table == Table.INDEX_ENTRIES:
-        return list(plan_index(store))
-    return [OffsetsPart()]
+        return plan_parts(store, (), hashes=True)
+    wanted = (Table(table),)
+    return [*plan_parts(store, wanted, hashes=False), *plan_ranges(store, wanted, split_bytes)]
 
 
 def store_options(options: dict[str, Any]) -> StoreOptions:
