@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqinspect.errors import StoreError
+from rmqinspect.export.class_archive import archive_options, archive_path, keep_at_exit
 from rmqinspect.export.plan import Part, StoreRef
 from rmqinspect.export.restart import RestartKeeps
 from rmqinspect.export.schema import Table
@@ -42,6 +43,9 @@ from rmqinspect.store.model import Store
 
 MIN_JAVA = 17
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only, on stderr
+# The driver JVM moves no rows: a JVM that compiles less and collects simply starts and runs the
+# scheduling sooner (session start measured 8.4-10.7 s -> 7.4-9.5 s).
+QUICK_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -75,8 +79,8 @@ def spark_errors() -> Iterator[None]:
         raise SparkJobFailed(f"the Spark job failed: {first or type(err).__name__}") from err
 
 
-def java_major() -> int | None:
-    """The major version of the Java Spark would launch (JAVA_HOME, else PATH), or None."""
+def java_version() -> str | None:
+    """What ``java -version`` says of the Java Spark would launch (JAVA_HOME, else PATH)."""
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home, "bin", "java")) if home else shutil.which("java")
     if not java or not Path(java).exists():
@@ -85,7 +89,12 @@ def java_major() -> int | None:
         proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', proc.stderr + proc.stdout)
+    return proc.stderr + proc.stdout
+
+
+def java_major() -> int | None:
+    """The major version of the Java Spark would launch, or None."""
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', java_version() or "")
     if match is None:
         return None
     major = int(match.group(1))
@@ -102,10 +111,18 @@ def require_java() -> None:
         )
 
 
+def _spark_jars() -> Path:
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME")
+    return Path(home) / "jars" if home else Path(pyspark.__file__).parent / "jars"
+
+
 @contextmanager
 def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator[Any]:
     """A session on ``master`` whose Python workers run this interpreter (so they import
     rmqinspect), quiet on the console; stopped on exit."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     if SUBMITTED in os.environ:
@@ -121,18 +138,24 @@ def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     builder = SparkSession.builder.master(master).appName("rmqinspect export")
     given = dict(conf)
-    java_options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+    user_options = given.get("spark.driver.extraJavaOptions", "")
+    java_options = [f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}", *QUICK_JVM]
+    archive, temporary = None, None
+    if SparkContext._gateway is None:  # a JVM starts now: it can map or write the archive
+        archive = archive_path(java_version() or "", _spark_jars())
+        sharing, temporary = archive_options(archive, user_options)
+        java_options += sharing
     settings = {
         **(LOCAL_CONF if master.startswith("local") else {}),
         "spark.pyspark.python": sys.executable,
         **given,
-        "spark.driver.extraJavaOptions": " ".join(
-            o for o in (java_options, given.get("spark.driver.extraJavaOptions")) if o
-        ),
+        "spark.driver.extraJavaOptions": " ".join([*java_options, user_options]).strip(),
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    if archive is not None and temporary is not None:
+        keep_at_exit(lambda: getattr(SparkContext._gateway, "proc", None), temporary, archive)
     try:
         yield session
     finally:
