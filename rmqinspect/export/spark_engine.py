@@ -162,6 +162,9 @@ def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
         session.stop()
 
 
+Item = tuple[Part, RestartKeeps | None]  # a part and its cut of the restart prediction
+
+
 def run_spark(
     store: Store,
     out: Path,
@@ -171,29 +174,40 @@ def run_spark(
     tick: Tick,
     session: Any = None,
 ) -> tuple[EngineResult, str]:
-    """Export ``store`` into ``out`` as one Spark job whose tasks are the planned parts, each
-    running :func:`run_part` (the arrow engine's task); returns the result and the master the
-    job ran on. Without ``session`` one is started on ``master``, in the background while this
-    process plans the parts and predicts the restart, and stopped at the end."""
-    with spark_errors(), ExitStack() as stack:
-        with ThreadPoolExecutor(1) as starter:  # waits for a start still running on an error
-            started = None
-            if session is None:
-                started = starter.submit(stack.enter_context, spark_session(master, conf))
-            ref = StoreRef.of(store)
-            wanted = tuple(tables)
-            items: list[tuple[Part, RestartKeeps | None]] = [
-                (p, None) for p in plan_parts(store, wanted)
-            ]
-            ranges = plan_ranges(store, wanted)
-            prediction = predict_restart(ref) if Table.MESSAGES in wanted else None
-            for r in ranges:
-                items.append((r, None if prediction is None else range_keeps(store, r, prediction)))
-            spark = session if started is None else started.result()
-        # The largest parts first, so the job does not end waiting on one long task.
-        items.sort(key=lambda item: -item[0].nbytes)
-        results = _run_job(spark, _ExportTask(ref, str(out), wanted), items, tick)
-        master_url = str(spark.sparkContext.master)
+    """Export ``store`` into ``out`` with Spark tasks that each run :func:`run_part` (the arrow
+    engine's task) on one planned part; returns the result and the master the jobs ran on.
+
+    Without ``session`` one is started on ``master`` (and stopped at the end) in the background
+    while this process plans the parts. As in the arrow engine, the parts that need no restart
+    prediction run first, in a job of their own as soon as the session is up (it also starts
+    the Python workers), while the prediction runs in the background; the commitlog ranges
+    follow in a second job.
+    """
+    ref = StoreRef.of(store)
+    wanted = tuple(tables)
+    task = _ExportTask(ref, str(out), wanted)
+    # The pool's exit waits for a start or a job still running when something fails.
+    with spark_errors(), ExitStack() as stack, ThreadPoolExecutor(3) as background:
+        started = None
+        if session is None:
+            started = background.submit(stack.enter_context, spark_session(master, conf))
+        predicted = None
+        if Table.MESSAGES in wanted:
+            predicted = background.submit(predict_restart, ref)
+
+        def spark() -> Any:
+            return session if started is None else started.result()
+
+        side: list[Item] = [(p, None) for p in plan_parts(store, wanted)]
+        side_job = background.submit(lambda: _run_job(spark(), task, side))
+        ranges = plan_ranges(store, wanted)
+        prediction = None if predicted is None else predicted.result()
+        items: list[Item] = [
+            (r, None if prediction is None else range_keeps(store, r, prediction)) for r in ranges
+        ]
+        with _watch(spark(), tick):
+            results = _run_job(spark(), task, items) + side_job.result()
+        master_url = str(spark().sparkContext.master)
     sweep(out, wanted, (f for r in results for f in r.files))
     finish_tables(out, wanted)
     return EngineResult.of(wanted, results), master_url
@@ -207,24 +221,22 @@ class _ExportTask:
     out: str
     tables: tuple[Table, ...]
 
-    def __call__(self, item: tuple[Part, RestartKeeps | None]) -> PartResult:
+    def __call__(self, item: Item) -> PartResult:
         part, keeps = item
         return run_part(self.ref, self.out, part, self.tables, keeps)
 
 
-def _run_job(
-    spark: Any,
-    task: _ExportTask,
-    items: list[tuple[Part, RestartKeeps | None]],
-    tick: Tick,
-) -> list[PartResult]:
+def _run_job(spark: Any, task: _ExportTask, items: Sequence[Item]) -> list[PartResult]:
+    """One Spark job, one task per item, the largest parts first (so the job does not end
+    waiting on one long task), in the export's job group (for :func:`_watch`)."""
+    if not items:
+        return []
+    ordered = sorted(items, key=lambda item: -item[0].nbytes)
     sc = spark.sparkContext
     sc.setJobGroup(JOB_GROUP, "rmqinspect export")
     try:
-        with _watch(spark, tick):
-            # As many partitions as items: parallelize slices them one item per partition.
-            rdd = sc.parallelize(items, len(items))
-            results: list[PartResult] = rdd.map(task).collect()
+        # As many partitions as items: parallelize slices them one item per partition.
+        results: list[PartResult] = sc.parallelize(ordered, len(ordered)).map(task).collect()
     finally:
         # A caller's session runs its later jobs outside this group.
         sc.setLocalProperty("spark.jobGroup.id", None)
@@ -234,7 +246,7 @@ def _run_job(
 
 @contextmanager
 def _watch(spark: Any, tick: Tick) -> Iterator[None]:
-    """Report the export job's tasks done and in all to ``tick`` twice a second."""
+    """Report the tasks of the export's jobs, done and in all, to ``tick`` twice a second."""
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
 
