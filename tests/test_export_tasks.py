@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from rmqinspect.export import tasks
 from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter, is_part_file, part_file_name
 from rmqinspect.export.plan import CommitlogRange, StoreRef
 from rmqinspect.export.schema import Table
@@ -104,3 +105,19 @@ def test_sweep_removes_what_no_successful_attempt_reported(tmp_path: Path) -> No
     )
     assert not stray_dir.exists()
     assert _files(out) == {**kept, "findings/README": b"not ours"}
+
+
+def test_a_worker_reused_by_another_export_reopens_the_store(tmp_path: Path) -> None:
+    """A Spark session's Python workers outlive an export; the store may change before the
+    next one, so its tasks must not read through the previous export's open store."""
+    store = hostile_store(tmp_path / "store")
+    tables = (Table.CONSUMER_OFFSETS,)
+    with Store.open(store, SMALL) as s:
+        ref = StoreRef.of(s)
+        (part,) = plan_parts(s, tables, hashes=False)
+    run_part(ref, str(tmp_path / "a"), part, tables, None, "one")
+    first = tasks._OPEN.stores[ref]
+    run_part(ref, str(tmp_path / "b"), part, tables, None, "one")
+    assert tasks._OPEN.stores[ref] is first  # one export's tasks share it
+    run_part(ref, str(tmp_path / "c"), part, tables, None, "two")
+    assert tasks._OPEN.stores[ref] is not first

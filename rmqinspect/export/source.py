@@ -24,31 +24,22 @@ from pyspark.sql.types import StructType
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
     CommitlogRange,
-    FileGroup,
     OffsetsPart,
     Part,
     StoreRef,
 )
 from rmqinspect.export.restart import RestartKeeps, restart_keeps
 from rmqinspect.export.schema import SCHEMAS, Table
-from rmqinspect.export.tables import file_crc32c, read_part
+from rmqinspect.export.tables import read_part
 from rmqinspect.export.tasks import plan_parts, plan_ranges, range_keeps
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.model import Store, StoreOptions
 
 SOURCE_NAME = "rocketmq-store"  # no built-in or common JVM source uses it
-SOURCE_FILES = "source_files"  # not exported: the manifest's file list with CRC32C
-SOURCE_FILES_SCHEMA = pa.schema(
-    [("path", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()), ("crc32c", pa.int64())]
-)
-
-
-def arrow_schema(table: str) -> pa.Schema:
-    return SOURCE_FILES_SCHEMA if table == SOURCE_FILES else SCHEMAS[Table(table)]
 
 
 def spark_schema(table: str) -> StructType:
-    return from_arrow_schema(arrow_schema(table))
+    return from_arrow_schema(SCHEMAS[Table(table)])
 
 
 class StorePartition(InputPartition):
@@ -75,7 +66,7 @@ class StoreDataSource(DataSource):
 
     def _table(self) -> str:
         table = str(self.options.get("table", Table.MESSAGES.value))
-        if table != SOURCE_FILES and table not in {t.value for t in Table}:
+        if table not in {t.value for t in Table}:
             names = ", ".join(t.value for t in Table)
             raise ValueError(f"unknown table {table!r}; tables: {names}")
         return table
@@ -115,23 +106,12 @@ class StoreReader(DataSourceReader):
 
 
 def _batches(store: Store, partition: StorePartition) -> Iterator[pa.RecordBatch]:
-    part = partition.part
-    if partition.table == SOURCE_FILES:
-        if isinstance(part, FileGroup):
-            rows = list(file_crc32c(store, part))
-            yield pa.RecordBatch.from_pylist(
-                [dict(zip(SOURCE_FILES_SCHEMA.names, r, strict=True)) for r in rows],
-                schema=SOURCE_FILES_SCHEMA,
-            )
-        return
-    for _, batch in read_part(store, part, [Table(partition.table)], partition.keeps):
+    for _, batch in read_part(store, partition.part, [Table(partition.table)], partition.keeps):
         yield batch
 
 
 def _plan(store: Store, table: str, split_bytes: int) -> list[Part]:
     """The parts the engines plan, for one table."""
-    if table == SOURCE_FILES:
-        return plan_parts(store, (), hashes=True)
     wanted = (Table(table),)
     return [*plan_parts(store, wanted, hashes=False), *plan_ranges(store, wanted, split_bytes)]
 

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -185,7 +186,7 @@ def run_spark(
     """
     ref = StoreRef.of(store)
     wanted = tuple(tables)
-    task = _ExportTask(ref, str(out), wanted)
+    task = _ExportTask(ref, str(out), wanted, uuid.uuid4().hex)
     # The pool's exit waits for a start or a job still running when something fails.
     with spark_errors(), ExitStack() as stack, ThreadPoolExecutor(3) as background:
         started = None
@@ -220,10 +221,11 @@ class _ExportTask:
     ref: StoreRef
     out: str
     tables: tuple[Table, ...]
+    export: str  # unique per export: the session's Python workers outlive it
 
     def __call__(self, item: Item) -> PartResult:
         part, keeps = item
-        return run_part(self.ref, self.out, part, self.tables, keeps)
+        return run_part(self.ref, self.out, part, self.tables, keeps, self.export)
 
 
 def _run_job(spark: Any, task: _ExportTask, items: Sequence[Item]) -> list[PartResult]:

@@ -55,13 +55,27 @@ class EngineResult:
         return cls(rows, sorted(hashes))
 
 
-_OPEN: dict[StoreRef, Store] = {}  # per worker process: the tasks of one export share the store
+class _OpenStores:
+    """The stores open in a worker process, shared by the tasks of one export. A worker that a
+    later export reuses (a Spark session's Python workers live on) reopens them: the store may
+    have changed since."""
+
+    def __init__(self) -> None:
+        self.export = ""
+        self.stores: dict[StoreRef, Store] = {}
+
+    def get(self, ref: StoreRef, export: str) -> Store:
+        if export != self.export:
+            for store in self.stores.values():
+                store.close()
+            self.stores.clear()
+            self.export = export
+        if ref not in self.stores:
+            self.stores[ref] = ref.open()
+        return self.stores[ref]
 
 
-def _store(ref: StoreRef) -> Store:
-    if ref not in _OPEN:
-        _OPEN[ref] = ref.open()
-    return _OPEN[ref]
+_OPEN = _OpenStores()  # per worker process
 
 
 def plan_parts(store: Store, tables: Sequence[Table], hashes: bool = True) -> list[Part]:
@@ -103,12 +117,18 @@ def predict_restart(ref: StoreRef) -> RestartKeeps:
 
 
 def run_part(
-    ref: StoreRef, out: str, part: Part, tables: tuple[Table, ...], keeps: RestartKeeps | None
+    ref: StoreRef,
+    out: str,
+    part: Part,
+    tables: tuple[Table, ...],
+    keeps: RestartKeeps | None,
+    export: str = "",
 ) -> PartResult:
     """Export ``part`` of the store ``ref`` names under ``out``; ``keeps`` is the part's cut of
-    the restart prediction (needed for ``messages`` rows of a commitlog range). The files'
+    the restart prediction (needed for ``messages`` rows of a commitlog range); ``export``
+    tells one export's tasks from another's in a worker that outlives an export. The files'
     names depend only on the part, so a second attempt rewrites the same files."""
-    store = _store(ref)
+    store = _OPEN.get(ref, export)
     if isinstance(part, FileGroup):
         return PartResult(hashes=list(file_crc32c(store, part)))
     writers: dict[Table, TableWriter] = {}
