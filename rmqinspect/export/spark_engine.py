@@ -1,4 +1,4 @@
-"""``--engine spark``: one Spark job whose tasks are the parts the arrow engine runs, each task
+"""``--engine spark``: Spark jobs whose tasks are the parts the arrow engine runs, each task
 reading its part and writing its Parquet files itself (:func:`run_part`), so the JVM moves no
 rows and both engines write the same files. Any master URL works (``local[*]`` by default); OUT,
 like STORE, must be at the same path on every executor. The same code runs under
