@@ -53,6 +53,7 @@ LOCAL_CONF = {
     "spark.sql.shuffle.partitions": "4",
 }
 
+DAEMON_MODULE = "rmqinspect.export.spark_daemon"
 SUBMITTED = "PYSPARK_GATEWAY_PORT"  # set for a Python driver that spark-submit launched
 Tick = Callable[[str, int, int], None]  # (job, tasks done, tasks in all)
 JOB_GROUP = "export"
@@ -149,6 +150,7 @@ def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
     settings = {
         **(LOCAL_CONF if master.startswith("local") else {}),
         "spark.pyspark.python": sys.executable,
+        "spark.python.daemon.module": DAEMON_MODULE,
         **given,
         "spark.driver.extraJavaOptions": " ".join([*java_options, user_options]).strip(),
     }
