@@ -3,10 +3,14 @@ files renamed into place, and the driver's sweep of what no successful attempt r
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from rmqinspect.export import tasks
 from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter, is_part_file, part_file_name
@@ -121,3 +125,26 @@ def test_a_worker_reused_by_another_export_reopens_the_store(tmp_path: Path) -> 
     assert tasks._OPEN.stores[ref] is first  # one export's tasks share it
     run_part(ref, str(tmp_path / "c"), part, tables, None, "two")
     assert tasks._OPEN.stores[ref] is not first
+
+
+def test_an_attempt_that_fails_part_way_leaves_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a final name a partial file could replace the complete one a concurrent attempt
+    (speculation) wrote: a failing attempt removes the files it still had open."""
+    store = hostile_store(tmp_path / "store")
+    with Store.open(store, SMALL) as s:
+        ref = StoreRef.of(s)
+        part = plan_ranges(s, TABLES)[0]
+        prediction = predict_restart(ref)
+        keeps = range_keeps(s, part, prediction)
+    real = read_part
+
+    def failing(*args: object) -> Iterator[tuple[Table, pa.RecordBatch]]:
+        yield from itertools.islice(real(*args), 2)  # type: ignore[arg-type]
+        raise OSError("the executor's disk went away")
+
+    monkeypatch.setattr(tasks, "read_part", failing)
+    with pytest.raises(OSError, match="disk went away"):
+        run_part(ref, str(tmp_path / "out"), part, TABLES, keeps, "failing")
+    assert _files(tmp_path / "out") == {}

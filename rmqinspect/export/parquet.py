@@ -104,6 +104,17 @@ class TableWriter:
             self._close(*self._files.popitem(last=False)[1])
         return self.rows
 
+    def abort(self) -> None:
+        """Drop what is buffered and the files still open (an attempt that failed part way):
+        under their final names they would be partial. Files already closed are complete and
+        the same as another attempt writes."""
+        self._buffers.clear()
+        self._sizes.clear()
+        while self._files:
+            f, temporary, _ = self._files.popitem(last=False)[1]
+            f.close()
+            temporary.unlink(missing_ok=True)
+
     def _buffer(self, value: str, batch: pa.RecordBatch) -> None:
         self._buffers.setdefault(value, []).append(batch)
         self._sizes[value] = self._sizes.get(value, 0) + batch.nbytes

@@ -137,8 +137,11 @@ def run_part(
             if table not in writers:
                 writers[table] = TableWriter(Path(out) / table.value, table, part.number)
             writers[table].write(batch)
-    finally:
-        rows = {table: w.close() for table, w in writers.items()}
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    rows = {table: w.close() for table, w in writers.items()}
     files = [p.relative_to(out).as_posix() for w in writers.values() for p in w.files]
     return PartResult(rows=rows, files=files)
 
