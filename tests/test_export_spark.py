@@ -17,10 +17,11 @@ import pyspark
 import pytest
 
 from rmqinspect.export import Engine, ExportOptions, Table, export_store, read_store
-from rmqinspect.export.schema import SCHEMAS
-from rmqinspect.export.spark_engine import MIN_JAVA, java_major, spark_session
+from rmqinspect.export.parquet import TMP_SUFFIX, part_file_name
+from rmqinspect.export.schema import SCHEMAS, TOPIC_PARTITION
+from rmqinspect.export.spark_engine import MIN_JAVA, java_major, run_spark, spark_session
 from rmqinspect.format import dledger as dl
-from rmqinspect.store.model import StoreOptions
+from rmqinspect.store.model import Store, StoreOptions
 from tests.cli_helpers import SMALL_OPTS, run_jsonl
 from tests.conftest import FIXTURES
 from tests.export_helpers import hostile_store, read_table, snapshot, sorted_rows
@@ -201,3 +202,40 @@ def test_both_engines_export_a_dledger_store(spark: Any, tmp_path: Path) -> None
     assert sorted(indexes) == list(range(len(puts) - 1))  # the torn last entry is a finding
     (finding,) = read_table(tmp_path / "arrow", Table.FINDINGS).to_pylist()
     assert finding["physical_offset"] == puts[-1].physical_offset
+
+
+def test_spark_tasks_write_the_arrow_engines_files_and_leftovers_are_swept(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The tasks run the arrow engine's part task, so the files are the same, byte for byte;
+    files that failed attempts left (part files no success reported, temporary files) go."""
+    store = hostile_store(tmp_path / "store")
+    export_store(store, tmp_path / "arrow", ExportOptions(engine=Engine.ARROW, jobs=2, store=SMALL))
+    out = tmp_path / "spark"
+    stray = out / "messages" / f"{TOPIC_PARTITION}=gone" / part_file_name(3, 1)
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"half")
+    (out / "findings").mkdir()
+    (out / "findings" / f".{part_file_name(0, 1)}.dead{TMP_SUFFIX}").write_bytes(b"half")
+    ticks: list[tuple[str, int, int]] = []
+    with Store.open(store, SMALL) as s:
+        result, master = run_spark(
+            s, out, tuple(Table), "unused", (), lambda *a: ticks.append(a), spark
+        )
+    assert master == "local[2]"
+    arrow = _files(tmp_path / "arrow")
+    del arrow["_manifest.json"]
+    assert _files(out) == arrow
+    manifest = json.loads((tmp_path / "arrow" / "_manifest.json").read_text())
+    assert {t.value: n for t, n in result.rows.items()} == {
+        t: info["rows"] for t, info in manifest["tables"].items()
+    }
+    assert all(0 <= done <= total for _, done, total in ticks)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        Path(d, n).relative_to(root).as_posix(): Path(d, n).read_bytes()
+        for d, _, names in os.walk(root)
+        for n in names
+    }

@@ -15,20 +15,23 @@ from rmqinspect.analysis.verify.run import Mapper, Work, run_unit, worker_settin
 from rmqinspect.export.parquet import TableWriter
 from rmqinspect.export.schema import Table
 from rmqinspect.export.tables import findings_batch
+from rmqinspect.export.tasks import PartResult
 from rmqinspect.store.model import Store
 
 OPTIONS = VerifyOptions()  # verify's defaults, as `rmqinspect verify` without options
 
 
-def write_findings(store: Store, out: Path, mapper: Mapper) -> int:
-    """Verify ``store`` with ``mapper`` running the work units; writes ``out/findings`` and
-    returns its rows (verify lists at most a thousand findings per check and file, and counts
-    the rest: see ``verify``)."""
+def write_findings(store: Store, out: Path, mapper: Mapper) -> PartResult:
+    """Verify ``store`` with ``mapper`` running the work units and write ``out/findings``
+    (verify lists at most a thousand findings per check and file, and counts the rest: see
+    ``verify``)."""
     with Verifier(store, OPTIONS, mapper=mapper) as verifier:
         report = verifier.run()
     writer = TableWriter(out / Table.FINDINGS.value, Table.FINDINGS, 0)
     writer.write(findings_batch(report.findings))
-    return writer.close()
+    rows = writer.close()
+    files = [p.relative_to(out).as_posix() for p in writer.files]
+    return PartResult(rows={Table.FINDINGS: rows}, files=files)
 
 
 def _unit(store: Store) -> functools.partial[Any]:
@@ -44,5 +47,25 @@ def pool_mapper(pool: Executor, store: Store, workers: int) -> Mapper:
         # Chunks as Verifier's own pool takes them: few round trips, every worker busy.
         chunk = max(1, len(args) // (workers * 8))
         return pool.map(functools.partial(unit, work), args, chunksize=chunk)
+
+    return run
+
+
+def spark_mapper(spark: Any, store: Store) -> Mapper:
+    """Work units as Spark jobs on ``spark``'s executors, each Python worker opening the store
+    once per export."""
+    unit = _unit(store)
+
+    def run(work: Work[Any, Any], args: list[Any]) -> Iterable[Any]:
+        if not args:
+            return []
+        sc = spark.sparkContext
+        # A few partitions per core: verify has one unit per consume-queue file, and a Spark
+        # task per unit would cost more than the unit.
+        slices = min(len(args), max(1, sc.defaultParallelism) * 8)
+        results: list[Any] = (
+            sc.parallelize(args, slices).map(functools.partial(unit, work)).collect()
+        )
+        return results
 
     return run

@@ -1,10 +1,17 @@
-"""Parquet files of one table from one task, for the arrow engine: Hive directories for the
+"""Parquet files of one table from one task, for either engine: Hive directories for the
 partition column, row groups of bounded size, and a bounded amount of buffered data however many
 partition values a task meets.
+
+A file is written under a temporary name of its own and renamed into place when closed: an
+attempt that fails leaves no half-written file under a final name, and two attempts of one Spark
+task (a retry, speculation) never write into the same file.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import uuid
 from collections import OrderedDict
 from pathlib import Path
 
@@ -41,8 +48,16 @@ DICTIONARY_COLUMNS = (
 NO_STATISTICS = ("body", "properties", "keys")
 
 
+TMP_SUFFIX = ".tmp"
+PART_FILE = re.compile(rf"part-\d{{5,}}-\d{{3,}}\.{COMPRESSION}\.parquet")
+
+
 def part_file_name(number: int, sequence: int) -> str:
     return f"part-{number:05d}-{sequence:03d}.{COMPRESSION}.parquet"
+
+
+def is_part_file(name: str) -> bool:
+    return PART_FILE.fullmatch(name) is not None
 
 
 class TableWriter:
@@ -57,8 +72,10 @@ class TableWriter:
         self.rows = 0
         self._buffers: dict[str, list[pa.RecordBatch]] = {}
         self._sizes: dict[str, int] = {}
-        self._files: OrderedDict[str, pq.ParquetWriter] = OrderedDict()
+        # partition value -> (open file, its temporary name, its final name)
+        self._files: OrderedDict[str, tuple[pq.ParquetWriter, Path, Path]] = OrderedDict()
         self._sequence = 0
+        self.files: list[Path] = []  # closed, under their final names
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.rows += batch.num_rows
@@ -83,10 +100,20 @@ class TableWriter:
         """Write what is buffered, close every file; returns the rows written."""
         for value in list(self._buffers):
             self._flush(value)
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+        while self._files:
+            self._close(*self._files.popitem(last=False)[1])
         return self.rows
+
+    def abort(self) -> None:
+        """Drop what is buffered and the files still open (an attempt that failed part way):
+        under their final names they would be partial. Files already closed are complete and
+        the same as another attempt writes."""
+        self._buffers.clear()
+        self._sizes.clear()
+        while self._files:
+            f, temporary, _ = self._files.popitem(last=False)[1]
+            f.close()
+            temporary.unlink(missing_ok=True)
 
     def _buffer(self, value: str, batch: pa.RecordBatch) -> None:
         self._buffers.setdefault(value, []).append(batch)
@@ -103,18 +130,29 @@ class TableWriter:
             self._file(value).write_table(pa.Table.from_batches(batches, self.schema))
 
     def _file(self, value: str) -> pq.ParquetWriter:
-        f = self._files.get(value)
-        if f is not None:
+        if value in self._files:
             self._files.move_to_end(value)
-            return f
+            return self._files[value][0]
         while len(self._files) >= OPEN_FILES:
-            self._files.popitem(last=False)[1].close()
+            self._close(*self._files.popitem(last=False)[1])
         directory = self.root if self.column is None else self.root / f"{self.column}={value}"
         directory.mkdir(parents=True, exist_ok=True)
         self._sequence += 1
-        f = open_parquet(directory / part_file_name(self.number, self._sequence), self.schema)
-        self._files[value] = f
+        path = directory / part_file_name(self.number, self._sequence)
+        temporary = temporary_name(path)
+        f = open_parquet(temporary, self.schema)
+        self._files[value] = (f, temporary, path)
         return f
+
+    def _close(self, f: pq.ParquetWriter, temporary: Path, path: Path) -> None:
+        f.close()
+        os.replace(temporary, path)
+        self.files.append(path)
+
+
+def temporary_name(path: Path) -> Path:
+    """Where ``path`` is written before its rename, a name no other attempt uses."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
 
 
 def open_parquet(path: Path, schema: pa.Schema) -> pq.ParquetWriter:

@@ -16,8 +16,9 @@ class Reporter:
     def advanced(self, nbytes: int, files: int) -> None:
         """The arrow engine finished parts worth ``nbytes`` completing ``files`` files."""
 
-    def tasks(self, table: str, done: int, total: int) -> None:
-        """The spark engine's tasks for ``table`` (Spark does not say which part is done)."""
+    def tasks(self, job: str, done: int, total: int) -> None:
+        """The spark engine's ``job``: ``done`` of its ``total`` tasks (one task a part; Spark
+        does not say which part is done until the job ends)."""
 
 
 class FileTally:

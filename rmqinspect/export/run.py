@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -22,7 +20,7 @@ from rmqinspect.export.arrow_engine import run_arrow
 from rmqinspect.export.plan import source_files
 from rmqinspect.export.progress import Reporter
 from rmqinspect.export.schema import PARTITION_COLUMN, Table
-from rmqinspect.export.spark_engine import SUBMITTED, require_java
+from rmqinspect.export.spark_engine import SUBMITTED, require_java, run_spark
 from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.store.output import prepare_output_dir
 
@@ -68,10 +66,12 @@ def export_store(
         before = dict(_stat_files(store.root))
         profile = store.profile
         if options.engine is Engine.ARROW:
-            result = run_arrow(store, out, options.tables, options.jobs, report)
-            rows, hashes, master = result.rows, result.hashes, None
+            result, master = run_arrow(store, out, options.tables, options.jobs, report), None
         else:
-            rows, hashes, master = _run_spark(store, out, options, report.tasks, spark)
+            result, master = run_spark(
+                store, out, options.tables, options.master, options.conf, report.tasks, spark
+            )
+        rows, hashes = result.rows, result.hashes
         after = dict(_stat_files(store.root))
     manifest = {
         "schema_version": MANIFEST_VERSION,
@@ -108,50 +108,6 @@ def export_store(
     }
     write_manifest(out, manifest)
     return manifest
-
-
-def _run_spark(
-    store: Store,
-    out: Path,
-    options: ExportOptions,
-    tick: Callable[[str, int, int], None],
-    session: Any,
-) -> tuple[dict[Table, int], list[tuple[str, int, int, int]], str]:
-    """Rows per table, the source files' hashes and the master the job ran on."""
-    from rmqinspect.export import read_store
-    from rmqinspect.export.source import SOURCE_FILES
-    from rmqinspect.export.spark_engine import (
-        apply_write_conf,
-        spark_errors,
-        spark_session,
-        write_tables,
-    )
-
-    settings = _source_options(store)
-    root = str(store.root.resolve())
-    with spark_errors(), ExitStack() as stack:
-        if session is None:
-            spark = stack.enter_context(spark_session(options.master, options.conf))
-        else:
-            spark = session
-            apply_write_conf(spark)
-        rows = write_tables(spark, root, out, options.tables, settings, tick)
-        files = read_store(spark, root, SOURCE_FILES, **settings).collect()
-        master = str(spark.sparkContext.master)
-    return rows, sorted((r.path, r.size, r.mtime_ns, r.crc32c) for r in files), master
-
-
-def _source_options(store: Store) -> dict[str, str]:
-    """The store settings resolved here, as options of the Spark source."""
-    o = store.options
-    values = {
-        "profile": store.profile.profile.value,
-        "commitlog_file_size": store.commitlog.file_size,
-        "cq_file_size": store.cq_file_size,
-        "index_slots": o.index_slot_num,
-        "index_entries": o.index_num,
-    }
-    return {k: str(v) for k, v in values.items() if v is not None}
 
 
 def _stat_files(root: Path) -> list[tuple[str, tuple[int, int]]]:

@@ -28,34 +28,21 @@ from rmqinspect.export.findings import OPTIONS as FINDINGS_OPTIONS
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
     CommitlogRange,
-    FileGroup,
     OffsetsPart,
     Part,
     StoreRef,
-    commitlog_file,
-    plan_commitlog,
-    plan_hashes,
-    plan_index,
-    plan_queues,
 )
 from rmqinspect.export.schema import SCHEMAS, Table
-from rmqinspect.export.tables import file_crc32c, findings_batch, read_part
+from rmqinspect.export.tables import findings_batch, read_part
+from rmqinspect.export.tasks import plan_parts, plan_ranges, range_keeps
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.model import Store, StoreOptions
 
 SOURCE_NAME = "rocketmq-store"  # no built-in or common JVM source uses it
-SOURCE_FILES = "source_files"  # not exported: the manifest's file list with CRC32C
-SOURCE_FILES_SCHEMA = pa.schema(
-    [("path", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()), ("crc32c", pa.int64())]
-)
-
-
-def arrow_schema(table: str) -> pa.Schema:
-    return SOURCE_FILES_SCHEMA if table == SOURCE_FILES else SCHEMAS[Table(table)]
 
 
 def spark_schema(table: str) -> StructType:
-    return from_arrow_schema(arrow_schema(table))
+    return from_arrow_schema(SCHEMAS[Table(table)])
 
 
 class StorePartition(InputPartition):
@@ -91,7 +78,7 @@ class StoreDataSource(DataSource):
 
     def _table(self) -> str:
         table = str(self.options.get("table", Table.MESSAGES.value))
-        if table != SOURCE_FILES and table not in {t.value for t in Table}:
+        if table not in {t.value for t in Table}:
             names = ", ".join(t.value for t in Table)
             raise ValueError(f"unknown table {table!r}; tables: {names}")
         return table
@@ -118,8 +105,7 @@ class StoreReader(DataSourceReader):
             for part in parts:
                 own = keeps
                 if keeps is not None and isinstance(part, CommitlogRange):
-                    start = commitlog_file(store, part.file).start
-                    own = keeps.within(start + part.begin, start + part.end)
+                    own = range_keeps(store, part, keeps)
                 out.append(StorePartition(ref, self.table, part, own))
         # Spark needs at least one partition; an empty part yields no rows.
         return out or [StorePartition(ref, self.table, OffsetsPart(), None)]
@@ -136,32 +122,17 @@ class StoreReader(DataSourceReader):
 
 
 def _batches(store: Store, partition: StorePartition) -> Iterator[pa.RecordBatch]:
-    part = partition.part
     if partition.findings is not None:
         yield findings_batch(partition.findings)
         return
-    if partition.table == SOURCE_FILES:
-        if isinstance(part, FileGroup):
-            rows = list(file_crc32c(store, part))
-            yield pa.RecordBatch.from_pylist(
-                [dict(zip(SOURCE_FILES_SCHEMA.names, r, strict=True)) for r in rows],
-                schema=SOURCE_FILES_SCHEMA,
-            )
-        return
-    for _, batch in read_part(store, part, [Table(partition.table)], partition.keeps):
+    for _, batch in read_part(store, partition.part, [Table(partition.table)], partition.keeps):
         yield batch
 
 
 def _plan(store: Store, table: str, split_bytes: int) -> list[Part]:
-    if table == SOURCE_FILES:
-        return list(plan_hashes(store.root))
-    if table == Table.MESSAGES:
-        return list(plan_commitlog(store, split_bytes))
-    if table == Table.CONSUME_QUEUE:
-        return list(plan_queues(store))
-    if table == Table.INDEX_ENTRIES:
-        return list(plan_index(store))
-    return [OffsetsPart()]
+    """The parts the engines plan, for one table."""
+    wanted = (Table(table),)
+    return [*plan_parts(store, wanted, hashes=False), *plan_ranges(store, wanted, split_bytes)]
 
 
 def store_options(options: dict[str, Any]) -> StoreOptions:

@@ -1,17 +1,33 @@
 """One planned part exported: the task both engines run, in a worker process of the arrow
 engine's pool or in a Spark task. It reads the part's batches with the table builders and writes
-them with :class:`TableWriter`, so both engines write the same files.
+them with :class:`TableWriter`, so both engines write the same files. Also the planning both
+engines share and, for engines whose tasks may run more than once, the sweep of what no
+successful task wrote.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
-from rmqinspect.export.parquet import TableWriter
-from rmqinspect.export.plan import FileGroup, Part, StoreRef
-from rmqinspect.export.schema import Table
+from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter, is_part_file, write_empty
+from rmqinspect.export.plan import (
+    SPLIT_BYTES,
+    CommitlogRange,
+    FileGroup,
+    OffsetsPart,
+    Part,
+    StoreRef,
+    commitlog_file,
+    plan_commitlog,
+    plan_hashes,
+    plan_index,
+    plan_queues,
+)
+from rmqinspect.export.schema import PARTITION_COLUMN, Table
 from rmqinspect.export.tables import file_crc32c, read_part
 from rmqinspect.store.model import Store
 
@@ -20,15 +36,76 @@ from rmqinspect.store.model import Store
 class PartResult:
     rows: dict[Table, int] = field(default_factory=dict)
     hashes: list[tuple[str, int, int, int]] = field(default_factory=list)  # FileGroup parts
+    files: list[str] = field(default_factory=list)  # written, relative to OUT
 
 
-_OPEN: dict[StoreRef, Store] = {}  # per worker process: the tasks of one export share the store
+@dataclass
+class EngineResult:
+    rows: dict[Table, int]
+    hashes: list[tuple[str, int, int, int]]  # (path, size, mtime ns, crc32c) per source file
+
+    @classmethod
+    def of(cls, tables: Iterable[Table], results: Iterable[PartResult]) -> EngineResult:
+        rows = {t: 0 for t in tables}
+        hashes: list[tuple[str, int, int, int]] = []
+        for result in results:
+            for table, n in result.rows.items():
+                rows[table] += n
+            hashes += result.hashes
+        return cls(rows, sorted(hashes))
 
 
-def _store(ref: StoreRef) -> Store:
-    if ref not in _OPEN:
-        _OPEN[ref] = ref.open()
-    return _OPEN[ref]
+class _OpenStores:
+    """The stores open in a worker process, shared by the tasks of one export. A worker that a
+    later export reuses (a Spark session's Python workers live on) reopens them: the store may
+    have changed since."""
+
+    def __init__(self) -> None:
+        self.export = ""
+        self.stores: dict[StoreRef, Store] = {}
+
+    def get(self, ref: StoreRef, export: str) -> Store:
+        if export != self.export:
+            for store in self.stores.values():
+                store.close()
+            self.stores.clear()
+            self.export = export
+        if ref not in self.stores:
+            self.stores[ref] = ref.open()
+        return self.stores[ref]
+
+
+_OPEN = _OpenStores()  # per worker process
+
+
+def plan_parts(store: Store, tables: Sequence[Table], hashes: bool = True) -> list[Part]:
+    """The parts that need no restart prediction: consume-queue and index slices, the offsets
+    part for the tables wanted, and (``hashes``) the groups of source files to fingerprint."""
+    parts: list[Part] = []
+    if Table.CONSUME_QUEUE in tables:
+        parts += plan_queues(store)
+    if Table.INDEX_ENTRIES in tables:
+        parts += plan_index(store)
+    if Table.CONSUMER_OFFSETS in tables:
+        parts.append(OffsetsPart())
+    if hashes:
+        parts += plan_hashes(store.root)
+    return parts
+
+
+def plan_ranges(
+    store: Store, tables: Sequence[Table], split_bytes: int = SPLIT_BYTES
+) -> list[CommitlogRange]:
+    """The commitlog ranges, when ``messages`` is wanted (``findings`` come from verify)."""
+    if Table.MESSAGES in tables:
+        return plan_commitlog(store, split_bytes)
+    return []
+
+
+def range_keeps(store: Store, part: CommitlogRange, prediction: RestartKeeps) -> RestartKeeps:
+    """The restart prediction cut to the physical offsets of ``part``."""
+    start = commitlog_file(store, part.file).start
+    return prediction.within(start + part.begin, start + part.end)
 
 
 def predict_restart(ref: StoreRef) -> RestartKeeps:
@@ -40,11 +117,18 @@ def predict_restart(ref: StoreRef) -> RestartKeeps:
 
 
 def run_part(
-    ref: StoreRef, out: str, part: Part, tables: tuple[Table, ...], keeps: RestartKeeps | None
+    ref: StoreRef,
+    out: str,
+    part: Part,
+    tables: tuple[Table, ...],
+    keeps: RestartKeeps | None,
+    export: str = "",
 ) -> PartResult:
     """Export ``part`` of the store ``ref`` names under ``out``; ``keeps`` is the part's cut of
-    the restart prediction (needed for ``messages`` rows of a commitlog range)."""
-    store = _store(ref)
+    the restart prediction (needed for ``messages`` rows of a commitlog range); ``export``
+    tells one export's tasks from another's in a worker that outlives an export. The files'
+    names depend only on the part, so a second attempt rewrites the same files."""
+    store = _OPEN.get(ref, export)
     if isinstance(part, FileGroup):
         return PartResult(hashes=list(file_crc32c(store, part)))
     writers: dict[Table, TableWriter] = {}
@@ -53,6 +137,39 @@ def run_part(
             if table not in writers:
                 writers[table] = TableWriter(Path(out) / table.value, table, part.number)
             writers[table].write(batch)
-    finally:
-        rows = {table: w.close() for table, w in writers.items()}
-    return PartResult(rows=rows)
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    rows = {table: w.close() for table, w in writers.items()}
+    files = [p.relative_to(out).as_posix() for w in writers.values() for p in w.files]
+    return PartResult(rows=rows, files=files)
+
+
+def finish_tables(out: Path, tables: Iterable[Table]) -> None:
+    """An empty unpartitioned table still gets a file with its schema."""
+    for table in tables:
+        root = out / table.value
+        if PARTITION_COLUMN[table] is None and not any(root.glob("*.parquet")):
+            write_empty(root, table)
+
+
+def sweep(out: Path, tables: Iterable[Table], reported: Iterable[str]) -> list[str]:
+    """Remove from the tables' directories every part file no successful task reported (left
+    by a failed attempt) and every temporary file, then the directories left empty. Returns
+    the paths removed, relative to ``out``."""
+    keep = set(reported)
+    removed: list[str] = []
+    for table in tables:
+        root = out / table.value
+        for directory, _, names in os.walk(root, topdown=False):  # children first
+            for name in names:
+                path = Path(directory, name)
+                relative = path.relative_to(out).as_posix()
+                stray = is_part_file(name) and relative not in keep
+                if stray or name.endswith(TMP_SUFFIX):
+                    path.unlink()
+                    removed.append(relative)
+            if Path(directory) != root and not any(Path(directory).iterdir()):
+                Path(directory).rmdir()
+    return sorted(removed)

@@ -37,14 +37,14 @@ class ExportFormat(enum.StrEnum):
 
 
 class _BarReporter(Reporter):
-    """Files and bytes for the arrow engine, tasks per table for the spark engine."""
+    """Files and bytes for the arrow engine, the job's tasks for the spark engine."""
 
     def __init__(self, bar: Progress) -> None:
         self.bar = bar
         self.bytes_task: TaskID | None = None
         self.files = 0
         self.total_files = 0
-        self.table_tasks: dict[str, TaskID] = {}
+        self.job_tasks: dict[str, TaskID] = {}
 
     def planned(self, total_bytes: int, total_files: int) -> None:
         self.total_files = total_files
@@ -55,10 +55,10 @@ class _BarReporter(Reporter):
             self.files += files
             self.bar.update(self.bytes_task, advance=nbytes, description=self._files_text())
 
-    def tasks(self, table: str, done: int, total: int) -> None:
-        if table not in self.table_tasks:
-            self.table_tasks[table] = self.bar.add_task(f"{table} (tasks)", total=total)
-        self.bar.update(self.table_tasks[table], completed=done, total=total)
+    def tasks(self, job: str, done: int, total: int) -> None:
+        if job not in self.job_tasks:
+            self.job_tasks[job] = self.bar.add_task(f"{job} (Spark tasks)", total=total)
+        self.bar.update(self.job_tasks[job], completed=done, total=total)
 
     def _files_text(self) -> str:
         return f"exporting: {self.files}/{self.total_files} files"
