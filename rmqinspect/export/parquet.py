@@ -43,9 +43,17 @@ DICTIONARY_COLUMNS = (
     "check",
     "severity",
 )
-# Columns whose min/max would prune nothing (bodies, maps, lists); their statistics cost
-# about a seventh of the writing time.
-NO_STATISTICS = ("body", "properties", "keys")
+# Columns whose min/max would prune nothing: bodies, maps and lists (their statistics cost about
+# a seventh of the writing time), and checksums and ids that are random within any row group.
+NO_STATISTICS = (
+    "body",
+    "properties",
+    "keys",
+    "msg_id",
+    "uniq_key",
+    "body_crc",
+    "record_crc32c",
+)
 
 
 TMP_SUFFIX = ".tmp"

@@ -102,6 +102,13 @@ def plan_ranges(
     return []
 
 
+def plan_ranges_of(ref: StoreRef, tables: tuple[Table, ...]) -> list[CommitlogRange]:
+    """:func:`plan_ranges` in a worker process (the arrow engine plans in its pool: the
+    driver's own planning competed with the workers for the cores)."""
+    with ref.open() as store:
+        return plan_ranges(store, tables)
+
+
 def range_keeps(store: Store, part: CommitlogRange, prediction: RestartKeeps) -> RestartKeeps:
     """The restart prediction cut to the physical offsets of ``part``."""
     start = commitlog_file(store, part.file).start
