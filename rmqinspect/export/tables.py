@@ -80,15 +80,19 @@ def _commitlog(
     if keeps.serving is not None:
         # The emulation left the no_queue_unit losses to the ranges: judged on this walk.
         judge = RangeJudge(keeps, store, f.name, part.walk_from, part.begin, part.end)
-    for run in record_runs(store, f, part.begin, part.end):
+    try:
+        for run in record_runs(store, f, part.begin, part.end):
+            if judge is not None:
+                if run.columns is not None:
+                    judge.run(run.columns, run.topic_ids)
+                elif run.damage_at is not None:
+                    judge.damage(run.damage_at)
+            if run.records is not None and run.records.num_rows:
+                unserved = None if judge is None else judge.unserved
+                yield Table.MESSAGES, messages_batch(run, source, f.start, keeps, unserved)
+    finally:
         if judge is not None:
-            if run.columns is not None:
-                judge.run(run.columns, run.topic_ids)
-            elif run.damage_at is not None:
-                judge.damage(run.damage_at)
-        if run.records is not None and run.records.num_rows:
-            unserved = None if judge is None else judge.unserved
-            yield Table.MESSAGES, messages_batch(run, source, f.start, keeps, unserved)
+            judge.close()
 
 
 def messages_batch(

@@ -91,6 +91,7 @@ class RestartKeeps:
             region.release()
             buf.release()
             store.maps.release(kept.disk, released, kept.wrote)
+            check.release()
         return np.array(sorted(found), np.int64)
 
 
@@ -124,6 +125,10 @@ class RangeJudge:
     @property
     def unserved(self) -> I64:
         return np.array(sorted(self.found), np.int64)
+
+    def close(self) -> None:
+        """Release the consume-queue pages the judging mapped."""
+        self.check.release()
 
     def run(self, cols: RecordColumns, topics: TopicIds | None = None) -> None:
         """Judge a run of the reader's walk (before any damage it met); ``topics``: its

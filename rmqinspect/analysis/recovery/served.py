@@ -127,6 +127,14 @@ class ServedCheck:
         cq_size = next((q.file_size for q in self.queues.values()), 0)
         return ServingState(commitlog, self.file_size, queues, cq_size, reput, self.intact)
 
+    def release(self) -> None:
+        """Drop this process's pages of the consume-queue files read so far (a worker that
+        judges range after range would otherwise keep every queue it met mapped)."""
+        for q in self.queues.values():
+            for f in q.files:
+                if f.disk is not None:
+                    self.maps.release(f.disk, 0, f.disk.length)
+
     def _find(self, offset: int) -> CommitlogFile | None:
         for f in self.commitlog:
             if f.start <= offset < f.start + self.file_size:
