@@ -1,6 +1,7 @@
 """``--engine arrow``: the planned parts run in a local process pool, each task writing its own
-Parquet files with pyarrow; no JVM. The restart emulation runs as one of the tasks, alongside the
-queue, index and hashing tasks; the commitlog ranges follow once it has answered.
+Parquet files with pyarrow; no JVM. The restart emulation and the planning of the commitlog
+ranges run as the first tasks, alongside the queue, index and hashing tasks; the ranges follow
+once both have answered. ``verify`` (the ``findings`` table) runs its work units in the same pool.
 """
 
 from __future__ import annotations

@@ -54,8 +54,9 @@ def export_store(
     """Export ``root`` into ``out``; returns the manifest (also written to ``out``).
 
     The spark engine starts a session on ``options.master`` unless ``spark`` is a session to
-    use (it is left running). The arrow engine's worker processes are spawned: a script calling
-    this needs the ``if __name__ == "__main__":`` guard of :mod:`multiprocessing`.
+    use (it is left running). The arrow engine's worker processes come from a fork server (or
+    are spawned): a script calling this needs the ``if __name__ == "__main__":`` guard of
+    :mod:`multiprocessing`.
     """
     report = reporter or Reporter()
     started = _now()
