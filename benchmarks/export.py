@@ -1,7 +1,10 @@
 """Export throughput of both engines, as MB/s of commitlog and as a ratio to ``cat``.
 
 Usage: python benchmarks/export.py [STORE] [--size-gib N] [--engines arrow,spark]
-                                   [--tables messages,findings] [--rss-sizes 1,2,4,8]
+                                   [--tables messages] [--rss-sizes 1,2,4,8]
+
+The commitlog into Parquet is the ``messages`` table (the default); ``findings`` adds a whole
+``verify`` of the store, and the other tables read the consume queues and index files.
 
 Without STORE, a store of about N GiB (default 2) of 1000-byte bodies is generated with
 ``rmqinspect synth`` in a temporary directory. Each engine runs ``rmqinspect export`` as a child
