@@ -51,15 +51,14 @@ def pool_mapper(pool: Executor, store: Store, workers: int) -> Mapper:
     return run
 
 
-def spark_mapper(spark: Any, store: Store) -> Mapper:
-    """Work units as Spark jobs on ``spark``'s executors, each Python worker opening the store
-    once per export."""
+def spark_mapper(sc: Any, store: Store) -> Mapper:
+    """Work units as Spark jobs on the executors of the SparkContext ``sc``, each Python worker
+    opening the store once per export."""
     unit = _unit(store)
 
     def run(work: Work[Any, Any], args: list[Any]) -> Iterable[Any]:
         if not args:
             return []
-        sc = spark.sparkContext
         # A few partitions per core: verify has one unit per consume-queue file, and a Spark
         # task per unit would cost more than the unit.
         slices = min(len(args), max(1, sc.defaultParallelism) * 8)

@@ -53,7 +53,7 @@ def export_store(
 ) -> dict[str, Any]:
     """Export ``root`` into ``out``; returns the manifest (also written to ``out``).
 
-    The spark engine starts a session on ``options.master`` unless ``spark`` is a session to
+    The spark engine starts a context on ``options.master`` unless ``spark`` is a session to
     use (it is left running). The arrow engine's worker processes come from a fork server (or
     are spawned): a script calling this needs the ``if __name__ == "__main__":`` guard of
     :mod:`multiprocessing`.
