@@ -121,11 +121,11 @@ def test_a_worker_reused_by_another_export_reopens_the_store(tmp_path: Path) -> 
         ref = StoreRef.of(s)
         (part,) = plan_parts(s, tables, hashes=False)
     run_part(ref, str(tmp_path / "a"), part, tables, None, "one")
-    first = tasks._OPEN.stores[ref]
+    first = tasks._OPEN.values[ref]
     run_part(ref, str(tmp_path / "b"), part, tables, None, "one")
-    assert tasks._OPEN.stores[ref] is first  # one export's tasks share it
+    assert tasks._OPEN.values[ref] is first  # one export's tasks share it
     run_part(ref, str(tmp_path / "c"), part, tables, None, "two")
-    assert tasks._OPEN.stores[ref] is not first
+    assert tasks._OPEN.values[ref] is not first
 
 
 def test_an_attempt_that_fails_part_way_leaves_no_partial_file(

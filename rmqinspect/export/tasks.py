@@ -30,6 +30,7 @@ from rmqinspect.export.plan import (
 from rmqinspect.export.schema import PARTITION_COLUMN, Table
 from rmqinspect.export.tables import file_crc32c, read_part
 from rmqinspect.store.model import Store
+from rmqinspect.store.run_cache import RunCache
 
 
 @dataclass
@@ -55,27 +56,8 @@ class EngineResult:
         return cls(rows, sorted(hashes))
 
 
-class _OpenStores:
-    """The stores open in a worker process, shared by the tasks of one export. A worker that a
-    later export reuses (a Spark session's Python workers live on) reopens them: the store may
-    have changed since."""
-
-    def __init__(self) -> None:
-        self.export = ""
-        self.stores: dict[StoreRef, Store] = {}
-
-    def get(self, ref: StoreRef, export: str) -> Store:
-        if export != self.export:
-            for store in self.stores.values():
-                store.close()
-            self.stores.clear()
-            self.export = export
-        if ref not in self.stores:
-            self.stores[ref] = ref.open()
-        return self.stores[ref]
-
-
-_OPEN = _OpenStores()  # per worker process
+# Per worker process: the stores one export's tasks share.
+_OPEN: RunCache[StoreRef, Store] = RunCache(Store.close)
 
 
 def plan_parts(store: Store, tables: Sequence[Table], hashes: bool = True) -> list[Part]:
@@ -135,7 +117,7 @@ def run_part(
     the restart prediction (needed for ``messages`` rows of a commitlog range); ``export``
     tells one export's tasks from another's in a worker that outlives an export. The files'
     names depend only on the part, so a second attempt rewrites the same files."""
-    store = _OPEN.get(ref, export)
+    store = _OPEN.get(export, ref, ref.open)
     if isinstance(part, FileGroup):
         return PartResult(hashes=list(file_crc32c(store, part)))
     writers: dict[Table, TableWriter] = {}

@@ -10,17 +10,18 @@ the export's workers do that walk in parallel over the ranges they read anyway.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from rmqinspect.analysis.recovery.emulator import run_recovery
 from rmqinspect.analysis.recovery.report import RecoveryReport
-from rmqinspect.analysis.recovery.served import ServingState, TopicIds
+from rmqinspect.analysis.recovery.served import ServingState, TopicIds, walk_unserved
 from rmqinspect.analysis.recovery.state import RecoverOptions
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.npbytes import I64, Mask, members
-from rmqinspect.format.scan import Skipped, scan_file
+from rmqinspect.format.scan import FileEvent, Skipped, scan_file
 from rmqinspect.store.model import Store
 
 NO_QUEUE_UNIT = "no_queue_unit"
@@ -70,28 +71,19 @@ class RestartKeeps:
         kept = next((f for f in check.commitlog if f.name == file_name), None)
         if kept is None or begin >= kept.wrote:
             return _NONE
-        buf = store.view(kept.disk)
-        region = buf[: min(kept.wrote, len(buf))]
-        data_end = store.maps.data_end(kept.disk)
-        found: list[int] = []
-        released = walk_from
-        try:
-            reput = self.serving.reput
-            for event in scan_file(region, kept.start, walk_from, reput, data_end=data_end):
-                if event.start >= end:
-                    break
-                store.maps.release(kept.disk, released, event.start)  # memory stays flat
-                released = event.start
-                if isinstance(event, Skipped):
-                    continue
-                for rec in check.unserved(region, kept.start, event.columns):
-                    if begin <= rec.position - kept.start < end:
-                        found.append(rec.position)
-        finally:
-            region.release()
-            buf.release()
-            store.maps.release(kept.disk, released, kept.wrote)
-            check.release()
+        reput = self.serving.reput
+
+        def scan(
+            region: memoryview, file_start: int, pos: int, data_end: int
+        ) -> Iterator[FileEvent]:
+            return scan_file(region, file_start, pos, reput, data_end=data_end)
+
+        found = [
+            rec.position
+            for rec in walk_unserved(check, store, kept, walk_from, scan, stop=end)
+            if not isinstance(rec, Skipped) and begin <= rec.position - kept.start < end
+        ]
+        check.release()
         return np.array(sorted(found), np.int64)
 
 

@@ -9,19 +9,20 @@ resynchronising on the next intact record that names its own position.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rmqinspect.analysis.recovery.report import BadRecord, LostMessage, LostReport
-from rmqinspect.analysis.recovery.served import ServedCheck
+from rmqinspect.analysis.recovery.served import Scan, ServedCheck, walk_unserved
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.scan import Skipped, data_extent
+from rmqinspect.format.scan import FileEvent, Skipped, data_extent
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import QueueId
 
@@ -134,31 +135,28 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
     per_queue: dict[QueueId, int] = {}
     kept_damage: list[BadRecord] = []
     for f in state.commitlog:
-        buf = state.store.view(f.disk)
-        region = buf[: min(f.wrote, len(buf))]
-        data_end = state.store.maps.data_end(f.disk)
-        released = 0
-        try:
-            for event in state.scan_file(region, f.start, 0, state.checks.reput, data_end):
-                state.store.maps.release(f.disk, released, event.start)  # memory stays flat
-                released = event.start
-                if isinstance(event, Skipped):
-                    if state.ledger is not None:
-                        kept_damage.append(_bad(event, f.start, f.name))
-                    continue
-                for rec in check.unserved(region, f.start, event.columns):
-                    qid = QueueId(rec.topic, rec.queue_id)
-                    per_queue[qid] = per_queue.get(qid, 0) + 1
-                    listing.add(rec, f.name, "no_queue_unit")
-        finally:
-            region.release()
-            buf.release()
-            state.store.maps.release(f.disk, 0, f.disk.length)
+        for found in walk_unserved(check, state.store, f, 0, _reput_scan(state)):
+            if isinstance(found, Skipped):
+                if state.ledger is not None:
+                    kept_damage.append(_bad(found, f.start, f.name))
+                continue
+            qid = QueueId(found.topic, found.queue_id)
+            per_queue[qid] = per_queue.get(qid, 0) + 1
+            listing.add(found, f.name, "no_queue_unit")
     queues = check.queues
     without = sorted(
         (q for q in check.seen if q not in queues), key=lambda q: (q.topic, q.queue_id)
     )
     return Unserved(per_queue, without, kept_damage)
+
+
+def _reput_scan(state: BrokerState) -> Scan:
+    """The reput's walk of a region (DLedger: entry by entry)."""
+
+    def scan(region: memoryview, file_start: int, pos: int, data_end: int) -> Iterator[FileEvent]:
+        return state.scan_file(region, file_start, pos, state.checks.reput, data_end)
+
+    return scan
 
 
 def served_check(state: BrokerState) -> ServedCheck:

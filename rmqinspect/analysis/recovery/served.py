@@ -14,7 +14,7 @@ per record, so the walks agree however the records are grouped.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +24,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.npbytes import I64, Buffer
+from rmqinspect.format.scan import FileEvent, Skipped
 from rmqinspect.store.consume_queue import MISPLACED_SLOTS, ConsumeQueue, CqFile
 from rmqinspect.store.files import MappedFiles
 from rmqinspect.store.model import QueueId, Store
@@ -140,6 +141,40 @@ class ServedCheck:
             if f.start <= offset < f.start + self.file_size:
                 return f
         return None
+
+
+# A walk of a commitlog file's region: (region, file start, position, data end) -> events.
+Scan = Callable[[memoryview, int, int, int], Iterator[FileEvent]]
+
+
+def walk_unserved(
+    check: ServedCheck,
+    store: Store,
+    f: CommitlogFile,
+    pos: int,
+    scan: Scan,
+    stop: int | None = None,
+) -> Iterator[Skipped | cl.MessageRecord]:
+    """Walk the kept file ``f`` up to its write position from ``pos`` (up to the first event at
+    ``stop``): its damage (Skipped) and its unserved messages, in file order. Pages are released
+    behind the walk, so memory stays flat."""
+    buf = store.view(f.disk)
+    region = buf[: min(f.wrote, len(buf))]
+    released = pos
+    try:
+        for event in scan(region, f.start, pos, store.maps.data_end(f.disk)):
+            if stop is not None and event.start >= stop:
+                break
+            store.maps.release(f.disk, released, event.start)
+            released = event.start
+            if isinstance(event, Skipped):
+                yield event
+            else:
+                yield from check.unserved(region, f.start, event.columns)
+    finally:
+        region.release()
+        buf.release()
+        store.maps.release(f.disk, pos, f.disk.length)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from rmqinspect.analysis.verify.queues import (
 )
 from rmqinspect.analysis.verify.summary import Coverage, Summary, summarize
 from rmqinspect.store.model import QueueId, Store, StoreOptions
+from rmqinspect.store.run_cache import RunCache
 
 Progress = Callable[[int], None]
 T = TypeVar("T")
@@ -94,8 +95,10 @@ def _index_unit(ctx: Context, arg: tuple[int, int, int, int]) -> IndexPart:
 
 
 _CONTEXT: Context | None = None  # a worker process's own view of the store
-# A process another engine runs: the context of the run it last worked for.
-_OPENED: dict[tuple[str, str, StoreOptions, VerifyOptions], Context] = {}
+# A process another engine runs: the contexts of the run it works for.
+_OPENED: RunCache[tuple[str, StoreOptions, VerifyOptions], Context] = RunCache(
+    lambda context: context.store.close()
+)
 
 
 def _open_in_worker(root: str, store_options: StoreOptions, options: VerifyOptions) -> None:
@@ -126,13 +129,12 @@ def run_unit(
     the store is opened once per ``run`` (an id of the caller's choosing) and process. A
     process that outlives a run (a Spark session's Python workers) reopens it for the next: the
     store may have changed."""
-    key = (run, root, store_options, options)
-    if key not in _OPENED:
-        for context in _OPENED.values():
-            context.store.close()
-        _OPENED.clear()
-        _OPENED[key] = Context(Store.open(root, store_options), options)
-    return work(_OPENED[key], arg)
+    context = _OPENED.get(
+        run,
+        (root, store_options, options),
+        lambda: Context(Store.open(root, store_options), options),
+    )
+    return work(context, arg)
 
 
 # --- the run ------------------------------------------------------------------------------------
