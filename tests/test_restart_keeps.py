@@ -23,6 +23,7 @@ from rmqinspect.store.model import Store, StoreOptions
 from tests.conftest import CONFORMANCE, CONFORMANCE5, FIXTURES
 from tests.corpus import expected, input_store, scenarios
 from tests.damage_matrix import DAMAGES, PROFILES, damaged
+from tests.test_recover_conformance import _store_options
 
 STORES = sorted(p for p in (FIXTURES / "stores").iterdir() if p.is_dir())
 
@@ -110,14 +111,7 @@ CASES = _conformance()
     ("corpus", "scenario", "profile"), CASES, ids=[f"{c.name}-{s}" for c, s, _ in CASES]
 )
 def test_conformance_stores(corpus: Path, scenario: str, profile: Profile) -> None:
-    cfg = expected(corpus, scenario)["storeConfig"]
-    options = StoreOptions(
-        profile=profile,
-        index_slot_num=cfg["maxHashSlotNum"],
-        index_num=cfg["maxIndexNum"],
-        commitlog_file_size=cfg["mappedFileSizeCommitLog"],
-        cq_file_size=cfg["mappedFileSizeConsumeQueue"],
-    )
+    options = _store_options(expected(corpus, scenario), profile)
     with Store.open(input_store(corpus, scenario), options) as store:
         _agree(store)
 
