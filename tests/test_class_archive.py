@@ -52,3 +52,34 @@ def test_the_archive_is_kept_only_when_the_jvm_exited_cleanly(tmp_path: Path) ->
         assert archive.exists() is kept and not temporary.exists()
     keep_archive(lambda: None, temporary, tmp_path / "b.jsa")  # no JVM ran: nothing to keep
     assert not (tmp_path / "b.jsa").exists()
+
+
+def test_the_archive_of_another_install_is_not_shared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The JVM silently ignores an archive written with the classes at another path.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    paths = []
+    for venv in ("a", "b"):
+        jars = tmp_path / venv / "jars"
+        jars.mkdir(parents=True)
+        (jars / "spark-core.jar").write_bytes(b"x" * 10)
+        paths.append(archive_path('openjdk version "17.0.15"', jars))
+    assert paths[0] != paths[1]
+
+
+def test_temporaries_of_processes_that_are_gone_are_removed(tmp_path: Path) -> None:
+    archive = tmp_path / "a.jsa"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    abandoned = tmp_path / f".a.jsa.{gone.pid}.tmp"
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        running = tmp_path / f".a.jsa.{alive.pid}.tmp"
+        for f in (abandoned, running):
+            f.write_bytes(b"archive")
+        archive_options(archive, "")
+        assert not abandoned.exists() and running.exists()
+    finally:
+        alive.kill()
+        alive.wait()

@@ -26,8 +26,11 @@ Jvm = Callable[[], "subprocess.Popen[bytes] | None"]  # the running JVM's proces
 
 
 def archive_path(java_version: str, jars: Path) -> Path:
-    """Where the archive for this Java build and these Spark jars is kept."""
+    """Where the archive for this Java build and these Spark jars is kept. The jars' directory
+    is part of the name: the JVM ignores, silently, an archive written with the classes at
+    another path (another virtualenv of the same pyspark), and starts without it."""
     digest = hashlib.sha256(java_version.encode())
+    digest.update(f"\n{jars.resolve()}".encode())
     for jar in sorted(jars.glob("*.jar")):
         digest.update(f"\n{jar.name}:{jar.stat().st_size}".encode())
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -46,8 +49,28 @@ def archive_options(archive: Path, user_options: str) -> tuple[list[str], Path |
         archive.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         return [], None
+    _remove_abandoned(archive)
     temporary = archive.with_name(f".{archive.name}.{os.getpid()}.tmp")
     return [f"-XX:ArchiveClassesAtExit={temporary}", *QUIET], temporary
+
+
+def _remove_abandoned(archive: Path) -> None:
+    """Remove the temporaries of ``archive`` whose writer is gone: a process killed before its
+    exit handler ran leaves the archive its JVM wrote (tens of MB) under a temporary name."""
+    for temporary in archive.parent.glob(f".{archive.name}.*.tmp"):
+        pid = temporary.name.removeprefix(f".{archive.name}.").removesuffix(".tmp")
+        if pid.isdigit() and not _running(int(pid)):
+            temporary.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def keep_at_exit(jvm: Jvm, temporary: Path, archive: Path) -> None:
