@@ -43,6 +43,12 @@ def spark() -> Iterator[Any]:
         yield session
 
 
+def test_workers_import_the_installed_pyspark(spark: Any) -> None:
+    # Not Spark's pyspark.zip, whose modules the daemon would compile at every start.
+    where = spark.sparkContext.parallelize([0], 1).map(lambda _: pyspark.__file__).collect()
+    assert where == [pyspark.__file__] and ".zip" not in where[0]
+
+
 def test_both_engines_write_identical_tables(spark: Any, tmp_path: Path) -> None:
     store = hostile_store(tmp_path / "store")
     before = snapshot(store)
