@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,13 @@ import pytest
 from rmqinspect.export import Engine, ExportOptions, Table, export_store, read_store
 from rmqinspect.export.parquet import TMP_SUFFIX, part_file_name
 from rmqinspect.export.schema import SCHEMAS, TOPIC_PARTITION
-from rmqinspect.export.spark_engine import MIN_JAVA, java_major, run_spark, spark_session
+from rmqinspect.export.spark_engine import (
+    MIN_JAVA,
+    java_major,
+    run_spark,
+    spark_session,
+    stop_context,
+)
 from rmqinspect.format import dledger as dl
 from rmqinspect.store.model import Store, StoreOptions
 from tests.cli_helpers import SMALL_OPTS, run_jsonl
@@ -41,6 +48,33 @@ def spark() -> Iterator[Any]:
     conf = [("spark.driver.extraJavaOptions", QUICK_JVM), ("spark.sql.shuffle.partitions", "2")]
     with spark_session("local[2]", conf) as session:
         yield session
+
+
+def test_stop_leaves_the_accumulator_server_to_a_background_thread() -> None:
+    # Its shutdown waits for a handler that polls once a second; nothing waits for it.
+    class Server:
+        def __init__(self) -> None:
+            self.down = threading.Event()
+            self.thread: threading.Thread | None = None
+
+        def shutdown(self) -> None:
+            self.thread = threading.current_thread()
+            self.down.set()
+
+    class Context:
+        def __init__(self) -> None:
+            self._accumulatorServer: Server | None = Server()
+            self.stopped_with: list[Server | None] = []
+
+        def stop(self) -> None:  # pyspark's stop shuts down the server it still holds
+            self.stopped_with.append(self._accumulatorServer)
+
+    sc = Context()
+    server = sc._accumulatorServer
+    assert server is not None
+    stop_context(sc)
+    assert sc.stopped_with == [None]
+    assert server.down.wait(10) and server.thread is not threading.main_thread()
 
 
 def test_workers_import_the_installed_pyspark(spark: Any) -> None:

@@ -136,7 +136,7 @@ def spark_context(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
         try:
             yield sc
         finally:
-            sc.stop()
+            stop_context(sc)
         return
     require_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -165,7 +165,19 @@ def spark_context(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
     try:
         yield sc
     finally:
-        sc.stop()
+        stop_context(sc)
+
+
+def stop_context(sc: Any) -> None:
+    """``sc.stop()``, without waiting for pyspark's accumulator server: its handler looks at
+    its connection once a second, so its shutdown took 0.9 s of every export after the output
+    was complete. The server is shut down in the background instead, and ends within a second
+    (or with this process)."""
+    server = getattr(sc, "_accumulatorServer", None)
+    sc._accumulatorServer = None
+    sc.stop()
+    if server is not None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
 
 
 @contextmanager
