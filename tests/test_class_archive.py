@@ -27,16 +27,16 @@ def test_the_archive_is_named_after_the_java_build_and_the_jars(
 
 
 def test_options_use_write_or_leave_the_archive(tmp_path: Path) -> None:
-    archive = tmp_path / "cache" / "a.jsa"
-    options, temporary = archive_options(archive, "")
+    archive = tmp_path / "cache" / "spark-driver-a.jsa"
+    options, temporary = archive_options(archive, "", tmp_path)
     assert temporary is not None and temporary.parent == archive.parent
     assert temporary.name.startswith(".") and not temporary.exists()
     assert f"-XX:ArchiveClassesAtExit={temporary}" in options
     archive.write_bytes(b"archive")
-    options, temporary = archive_options(archive, "-Dx=1")
+    options, temporary = archive_options(archive, "-Dx=1", tmp_path)
     assert temporary is None and f"-XX:SharedArchiveFile={archive}" in options
     for own in ("-Xshare:off", "-XX:SharedArchiveFile=/x.jsa", "-XX:ArchiveClassesAtExit=/y"):
-        assert archive_options(archive, own) == ([], None)
+        assert archive_options(archive, own, tmp_path) == ([], None)
 
 
 def test_the_archive_is_kept_only_when_the_jvm_exited_cleanly(tmp_path: Path) -> None:
@@ -68,18 +68,38 @@ def test_the_archive_of_another_install_is_not_shared(
     assert paths[0] != paths[1]
 
 
-def test_temporaries_of_processes_that_are_gone_are_removed(tmp_path: Path) -> None:
-    archive = tmp_path / "a.jsa"
+def test_leftovers_of_gone_writers_and_installations_are_removed(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    installed, removed = tmp_path / "venv" / "jars", tmp_path / "gone" / "jars"
+    installed.mkdir(parents=True)
+    archives = {name: cache / f"spark-driver-{name}.jsa" for name in ("kept", "gone", "old")}
+    for archive in archives.values():
+        archive.write_bytes(b"archive")
+    archives["kept"].with_suffix(".jars").write_text(str(installed))
+    archives["gone"].with_suffix(".jars").write_text(str(removed))  # its virtualenv was removed
+    # archives["old"] has no note: written before archives were keyed on the jars' location
     gone = subprocess.Popen(["true"])
     gone.wait()
-    abandoned = tmp_path / f".a.jsa.{gone.pid}.tmp"
+    abandoned = cache / f".spark-driver-kept.jsa.{gone.pid}.tmp"
     alive = subprocess.Popen(["sleep", "30"])
     try:
-        running = tmp_path / f".a.jsa.{alive.pid}.tmp"
-        for f in (abandoned, running):
+        writing = cache / f".spark-driver-new.jsa.{alive.pid}.tmp"
+        for f in (abandoned, writing):
             f.write_bytes(b"archive")
-        archive_options(archive, "")
-        assert not abandoned.exists() and running.exists()
+        new = cache / "spark-driver-new.jsa"
+        options, temporary = archive_options(new, "", installed)
+        assert temporary is not None and f"-XX:ArchiveClassesAtExit={temporary}" in options
+        left = sorted(p.name for p in cache.iterdir())
+        assert left == sorted(
+            [
+                writing.name,
+                "spark-driver-kept.jsa",
+                "spark-driver-kept.jars",
+                "spark-driver-new.jars",
+            ]
+        )
+        assert (cache / "spark-driver-new.jars").read_text() == str(installed.resolve())
     finally:
         alive.kill()
         alive.wait()

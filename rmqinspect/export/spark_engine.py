@@ -146,8 +146,9 @@ def spark_context(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
     java_options = [f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}", *QUICK_JVM]
     archive, temporary = None, None
     if SparkContext._gateway is None:  # a JVM starts now: it can map or write the archive
-        archive = archive_path(java_version() or "", _spark_jars())
-        sharing, temporary = archive_options(archive, user_options)
+        jars = _spark_jars()
+        archive = archive_path(java_version() or "", jars)
+        sharing, temporary = archive_options(archive, user_options, jars)
         java_options += sharing
     settings = {
         **(LOCAL_CONF if master.startswith("local") else {}),
