@@ -32,7 +32,8 @@ from rmqinspect.analysis.recovery import (
 )
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
-from rmqinspect.store.model import Store, StoreOptions, StorePart
+from rmqinspect.store.layout import StorePart
+from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import MessageSpec, PutResult, StoreWriter
 from tests.cli_helpers import SMALL_LAYOUT, SMALL_OPTS, run, run_json, run_jsonl

@@ -13,7 +13,8 @@ from rmqinspect.analysis.queues import all_queue_bounds
 from rmqinspect.analysis.recovery import analyze_recovery
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
-from rmqinspect.store.model import QueueId, Store, StoreOptions
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.synth.writer import MessageSpec, StoreLayout, StoreWriter
 from tests.conftest import CONFORMANCE, CONFORMANCE5, FIXTURES
 

@@ -27,7 +27,8 @@ from rmqinspect.format.index import IndexHeader
 from rmqinspect.format.scan import Skipped
 from rmqinspect.store.configfiles import ConfigFileResult, load_config_files
 from rmqinspect.store.files import FileQueue, LayoutProblem, read_small
-from rmqinspect.store.model import Store, UnsupportedLayout
+from rmqinspect.store.layout import UnsupportedLayout
+from rmqinspect.store.model import Store
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,8 @@ from rmqinspect.format.config import (
     split_topic_group,
 )
 from rmqinspect.store.configfiles import ConfigFileResult, load_config_file
-from rmqinspect.store.model import QueueId, Store
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
 
 
 class OffsetStatus(StrEnum):

@@ -26,7 +26,8 @@ from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import data_extent
 from rmqinspect.store.consume_queue import ConsumeQueue, CorrectMinOffsetError
 from rmqinspect.store.files import FileQueue, StoreFile
-from rmqinspect.store.model import QueueId, Store
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,8 @@ from rmqinspect.cli.options import (
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.render.queues import render_queue_listing
-from rmqinspect.store.model import StoreOptions, StorePart
+from rmqinspect.store.layout import StorePart
+from rmqinspect.store.model import StoreOptions
 
 
 @handle_errors

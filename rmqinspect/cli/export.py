@@ -13,7 +13,8 @@ from rmqinspect.cli.options import StoreArg, open_store, with_store_options
 from rmqinspect.export import Engine, ExportOptions, Table, export_store
 from rmqinspect.render.export import ExportFormat, export_progress, render_export
 from rmqinspect.render.output import OutputFormat, resolve_format
-from rmqinspect.store.model import ALL_PARTS, StoreOptions, StorePart
+from rmqinspect.store.layout import ALL_PARTS, StorePart
+from rmqinspect.store.model import StoreOptions
 
 
 def _tables(text: str) -> tuple[Table, ...]:

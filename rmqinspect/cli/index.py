@@ -12,7 +12,8 @@ from rmqinspect.cli.common import handle_errors
 from rmqinspect.cli.options import FormatOpt, LimitOpt, StoreArg, open_store, with_store_options
 from rmqinspect.render.indexes import render_index
 from rmqinspect.render.output import resolve_format, warn
-from rmqinspect.store.model import StoreOptions, StorePart
+from rmqinspect.store.layout import StorePart
+from rmqinspect.store.model import StoreOptions
 
 
 @handle_errors

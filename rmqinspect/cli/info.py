@@ -9,7 +9,8 @@ from rmqinspect.cli.common import handle_errors
 from rmqinspect.cli.options import FormatOpt, StoreArg, open_store, with_store_options
 from rmqinspect.render.inventory import render_inventory
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import StoreOptions, StorePart
+from rmqinspect.store.layout import StorePart
+from rmqinspect.store.model import StoreOptions
 
 
 @handle_errors

@@ -25,7 +25,8 @@ from rmqinspect.cli.options import (
 from rmqinspect.render.lookup import render_lookup
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import ALL_PARTS, Store, StoreOptions, StorePart
+from rmqinspect.store.layout import ALL_PARTS, StorePart
+from rmqinspect.store.model import Store, StoreOptions
 
 _MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--phy-offset", "--time")
 

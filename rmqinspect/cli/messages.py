@@ -21,7 +21,8 @@ from rmqinspect.cli.options import (
 )
 from rmqinspect.render.message import BodyFormat, render_message_stream
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import StoreOptions, StorePart
+from rmqinspect.store.layout import StorePart
+from rmqinspect.store.model import StoreOptions
 
 
 @handle_errors

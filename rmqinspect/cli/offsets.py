@@ -18,7 +18,8 @@ from rmqinspect.cli.options import (
 )
 from rmqinspect.render.offsets import render_offsets
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.model import ALL_PARTS, StoreOptions
+from rmqinspect.store.layout import ALL_PARTS
+from rmqinspect.store.model import StoreOptions
 
 
 @handle_errors

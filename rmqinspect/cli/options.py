@@ -27,7 +27,8 @@ from rmqinspect.format.sizes import (
 )
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import OutputFormat, progress_bar, warn
-from rmqinspect.store.model import Store, StoreOptions, StorePart
+from rmqinspect.store.layout import StorePart
+from rmqinspect.store.model import Store, StoreOptions
 
 R = TypeVar("R")
 E = TypeVar("E", bound=enum.Enum)

@@ -23,7 +23,8 @@ from rmqinspect.cli.options import (
 )
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.render.recover import render_recover
-from rmqinspect.store.model import ALL_PARTS, StoreOptions
+from rmqinspect.store.layout import ALL_PARTS
+from rmqinspect.store.model import StoreOptions
 
 
 @handle_errors

@@ -20,7 +20,8 @@ from rmqinspect.cli.options import (
 from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format
 from rmqinspect.render.salvage import SalvageWriter, render_salvage
-from rmqinspect.store.model import StoreOptions, StorePart
+from rmqinspect.store.layout import StorePart
+from rmqinspect.store.model import StoreOptions
 from rmqinspect.store.output import prepare_output_dir
 
 

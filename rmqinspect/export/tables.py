@@ -46,7 +46,8 @@ from rmqinspect.format.batch import host_text_column, offset_msg_id_column
 from rmqinspect.format.consumequeue import TAGS_CODE_KINDS, tags_code_kinds
 from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
 from rmqinspect.store.files import content_crc32c
-from rmqinspect.store.model import QueueId, Store
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
 
 
 def read_part(

@@ -22,7 +22,8 @@ from rmqinspect.analysis.lookup.scan import (
 from rmqinspect.analysis.queues import queue_bounds, unit_at
 from rmqinspect.analysis.units import UnitStatus, resolve_unit
 from rmqinspect.errors import StoreError
-from rmqinspect.store.model import QueueId, Store
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
 
 # --- queue offset ---------------------------------------------------------------------------
 

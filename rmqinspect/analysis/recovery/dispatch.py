@@ -20,7 +20,7 @@ from rmqinspect.format.javamath import jmod, wrap32, wrap64
 from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import CheckedRun, check_run
 from rmqinspect.store.consume_queue import ConsumeQueue
-from rmqinspect.store.model import QueueId
+from rmqinspect.store.layout import QueueId
 
 Topics = tuple[I64, list[str]]  # each record's topic id, and the topics by id
 

@@ -68,7 +68,8 @@ from rmqinspect.format.javamath import jdiv
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.consume_queue import CorrectMinOffsetError
 from rmqinspect.store.files import StoreFile
-from rmqinspect.store.model import QueueId, Store
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
 
 
 @dataclass(frozen=True, slots=True)

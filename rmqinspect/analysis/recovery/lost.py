@@ -24,7 +24,7 @@ from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.scan import FileEvent, Skipped, data_extent
 from rmqinspect.store.files import StoreFile
-from rmqinspect.store.model import QueueId
+from rmqinspect.store.layout import QueueId
 
 _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
 

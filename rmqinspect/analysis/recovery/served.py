@@ -27,7 +27,8 @@ from rmqinspect.format.npbytes import I64, Buffer
 from rmqinspect.format.scan import FileEvent, Skipped
 from rmqinspect.store.consume_queue import MISPLACED_SLOTS, ConsumeQueue, CqFile
 from rmqinspect.store.files import MappedFiles
-from rmqinspect.store.model import QueueId, Store
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
 
 _I64 = struct.Struct(">q")
 TopicIds = tuple[I64, list[bytes]]  # RecordColumns.topic_ids()

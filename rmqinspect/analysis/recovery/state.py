@@ -21,7 +21,8 @@ from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import FileEvent, scan_file
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import LayoutProblem, StoreFile
-from rmqinspect.store.model import QueueId, Store, StorePart
+from rmqinspect.store.layout import QueueId, StorePart
+from rmqinspect.store.model import Store
 
 
 @dataclass(frozen=True, slots=True)

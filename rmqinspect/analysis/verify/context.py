@@ -12,7 +12,8 @@ from rmqinspect.analysis.indexes import IndexFileInfo, open_index_files
 from rmqinspect.analysis.queues import loaded_queue
 from rmqinspect.format import commitlog as cl
 from rmqinspect.store.consume_queue import ConsumeQueue
-from rmqinspect.store.model import QueueId, Store
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from rmqinspect.analysis.verify.context import Context
 from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 from rmqinspect.store.configfiles import load_config_files
-from rmqinspect.store.model import QueueId
+from rmqinspect.store.layout import QueueId
 
 _CHECKPOINT = "checkpoint"
 _OFFSET_FILES = {

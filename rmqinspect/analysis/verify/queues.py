@@ -46,7 +46,7 @@ from rmqinspect.format.npbytes import I64, Mask, members
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import StoreFile
-from rmqinspect.store.model import QueueId
+from rmqinspect.store.layout import QueueId
 
 _CHUNK = 1 << 16  # units checked per gather
 Report = Callable[[str, int, str], None]  # (check, unit index in the chunk, detail)

@@ -46,7 +46,8 @@ from rmqinspect.analysis.verify.queues import (
     classify_lagging,
 )
 from rmqinspect.analysis.verify.summary import Coverage, Summary, summarize
-from rmqinspect.store.model import QueueId, Store, StoreOptions
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.store.run_cache import RunCache
 
 Progress = Callable[[int], None]

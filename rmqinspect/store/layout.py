@@ -1,0 +1,251 @@
+"""What a store directory holds, found from its listing before any file is read: the consume
+queues and index files as the broker's loaders find them, small files that are not regular
+files, and the layouts rmqinspect recognises but does not read (each takes over the
+:class:`StorePart` whose answers it would make wrong).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rmqinspect.errors import StoreError
+from rmqinspect.format.javamath import java_parse_int
+from rmqinspect.format.names import is_index_name
+from rmqinspect.store.files import FileQueue, LayoutProblem, StoreFile, list_directory
+
+if TYPE_CHECKING:
+    from rmqinspect.store.dledger import DLedgerStore
+
+_SMALL_FILES = ("checkpoint", "abort", "lock")
+
+
+class StorePart(enum.Flag):
+    """What an answer is read from. A command refuses a store (see :meth:`Store.refusal`) when
+    a layout there takes over a part its answer reads."""
+
+    COMMITLOG = enum.auto()
+    CONSUME_QUEUES = enum.auto()
+    INDEX = enum.auto()
+    RESTART = enum.auto()  # the restart emulation, which reads every part
+    EXPORT = enum.auto()  # the Parquet export's record ranges (export/records.py)
+    SALVAGE = enum.auto()  # salvage's resynchronising walk over bare records
+
+
+ALL_PARTS = StorePart.COMMITLOG | StorePart.CONSUME_QUEUES | StorePart.INDEX | StorePart.RESTART
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedLayout:
+    """A layout rmqinspect recognises but does not decode yet, and the parts whose answers it
+    makes wrong (none: it keeps its own files beside ones that are read correctly)."""
+
+    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger_mixed,
+    # dledger_homes
+    path: str
+    note: str
+    takes_over: StorePart
+
+
+# The one table of refusals: per layout, its name in a sentence and the parts it takes over.
+# Supporting a layout means emptying its parts; nothing else refuses.
+#  - DLedger itself is read (store/dledger.py) by every command but salvage: its candidates
+#    are bare records found anywhere, and its "what a restart keeps" is the plain
+#    commitlog's; inside entries DLedger keeps what the scan keeps. A plain commitlog beside
+#    DLedger data (a store switched over: reads below the divide go to the old log) and
+#    several DLedger homes (which one is the node's is not on disk) are not read: every part
+#    depends on which log answers.
+#  - RocksDB consume queue, BatchConsumeQueue: the queues of (some) topics are not in
+#    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
+#  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
+#    index; what is read from those is right, and the restart of those is unchanged.
+_LAYOUTS: dict[str, tuple[str, StorePart]] = {
+    "dledger": ("DLedger", StorePart.SALVAGE),
+    "dledger_mixed": (
+        "a plain commitlog beside DLedger data",
+        ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
+    ),
+    "dledger_homes": (
+        "several DLedger homes",
+        ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
+    ),
+    "rocksdb_consume_queue": (
+        "RocksDB consume queues",
+        StorePart.CONSUME_QUEUES | StorePart.RESTART,
+    ),
+    "batch_consume_queue": ("BatchConsumeQueue", StorePart.CONSUME_QUEUES | StorePart.RESTART),
+    "timer": ("the 5.x timer store", StorePart(0)),
+    "compaction": ("the compaction store", StorePart(0)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueId:
+    topic: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.queue_id}"
+
+
+def _subdirectories(directory: Path, what: str, problems: list[LayoutProblem]) -> list[Path]:
+    """Real subdirectories (symlinks are not followed), by name; what cannot be listed is a
+    problem."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as err:
+        problems.append(
+            LayoutProblem("unreadable", str(directory), f"cannot list {what}: {err.strerror}")
+        )
+        return []
+    return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+
+
+def discover_queues(directory: Path, problems: list[LayoutProblem]) -> dict[QueueId, Path]:
+    """``consumequeue/<topic>/<queueId>/`` as ``loadConsumeQueue`` finds them: a queue directory
+    whose name does not parse as an int (``Integer.parseInt``) is skipped, and so are files among
+    topics (RocksDB's). The broker then reads a queue from ``<topic>/<queueId>`` rebuilt from the
+    parsed int, so a directory named otherwise ("02", "+2", "２") is listed but not read."""
+    queues: dict[QueueId, Path] = {}
+    for topic in _subdirectories(directory, "consumequeue/", problems):
+        for qdir in _subdirectories(topic, f"topic {topic.name!r}", problems):
+            queue_id = java_parse_int(qdir.name)
+            if queue_id is None:
+                continue
+            read_from = topic / str(queue_id)
+            if qdir != read_from:
+                problems.append(
+                    LayoutProblem(
+                        "queue_name",
+                        str(qdir),
+                        f"the broker reads queue {queue_id} from {read_from.name!r}, "
+                        "not from this directory",
+                    )
+                )
+            queues[QueueId(topic.name, queue_id)] = read_from
+    return dict(sorted(queues.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id)))
+
+
+def list_index(directory: Path, problems: list[LayoutProblem]) -> list[StoreFile]:
+    """Files named by 17 digits, in load order (by name); anything else is a problem."""
+    try:
+        listing = list_directory(directory, "index/")
+    except StoreError as err:
+        problems.append(LayoutProblem("unreadable", str(directory), err.message))
+        return []
+    problems.extend(listing.problems)
+    out = []
+    for path, size in listing.files:
+        if is_index_name(path.name):
+            out.append(StoreFile(path, int(path.name), size))
+        else:
+            problems.append(
+                LayoutProblem(
+                    "bad_name", str(path), "index file name is not 17 digits (yyyyMMddHHmmssSSS)"
+                )
+            )
+    return sorted(out, key=lambda f: f.name)
+
+
+def small_file_problems(root: Path) -> list[LayoutProblem]:
+    """``checkpoint``, ``abort`` and ``lock`` that exist but are not regular files."""
+    problems = []
+    for name in _SMALL_FILES:
+        path = root / name
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            problems.append(
+                LayoutProblem(
+                    "not_regular",
+                    str(path),
+                    f"{name} is not a regular file (a link, FIFO, device or directory): not read",
+                    broker_fails_to_load=name == "checkpoint",
+                )
+            )
+    return problems
+
+
+def layout_name(kind: str) -> str:
+    """The layout ``kind`` as a sentence names it."""
+    return _LAYOUTS[kind][0]
+
+
+def _unsupported(kind: str, path: Path, note: str) -> UnsupportedLayout:
+    return UnsupportedLayout(kind, str(path), note, _LAYOUTS[kind][1])
+
+
+def detect_unsupported(
+    root: Path, plain: FileQueue, homes: list[Path], ledger: DLedgerStore | None
+) -> list[UnsupportedLayout]:
+    found: list[UnsupportedLayout] = []
+    bcq = root / "batchconsumequeue"
+    if _has_entries(bcq):
+        found.append(
+            _unsupported("batch_consume_queue", bcq, "BatchConsumeQueue (5.x) is not decoded yet")
+        )
+    cq = root / "consumequeue"
+    if any(
+        e.is_file(follow_symlinks=False) and (e.name == "CURRENT" or e.name.endswith(".sst"))
+        for e in _entries(cq)
+    ):
+        found.append(
+            _unsupported(
+                "rocksdb_consume_queue",
+                cq,
+                "RocksDB consume queue (storeType=defaultRocksDB) is not decoded yet",
+            )
+        )
+    for name in ("timerwheel", "timerlog"):
+        if (root / name).exists():
+            found.append(_unsupported("timer", root / name, "5.x timer store is not decoded yet"))
+    log_dir = root / "compaction" / "compactionLog"
+    if _has_entries(log_dir):
+        found.append(_unsupported("compaction", log_dir, "compaction store is not decoded yet"))
+    if len(homes) > 1:
+        found.append(
+            _unsupported(
+                "dledger_homes",
+                homes[1],
+                "several dledger-* directories (which one the broker's dLegerSelfId names is "
+                "not on disk): not decoded yet",
+            )
+        )
+    elif ledger is not None and ledger.data.files and plain.files:
+        found.append(
+            _unsupported(
+                "dledger_mixed",
+                ledger.home,
+                "a plain commitlog beside DLedger data (a store switched to DLedger, "
+                "dledger-store-format.md §9) is not decoded yet",
+            )
+        )
+    elif ledger is not None:
+        found.append(
+            _unsupported(
+                "dledger",
+                ledger.home,
+                "a DLedger commitlog: every command reads it but salvage, whose resynchronising "
+                "walk looks for bare records",
+            )
+        )
+    return found
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    try:
+        return list(os.scandir(directory))
+    except OSError:
+        return []
+
+
+def _has_entries(directory: Path) -> bool:
+    return directory.is_dir() and bool(_entries(directory))
