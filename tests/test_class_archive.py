@@ -3,12 +3,15 @@ user's own options, and how the archive the JVM wrote at exit is moved into plac
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rmqinspect.export.class_archive import archive_options, archive_path, keep_archive
+from rmqinspect.export.spark_engine import MIN_JAVA, java_major
 
 
 def test_the_archive_is_named_after_the_java_build_and_the_jars(
@@ -103,3 +106,32 @@ def test_leftovers_of_gone_writers_and_installations_are_removed(tmp_path: Path)
     finally:
         alive.kill()
         alive.wait()
+
+
+MAPPED = """
+from pathlib import Path
+from pyspark import SparkContext
+from rmqinspect.export.spark_engine import spark_context
+with spark_context("local[1]") as sc:
+    maps = Path(f"/proc/{SparkContext._gateway.proc.pid}/maps").read_text()
+    print(str(Path.cwd() / "cache") in maps)
+"""
+
+
+@pytest.mark.skipif(
+    (java_major() or 0) < MIN_JAVA or not Path("/proc/self/maps").exists(),
+    reason=f"needs Java {MIN_JAVA}+ and /proc",
+)
+def test_the_first_driver_writes_the_archive_and_the_next_one_maps_it(tmp_path: Path) -> None:
+    # The JVM ignores an archive it cannot use without a word: look at what it mapped.
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", MAPPED],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        )
+        for _ in range(2)
+    ]  # fmt: skip
+    assert [r.stdout.strip() for r in runs] == ["False", "True"], runs[-1].stderr[-2000:]
+    cache = tmp_path / "cache" / "rmqinspect"
+    assert [p.suffix for p in sorted(cache.iterdir())] == [".jars", ".jsa"]
