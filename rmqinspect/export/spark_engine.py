@@ -142,7 +142,8 @@ def spark_context(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
     user_options = given.get("spark.driver.extraJavaOptions", "")
     java_options = [f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}", *QUICK_JVM]
     archive, temporary = None, None
-    if SparkContext._gateway is None:  # a JVM starts now: it can map or write the archive
+    starting = SparkContext._gateway is None  # a JVM starts now: it can map or write the archive
+    if starting:
         jars = _spark_jars()
         archive = archive_path(java_version() or "", jars)
         sharing, temporary = archive_options(archive, user_options, jars)
@@ -159,12 +160,13 @@ def spark_context(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
     spark_conf = SparkConf().setMaster(master).setAppName(APP_NAME)
     for key, value in settings.items():
         spark_conf = spark_conf.set(key, value)
-    if SparkContext._gateway is None:
-        sc = SparkContext(conf=spark_conf, gateway=_launch_gateway(spark_conf))
+    if starting:
+        gateway = _launch_gateway(spark_conf)
+        sc = SparkContext(conf=spark_conf, gateway=gateway)
+        if archive is not None and temporary is not None:
+            keep_at_exit(lambda: gateway.proc, temporary, archive)
     else:
         sc = SparkContext.getOrCreate(spark_conf)
-    if archive is not None and temporary is not None:
-        keep_at_exit(lambda: getattr(SparkContext._gateway, "proc", None), temporary, archive)
     try:
         yield sc
     finally:
