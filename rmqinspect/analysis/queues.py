@@ -271,7 +271,7 @@ def queue_listing(
     hold nothing, and a sparse file may hold billions of them)."""
     qid = QueueId(topic, queue_id)
     if qid not in store.queue_dirs:
-        raise StoreError(f"no consume queue {qid}", str(store.root / "consumequeue" / topic))
+        raise StoreError(f"no consume queue {qid}", str(qid.shown_under(store.root)))
     bounds = queue_bounds(store, qid)
     queue = store.consume_queue(topic, queue_id)
     extents = {f.path: _data_units(store, f) for f in queue.files}

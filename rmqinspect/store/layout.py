@@ -83,10 +83,54 @@ _LAYOUTS: dict[str, tuple[str, StorePart]] = {
 }
 
 
+def plain_name(name: str, what: str) -> str:
+    """``name`` when it names one entry of a directory, or a StoreError: the one check every
+    path built from store content (a record's topic, a file or directory name read from a
+    listing or a config file) passes before it is joined to a directory, read or written.
+
+    Refused: the empty name, ``.`` and ``..``, any ``/`` (so no absolute path), a NUL, and a
+    name the file system cannot spell exactly (a lone surrogate that came from JSON: there
+    is no byte string it stands for). Everything else is kept as it is: a name decoded from
+    a record (Java's UTF-8 decoding, as rmqinspect's) encodes back to the broker's bytes, and
+    a name from a listing to the bytes on disk."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise StoreError(
+            f"{what} {name!r} is not a plain file name: a path built from it "
+            "would leave its directory"
+        )
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError:
+        raise StoreError(
+            f"{what} {name!r} has no byte spelling a file system can hold", None
+        ) from None
+    return name
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether :func:`plain_name` takes ``name``."""
+    try:
+        plain_name(name, "name")
+    except StoreError:
+        return False
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class QueueId:
     topic: str
     queue_id: int
+
+    @property
+    def relative_dir(self) -> Path:
+        """``consumequeue/<topic>/<queueId>``, the directory ``ConsumeQueue`` reads and writes
+        (:func:`plain_name`: a topic that is no plain name is refused, never joined)."""
+        return Path("consumequeue", plain_name(self.topic, "topic"), str(self.queue_id))
+
+    def shown_under(self, root: Path) -> Path:
+        """The queue's directory under ``root`` to name in a message: ``consumequeue/`` itself
+        for a topic that is no plain name."""
+        return root / self.relative_dir if is_plain_name(self.topic) else root / "consumequeue"
 
     def __str__(self) -> str:
         return f"{self.topic}/{self.queue_id}"

@@ -44,6 +44,7 @@ from rmqinspect.store.layout import (
     UnsupportedLayout,
     detect_unsupported,
     discover_queues,
+    is_plain_name,
     layout_name,
     list_index,
     small_file_problems,
@@ -248,10 +249,17 @@ class Store:
         qid = QueueId(topic, queue_id)
         queue = self._queues.get(qid)
         if queue is None:
-            directory = self.queue_dirs.get(qid, self.root / "consumequeue" / topic / str(queue_id))
-            queue = list_family(
-                directory, self.cq_file_size, f"consume queue {qid}", self.cq_file_size
-            )
+            directory = self.queue_dirs.get(qid)
+            if directory is None and is_plain_name(topic):
+                directory = self.root / qid.relative_dir
+            if directory is None:
+                # A topic that is no plain name (a record's "../x"): the broker's path for it
+                # leaves consumequeue/, and nothing outside the store is read.
+                queue = FileQueue(self.root / "consumequeue", self.cq_file_size)
+            else:
+                queue = list_family(
+                    directory, self.cq_file_size, f"consume queue {qid}", self.cq_file_size
+                )
             self._queues[qid] = queue
         return queue
 

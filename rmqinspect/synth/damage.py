@@ -29,6 +29,7 @@ from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, enco
 from rmqinspect.format.encode import encode_message
 from rmqinspect.format.names import offset_file_name
 from rmqinspect.format.profile import Profile
+from rmqinspect.store.layout import QueueId
 
 _BODY_START_V4V4 = 88  # BODY offset in a record with two IPv4 hosts
 _WALK = CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=True)
@@ -261,7 +262,7 @@ def cq_ahead_of_commitlog(
     """Append ``count`` units to a consume queue that point past the end of the commitlog, as
     when the queue was flushed but the commitlog tail was lost."""
     store = Path(root)
-    directory = store / "consumequeue" / topic / str(queue_id)
+    directory = store / QueueId(topic, queue_id).relative_dir
     files = sorted(directory.iterdir()) if directory.is_dir() else []
     if not files:
         raise ValueError(f"no consume queue at {directory}")
@@ -297,7 +298,7 @@ def cq_ahead_of_commitlog(
 def remove_cq_dir(root: str | os.PathLike[str], topic: str, queue_id: int) -> Damage:
     """Delete ``consumequeue/<topic>/<queueId>`` (and the topic directory if it empties)."""
     store = Path(root)
-    directory = store / "consumequeue" / topic / str(queue_id)
+    directory = store / QueueId(topic, queue_id).relative_dir
     if not directory.is_dir():
         raise ValueError(f"no consume queue at {directory}")
     removed = tuple(_rel(store, p) for p in sorted(directory.iterdir()))

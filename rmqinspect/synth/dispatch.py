@@ -18,6 +18,7 @@ from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder, IndexN
 from rmqinspect.format.javahash import index_key, java_hash, prefixed_key_hashes
 from rmqinspect.format.names import offset_file_name
 from rmqinspect.format.profile import Profile
+from rmqinspect.store.layout import QueueId
 from rmqinspect.synth.files import create_file, write_at, write_pieces
 from rmqinspect.synth.layout import MessageColumns, StoreLayout
 
@@ -47,8 +48,9 @@ class UtcNamer:
 class ConsumeQueueFiles:
     """One ``consumequeue/<topic>/<queueId>`` (§5.1): units appended in dispatch order."""
 
-    def __init__(self, directory: Path, file_size: int) -> None:
-        self.directory = directory
+    def __init__(self, root: Path, queue: QueueId, file_size: int) -> None:
+        self.root = root
+        self.queue = queue
         self.file_size = file_size
         self.file_start: int | None = None
         self.position = 0
@@ -61,6 +63,8 @@ class ConsumeQueueFiles:
             # puts placeholder units before it when the queue starts past offset 0.
             expect = first_queue_offset * CQ_STORE_UNIT_SIZE
             self.file_start = expect - expect % self.file_size
+            # The path is built at the first unit: a queue the dispatch never reaches (an
+            # undispatched tail's, whatever its topic) makes no directory.
             self.directory.mkdir(parents=True, exist_ok=True)
             os.close(create_file(self._path(self.file_start), self.file_size))
             blanks = (expect % self.file_size) // CQ_STORE_UNIT_SIZE
@@ -80,6 +84,10 @@ class ConsumeQueueFiles:
 
     def _path(self, start: int) -> Path:
         return self.directory / offset_file_name(start)
+
+    @property
+    def directory(self) -> Path:
+        return self.root / self.queue.relative_dir
 
 
 class Dispatcher:
@@ -124,7 +132,7 @@ class Dispatcher:
             number = self._queue_numbers[key] = len(self._queue_numbers) + 1
             topic, queue_id = key
             self.queues[key] = ConsumeQueueFiles(
-                self.cq_dir / topic / str(queue_id), self.cq_file_size
+                self.cq_dir.parent, QueueId(topic, queue_id), self.cq_file_size
             )
         return number
 

@@ -312,7 +312,7 @@ def recover_topic_queue_table(state: BrokerState) -> LoadFailure | None:
         try:
             q.correct_min_offset(min_phy, binary)
         except CorrectMinOffsetError as err:
-            path = state.store.root / "consumequeue" / qid.topic / str(qid.queue_id)
+            path = qid.shown_under(state.store.root)
             return LoadFailure("exception", str(path), str(err))
     return None
 
