@@ -35,11 +35,13 @@ from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.emulator import RecoveryOutcome, analyze_recovery, run_recovery
 from rmqinspect.analysis.recovery.report import DLedgerReport, RecoveryReport
 from rmqinspect.analysis.recovery.state import RecoverOptions
+from rmqinspect.errors import StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.store import output
 from rmqinspect.store.files import MappedFiles, StoreFile
+from rmqinspect.store.layout import QueueId, is_plain_name
 from rmqinspect.store.model import Store
 
 _STAGING = ".rmqinspect-index-staging"
@@ -85,20 +87,18 @@ def apply_recovery(
         outcome = run_recovery(
             opened, opts, progress, index_sink=lambda f: _stage_index_file(opened, staging, f)
         )
+        report = outcome.report
+        if not report.broker_starts:
+            reasons = "; ".join(f.message for f in report.load_failures)
+            raise ApplyRefused(
+                f"the broker would refuse to start ({reasons}): nothing to apply", report
+            )
+        _refuse_queues_outside(opened, outcome)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if created_dest:
             dest.rmdir()
         raise
-    report = outcome.report
-    if not report.broker_starts:
-        shutil.rmtree(staging, ignore_errors=True)
-        if created_dest:
-            dest.rmdir()
-        reasons = "; ".join(f.message for f in report.load_failures)
-        raise ApplyRefused(
-            f"the broker would refuse to start ({reasons}): nothing to apply", report
-        )
     applied = ApplyReport(str(dest))
     data_dir = opened.commitlog.directory.relative_to(store)
     skip = _paths_deleted(outcome, data_dir, store)
@@ -134,6 +134,27 @@ def apply_recovery(
     return report, applied
 
 
+def _refuse_queues_outside(opened: Store, outcome: RecoveryOutcome) -> None:
+    """Refuse, before anything is copied, a restart that dispatches records into a consume
+    queue whose path leaves the store: the broker joins a record's topic into
+    ``consumequeue/<topic>/<queueId>`` as it is, and a crafted topic (``../x``, ``/x``) would
+    have it create files elsewhere, which a copy of the store cannot hold."""
+    for q in outcome.queues:
+        if not q.files or is_plain_name(q.topic):
+            continue
+        written = next((f.written for f in q.files if f.written), b"")
+        physical_offset = int.from_bytes(written[:8], "big") if written else None
+        path, offset = str(opened.commitlog.directory), None
+        if physical_offset is not None and (f := opened.commitlog.find(physical_offset)):
+            path, offset = str(f.path), physical_offset - f.start
+        raise StoreError(
+            f"the restart dispatches a record of topic {q.topic!r} into a consume queue "
+            "outside the store (the topic is no plain file name): nothing applied",
+            path,
+            offset,
+        )
+
+
 def _stage_index_file(opened: Store, staging: Path, f: IndexFileBuilder) -> None:
     """Write an index file the restart writes: a continued file over a copy of the store's,
     a new one over zeros (both sparse)."""
@@ -156,8 +177,9 @@ def _paths_deleted(outcome: RecoveryOutcome, data_dir: Path, store: Path) -> set
         skip.update(index_dir / n for n in ledger.index_files_deleted)
     skip.update(Path("index") / n for n in outcome.index_deleted)
     for q in outcome.report.consume_queues:
-        base = Path("consumequeue") / q.topic / str(q.queue_id)
-        skip.update(base / n for n in q.files_deleted)
+        if q.files_deleted:
+            base = QueueId(q.topic, q.queue_id).relative_dir
+            skip.update(base / n for n in q.files_deleted)
     return skip
 
 
@@ -270,7 +292,9 @@ def _write_units(index_dir: Path, first: int, units: bytes, applied: ApplyReport
 def _apply_queues(dest: Path, outcome: RecoveryOutcome, applied: ApplyReport) -> None:
     size = int(str(outcome.report.options["cq_file_size"]))
     for q in outcome.queues:
-        qdir = dest / "consumequeue" / q.topic / str(q.queue_id)
+        if not q.files and not is_plain_name(q.topic):
+            continue  # nothing of it on disk, and nothing to write
+        qdir = dest / QueueId(q.topic, q.queue_id).relative_dir
         if not q.files:
             if q.existed and qdir.is_dir() and not any(qdir.iterdir()):
                 qdir.rmdir()  # ConsumeQueue.destroy removes the emptied directory
