@@ -77,7 +77,11 @@ def export(
         typer.Option("--jobs", "-j", min=1, help="Worker processes (arrow engine; default: CPUs)."),
     ] = None,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Empty a non-empty OUT first.")
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace an earlier export in OUT (only what its manifest lists is deleted).",
+        ),
     ] = False,
     format: Annotated[
         ExportFormat | None,

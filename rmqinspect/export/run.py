@@ -1,7 +1,8 @@
 """One export from start to manifest, whichever engine writes the tables.
 
 OUT is prepared by :func:`prepare_output_dir` (never STORE, never inside it, empty unless
-overwriting), the tables are written under it, and ``OUT/_manifest.json`` is written last, by
+``--overwrite`` names an earlier export whose manifest lists what it may delete), the tables
+are written under it, and ``OUT/_manifest.json`` is written last, by
 rename: a manifest means a complete export.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqinspect import __version__
+from rmqinspect.errors import StoreError
 from rmqinspect.export.arrow_engine import run_arrow
 from rmqinspect.export.plan import source_files
 from rmqinspect.export.progress import Reporter
@@ -26,6 +28,7 @@ from rmqinspect.store.output import prepare_output_dir
 
 MANIFEST = "_manifest.json"
 MANIFEST_VERSION = 1
+TOOL_NAME = "rmqinspect"
 
 
 class Engine(StrEnum):
@@ -63,7 +66,9 @@ def export_store(
     if options.engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
         require_java()  # before OUT is touched
     with Store.open(root, options.store) as store:
-        prepare_output_dir(out, "OUT", store.root, overwrite=options.overwrite)
+        prepare_output_dir(
+            out, "OUT", store.root, removable=earlier_export if options.overwrite else None
+        )
         before = dict(_stat_files(store.root))
         profile = store.profile
         if options.engine is Engine.ARROW:
@@ -76,7 +81,7 @@ def export_store(
         after = dict(_stat_files(store.root))
     manifest = {
         "schema_version": MANIFEST_VERSION,
-        "tool": {"name": "rmqinspect", "version": __version__},
+        "tool": {"name": TOOL_NAME, "version": __version__},
         "store": str(Path(root).resolve()),
         "profile": {
             "version": profile.profile.value,
@@ -109,6 +114,38 @@ def export_store(
     }
     write_manifest(out, manifest)
     return manifest
+
+
+# A manifest lists a few tables and every source file: far below this even for a large fleet.
+_MANIFEST_READ_LIMIT = 256 << 20
+
+
+def earlier_export(out: Path) -> frozenset[str]:
+    """The entries of ``out`` an earlier export wrote, as its manifest names them: what
+    ``--overwrite`` may delete. Without a manifest rmqinspect wrote (an export that did not
+    finish, or another program's directory) nothing is deleted."""
+    path = out / MANIFEST
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(_MANIFEST_READ_LIMIT + 1)
+        manifest = json.loads(raw) if len(raw) <= _MANIFEST_READ_LIMIT else None
+    except (OSError, ValueError):
+        manifest = None
+    tables = manifest.get("tables") if isinstance(manifest, dict) else None
+    tool = manifest.get("tool") if isinstance(manifest, dict) else None
+    if (
+        not isinstance(tables, dict)
+        or not isinstance(tool, dict)
+        or tool.get("name") != "rmqinspect"
+    ):
+        raise StoreError(
+            "--overwrite empties only an earlier rmqinspect export, and this directory has "
+            f"no manifest one wrote ({MANIFEST}): empty it yourself",
+            str(out),
+        )
+    known = {t.value for t in Table}
+    paths = {t.get("path") for t in tables.values() if isinstance(t, dict)}
+    return frozenset({MANIFEST, *(p for p in paths if isinstance(p, str) and p in known)})
 
 
 def _stat_files(root: Path) -> list[tuple[str, tuple[int, int]]]:

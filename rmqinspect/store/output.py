@@ -2,8 +2,9 @@
 the inspected store.
 
 :func:`prepare_output_dir` owns the refusal rules shared by ``recover --apply-to``, ``salvage``,
-``export`` and ``synth``: not the store itself, not inside it, not a directory holding it, and
-not a non-empty directory (unless the caller asked to overwrite, where that is allowed). The
+``export`` and ``synth``: not the store itself, not inside it, not a directory holding it (by
+device and inode: symlinks and bind mounts are seen through), and not a non-empty directory
+unless what it holds is the caller's own earlier output. The
 writers keep all-zero blocks as holes, so preallocated commitlog and index tails cost no disk.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import BinaryIO
 
@@ -22,31 +24,111 @@ _ZEROS = bytes(_BLOCK)
 
 
 def prepare_output_dir(
-    dest: Path, option: str, store: Path | None = None, *, overwrite: bool = False
+    dest: Path,
+    option: str,
+    store: Path | None = None,
+    *,
+    removable: Callable[[Path], Collection[str]] | None = None,
 ) -> bool:
-    """Make ``dest`` ready to receive output: refuse it when it is ``store`` or lies inside
-    it, when it holds ``store``, when it is not a directory, or when it is non-empty (with
-    ``overwrite``, its contents are removed instead). Returns whether ``dest`` was created."""
-    d = dest.resolve()
+    """Make ``dest`` ready to receive output, before anything is created or deleted: refuse
+    it when it is ``store`` or lies inside it, when it holds ``store``, when it is not a
+    directory, or when it is non-empty. Returns whether ``dest`` was created.
+
+    Directories are compared by device and inode, not by name, so a symlink or a bind mount
+    that reaches the store by another path is seen through. A non-empty ``dest`` is emptied
+    only with ``removable``: it names the entries of ``dest`` that the caller's own earlier
+    output wrote (read from that output's manifest), and anything else there refuses."""
+    d = Path(os.path.abspath(dest))
     if store is not None:
-        s = store.resolve()
-        if d == s or s in d.parents:
-            raise StoreError(f"{option} must be outside the inspected store", str(dest))
-        if d in s.parents:
-            raise StoreError(f"{option} must not contain the inspected store", str(dest))
+        _refuse_store_overlap(d, store, option, str(dest))
     if d.exists() and not d.is_dir():
         raise StoreError(f"{option} is not a directory", str(dest))
     if d.exists() and any(d.iterdir()):
-        if not overwrite:
+        if removable is None:
             raise StoreError(f"{option} needs a new or empty directory", str(dest))
-        for entry in d.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        _remove_own_output(d, removable(d), option, store)
     created = not d.exists()
     d.mkdir(parents=True, exist_ok=True)
     return created
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of what ``path`` reaches (links followed), None where nothing is."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _ancestry(path: Path) -> list[Path]:
+    """``path`` and every directory above it, both as written and with links resolved."""
+    real = Path(os.path.realpath(path))
+    return [path, *path.parents, real, *real.parents]
+
+
+def _store_directories(store: Path) -> tuple[int, set[int]]:
+    """The store's device and the inodes of its directories (links not followed): an output
+    path that passes through one of them, under any name, writes into the store."""
+    root = os.stat(store)
+    inodes = {root.st_ino}
+    pending = [os.fspath(store)]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        inodes.add(e.inode())
+                        pending.append(e.path)
+        except OSError:
+            continue  # a directory that cannot be listed cannot be written through either
+    return root.st_dev, inodes
+
+
+def _refuse_store_overlap(d: Path, store: Path, option: str, shown: str) -> None:
+    device, inodes = _store_directories(store)
+    for above in _ancestry(d):
+        ident = _identity(above)
+        if ident is not None and ident[0] == device and ident[1] in inodes:
+            raise StoreError(f"{option} must be outside the inspected store", shown)
+    target = _identity(d)
+    if target is not None and target in {_identity(p) for p in _ancestry(store)}:
+        raise StoreError(f"{option} must not contain the inspected store", shown)
+
+
+def _remove_own_output(d: Path, names: Collection[str], option: str, store: Path | None) -> None:
+    """Remove the entries ``names`` of ``d`` (an earlier output's own), after checking that
+    ``d`` holds nothing else and that no directory below them is the store under another
+    name (a bind mount inside an earlier output)."""
+    present = sorted(e.name for e in os.scandir(d))
+    foreign = [n for n in present if n not in names]
+    if foreign:
+        raise StoreError(
+            f"{option} holds {foreign[0]!r}, which no earlier rmqinspect output wrote: "
+            "refusing to delete it (empty the directory yourself)",
+            str(d),
+        )
+    store_dir = _identity(store) if store is not None else None
+    trees = [d / n for n in present if (d / n).is_dir() and not (d / n).is_symlink()]
+    for tree in trees:  # all checked before anything goes
+        if store_dir is not None and _holds(tree, store_dir):
+            raise StoreError(f"{option} must not contain the inspected store", str(tree))
+    for tree in trees:
+        shutil.rmtree(tree)
+    for name in present:  # the files (a manifest) last: a removal cut short can be redone
+        if (d / name) not in trees:
+            (d / name).unlink()
+
+
+def _holds(tree: Path, ident: tuple[int, int]) -> bool:
+    """Whether a directory of ``tree`` (links not followed) is the directory ``ident``."""
+    if _identity(tree) == ident:
+        return True
+    for dirpath, dirnames, _ in os.walk(tree):
+        for name in dirnames:
+            if _identity(Path(dirpath, name)) == ident:
+                return True
+    return False
 
 
 def open_new(path: Path) -> BinaryIO:
