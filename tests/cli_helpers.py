@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -72,3 +75,33 @@ def orders(n: int, topic: str = "Orders", queues: int = 2) -> list[MessageSpec]:
         )
         for i in range(n)
     ]
+
+
+def escaping_topics(absolute: Path) -> tuple[str, ...]:
+    """Record topics that, joined into ``consumequeue/<topic>/<queueId>`` as the broker joins
+    them, leave the store: up and out, up, itself, a NUL, an absolute path (``absolute``)."""
+    return ("../../bait", "..", ".", "a\0b", "x/../../../bait", str(absolute))
+
+
+def escaping_store(root: Path, absolute: Path) -> Path:
+    """A crashed 4.9 store (the SMALL layout) whose tail the reput service has not reached:
+    ordinary orders, then one record of each :func:`escaping_topics` topic, which the
+    restart's dispatch would give a consume queue. The writer itself never makes a
+    directory from them."""
+    tail = [MessageSpec(topic=t, body=b"escape", dispatch=False) for t in escaping_topics(absolute)]
+    return build_store(root, [*orders(20), *tail], crash=True)
+
+
+def tree_state(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every entry under ``root`` (links not followed): a file's SHA-256, size and mtime (ns), a
+    directory's mtime (a file created and removed inside it still moves it)."""
+    state: dict[str, tuple[object, ...]] = {}
+    for path in sorted([root, *root.rglob("*")]):
+        st = os.lstat(path)
+        key = path.relative_to(root).as_posix()
+        if stat.S_ISREG(st.st_mode):
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            state[key] = ("file", digest, st.st_size, st.st_mtime_ns)
+        else:
+            state[key] = (stat.S_IFMT(st.st_mode), st.st_mtime_ns)
+    return state

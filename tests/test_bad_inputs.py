@@ -9,6 +9,7 @@ topics' consume queues, two index files, config JSON with ``.bak`` twins).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ import pytest
 from typer.testing import Result
 
 from rmqinspect.store.configfiles import MAX_CONFIG_BYTES
-from tests.cli_helpers import SMALL_OPTS, run
+from tests.cli_helpers import SMALL_OPTS, escaping_store, run, tree_state
 from tests.conftest import FIXTURES, ROOT
 
 GIB = 1 << 30
@@ -545,3 +546,147 @@ def test_apply_to_where_a_directory_holds_a_queue_file_name(tmp_path: Path) -> N
     assert "%RETRY%groupX/0/00000000000000000000" in line
     assert "something else of that name" in line
     assert path.is_dir() and not any(path.iterdir())  # the store is untouched
+
+
+# --- containment: store content never names a path, OUT never reaches the store --------------
+
+
+@contextlib.contextmanager
+def bind_mount(source: Path, target: Path) -> Iterator[Path]:
+    """``target`` as a second name of the directory ``source`` (``mount --bind``): the same
+    device and inode under another path, which no comparison of resolved names sees."""
+    target.mkdir(parents=True)
+    proc = subprocess.run(
+        ["mount", "--bind", str(source), str(target)], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"mount --bind needs root and a mount namespace: {proc.stderr.strip()}")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], check=True)
+
+
+def record_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The real path of every directory listed and every file opened from now on."""
+    seen: list[str] = []
+    real_scandir, real_listdir, real_open = os.scandir, os.listdir, os.open
+
+    def note(path: Any) -> None:
+        if not isinstance(path, int):  # a descriptor: its directory was noted when opened
+            seen.append(os.path.realpath(path))
+
+    def scandir(path: Any = ".") -> Any:
+        note(path)
+        return real_scandir(path)
+
+    def listdir(path: Any = ".") -> Any:
+        note(path)
+        return real_listdir(path)
+
+    def os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        note(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "open", os_open)
+    return seen
+
+
+def test_record_topics_never_become_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records whose topics leave ``consumequeue/`` when joined into a path (``../..``, an
+    absolute path, NUL): no command reads or writes there. Bait queues wait at the paths the
+    broker would build; --apply-to refuses with one line naming the first such record, before
+    anything is created."""
+    work = tmp_path / "work"
+    absolute = tmp_path / "abs"
+    store = escaping_store(work / "store", absolute)
+    for bait in (work / "bait" / "0", tmp_path / "bait" / "0", absolute / "0"):
+        bait.mkdir(parents=True)
+        shutil.copy(store / "consumequeue" / "Orders" / "0" / FIRST, bait / FIRST)
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    before = tree_state(tmp_path)
+    seen = record_listings(monkeypatch)
+    expected = {
+        ("messages",): 0,
+        ("verify",): 0,
+        ("recover",): 0,
+        ("lookup", "--time", "..", "--topic", "../../bait"): 0,
+        ("lookup", "--queue-offset", "../../bait:0:0"): 0,  # the dispatch's unit, from the tail
+        ("consumequeue", "../../bait", "0"): 2,
+        ("consumequeue", "a\0b", "0"): 2,
+        ("recover", "--apply-to", outs / "after"): 2,
+        ("salvage", "--out", outs / "salvaged"): 0,
+        ("export", outs / "parquet", "--engine", "arrow", "--jobs", "1"): 0,
+    }
+    for args, code in expected.items():
+        result = cli(args[0], store, *args[1:], "--format", "json")
+        assert result.exit_code == code, (args, result.stderr)
+        assert "Traceback" not in result.stderr and "unexpected" not in result.stderr, args
+    monkeypatch.undo()
+    refused = cli("recover", store, "--apply-to", outs / "after")
+    assert refused.stderr == (
+        f"rmqinspect: error: {store}/commitlog/{FIRST}, byte 3380: the restart dispatches a "
+        "record of topic '../../bait' into a consume queue outside the store (the topic is no "
+        "plain file name): nothing applied\n"
+    )
+    assert not (outs / "after").exists()
+    after = {k: v for k, v in tree_state(tmp_path).items() if not k.startswith("outs")}
+    before = {k: v for k, v in before.items() if not k.startswith("outs")}
+    assert after == before  # directories' mtimes included: nothing appeared, nothing moved
+    allowed = [os.path.realpath(p) for p in (store, outs)]
+    strays = {p for p in seen if not any(os.path.commonpath([a, p]) == a for a in allowed)}
+    assert not {p for p in strays if "bait" in p or p.startswith(str(absolute))}, strays
+
+
+@pytest.mark.parametrize("command", ["salvage", "export", "apply-to", "export-overwrite"])
+def test_an_out_that_is_the_store_under_another_name_is_refused(
+    store: Path, tmp_path: Path, command: str
+) -> None:
+    """The store bind-mounted elsewhere (and a subdirectory of it): OUT there, or below it, is
+    the store; nothing is created or deleted in it."""
+    with (
+        bind_mount(store, tmp_path / "alias") as alias,
+        bind_mount(store / "config", tmp_path / "config-alias") as config_alias,
+    ):
+        before = tree_state(store)
+        for out in (alias, alias / "new", config_alias / "new"):
+            args: tuple[str | Path, ...] = {
+                "salvage": ("salvage", store, "--out", out),
+                "export": ("export", store, out, "--engine", "arrow"),
+                "apply-to": ("recover", store, "--apply-to", out),
+                "export-overwrite": ("export", store, out, "--engine", "arrow", "--overwrite"),
+            }[command]
+            result = cli(*args)
+            assert result.exit_code == 2, (out, result.stdout)
+            assert "must be outside the inspected store" in error_line(result)
+            assert tree_state(store) == before
+
+
+def test_overwrite_never_deletes_what_no_export_wrote(store: Path, tmp_path: Path) -> None:
+    """--overwrite replaces an earlier export only: OUT with no manifest, with something the
+    manifest does not list, or with the store bind-mounted as one of the manifest's tables is
+    refused and left as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    line = error_line(cli("export", store, out, "--engine", "arrow", "--overwrite"))
+    assert "no manifest" in line and (out / "notes.txt").read_text() == "mine"
+    (out / "notes.txt").unlink()
+    assert cli("export", store, out, "--engine", "arrow", "--tables", "findings").exit_code == 0
+    (out / "notes.txt").write_text("mine")
+    line = error_line(cli("export", store, out, "--engine", "arrow", "--overwrite"))
+    assert "holds 'notes.txt', which no earlier rmqinspect output wrote" in line
+    assert sorted(p.name for p in out.iterdir()) == ["_manifest.json", "findings", "notes.txt"]
+    (out / "notes.txt").unlink()
+    shutil.rmtree(out / "findings")
+    before = tree_state(store)
+    with bind_mount(store, out / "findings"):
+        line = error_line(cli("export", store, out, "--engine", "arrow", "--overwrite"))
+        assert "must not contain the inspected store" in line
+        assert tree_state(store) == before
+    again = cli("export", store, out, "--engine", "arrow", "--overwrite", "--tables", "messages")
+    assert again.exit_code == 0, again.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["_manifest.json", "messages"]

@@ -8,11 +8,9 @@ A new command that reads a store must be added to ``INVOCATIONS``; the test fail
 from __future__ import annotations
 
 import builtins
-import hashlib
 import io
 import mmap
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +20,16 @@ import pytest
 import typer
 
 from rmqinspect.cli.app import app
-from tests.cli_helpers import SMALL_OPTS, build_store, orders, run, run_jsonl
+from tests.cli_helpers import (
+    SMALL_OPTS,
+    build_store,
+    escaping_store,
+    orders,
+    run,
+    run_jsonl,
+    tree_state,
+)
+from tests.export_helpers import hostile_store
 
 WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 SAFE_OPEN = os.O_NONBLOCK | os.O_NOFOLLOW  # never block on a FIFO, never follow a link
@@ -80,21 +87,6 @@ def record_file_access(monkeypatch: pytest.MonkeyPatch) -> list[FileAccess]:
     monkeypatch.setattr(os, "open", recording_os_open)
     monkeypatch.setattr(mmap, "mmap", recording_mmap)
     return log
-
-
-def tree_state(root: Path) -> dict[str, tuple[object, ...]]:
-    """Every entry under ``root`` (links not followed): a file's SHA-256, size and mtime (ns), a
-    directory's mtime (a file created and removed inside it still moves it)."""
-    state: dict[str, tuple[object, ...]] = {}
-    for path in sorted([root, *root.rglob("*")]):
-        st = os.lstat(path)
-        key = path.relative_to(root).as_posix()
-        if stat.S_ISREG(st.st_mode):
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            state[key] = ("file", digest, st.st_size, st.st_mtime_ns)
-        else:
-            state[key] = (stat.S_IFMT(st.st_mode), st.st_mtime_ns)
-    return state
 
 
 Invocation = Callable[[Path, dict[str, Any], Path], tuple[str | Path, ...]]
@@ -189,6 +181,42 @@ def test_no_command_writes_into_a_store_it_is_told_to_write_to(tmp_path: Path) -
         assert result.exit_code == 2, dest
         assert result.stderr.startswith("rmqinspect: error: ") and result.stderr.count("\n") == 1
     assert tree_state(store) == before
+
+
+# Every command that writes, into OUT (a scratch dir's "out").
+WRITERS: list[Invocation] = [
+    lambda s, m, d: ("recover", s, "--apply-to", d / "out"),
+    lambda s, m, d: ("salvage", s, "--out", d / "out"),
+    lambda s, m, d: ("export", s, d / "out", "--engine", "arrow"),
+]
+
+
+@pytest.mark.parametrize("store_kind", ["hostile", "escaping"])
+@pytest.mark.parametrize("writer", range(len(WRITERS)))
+def test_writers_create_nothing_outside_out(tmp_path: Path, store_kind: str, writer: int) -> None:
+    """On stores whose records' topics are hostile (``..``, ``a/b``, NUL; as PREPARED records,
+    or as an undispatched tail the restart would give consume queues): every writing command
+    creates, changes and deletes nothing but OUT, in the store or anywhere beside it."""
+    work = tmp_path / "work"
+    if store_kind == "hostile":
+        store = hostile_store(work / "store")
+    else:
+        store = escaping_store(work / "store", tmp_path / "abs")
+    scratch = work / "scratch"
+    scratch.mkdir()
+    before = tree_state(tmp_path)
+    args = WRITERS[writer](store, {}, scratch)
+    result = run(*args, *SMALL_OPTS, "--format", "json")
+    refused = store_kind == "escaping" and args[0] == "recover"
+    # The hostile store's damaged record is one the restart discards: recover's exit 1.
+    lost = store_kind == "hostile" and args[0] == "recover"
+    assert result.exit_code == (2 if refused else 1 if lost else 0), result.stderr
+    after = tree_state(tmp_path)
+    out = "work/scratch/out"
+    assert (out in after) is not refused
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    # OUT itself, what is in it, and the mtime of the scratch dir that holds it.
+    assert {k for k in changed if k != out and not k.startswith(f"{out}/")} <= {"work/scratch"}
 
 
 def test_command_names_resolve_for_error_lines() -> None:
