@@ -26,7 +26,7 @@ import pytest
 from typer.testing import Result
 
 from rmqinspect.store.configfiles import MAX_CONFIG_BYTES
-from tests.cli_helpers import SMALL_OPTS, escaping_store, run, tree_state
+from tests.cli_helpers import SMALL_OPTS, escaping_store, escaping_topics, run, tree_state
 from tests.conftest import FIXTURES, ROOT
 
 GIB = 1 << 30
@@ -626,6 +626,10 @@ def test_record_topics_never_become_paths(tmp_path: Path, monkeypatch: pytest.Mo
         assert result.exit_code == code, (args, result.stderr)
         assert "Traceback" not in result.stderr and "unexpected" not in result.stderr, args
     monkeypatch.undo()
+    warned = doc("recover", store)["warnings"]
+    assert [w.split(",")[0] for w in warned] == [
+        f"the restart dispatches into consume queue {t}/0" for t in escaping_topics(absolute)
+    ]
     refused = cli("recover", store, "--apply-to", outs / "after")
     assert refused.stderr == (
         f"rmqinspect: error: {store}/commitlog/{FIRST}, byte 3380: the restart dispatches a "

@@ -68,7 +68,7 @@ from rmqinspect.format.javamath import jdiv
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.consume_queue import CorrectMinOffsetError
 from rmqinspect.store.files import StoreFile
-from rmqinspect.store.layout import QueueId
+from rmqinspect.store.layout import QueueId, is_plain_name
 from rmqinspect.store.model import Store
 
 
@@ -143,6 +143,13 @@ def run_recovery(
         )
     reput_report = start(state, dispatcher) if failure is None else None
     index.finish()
+    state.warnings.extend(
+        f"the restart dispatches into consume queue {qid}, whose topic is no plain file name: "
+        "the broker joins it into the queue's path as it is, which leaves consumequeue/ (or "
+        "fails)"
+        for qid, q in state.queues.items()
+        if q.files and not is_plain_name(qid.topic)
+    )
     if failure is not None:
         state.failures.append(failure)
     lost: LostReport | None = None
