@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,15 +21,21 @@ import pytest
 
 from rmqinspect.analysis.indexes import open_index_files
 from rmqinspect.errors import StoreError
+from rmqinspect.export import tasks
+from rmqinspect.export.plan import StoreRef, commitlog_file
+from rmqinspect.export.schema import Table
+from rmqinspect.export.tables import read_part
+from rmqinspect.export.tasks import plan_ranges, predict_restart, range_keeps
 from rmqinspect.format.consumequeue import CQ_UNIT_DTYPE
 from rmqinspect.store import mapguard
 from rmqinspect.store.files import MappedFiles, StoreFile
-from rmqinspect.store.model import Store
+from rmqinspect.store.model import Store, StoreOptions
 from tests.conftest import FIXTURES, ROOT
 
 # Truncating a file is what a live broker's writer does: the warning is expected.
 pytestmark = pytest.mark.filterwarnings("ignore::rmqinspect.errors.LiveStoreWarning")
 FIRST_FILE = "00000000000000000000"
+SMALL = StoreOptions(index_slot_num=64, index_num=400)
 guarded = pytest.mark.skipif(
     not mapguard.compiled(), reason="the _mapguard C extension is not built"
 )
@@ -156,3 +163,27 @@ def test_any_other_sigbus_still_ends_the_process(store: Path, then: str) -> None
     result = _child(f"{code}\nother = {str(other)!r}\n{then}\nprint('survived')")
     assert result.returncode == -signal.SIGBUS, (result.returncode, result.stderr)
     assert "survived" not in result.stdout
+
+
+@guarded
+def test_an_export_part_read_from_a_shrunken_file_is_not_written(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task an export worker runs: the error instead of part files."""
+    with Store.open(store, SMALL) as s:
+        ref = StoreRef.of(s)
+        part = plan_ranges(s, (Table.MESSAGES,))[0]
+        keeps = range_keeps(s, part, predict_restart(ref))
+    path = store / "commitlog" / part.file
+
+    def shrinking(worker_store: Store, *args: object) -> Iterator[tuple[Table, pa.RecordBatch]]:
+        worker_store.view(commitlog_file(worker_store, part.file)).release()  # mapped
+        os.truncate(path, 0)
+        yield from read_part(worker_store, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tasks, "read_part", shrinking)
+    out = tmp_path / "out"
+    with pytest.raises(StoreError) as err:
+        tasks.run_part(ref, str(out), part, (Table.MESSAGES,), keeps, "shrinking")
+    shrunk(err, path)
+    assert not [p for p in out.rglob("*") if p.is_file()]

@@ -70,11 +70,12 @@ class Guard:
         self.path = path
         self._identity = (st.st_dev, st.st_ino)
         self._length = len(m)
-        self._slot = -1 if _mapguard is None else int(_mapguard.guard(m))
-        if self._slot >= 0:
+        guards = _mapguard
+        self._slot = -1 if guards is None else int(guards.guard(m))
+        if guards is not None and self._slot >= 0:
             _live[self._slot] = path
             # After the map is unmapped (mmap's dealloc unmaps before its weak references go).
-            weakref.finalize(m, _unguard, self._slot, path)
+            weakref.finalize(m, _unguard, guards, self._slot, path)
 
     def recheck(self) -> None:
         """For an unguarded map: raise the shrink error when the file is now shorter than the
@@ -89,9 +90,8 @@ class Guard:
             raise StoreError(SHRANK, str(self.path), st.st_size)
 
 
-def _unguard(slot: int, path: Path) -> None:
-    assert _mapguard is not None
-    fault = _mapguard.unguard(slot)
+def _unguard(guards: ModuleType, slot: int, path: Path) -> None:
+    fault = guards.unguard(slot)
     del _live[slot]
     if fault is not None:
         _past.append(_Fault(path, *fault))
@@ -108,7 +108,7 @@ def check(since: int) -> None:
     if _mapguard is None or _mapguard.faults() == since:
         return
     found = list(_past)
-    for slot, path in _live.items():
+    for slot, path in list(_live.items()):  # a collection here may unguard a map
         fault = _mapguard.fault(slot)
         if fault is not None:
             found.append(_Fault(path, *fault))
