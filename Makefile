@@ -6,7 +6,7 @@ DEMO_STORE := .demo/store
 
 .PHONY: demo test lint typecheck pytest fixtures bytecode bench fuzz campaign clean
 
-$(VENV)/.installed: pyproject.toml setup.py rmqinspect/format/_speedups.c
+$(VENV)/.installed: pyproject.toml setup.py rmqinspect/format/_speedups.c rmqinspect/store/_mapguard.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .

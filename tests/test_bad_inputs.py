@@ -10,6 +10,7 @@ topics' consume queues, two index files, config JSON with ``.bak`` twins).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 from typer.testing import Result
 
+from rmqinspect.store import mapguard
 from rmqinspect.store.configfiles import MAX_CONFIG_BYTES
 from tests.cli_helpers import SMALL_OPTS, escaping_store, escaping_topics, run, tree_state
 from tests.conftest import FIXTURES, ROOT
@@ -694,3 +696,55 @@ def test_overwrite_never_deletes_what_no_export_wrote(store: Path, tmp_path: Pat
     again = cli("export", store, out, "--engine", "arrow", "--overwrite", "--tables", "messages")
     assert again.exit_code == 0, again.stderr
     assert sorted(p.name for p in out.iterdir()) == ["_manifest.json", "messages"]
+
+
+# --- a file that shrinks while it is read ----------------------------------------------------
+
+COMMITLOG = f"commitlog/{FIRST}"  # not the last file: mapped, even while the lock is held
+INDEX = "index/20260101000000001"
+SHRINKS = {
+    "messages": (COMMITLOG, "messages"),
+    "verify": (COMMITLOG, "verify"),
+    "verify-jobs": (COMMITLOG, "verify", "--jobs", "2"),  # faults in a forked worker
+    "recover": (COMMITLOG, "recover"),
+    "consumequeue": (COMMITLOG, "consumequeue", "TopicA", "0"),
+    "consumequeue-file": ("consumequeue/TopicA/0/" + FIRST, "consumequeue", "TopicA", "0"),
+    "index": (INDEX, "index", "--entries"),
+    "verify-index": (INDEX, "verify"),
+    "lookup-key": (INDEX, "lookup", "--key", "KA-0", "--topic", "TopicA"),
+}
+
+
+def shrinking(store: Path, case: str, *hook: str) -> tuple[int, str, str]:
+    """``rmqinspect`` in a child whose file of ``case`` is truncated to nothing as soon as it
+    is mapped (tests/shrink_hook.py): its exit code (negative: killed by that signal), the
+    shrunk file and the one error line."""
+    file, *args = SHRINKS[case]
+    argv = [sys.executable, "-m", "tests.shrink_hook", *hook, str(store / file)]
+    argv += [*args[:1], str(store), *args[1:], *SMALL_OPTS, "--format", "json"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    errors = [ln for ln in proc.stderr.splitlines() if not ln.startswith("rmqinspect: warning")]
+    assert len(errors) <= 1, proc.stderr
+    return proc.returncode, str(store / file), "".join(errors)
+
+
+@pytest.mark.skipif(not mapguard.compiled(), reason="the _mapguard C extension is not built")
+@pytest.mark.parametrize("locked", [False, True], ids=["offline", "lock-held"])
+@pytest.mark.parametrize("case", list(SHRINKS))
+def test_a_file_truncated_while_mapped_is_one_line(store: Path, case: str, locked: bool) -> None:
+    """A copy in progress or a second process truncates a file rmqinspect has mapped: reading
+    past the new end used to kill the process with SIGBUS and no message (rc -7)."""
+    with open(store / "lock", "r+b") as lock:
+        if locked:
+            fcntl.lockf(lock, fcntl.LOCK_EX)  # as a running broker holds it
+        code, file, line = shrinking(store, case)
+    assert code == 2, (code, line)
+    assert line.startswith(f"rmqinspect: error: {file}, byte ")
+    assert line.endswith(mapguard.SHRANK)
+
+
+def test_without_the_guard_a_file_found_shorter_is_one_line(store: Path) -> None:
+    """Without the C extension a file is measured again each time its map is read: one that
+    shrank before that read is the same error (one that shrinks during a read still faults)."""
+    code, file, line = shrinking(store, "messages", "--unguarded")
+    assert (code, line) == (2, f"rmqinspect: error: {file}, byte 0: {mapguard.SHRANK}")

@@ -14,6 +14,7 @@ import typer
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.render.output import warn
 from rmqinspect.render.values import printable
+from rmqinspect.store import mapguard
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # like grep: nothing found, or findings that fail a CI gate
@@ -35,8 +36,11 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Every command's error handling: bad input (:class:`StoreError`, :class:`DecodeError`,
     ``OSError``) becomes one line on stderr and exit 2; any other exception too, as a line that
     names the command and the error (it is a bug: ``RMQINSPECT_DEBUG=1`` re-raises every error
-    with its traceback instead). Warnings are printed as one line each."""
+    with its traceback instead). A store file that shrank while the command read it is such an
+    error whatever the command made of the bytes (:func:`mapguard.checked`). Warnings are
+    printed as one line each."""
     command = func.__name__.removesuffix("_command").replace("_", "-")
+    run = mapguard.checked(func)
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -45,7 +49,7 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             warnings.simplefilter("default")
             warnings.showwarning = _show_warning
             try:
-                return func(*args, **kwargs)
+                return run(*args, **kwargs)
             except BrokenPipeError:
                 # The reader went away (``| head``): stop quietly, like other Unix tools.
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -29,6 +29,7 @@ from rmqinspect.export.plan import (
 )
 from rmqinspect.export.schema import PARTITION_COLUMN, Table
 from rmqinspect.export.tables import file_crc32c, read_part
+from rmqinspect.store import mapguard
 from rmqinspect.store.model import Store
 from rmqinspect.store.run_cache import RunCache
 
@@ -84,6 +85,7 @@ def plan_ranges(
     return []
 
 
+@mapguard.checked
 def plan_ranges_of(ref: StoreRef, tables: tuple[Table, ...]) -> list[CommitlogRange]:
     """:func:`plan_ranges` in a worker process (the arrow engine plans in its pool: the
     driver's own planning competed with the workers for the cores)."""
@@ -97,6 +99,7 @@ def range_keeps(store: Store, part: CommitlogRange, prediction: RestartKeeps) ->
     return prediction.within(start + part.begin, start + part.end)
 
 
+@mapguard.checked
 def predict_restart(ref: StoreRef) -> RestartKeeps:
     """The restart emulation, on a store of its own that is closed afterwards: the emulation
     maps the files it scans, and their pages should not stay resident in a worker that goes on
@@ -105,6 +108,7 @@ def predict_restart(ref: StoreRef) -> RestartKeeps:
         return predict_keeps(store, per_range=True)
 
 
+@mapguard.checked
 def run_part(
     ref: StoreRef,
     out: str,
@@ -121,11 +125,13 @@ def run_part(
     if isinstance(part, FileGroup):
         return PartResult(hashes=list(file_crc32c(store, part)))
     writers: dict[Table, TableWriter] = {}
+    since = mapguard.mark()
     try:
         for table, batch in read_part(store, part, tables, keeps):
             if table not in writers:
                 writers[table] = TableWriter(Path(out) / table.value, table, part.number)
             writers[table].write(batch)
+        mapguard.check(since)  # a part read from a file that shrank is not written
     except BaseException:
         for w in writers.values():
             w.abort()

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING
 from rmqinspect.errors import StoreError
 from rmqinspect.format.crc import crc32c_zeros
 from rmqinspect.format.names import fits_offset_stream, parse_offset_name
+from rmqinspect.store import mapguard
+from rmqinspect.store.mapguard import Guard
 
 if TYPE_CHECKING:
     import numpy as np
@@ -486,13 +488,17 @@ class MappedFiles:
     :attr:`snapshot_paths` (the commitlog's last file while a broker holds the store's lock: the
     only file a live broker writes) are
     copied instead, up to :data:`SNAPSHOT_MAX_BYTES`, and kept for the whole run: every step
-    then sees the same bytes, and a writer truncating the file cannot fault a reader (a map
-    read past a shrunken end raises SIGBUS).
+    then sees the same bytes, and a writer truncating the file cannot fault a reader. Every
+    other map is guarded (:mod:`rmqinspect.store.mapguard`): a file that shrinks while mapped
+    reads as zeros past its new end, and the next :meth:`view`, :meth:`read` or
+    :meth:`release` raises :class:`StoreError` naming it.
     """
 
     def __init__(self, max_open: int = 32) -> None:
         self._max_open = max_open
         self._maps: OrderedDict[Path, mmap.mmap] = OrderedDict()
+        self._guards: dict[Path, Guard] = {}
+        self._since = mapguard.mark()  # faults before this instance are not its own
         self._pinned: dict[Path, mmap.mmap | None] = {}
         self._data_ends: dict[Path, int] = {}
         self.snapshot_paths: set[Path] = set()
@@ -503,6 +509,11 @@ class MappedFiles:
         m = self._map(file.path)
         return memoryview(m).toreadonly() if m is not None else memoryview(b"")
 
+    def check(self) -> None:
+        """Raise :class:`StoreError` naming a file that shrank while one of these maps (or any
+        other in this process) was read since this instance was made."""
+        mapguard.check(self._since)
+
     def read(self, file: StoreFile, start: int, length: int) -> bytes:
         """Copy ``length`` bytes at ``start``; shorter at the end of the file."""
         if length <= 0 or start < 0:
@@ -510,12 +521,16 @@ class MappedFiles:
         m = self._map(file.path)
         if m is None:
             return b""
-        return m[start : start + length]
+        data = m[start : start + length]
+        mapguard.check(self._since)  # zeros copied from a shrunken file are never returned
+        return data
 
     def release(self, file: StoreFile, start: int, end: int) -> None:
         """Drop this process's pages of ``[start, end)`` of a mapped file (rounded inward to
         whole pages): a long walk keeps only what it still reads mapped, so its memory stays
-        flat however large the files (the data stays in the page cache)."""
+        flat however large the files (the data stays in the page cache). A walk releases what
+        it has read: where that was cut short by a shrinking file, this raises."""
+        mapguard.check(self._since)
         m = self._maps.get(file.path)
         first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
         last = min(end, file.length) // mmap.PAGESIZE * mmap.PAGESIZE
@@ -552,8 +567,10 @@ class MappedFiles:
     def _map(self, path: Path) -> mmap.mmap | None:
         if path in self._pinned:
             return self._pinned[path]
+        mapguard.check(self._since)
         m = self._maps.get(path)
         if m is not None:
+            self._guards[path].recheck()
             self._maps.move_to_end(path)
             return m
         fd = self._open(path)
@@ -569,20 +586,24 @@ class MappedFiles:
             if not size:
                 return None
             m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            self._guards[path] = Guard(m, path, fd)
         except OSError as err:
             raise StoreError(f"cannot read: {err.strerror or err}", str(path)) from None
         finally:
             os.close(fd)
         self._maps[path] = m
         while len(self._maps) > self._max_open:
-            _, old = self._maps.popitem(last=False)
+            old_path, old = self._maps.popitem(last=False)
+            del self._guards[old_path]
             _close(old)
+        self._guards[path].recheck()
         return m
 
     def close(self) -> None:
         while self._maps:
             _, m = self._maps.popitem()
             _close(m)
+        self._guards.clear()
         for copy in self._pinned.values():
             if copy is not None:
                 _close(copy)

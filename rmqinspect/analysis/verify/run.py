@@ -46,6 +46,7 @@ from rmqinspect.analysis.verify.queues import (
     classify_lagging,
 )
 from rmqinspect.analysis.verify.summary import Coverage, Summary, summarize
+from rmqinspect.store import mapguard
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.store.run_cache import RunCache
@@ -107,6 +108,7 @@ def _open_in_worker(root: str, store_options: StoreOptions, options: VerifyOptio
     _CONTEXT = Context(Store.open(root, store_options), options)
 
 
+@mapguard.checked
 def _in_worker(work: Callable[[Context, A], T], arg: A) -> T:
     assert _CONTEXT is not None
     return work(_CONTEXT, arg)
@@ -118,6 +120,7 @@ def worker_settings(store: Store) -> StoreOptions:
     return dataclasses.replace(store.options, profile=store.profile.profile)
 
 
+@mapguard.checked
 def run_unit(
     run: str,
     root: str,
