@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import Result
 
@@ -748,3 +750,154 @@ def test_without_the_guard_a_file_found_shorter_is_one_line(store: Path) -> None
     shrank before that read is the same error (one that shrinks during a read still faults)."""
     code, file, line = shrinking(store, "messages", "--unguarded")
     assert (code, line) == (2, f"rmqinspect: error: {file}, byte 0: {mapguard.SHRANK}")
+
+
+# --- names and config text that UTF-8 cannot carry ---------------------------------------------
+# A name's undecodable byte reaches Python as a lone surrogate (surrogateescape), and so does a
+# "\ud800" escape in config JSON. Every output shows 0xff as the text \xff and another lone
+# surrogate as \ud800: JSON stays UTF-8 and JSON, and a table shows the same text.
+
+
+def utf8_out(result: Result, code: int) -> str:
+    """The stdout of a run that exited ``code`` without an internal error, decoded strictly."""
+    assert result.exit_code == code, (result.exit_code, result.stderr)
+    assert "unexpected" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    return result.stdout_bytes.decode("utf-8")
+
+
+def utf8_json(*args: str | Path, code: int = 0) -> Any:
+    """``-F json`` output as strict UTF-8 JSON whose strings are all UTF-8 (no ``\\udcff``
+    escape either: a lone surrogate is refused by most JSON parsers)."""
+    parsed = json.loads(utf8_out(cli(*args, "--format", "json"), code))
+    json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    return parsed
+
+
+def utf8_jsonl(*args: str | Path, code: int = 0) -> list[Any]:
+    text = utf8_out(cli(*args, "--format", "jsonl"), code)
+    rows = [json.loads(line) for line in text.splitlines()]
+    json.dumps(rows, ensure_ascii=False).encode("utf-8")
+    return rows
+
+
+def utf8_table(*args: str | Path, code: int = 0) -> str:
+    return utf8_out(cli(*args, "--format", "table"), code)
+
+
+def odd_path(parent: Path, name: bytes) -> Path:
+    """``parent/name`` for a name that is not UTF-8 (as Python lists it: surrogateescape)."""
+    return Path(os.fsdecode(os.fsencode(parent) + b"/" + name))
+
+
+def parquet_rows(table: Path) -> list[dict[str, Any]]:
+    """The rows of an exported table's files, each opened by its name's bytes (pyarrow takes a
+    path only as UTF-8 text)."""
+    rows: list[dict[str, Any]] = []
+    for path in sorted(table.glob("*.parquet")):
+        with pa.OSFile(os.fsencode(path)) as f:
+            rows += pq.read_table(f).to_pylist()
+    return rows
+
+
+def test_a_file_name_that_is_not_utf8(store: Path, wide_console: None) -> None:
+    os.close(os.open(odd_path(store / "commitlog", b"0000\xff"), os.O_CREAT | os.O_WRONLY))
+    name = "commitlog/0000\\xff"  # the text: a backslash, x, f, f
+    refusal = f"the broker refuses to start: {store}/{name}: commitlog file name is not a 20-digit"
+    info = utf8_json("info", store)
+    assert ("bad_name", name) in problems(info, store)
+    assert ("bad_name", name) in problems(utf8_jsonl("info", store)[0], store)
+    assert f"{store}/{name}" in utf8_table("info", store)
+    assert utf8_json("offsets", store)["restart"]["refusal"].startswith(refusal)
+    assert utf8_json("recover", store, code=1)["verdict_reason"].startswith(refusal)
+    out = store.parent / "after"
+    assert utf8_json("recover", store, "--apply-to", out, code=1)["apply"] is None
+    assert refusal in utf8_table("recover", store, code=1)
+    found = utf8_json("verify", store, code=1)["findings"]
+    assert {f["file"] for f in found if f["check"] == "commitlog.file_name"} == {name}
+    assert {r.get("file") for r in utf8_jsonl("verify", store, code=1)} >= {name}
+    assert name in utf8_table("verify", store, code=1)
+    utf8_json("export", store, store.parent / "export", "--engine", "arrow", "--jobs", "1")
+    assert name in {f["file"] for f in parquet_rows(store.parent / "export" / "findings")}
+
+
+def test_a_store_directory_name_that_is_not_utf8(store: Path, wide_console: None) -> None:
+    odd = odd_path(store.parent, b"store\xff")
+    os.rename(store, odd)
+    shown = f"{store.parent}/store\\xff"
+    assert utf8_json("info", odd)["store"] == shown
+    assert utf8_jsonl("info", odd)[0]["store"] == shown
+    assert shown in utf8_table("info", odd)
+    assert utf8_json("checkpoint", odd)["path"] == f"{shown}/checkpoint"
+    assert shown in utf8_table("checkpoint", odd)
+    index = utf8_json("index", odd, "--entries")
+    assert {f["file"].rpartition("/")[0] for f in index["files"]} == {f"{shown}/index"}
+    assert utf8_json("recover", odd)["store"] == shown
+    assert utf8_json("verify", odd)["summary"]["store"] == shown
+    assert utf8_jsonl("verify", odd)[-1]["summary"]["store"] == shown
+    assert utf8_json("salvage", odd, "--out", store.parent / "salvaged")["store"] == shown
+    report = (store.parent / "salvaged" / "report.json").read_bytes().decode("utf-8")
+    assert json.loads(report)["store"] == shown
+    exported = utf8_json("export", odd, store.parent / "export", "--engine", "arrow")
+    assert exported["store"] == shown
+    manifest = (store.parent / "export" / "_manifest.json").read_bytes().decode("utf-8")
+    assert json.loads(manifest)["store"] == shown
+
+
+def test_lone_surrogate_escapes_in_config_json(store: Path, wide_console: None) -> None:
+    """fastjson keeps a "\\ud800" escape as a lone surrogate, as a Java String does: a key of
+    topics.json and of consumerOffset.json, and a value of topics.json here."""
+    topics = store / "config" / "topics.json"
+    text = topics.read_bytes().replace(b'"TopicA":{', b'"Topic\\ud800A":{', 1)
+    topics.write_bytes(text.replace(b'"topicName":"TopicA"', b'"topicName":"A\\ud800"', 1))
+    offsets = store / "config" / "consumerOffset.json"
+    offsets.write_bytes(offsets.read_bytes().replace(b'"TopicA@groupX"', b'"Topic\\ud800A@groupX"'))
+    topic = "Topic\\ud800A"
+    note = f'topicConfigTable."{topic}": topicName "A\\ud800" differs from its key'
+    assert note in config(utf8_json("info", store), "topics.json")["problems"]
+    assert note in config(utf8_jsonl("info", store)[0], "topics.json")["problems"]
+    assert note in utf8_table("info", store)
+    rows = utf8_json("offsets", store)["offsets"]
+    assert {r["queue_id"] for r in rows if r["topic"] == topic} == {0, 1, 2, 3}
+    assert topic in {r["topic"] for r in utf8_jsonl("offsets", store)}
+    assert topic in utf8_table("offsets", store)
+    found = utf8_json("verify", store)["findings"]
+    assert {f["topic"] for f in found if f["check"] == "offsets.no_queue"} == {topic}
+    assert f"{topic}/0 @19" in utf8_table("verify", store)
+    utf8_json("export", store, store.parent / "export", "--engine", "arrow", "--jobs", "1")
+    exported = parquet_rows(store.parent / "export" / "consumer_offsets")
+    assert {r["queue_id"] for r in exported if r["topic"] == topic} == {0, 1, 2, 3}
+
+
+def test_a_queue_directory_name_that_is_not_utf8(store: Path, wide_console: None) -> None:
+    base = store / "consumequeue"
+    os.rename(base / "TopicC", odd_path(base, b"Topic\xffC"))
+    topic = "Topic\\xffC"
+    assert topic in {t["topic"] for t in utf8_json("info", store)["topics"]}
+    assert topic in utf8_table("info", store)
+    queues = utf8_json("recover", store, code=1)["consume_queues"]
+    assert [q["queue_id"] for q in queues if q["topic"] == topic] == [0, 1, 2, 3]
+    cq = utf8_json("consumequeue", store, os.fsdecode(b"Topic\xffC"), "0", "--all")  # argv
+    assert cq["queue"]["topic"] == topic and len(cq["units"]) == 18
+    files = {f["file"] for f in utf8_json("verify", store, code=1)["findings"]}
+    assert any(f.startswith(f"consumequeue/{topic}/") for f in files)
+    utf8_json("export", store, store.parent / "export", "--engine", "arrow", "--jobs", "1")
+    units = parquet_rows(store.parent / "export" / "consume_queue")
+    assert {u["source_file"] for u in units if u["topic"] == topic} == {
+        f"consumequeue/{topic}/{q}/{FIRST}" for q in range(4)
+    }
+
+
+def test_output_directories_named_by_bytes_that_are_not_utf8(store: Path) -> None:
+    """OUT may be any name the filesystem takes: the files land there, reports show it escaped."""
+    parent = odd_path(store.parent, b"out\xff")
+    parent.mkdir()
+    shown = f"{store.parent}/out\\xff"
+    applied = utf8_json("recover", store, "--apply-to", parent / "after")["apply"]
+    assert applied["directory"] == f"{shown}/after"
+    assert (parent / "after" / "commitlog" / FIRST).is_file()
+    assert utf8_json("salvage", store, "--out", parent / "salvaged")["out"] == f"{shown}/salvaged"
+    report = (parent / "salvaged" / "report.json").read_bytes().decode("utf-8")
+    assert json.loads(report)["out"] == f"{shown}/salvaged"
+    utf8_json("export", store, parent / "export", "--engine", "arrow", "--jobs", "1")
+    assert (parent / "export" / "_manifest.json").is_file()
+    assert len(parquet_rows(parent / "export" / "consume_queue")) == 294

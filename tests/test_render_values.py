@@ -16,6 +16,8 @@ from rich.table import Table
 from rmqinspect.render.output import (
     TABLE_BATCH_ROWS,
     OutputFormat,
+    dumps,
+    json_text,
     key_value_table,
     print_json,
     print_json_array,
@@ -26,7 +28,14 @@ from rmqinspect.render.output import (
     resolve_format,
     to_jsonable,
 )
-from rmqinspect.render.values import iso_ms, size_cell, time_cell, with_times
+from rmqinspect.render.values import (
+    encodable,
+    iso_ms,
+    printable,
+    size_cell,
+    time_cell,
+    with_times,
+)
 
 
 @pytest.mark.parametrize(
@@ -117,6 +126,37 @@ def test_json_and_jsonl_keep_unicode_and_escape_what_json_must(
     assert print_jsonl(iter([tricky, {"n": 1}])) == 2
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(line) for line in lines] == [tricky | {"bytes": "AQ=="}, {"n": 1}]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("0000\udcff", "0000\\xff"),  # an undecodable byte of a name (surrogateescape)
+        ("T\ud800A", "T\\ud800A"),  # a lone surrogate from a "\ud800" escape in JSON
+        ("\udc80\udfff\udbff", "\\x80\\udfff\\udbff"),
+        ("a\\x\udcff", "a\\\\x\\xff"),  # backslashes doubled: the escape reads back
+        ("a\\xff", "a\\xff"),  # text UTF-8 can carry stays exact, backslashes too
+        ("é\x1b", "é\x1b"),
+    ],
+)
+def test_encodable_escapes_only_what_utf8_cannot_carry(text: str, shown: str) -> None:
+    assert encodable(text) == shown
+    shown.encode("utf-8")
+
+
+def test_json_and_tables_escape_lone_surrogates_alike(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {"file\udcff": ["commitlog/0000\udcff", "T\ud800", 2**70], "n": 1}
+    expected = {"file\\xff": ["commitlog/0000\\xff", "T\\ud800", 2**70], "n": 1}
+    assert json.loads(dumps(doc).decode("utf-8")) == expected  # orjson refuses both
+    assert json.loads(json_text(doc).encode("utf-8")) == expected
+    print_json(doc)
+    assert json.loads(capsys.readouterr().out.encode("utf-8")) == expected
+    print_jsonl([doc])
+    assert json.loads(capsys.readouterr().out.encode("utf-8")) == expected
+    assert printable("\x1b\udcff") == "\\x1b\\xff"
+    print_table(key_value_table("in \udcff", [("commitlog/0000\udcff", "T\ud800")]))
+    out = capsys.readouterr().out
+    assert "in \\xff" in out and "commitlog/0000\\xff" in out and "T\\ud800" in out
 
 
 def test_tables_show_store_text_literally(capsys: pytest.CaptureFixture[str]) -> None:

@@ -81,7 +81,7 @@ class TableWriter:
         self._buffers: dict[str, list[pa.RecordBatch]] = {}
         self._sizes: dict[str, int] = {}
         # partition value -> (open file, its temporary name, its final name)
-        self._files: OrderedDict[str, tuple[pq.ParquetWriter, Path, Path]] = OrderedDict()
+        self._files: OrderedDict[str, tuple[ParquetFile, Path, Path]] = OrderedDict()
         self._sequence = 0
         self.files: list[Path] = []  # closed, under their final names
 
@@ -137,7 +137,7 @@ class TableWriter:
         if batches:
             self._file(value).write_table(pa.Table.from_batches(batches, self.schema))
 
-    def _file(self, value: str) -> pq.ParquetWriter:
+    def _file(self, value: str) -> ParquetFile:
         if value in self._files:
             self._files.move_to_end(value)
             return self._files[value][0]
@@ -148,11 +148,11 @@ class TableWriter:
         self._sequence += 1
         path = directory / part_file_name(self.number, self._sequence)
         temporary = temporary_name(path)
-        f = open_parquet(temporary, self.schema)
+        f = ParquetFile(temporary, self.schema)
         self._files[value] = (f, temporary, path)
         return f
 
-    def _close(self, f: pq.ParquetWriter, temporary: Path, path: Path) -> None:
+    def _close(self, f: ParquetFile, temporary: Path, path: Path) -> None:
         f.close()
         os.replace(temporary, path)
         self.files.append(path)
@@ -163,19 +163,38 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
 
 
-def open_parquet(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
-    names = set(schema.names)
-    return pq.ParquetWriter(
-        path,
-        schema,
-        compression=COMPRESSION,
-        use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names],
-        write_statistics=[c for c in schema.names if c not in NO_STATISTICS],
-    )
+class ParquetFile:
+    """A Parquet file being written, opened by the bytes of its name: pyarrow takes a path only
+    as UTF-8 text, and OUT may be named by any bytes. Closing it closes the file too (a writer
+    leaves a file it was given open)."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        names = set(schema.names)
+        self._file = pa.OSFile(os.fsencode(path), "w")
+        try:
+            self._writer = pq.ParquetWriter(
+                self._file,
+                schema,
+                compression=COMPRESSION,
+                use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names],
+                write_statistics=[c for c in schema.names if c not in NO_STATISTICS],
+            )
+        except BaseException:
+            self._file.close()
+            raise
+
+    def write_table(self, table: pa.Table) -> None:
+        self._writer.write_table(table)
+
+    def close(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            self._file.close()
 
 
 def write_empty(root: Path, table: Table) -> None:
     """One file with the schema and no rows, so readers of an empty table still find its
     columns (Spark writes the same for an empty unpartitioned table)."""
     root.mkdir(parents=True, exist_ok=True)
-    open_parquet(root / part_file_name(0, 0), file_schema(table)).close()
+    ParquetFile(root / part_file_name(0, 0), file_schema(table)).close()

@@ -23,6 +23,7 @@ from rmqinspect.export.plan import source_files
 from rmqinspect.export.progress import Reporter
 from rmqinspect.export.schema import PARTITION_COLUMN, Table
 from rmqinspect.export.spark_engine import SUBMITTED, require_java, run_spark
+from rmqinspect.render.output import json_text
 from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.store.output import prepare_output_dir
 
@@ -158,7 +159,7 @@ def _stat_files(root: Path) -> list[tuple[str, tuple[int, int]]]:
 
 def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
     tmp = out / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(json_text(manifest) + "\n", encoding="utf-8")
     os.replace(tmp, out / MANIFEST)
 
 

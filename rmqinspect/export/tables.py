@@ -44,7 +44,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.batch import host_text_column, offset_msg_id_column
 from rmqinspect.format.consumequeue import TAGS_CODE_KINDS, tags_code_kinds
-from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
+from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS, encodable
 from rmqinspect.store.files import content_crc32c
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -195,19 +195,24 @@ def _timestamps(ms: pa.Array) -> pa.Array:
     return pc.if_else(valid, ms, pa.scalar(None, pa.int64())).cast(MS_UTC)
 
 
+def _text(value: str | None) -> str | None:
+    """A name for an Arrow string column, which holds UTF-8 only (see ``encodable``)."""
+    return None if value is None else encodable(value)
+
+
 def findings_batch(findings: Sequence[Finding]) -> pa.RecordBatch:
     """``verify``'s findings as ``findings`` rows (the hex dumps stay in ``verify -F json``)."""
     return pa.RecordBatch.from_pydict(
         {
             "check": [f.check for f in findings],
             "severity": [f.severity.value for f in findings],
-            "file": [f.file for f in findings],
+            "file": [encodable(f.file) for f in findings],
             "file_position": [f.file_position for f in findings],
             "physical_offset": [f.physical_offset for f in findings],
-            "topic": [f.topic for f in findings],
+            "topic": [_text(f.topic) for f in findings],
             "queue_id": [f.queue_id for f in findings],
             "queue_offset": [f.queue_offset for f in findings],
-            "detail": [f.detail for f in findings],
+            "detail": [encodable(f.detail) for f in findings],
         },
         schema=FINDINGS,
     )
@@ -220,7 +225,9 @@ def consume_queue_batches(store: Store, part: QueueSlice) -> Iterator[pa.RecordB
     """Every unit of the slice with what it points to (:func:`resolve_units`), a chunk of
     units at a time."""
     qdir = store.queue_dirs[QueueId(part.topic, part.queue_id)]
-    directory = qdir.relative_to(store.root).as_posix()
+    # Names from directory listings: Arrow strings are UTF-8 (see ``encodable``).
+    topic = encodable(part.topic)
+    directory = encodable(qdir.relative_to(store.root).as_posix())
     statuses = pa.array([s.value for s in STATUSES], pa.string())
     kinds = pa.array([k.value for k in TAGS_CODE_KINDS], pa.string())
     for chunk in iter_unit_chunks(
@@ -234,7 +241,7 @@ def consume_queue_batches(store: Store, part: QueueSlice) -> Iterator[pa.RecordB
             details[list(res.details)] = list(res.details.values())
         yield pa.RecordBatch.from_arrays(
             [
-                pa.repeat(pa.scalar(part.topic), n),
+                pa.repeat(pa.scalar(topic), n),
                 pa.repeat(pa.scalar(part.queue_id, pa.int32()), n),
                 pa.array(chunk.queue_offsets),
                 pa.array(chunk.units["phy_offset"].astype(np.int64)),
@@ -274,8 +281,8 @@ def consumer_offsets_batch(store: Store) -> pa.RecordBatch:
         [
             {
                 "table": r.table,
-                "group": r.group,
-                "topic": r.topic,
+                "group": _text(r.group),
+                "topic": encodable(r.topic),
                 "queue_id": r.queue_id,
                 "offset": r.offset,
                 "bak_offset": r.bak_offset,

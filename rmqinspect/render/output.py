@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import orjson
 
-from rmqinspect.render.values import printable
+from rmqinspect.render.values import encodable, printable, unencodable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,8 +94,35 @@ def to_jsonable(value: Any) -> Any:
 
 
 def print_json(data: Any) -> None:
-    json.dump(to_jsonable(data), sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    sys.stdout.write(json_text(to_jsonable(data)) + "\n")
+
+
+def encodable_json(value: Any) -> Any:
+    """A plain JSON value with every string, keys too, as :func:`encodable` writes it: JSON
+    output is UTF-8, and a lone surrogate (an undecodable byte of a file name, a ``\\ud800``
+    escape in config JSON) is not UTF-8."""
+    if isinstance(value, str):
+        return encodable(value)
+    if isinstance(value, dict):
+        return {
+            encodable(k) if isinstance(k, str) else k: encodable_json(v) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [encodable_json(v) for v in value]
+    return value
+
+
+def json_text(value: Any, indent: int | None = 2) -> str:
+    """Plain JSON values as a JSON document (``indent=None``: compact) that is valid UTF-8: the
+    one encoder of every JSON document rmqinspect writes, to stdout or to a file."""
+    separators = None if indent is not None else (",", ":")
+    text = json.dumps(value, indent=indent, separators=separators, ensure_ascii=False)
+    # Only strings carry characters: one search of the text finds any lone surrogate.
+    if not unencodable(text):
+        return text
+    return json.dumps(
+        encodable_json(value), indent=indent, separators=separators, ensure_ascii=False
+    )
 
 
 def print_document(doc: Any, fmt: OutputFormat) -> bool:
@@ -117,12 +144,12 @@ def print_jsonl(rows: Iterable[Any]) -> int:
 
 def dumps(row: Any) -> bytes:
     """One compact JSON value as UTF-8: the encoder of every streamed row (orjson: a scan can
-    emit millions). A value orjson refuses (a lone surrogate from an undecodable file name, an
-    integer beyond 64 bits) is written by the json module instead, as ASCII."""
+    emit millions). A value orjson refuses (a lone surrogate, an integer beyond 64 bits) is
+    written by :func:`json_text` instead."""
     try:
         return orjson.dumps(row)
     except TypeError:
-        return json.dumps(row, separators=(",", ":")).encode("ascii")
+        return json_text(row, indent=None).encode()
 
 
 JSONL_SEPARATOR = b"\n"
@@ -204,7 +231,7 @@ def print_json_with_array(head: dict[str, Any], key: str, rows: Iterable[dict[st
     """The JSON object ``head``, pretty-printed like every JSON document, with one more member,
     ``key``: a streamed array of plain rows (the head is small, the array may not be); returns
     the row count."""
-    text = json.dumps(head | {key: None}, indent=2, ensure_ascii=False)
+    text = json_text(head | {key: None})
     sys.stdout.write(text.removesuffix("null\n}"))
     n = _print_rows_array(rows, "  ")
     sys.stdout.write("\n}\n")

@@ -11,7 +11,6 @@ columns), streaming: memory stays bounded by one run of records. ``report.json``
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -29,6 +28,7 @@ from rmqinspect.format.npbytes import I64, Mask
 from rmqinspect.render.message import BodyFormat, message_json
 from rmqinspect.render.output import (
     OutputFormat,
+    json_text,
     key_value_table,
     print_json,
     print_jsonl,
@@ -97,13 +97,12 @@ class SalvageWriter:
     def _line(self, record: MessageRecord, intact: bool, keeps: bool, failed: Failures) -> None:
         doc = message_json(record, self.body)
         doc.update(intact=intact, restart_keeps=keeps, failed=list(failed))
-        self._jsonl.write(json.dumps(doc, ensure_ascii=False))
+        self._jsonl.write(json_text(doc, indent=None))
         self._jsonl.write("\n")
 
     def write_report(self, report: SalvageReport) -> None:
         with io.TextIOWrapper(open_new(self.out / REPORT_JSON), encoding="utf-8") as fh:
-            json.dump(salvage_json(report, self.out), fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
+            fh.write(json_text(salvage_json(report, self.out)) + "\n")
 
 
 def salvage_json(report: SalvageReport, out: Path) -> dict[str, Any]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 from rich.table import Table
 
-from rmqinspect.render.output import print_table
+from rmqinspect.render.output import json_text, print_table
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import StoreSummary
 
@@ -17,7 +16,7 @@ def render_synth(
     summary: StoreSummary, seconds: float, damages: list[damage.Damage], as_json: bool
 ) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(synth_json(summary, seconds, damages), indent=2) + "\n")
+        sys.stdout.write(json_text(synth_json(summary, seconds, damages)) + "\n")
     else:
         print_table(synth_table(summary, seconds, damages))
 

@@ -60,7 +60,35 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+# What UTF-8 cannot carry: a lone surrogate. Python reads an undecodable byte of a file name or an
+# argument as U+DC80..U+DCFF (surrogateescape); a ``\\ud800`` escape in config JSON stays a lone
+# surrogate as it does in a Java String.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def unencodable(text: str) -> bool:
+    """Whether ``text`` holds what UTF-8 cannot carry (a lone surrogate)."""
+    return _SURROGATE.search(text) is not None
+
+
+def encodable(text: str) -> str:
+    """``text`` as UTF-8 can carry it: unchanged unless it holds a lone surrogate; then an
+    undecodable byte of a name (``0xff``) reads ``\\xff``, any other lone surrogate ``\\ud800``,
+    and the string's own backslashes are doubled (``\\\\``), so that the escaped text reads back
+    unambiguously. Every output (JSON, tables, Parquet, stderr) shows such strings this way; a
+    string UTF-8 can carry is written exactly."""
+    if not unencodable(text):
+        return text
+    return _SURROGATE.sub(_escape_surrogate, text.replace("\\", "\\\\"))
+
+
 def printable(text: str) -> str:
     """``text`` with control characters escaped (``\\x1b``, ``\\x0a``, ``\\u202e`` as text), so
-    store data (topic names, keys, directory names) cannot drive the terminal or split a line."""
-    return _UNPRINTABLE.sub(_escape, text)
+    store data (topic names, keys, directory names) cannot drive the terminal or split a line;
+    what UTF-8 cannot carry is escaped as :func:`encodable` does."""
+    return _UNPRINTABLE.sub(_escape, encodable(text))
