@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import Result
 
+from rmqinspect.render.values import MAX_CELL_CHARS
 from rmqinspect.store import mapguard
 from rmqinspect.store.configfiles import MAX_CONFIG_BYTES
 from tests.cli_helpers import SMALL_OPTS, escaping_store, escaping_topics, run, tree_state
@@ -901,3 +902,47 @@ def test_output_directories_named_by_bytes_that_are_not_utf8(store: Path) -> Non
     utf8_json("export", store, parent / "export", "--engine", "arrow", "--jobs", "1")
     assert (parent / "export" / "_manifest.json").is_file()
     assert len(parquet_rows(parent / "export" / "consume_queue")) == 294
+
+
+def test_a_huge_config_string_is_capped_in_a_table(store: Path, wide_console: None) -> None:
+    """A table shows at most MAX_CELL_CHARS of one value and says how much it left out (a
+    wrapped 0.75 MiB group name printed 38 MB in 16 s); JSON keeps the whole value."""
+    group = "ab " * (1 << 18)
+    path = store / "config" / "consumerOffset.json"
+    path.write_text(path.read_text("utf-8").replace("@groupY", "@" + group), "utf-8")
+    table = cli("offsets", store, "--format", "table")
+    assert table.exit_code == 0, table.stderr
+    assert len(table.stdout) < 4 * 8 * MAX_CELL_CHARS  # four capped cells, wrapped, bordered
+    hidden = len(group) - MAX_CELL_CHARS
+    squeezed = "".join(ch for ch in table.stdout if ch not in " │\n")
+    assert squeezed.count(f"…({len(group):,}chars;{hidden:,}notshown)") == 4
+    assert group in {row["group"] for row in doc("offsets", store)["offsets"]}
+
+
+def test_a_region_of_copies_of_one_record_is_judged_once(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commitlog filled with copies of its first record (each stale: its queue serves the
+    original): whether each copy is a stale copy of a served record is one look at the queue
+    per distinct queue offset, not one per record (32 MiB of copies took 10x the valid time)."""
+    from rmqinspect.analysis.recovery.served import ServedCheck
+
+    path = store / "commitlog" / FIRST
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[:4], "big")
+    copies = len(data) // size
+    data[: copies * size] = data[:size] * copies
+    path.write_bytes(bytes(data))
+    looks = 0
+    served_at = ServedCheck._served_at
+
+    def counting(self: ServedCheck, *args: Any) -> list[int]:
+        nonlocal looks
+        looks += 1
+        return served_at(self, *args)
+
+    monkeypatch.setattr(ServedCheck, "_served_at", counting)
+    report = doc("recover", store, code=1)
+    assert copies > 200 and looks < 20
+    lost = report["lost_messages"]["messages"]
+    assert lost and all(m["file"] == SECOND for m in lost)  # no copy is a lost message

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqinspect.errors import DecodeError
+from rmqinspect.format import index as index_module
 from rmqinspect.format.checkpoint import decode_checkpoint
 from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
@@ -36,6 +37,7 @@ from rmqinspect.format.index import (
 )
 from rmqinspect.format.index_build import IndexBuilder, IndexFileBuilder
 from rmqinspect.format.javahash import index_key_hash, java_hash
+from rmqinspect.format.javamath import wrap64
 from tests.index_helpers import BuiltIndex, RecordKeys, put_key, sequence_namer
 
 LONG_MAX = 2**63 - 1
@@ -514,6 +516,106 @@ def test_select_on_cycle_terminates_like_the_broker_would() -> None:
     assert select_phy_offsets(raw, geometry, "T#nothing", 32, 0, LONG_MAX) == []
     # "T#3" (entry 4) is in the cycle: the broker collects it again on every lap up to maxNum.
     assert select_phy_offsets(raw, geometry, "T#3", 5, 0, LONG_MAX) == [300] * 5
+
+
+def _reference_select(
+    buf: bytes, geometry: IndexGeometry, key: str, max_num: int, begin: int, end: int
+) -> list[int]:
+    """The step-by-step walk ``selectPhyOffset`` is, one entry per step and one lap of a cycle
+    per hit (as the broker does), stopping where a lap collects nothing: the model the linear
+    walk must agree with."""
+    found: list[int] = []
+    header = IndexHeader.decode(buf)
+    count = header.loaded_index_count
+    key_hash = index_key_hash(key)
+    slot_pos = geometry.slot_position(key_hash % geometry.slot_num)
+    number = struct.unpack_from(">i", buf, slot_pos)[0] if slot_pos + 4 <= len(buf) else 0
+    if number <= 0 or number > count or count <= 1:
+        return found
+    since_hit: set[int] = set()
+    while len(found) < max_num:
+        pos = geometry.entry_position(number)
+        if pos + INDEX_ENTRY_SIZE > geometry.file_size:
+            return found
+        entry = bytes(buf[pos : pos + INDEX_ENTRY_SIZE]).ljust(INDEX_ENTRY_SIZE, b"\0")
+        hash_read, phy_read, time_diff, prev = struct.unpack(">iqii", entry)
+        if time_diff < 0:
+            return found
+        time_read = wrap64(header.begin_timestamp + time_diff * 1000)
+        if hash_read == key_hash and begin <= time_read <= end:
+            found.append(phy_read)
+            since_hit.clear()
+        if prev <= 0 or prev > count or prev == number or time_read < begin:
+            return found
+        if number in since_hit:
+            return found
+        since_hit.add(number)
+        number = prev
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 9), st.sampled_from(["T#a", "T#b", "T#c"]), st.integers(-1, 4)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 9),
+    st.integers(1, 40),
+    st.integers(0, 5_000),
+    st.sampled_from([LONG_MAX - 1000, 1_000, -(2**63)]),
+    st.integers(0, 184),  # keeps the 40-byte header
+)
+def test_hypothesis_select_on_corrupt_chains_agrees_with_the_stepwise_walk(
+    links: list[tuple[int, str, int]],
+    head: int,
+    max_num: int,
+    begin: int,
+    begin_timestamp: int,
+    cut: int,
+) -> None:
+    """Any links (cycles, self loops, forward links, out of range), times (negative, near
+    Long.MAX_VALUE), header begin times and short buffers: the same hits, in the same order."""
+    geometry = IndexGeometry(1, 9)
+    raw = bytearray(geometry.file_size)
+    struct.pack_into(">qqqqii", raw, 0, begin_timestamp, 0, 0, 0, 1, len(links) + 1)
+    struct.pack_into(">i", raw, geometry.slot_position(0), head)
+    for n, (prev, key, time_diff) in enumerate(links[:8], start=1):
+        entry = (index_key_hash(key), 100 * n, time_diff, prev)
+        struct.pack_into(">iqii", raw, geometry.entry_position(n), *entry)
+    buf = bytes(raw[: len(raw) - cut])
+    for key in ("T#a", "T#b"):
+        want = _reference_select(buf, geometry, key, max_num, begin, LONG_MAX)
+        assert select_phy_offsets(buf, geometry, key, max_num, begin, LONG_MAX) == want
+
+
+def test_select_reads_each_entry_of_a_cycle_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle of N entries holding one hit: the broker collects the hit once per lap, 32 laps
+    for maxNum 32; the walk reads each entry once (N reads, not 32 N)."""
+    n = 5_000
+    geometry = IndexGeometry(1, n + 1)
+    raw = bytearray(geometry.file_size)
+    struct.pack_into(">qqqqii", raw, 0, 1000, 2000, 0, 0, 1, n + 1)
+    struct.pack_into(">i", raw, geometry.slot_position(0), n)
+    for number in range(1, n + 1):
+        key = "T#hit" if number == n // 2 else "T#other"
+        prev = number - 1 if number > 1 else n
+        struct.pack_into(
+            ">iqii", raw, geometry.entry_position(number), index_key_hash(key), 7, 0, prev
+        )
+    reads = 0
+    real = index_module._TIME_PREV
+
+    class Counting:
+        def unpack_from(self, buf: bytes, pos: int) -> tuple[int, int]:
+            nonlocal reads
+            reads += 1
+            return real.unpack_from(buf, pos)
+
+    monkeypatch.setattr(index_module, "_TIME_PREV", Counting())
+    assert select_phy_offsets(bytes(raw), geometry, "T#hit", 32, 0, LONG_MAX) == [7] * 32
+    assert reads == n
 
 
 def test_select_self_loop_and_out_of_range_prev() -> None:

@@ -135,3 +135,29 @@ def test_the_last_file_is_copied_only_while_a_broker_holds_the_lock(store: Path)
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_export_says_in_its_own_words_that_the_store_looked_live(
+    store: Path, tmp_path: Path
+) -> None:
+    """The arrow engine's workers open the store too: none of them prints Python's raw warning
+    form; the command's own store, open across all their reads, says it."""
+    writer = _writer(store, "append", 60)
+    try:
+        args = ["export", str(store), str(tmp_path / "out"), "--engine", "arrow", "--jobs", "2"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "rmqinspect", *args, *OPTS],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        writer.kill()
+        writer.wait()
+    assert proc.returncode in (0, 1, 2), proc.stderr  # 2: a file the writer rolled away
+    lines = proc.stderr.splitlines()
+    assert all(line.startswith("rmqinspect: ") for line in lines), proc.stderr
+    assert "LiveStoreWarning" not in proc.stderr
+    assert any("the store looked live" in line for line in lines), proc.stderr

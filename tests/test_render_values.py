@@ -29,6 +29,8 @@ from rmqinspect.render.output import (
     to_jsonable,
 )
 from rmqinspect.render.values import (
+    MAX_CELL_CHARS,
+    capped,
     encodable,
     iso_ms,
     printable,
@@ -213,3 +215,10 @@ def test_table_batches_title_once_and_an_empty_table(capsys: pytest.CaptureFixtu
     calls.clear()
     assert print_table_batches([], table) == 0
     assert calls == [(0, True)] and "Rows" in capsys.readouterr().out
+
+
+def test_capped_shows_the_first_chars_and_counts_the_rest() -> None:
+    assert capped("x" * MAX_CELL_CHARS) == "x" * MAX_CELL_CHARS
+    text = "y" * (16 << 20)
+    assert capped(text) == "y" * MAX_CELL_CHARS + "… (16,777,216 chars; 16,776,192 not shown)"
+    assert capped("abcdef", 4) == "abcd… (6 chars; 2 not shown)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import (
     FIRST_COMPLETED,
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
+from rmqinspect.errors import LiveStoreWarning
 from rmqinspect.export.findings import pool_mapper, write_findings
 from rmqinspect.export.plan import Part, StoreRef
 from rmqinspect.export.progress import FileTally, Reporter
@@ -34,6 +36,7 @@ from rmqinspect.export.tasks import (
     range_keeps,
     run_part,
 )
+from rmqinspect.render.output import warn
 from rmqinspect.store.model import Store
 
 
@@ -48,6 +51,19 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     return context
 
 
+def _init_worker() -> None:
+    """A worker's warnings as the command's own: one ``rmqinspect: warning:`` line each, not
+    Python's two-line form with a file name. A LiveStoreWarning is left to the command's
+    process: its store is open across every worker's reads and says so once when it closes,
+    where each worker closing its own would repeat the sentence (or print it raw)."""
+    warnings.filterwarnings("ignore", category=LiveStoreWarning)
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(message: Warning | str, *args: object, **kwargs: object) -> None:
+    warn(str(message))
+
+
 def run_arrow(
     store: Store, out: Path, tables: Sequence[Table], jobs: int | None, reporter: Reporter
 ) -> EngineResult:
@@ -57,7 +73,8 @@ def run_arrow(
     finished: list[PartResult] = []
     workers = jobs or os.cpu_count() or 1
     context = _worker_context()
-    with ProcessPoolExecutor(workers, mp_context=context) as pool, ThreadPoolExecutor(1) as side:
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker)
+    with pool, ThreadPoolExecutor(1) as side:
         # The restart emulation, the planning of the commitlog ranges and the parts that need
         # no plan go first, in that order: the ranges wait for the first two.
         keeps: Future[RestartKeeps] | None = None

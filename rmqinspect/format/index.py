@@ -9,6 +9,7 @@ without copying; an index file is 420 MB with the defaults. One file's write pat
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import numpy.typing as npt
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.javahash import index_key, index_key_hash
-from rmqinspect.format.javamath import INT_MAX, wrap64
+from rmqinspect.format.javamath import INT_MAX
 from rmqinspect.format.properties import index_key_values
 from rmqinspect.format.sizes import (  # re-exported: the index codec's sizes
     HASH_SLOT_SIZE as HASH_SLOT_SIZE,
@@ -286,6 +287,69 @@ def walk_chain(buf: Buffer, geometry: IndexGeometry, header: IndexHeader, slot: 
 # --- the broker's query path ------------------------------------------------------------------
 
 
+_TIME_PREV = struct.Struct(">ii")
+
+
+def _broker_path(
+    buf: Buffer, geometry: IndexGeometry, count: int, head: int
+) -> tuple[list[int], int]:
+    """The entries ``IndexFile.selectPhyOffset`` reads from ``head``, in order, whatever the
+    query: up to the first that ends every walk (a negative time diff ends it unread; a prev
+    that is 0, above ``count`` or the entry itself ends it after it is read), or up to the
+    first entry read twice, which is not listed; and where that cycle starts in the list (-1
+    when the walk ends without one).
+
+    Each entry is read once: a cycle costs one lap, not one lap per hit the broker collects.
+    """
+    size = len(buf)
+    base = geometry.entries_base
+    # Entries below ``whole`` lie wholly in the buffer; those up to ``inside`` lie in the
+    # configured file, the rest of them reading as zeros (the broker's extended mapping).
+    whole = (size - base) // INDEX_ENTRY_SIZE if size >= base else 0
+    inside = geometry.index_num
+    unpack = _TIME_PREV.unpack_from
+    path: list[int] = []
+    at: dict[int, int] = {}
+    number = head
+    while number not in at:
+        if number >= inside:
+            return path, -1
+        if number < whole:
+            time_diff, prev = unpack(buf, base + number * INDEX_ENTRY_SIZE + 12)
+        else:
+            time_diff, prev = _ENTRY.unpack(_zero_padded_entry(buf, geometry, number))[2:]
+        if time_diff < 0:
+            return path, -1
+        at[number] = len(path)
+        path.append(number)
+        if prev <= INVALID_INDEX or prev > count or prev == number:
+            return path, -1
+        number = prev
+    return path, at[number]
+
+
+def _zero_padded_entry(buf: Buffer, geometry: IndexGeometry, number: int) -> bytes:
+    """Entry ``number`` as the broker's full-size mapping reads it past a short buffer."""
+    pos = geometry.entry_position(number)
+    tail = bytes(buf[pos : len(buf)]) if pos < len(buf) else b""
+    return tail.ljust(INDEX_ENTRY_SIZE, b"\0")
+
+
+def _path_entries(buf: Buffer, geometry: IndexGeometry, path: list[int]) -> npt.NDArray[np.void]:
+    """The entries of ``path`` as one ENTRY_DTYPE array (zeros past a short buffer)."""
+    base = geometry.entries_base
+    whole = max((len(buf) - base) // INDEX_ENTRY_SIZE, 0)
+    numbers = np.array(path, np.int64)
+    entries = np.zeros(len(path), ENTRY_DTYPE)
+    inside = numbers < whole
+    if inside.any():
+        table = np.frombuffer(buf, ENTRY_DTYPE, count=whole, offset=base)
+        entries[inside] = table[numbers[inside]]
+    for k in np.flatnonzero(~inside):
+        entries[k] = np.frombuffer(_zero_padded_entry(buf, geometry, path[k]), ENTRY_DTYPE)[0]
+    return entries
+
+
 def _select_into(
     found: list[int],
     buf: Buffer,
@@ -302,41 +366,35 @@ def _select_into(
     so extends the file; a read past the configured size stops the walk (the broker catches
     the IndexOutOfBoundsException and keeps what it found).
     """
-    size = len(buf)
-    file_size = geometry.file_size
     count = header.loaded_index_count
     key_hash = index_key_hash(key)
     slot_pos = geometry.slot_position(key_hash % geometry.slot_num)
-    slot_value = _I32.unpack_from(buf, slot_pos)[0] if slot_pos + 4 <= size else 0
-    if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
+    slot_value = _I32.unpack_from(buf, slot_pos)[0] if slot_pos + 4 <= len(buf) else 0
+    if slot_value <= INVALID_INDEX or slot_value > count or count <= 1 or len(found) >= max_num:
         return
-    # A corrupt chain can cycle; the broker then loops until max_num hits, or forever if the
-    # cycle yields none. Revisiting an entry with no hit since the last visit means "forever".
-    since_hit: set[int] = set()
-    number = slot_value
-    while len(found) < max_num:
-        pos = geometry.entry_position(number)
-        if pos + INDEX_ENTRY_SIZE > file_size:
-            return
-        if pos + INDEX_ENTRY_SIZE <= size:
-            hash_read, phy_read, time_diff, prev = _ENTRY.unpack_from(buf, pos)
-        else:
-            tail = bytes(buf[pos:size]) if pos < size else b""
-            hash_read, phy_read, time_diff, prev = _ENTRY.unpack(
-                tail.ljust(INDEX_ENTRY_SIZE, b"\0")
-            )
-        if time_diff < 0:
-            return
-        time_read = wrap64(header.begin_timestamp + time_diff * 1000)
-        if hash_read == key_hash and begin <= time_read <= end:
-            found.append(phy_read)
-            since_hit.clear()
-        if prev <= INVALID_INDEX or prev > count or prev == number or time_read < begin:
-            return
-        if number in since_hit:
-            return
-        since_hit.add(number)
-        number = prev
+    path, cycle_start = _broker_path(buf, geometry, count, slot_value)
+    if not path:
+        return
+    entries = _path_entries(buf, geometry, path)
+    # timeRead as the broker computes it, a Java long: unsigned arithmetic wraps like it does.
+    begin_ts = np.uint64(header.begin_timestamp & 0xFFFF_FFFF_FFFF_FFFF)
+    diff_ms = entries["time_diff"].astype(np.int64) * 1000  # a positive int times 1000: exact
+    time_read = (diff_ms.astype(np.uint64) + begin_ts).view(np.int64)
+    early = np.flatnonzero(time_read < begin)
+    if len(early):  # the entry older than the window is read, then the walk stops
+        stop = int(early[0]) + 1
+        entries, time_read, cycle_start = entries[:stop], time_read[:stop], -1
+    hit = (entries["key_hash"] == key_hash) & (time_read >= begin) & (time_read <= end)
+    hits = [int(v) for v in entries["phy_offset"][hit]]
+    room = max_num - len(found)
+    found.extend(hits[:room])
+    if cycle_start < 0 or len(hits) >= room:
+        return
+    # The broker laps a cycle for as long as a lap collects a hit, until max_num is reached;
+    # a lap without one would spin forever, and the walk stops there instead.
+    lap = [int(v) for v in entries["phy_offset"][cycle_start:][hit[cycle_start:]]]
+    if lap:
+        found.extend(itertools.islice(itertools.cycle(lap), room - len(hits)))
 
 
 def select_phy_offsets(

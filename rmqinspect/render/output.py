@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import orjson
 
-from rmqinspect.render.values import encodable, printable, unencodable
+from rmqinspect.render.values import capped, encodable, printable, unencodable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -47,10 +47,11 @@ def stdout_console() -> Console:
     class _StdoutConsole(Console):
         """The console of stdout. It shows every string it renders (cells, titles, captions)
         with control characters escaped: store data must not drive the terminal (an ESC
-        sequence in a topic name) or split a row; JSON output is exact and escapes them."""
+        sequence in a topic name) or split a row; JSON output is exact and escapes them. A
+        string longer than a table cell shows is cut there, saying how much is not shown."""
 
         def render_str(self, text: str, **kwargs: Any) -> Text:
-            return super().render_str(printable(text), **kwargs)
+            return super().render_str(printable(capped(text)), **kwargs)
 
         def on_broken_pipe(self) -> None:
             # rich exits 1 here, which the exit codes reserve for findings; the reader going

@@ -92,3 +92,17 @@ def printable(text: str) -> str:
     store data (topic names, keys, directory names) cannot drive the terminal or split a line;
     what UTF-8 cannot carry is escaped as :func:`encodable` does."""
     return _UNPRINTABLE.sub(_escape, encodable(text))
+
+
+# The most of one string a table shows. A table wraps a cell into its column, so a long value
+# (a 16 MiB group name in a config file) would print ten times its size and take seconds per
+# MiB to lay out; JSON output keeps the whole value.
+MAX_CELL_CHARS = 1024
+
+
+def capped(text: str, limit: int = MAX_CELL_CHARS) -> str:
+    """``text`` as a table shows it: at most ``limit`` characters, then how much was left out,
+    ``… (16,777,216 chars; 16,776,192 not shown)``."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} chars; {len(text) - limit:,} not shown)"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from rmqinspect.analysis.recovery.state import CommitlogFile
 from rmqinspect.format import commitlog as cl
@@ -32,6 +33,7 @@ from rmqinspect.store.model import Store
 
 _I64 = struct.Struct(">q")
 TopicIds = tuple[I64, list[bytes]]  # RecordColumns.topic_ids()
+BoolArray = npt.NDArray[np.bool_]
 
 
 class ServedCheck:
@@ -61,15 +63,12 @@ class ServedCheck:
         judged with numpy; only candidates get the full check."""
         for i in self._lacking(cols, topics or cols.topic_ids()):
             r = cl.check_message(region, int(cols.positions[i]), file_start, self.intact)
-            rec = r.record
-            if not r.is_message or rec is None:
-                continue
-            if not self._copy_of_served(self.queues.get(QueueId(rec.topic, rec.queue_id)), rec):
-                yield rec
+            if r.is_message and r.record is not None:
+                yield r.record
 
     def _lacking(self, cols: RecordColumns, topic_ids: TopicIds) -> list[int]:
         """Records of a run that enter a consume queue whose units near their queue offset do
-        not lead to them."""
+        not lead to them, and that are no stale copy of a served record."""
         if not len(cols):
             return []
         tids, topics = topic_ids
@@ -91,25 +90,42 @@ class ServedCheck:
             q = self.queues.get(qid)
             if q is not None:
                 lacking[members] = ~q.serves(qoff[members], positions[members])
+                missed = members[lacking[members]]
+                lacking[missed] = ~self._copies_of_served(q, qoff[missed], positions[missed])
         return np.flatnonzero(lacking).tolist()
 
-    def _copy_of_served(self, q: ConsumeQueue | None, rec: cl.MessageRecord) -> bool:
-        """A stale copy: a unit near the record's queue offset serves another record that
-        stores the same queue offset (the message itself is served; this copy is a leftover)."""
-        if q is None:
-            return False
-        low = max(rec.queue_offset - MISPLACED_SLOTS, q.min_offset_in_queue)
-        high = min(rec.queue_offset + MISPLACED_SLOTS + 1, q.max_offset_in_queue)
+    def _copies_of_served(self, q: ConsumeQueue, queue_offsets: I64, positions: I64) -> BoolArray:
+        """Which records (their queue offsets and positions) are stale copies: a unit near the
+        queue offset serves another record that stores the same queue offset (the message
+        itself is served; this copy is a leftover). The units are read once per distinct
+        queue offset: a region of copies of one record costs one look."""
+        uniq, inverse = np.unique(queue_offsets, return_inverse=True)
+        first = np.full(len(uniq), -1, np.int64)  # the one position served there, if one
+        several = np.zeros(len(uniq), bool)  # records at two positions served there
+        for u, queue_offset in enumerate(uniq.tolist()):
+            served = self._served_at(q, queue_offset)
+            if served:
+                first[u], several[u] = served[0], len(served) > 1
+        at = first[inverse]
+        copies: BoolArray = several[inverse] | ((at >= 0) & (at != positions))
+        return copies
+
+    def _served_at(self, q: ConsumeQueue, queue_offset: int) -> list[int]:
+        """The distinct positions the units near ``queue_offset`` lead to whose record stores
+        that queue offset."""
+        low = max(queue_offset - MISPLACED_SLOTS, q.min_offset_in_queue)
+        high = min(queue_offset + MISPLACED_SLOTS + 1, q.max_offset_in_queue)
         if low >= high:
-            return False
+            return []
+        served: list[int] = []
         for phy in q.unit_offsets(np.arange(low, high, dtype=np.int64)).tolist():
-            f = self._find(phy) if phy != rec.position else None
-            if f is None or phy - f.start + cl.PHYSICALOFFSET_POS > f.wrote:
+            f = self._find(phy)
+            if f is None or phy - f.start + cl.PHYSICALOFFSET_POS > f.wrote or phy in served:
                 continue
             raw = self.maps.read_padded(f.disk, phy - f.start + cl.QUEUEOFFSET_POS, 8)
-            if _I64.unpack(raw)[0] == rec.queue_offset:
-                return True
-        return False
+            if _I64.unpack(raw)[0] == queue_offset:
+                served.append(phy)
+        return served
 
     def serving_state(self, reput: cl.CheckOptions) -> ServingState:
         """This check's state, detached from the store (``reput``: the walk it judges)."""
