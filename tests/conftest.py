@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from rmqinspect.store.model import StoreOptions
+
 # make test is a gate: its property and fuzz tests draw the same examples on every run, so a red
 # run is reproducible and a green one means something. HYPOTHESIS_PROFILE=explore draws new ones
 # (and the long runs are make fuzz and make campaign).
@@ -22,6 +24,7 @@ SHARED = ROOT.parent / "shared"
 CONFORMANCE = SHARED / "conformance"
 CONFORMANCE5 = SHARED / "conformance5"
 CONFORMANCE_DLEDGER = SHARED / "conformance-dledger"
+CONFORMANCE_CONSUME = SHARED / "conformance-consume"
 FIXTURES = ROOT / "fixtures"
 
 
@@ -50,6 +53,15 @@ def conformance_dledger_dir() -> Path:
     return CONFORMANCE_DLEDGER
 
 
+@pytest.fixture(scope="session")
+def conformance_consume_dir() -> Path:
+    """The RocketMQ 4.9.8 consumption corpus (retries, delays, DLQ); skipped where
+    ``../shared/conformance-consume`` is absent."""
+    if not (CONFORMANCE_CONSUME / "expected").is_dir():
+        pytest.skip(f"real-broker corpus not found at {CONFORMANCE_CONSUME} (dev workspace only)")
+    return CONFORMANCE_CONSUME
+
+
 @pytest.fixture
 def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tables as wide as they want (rich reads COLUMNS), so no cell wraps and a test can find
@@ -57,17 +69,40 @@ def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "400")
 
 
-def restore_dledger_store(corpus: Path, scenario: str, dest: Path) -> Path:
-    """A copy of a DLedger corpus store with its trimmed index files extended (sparsely, with
-    zeros) to their true size, as ``sizes/<scenario>.json`` says; the shared folder is only
-    read."""
-    meta = json.loads((corpus / "expected" / f"{scenario}.json").read_text("utf-8"))
-    shutil.copytree(corpus / meta["inputStore"], dest)
+def restore_trimmed_store(corpus: Path, store: str, dest: Path) -> Path:
+    """A copy of a trimmed corpus store (DLedger, timer) as the broker left it: each file of
+    ``sizes/<store>.json`` gets its stored bytes at the offset ``sizes/<store>.offsets.json``
+    names (0 unless listed: the corpus cut leading zeros too) and is extended with zeros
+    (sparsely) to its true size. The shared folder is only read."""
+    shutil.copytree(corpus / "stores" / store, dest)
     for path in [dest, *dest.rglob("*")]:  # the corpus is read-only; the copy is ours
         path.chmod(0o755 if path.is_dir() else 0o644)
-    for rel, size in json.loads((corpus / meta["inputStoreSizes"]).read_text("utf-8")).items():
-        os.truncate(dest / rel, size)
+    sizes = json.loads((corpus / "sizes" / f"{store}.json").read_text("utf-8"))
+    offsets_file = corpus / "sizes" / f"{store}.offsets.json"
+    offsets = json.loads(offsets_file.read_text("utf-8")) if offsets_file.exists() else {}
+    for rel, size in sizes.items():
+        path = dest / rel
+        at = offsets.get(rel, 0)
+        if at:
+            stored = path.read_bytes()
+            os.truncate(path, 0)
+            with open(path, "r+b") as fh:
+                fh.seek(at)
+                fh.write(stored)
+        os.truncate(path, size)
     return dest
+
+
+def corpus_store_options(store: Path) -> StoreOptions:
+    """What a corpus store's broker ran with that no file of the store holds (its
+    ``messageDelayLevel``), from the scenario whose input it is; nothing else is given, so
+    detection and inference are tested too."""
+    for expected in (store.parent.parent / "expected").glob("*.json"):
+        doc = json.loads(expected.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and doc.get("inputStore") == f"stores/{store.name}":
+            config = doc.get("brokerConfig", {}).get("messageStoreConfig", {})
+            return StoreOptions(delay_levels=config.get("messageDelayLevel"))
+    return StoreOptions()
 
 
 @pytest.fixture(scope="session")
@@ -77,4 +112,4 @@ def dledger_clean_store(
     """The ``dledger_clean`` store, restored in a temporary copy (shared by the session: tests
     only read it)."""
     dest = tmp_path_factory.mktemp("dledger") / "dledger_clean"
-    return restore_dledger_store(conformance_dledger_dir, "dledger_clean", dest)
+    return restore_trimmed_store(conformance_dledger_dir, "dledger_clean", dest)

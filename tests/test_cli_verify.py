@@ -101,3 +101,23 @@ def test_readme_documents_every_check_id() -> None:
         )
     )
     assert documented == set(CHECKS)
+
+
+def test_delay_levels_are_the_brokers(conformance_consume_dir: Path) -> None:
+    """The consumption corpus's broker ran with its own messageDelayLevel: with the default
+    table every delay unit's tagsCode looks wrong (and the finding says what to give); with
+    the broker's, verify finds nothing."""
+    store = conformance_consume_dir / "stores" / "consume_clean"
+    default = run("verify", store, "--format", "json")
+    assert default.exit_code == 1
+    findings = json.loads(default.stdout)["findings"]
+    assert {(f["check"], f["topic"]) for f in findings} == {
+        ("consumequeue.tags_code", "SCHEDULE_TOPIC_XXXX")
+    }
+    assert all(f["detail"].endswith("--delay-levels?") for f in findings)
+    levels = "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 10s 20s"
+    given = run("verify", store, "--delay-levels", levels, "--format", "json")
+    assert given.exit_code == 0, given.stderr
+    assert json.loads(given.stdout)["findings"] == []
+    bad = run("verify", store, "--delay-levels", "1s 5x")
+    assert bad.exit_code == 2 and "bad messageDelayLevel element '5x'" in bad.stderr

@@ -1,7 +1,7 @@
 """A DLedger store that real RocketMQ 4.9.8 + DLedger 0.3.1.2 wrote and restarted
 (``../shared/conformance-dledger``): every message, entry, lookup and the restart must agree with
 what the real code did, field by field. The store's trimmed index file is restored in a
-temporary copy (``restore_dledger_store``)."""
+temporary copy (``restore_trimmed_store``)."""
 
 from __future__ import annotations
 

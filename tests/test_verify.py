@@ -14,16 +14,16 @@ import pytest
 from rmqinspect.analysis.verify import Finding, Severity, VerifyOptions, VerifyReport, verify_store
 from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.format import dledger as dl
-from rmqinspect.store.model import Store
+from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import PutResult
 from tests.conftest import (
     CONFORMANCE,
     CONFORMANCE5,
-    CONFORMANCE_DLEDGER,
     FIXTURES,
     SHARED,
-    restore_dledger_store,
+    corpus_store_options,
+    restore_trimmed_store,
 )
 from tests.damage_matrix import DAMAGES, PROFILES, commitlog_ranges, damaged, original, records
 from tests.damage_matrix import touched as touched_records
@@ -35,8 +35,10 @@ STORES = FIXTURES / "stores"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))["stores"]
 
 
-def verify(root: Path, jobs: int = 1, **options: bool) -> VerifyReport:
-    with Store.open(root) as store:
+def verify(
+    root: Path, jobs: int = 1, settings: StoreOptions | None = None, **options: bool
+) -> VerifyReport:
+    with Store.open(root, settings) as store:
         return verify_store(store, VerifyOptions(**options), jobs=jobs)
 
 
@@ -181,9 +183,10 @@ def test_real_broker_stores(store: Path, tmp_path: Path) -> None:
     dispatch lag). Damaged ones: the damage, at the offset the corpus names. A DLedger store
     is verified as the broker held it: its trimmed index files restored to their size."""
     mutation = _mutation(store)
-    if store.parent.parent == CONFORMANCE_DLEDGER:
-        store = restore_dledger_store(CONFORMANCE_DLEDGER, store.name, tmp_path / store.name)
-    report = verify(store)
+    settings = corpus_store_options(store)
+    if (store.parent.parent / "sizes").is_dir():
+        store = restore_trimmed_store(store.parent.parent, store.name, tmp_path / store.name)
+    report = verify(store, settings=settings)
     kind = mutation.get("kind")
     if "crash" in store.name:
         assert at_least(report, Severity.ERROR) == []

@@ -226,7 +226,7 @@ def commitlog_summary(
     clq = store.commitlog
     if not clq.files:
         return CommitlogSummary(-1, 0, "no commitlog files", None, None, None)
-    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+    opts = store.check_options(check_crc=False, read_body=False)
     if store.dledger is not None:
         return _ledger_commitlog(store, ledger or ledger_summary(store), opts)
     cq_last = max((b.last_phy_offset for b in bounds), default=-1)
@@ -264,7 +264,7 @@ def _ledger_commitlog(
 
 
 def _last_nonempty_start(store: Store) -> int:
-    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+    opts = store.check_options(check_crc=False, read_body=False)
     for f in reversed(store.commitlog.files):
         if store.first_records(f, opts):
             return f.start

@@ -109,7 +109,7 @@ def stream_messages(
     clq = store.commitlog
     if not clq.files:
         return
-    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=True)
+    opts = store.check_options(check_crc=False, read_body=True)
     start = _start(store, flt.from_offset, opts)
     files = _files_in_time_range(store, flt.since, flt.until)
     emitted = 0
@@ -145,7 +145,7 @@ def _files_in_time_range(store: Store, since: int | None, until: int | None) -> 
     files = store.commitlog.files
     if since is None and until is None:
         return files
-    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+    opts = store.check_options(check_crc=False, read_body=False)
     firsts = [_first_time(store, f, opts) for f in files]
     keep = []
     for i, (f, first) in enumerate(zip(files, firsts, strict=True)):

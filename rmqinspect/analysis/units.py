@@ -145,7 +145,7 @@ def resolve_unit(
     kind = tags_code_kind(tags, topic)
     view = UnitView(queue_offset, phy, size, tags, kind, status, res.details.get(0, ""), message)
     if check_tags and message is not None:
-        opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+        opts = store.check_options(check_crc=False, read_body=False)
         checked = store.check_at(phy, opts)
         if checked.is_message:
             return replace(view, expected_tags_code=checked.tags_code)

@@ -17,6 +17,8 @@ import typer
 
 from rmqinspect.analysis import Progress
 from rmqinspect.cli.common import fail
+from rmqinspect.errors import DecodeError
+from rmqinspect.format.commitlog import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from rmqinspect.format.javamath import INT_MAX, LONG_MAX, LONG_MIN
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.sizes import (
@@ -84,6 +86,15 @@ def _parse_profile(text: str) -> Profile | None:
     return choice_parser(Profile, _AUTO)(text)
 
 
+def _parse_delay_levels(text: str) -> str:
+    """``messageDelayLevel`` as the broker's config takes it ("1s 5s 10s 30s 1m ... 2h")."""
+    try:
+        parse_delay_levels(text)
+    except DecodeError as err:
+        raise typer.BadParameter(err.message) from None
+    return text
+
+
 def _store_settings(
     commitlog_file_size: Annotated[
         int | None,
@@ -136,6 +147,17 @@ def _store_settings(
             rich_help_panel="Store settings",
         ),
     ] = None,
+    delay_levels: Annotated[
+        str | None,
+        typer.Option(
+            "--delay-levels",
+            parser=_parse_delay_levels,
+            help="messageDelayLevel, as in the broker's config (default: "
+            f"{DEFAULT_DELAY_LEVELS!r}): a delay message's tagsCode is its store time plus its "
+            "level's delay.",
+            rich_help_panel="Store settings",
+        ),
+    ] = None,
 ) -> StoreOptions:
     """The store-setting options, declared once: this signature is what
     :func:`with_store_options` gives every command that opens a store. The bounds are the
@@ -146,6 +168,7 @@ def _store_settings(
         index_slot_num=index_slots,
         index_num=index_entries,
         profile=profile,
+        delay_levels=delay_levels,
     )
 
 

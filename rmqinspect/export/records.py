@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.batch import decode_batch
 from rmqinspect.format.columns import RecordColumns
@@ -52,7 +51,7 @@ def record_runs(
     (``begin`` is a record boundary of the scan, or 0), in runs, and each damaged range met as
     a run of its own. Without ``decode`` the rows are not decoded (planning: only the record
     boundaries matter)."""
-    lenient = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=True)
+    lenient = store.check_options(check_crc=False, read_body=True)
     buf = store.view(file)
     released = reached = begin
     try:

@@ -68,6 +68,7 @@ class StoreOptions:
     index_slot_num: int | None = None
     index_num: int | None = None
     profile: Profile | None = None
+    delay_levels: str | None = None  # messageDelayLevel; None: the broker's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,6 +450,28 @@ class Store:
                 return event.columns.records(range(len(event)), with_body=False)
             break
         return []
+
+    # --- record checks ---------------------------------------------------------------------
+
+    @functools.cached_property
+    def delay_table(self) -> tuple[tuple[int, int], ...]:
+        """``messageDelayLevel`` as (level, delay ms): a delay message's tagsCode is its
+        store time plus its level's delay, and the check rejects a level past the last."""
+        return tuple(cl.parse_delay_levels(self.message_delay_level).items())
+
+    @property
+    def message_delay_level(self) -> str:
+        return self.options.delay_levels or cl.DEFAULT_DELAY_LEVELS
+
+    def check_options(self, *, check_crc: bool, read_body: bool) -> cl.CheckOptions:
+        """How ``checkMessageAndReturnSize`` runs on this store: its profile's format and its
+        broker's delay levels, with or without the CRC and the body."""
+        return cl.CheckOptions(
+            profile=self.profile.profile,
+            check_crc=check_crc,
+            read_body=read_body,
+            delay_levels=self.delay_table,
+        )
 
     # --- profile ---------------------------------------------------------------------------
 

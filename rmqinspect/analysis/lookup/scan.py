@@ -33,7 +33,7 @@ def scan_records(
     scanner's columns, when given), CRC unchecked (forensics wants all), without its body:
     matching needs only the header and properties (see :func:`with_body`). Records are built
     only for what the columns already match."""
-    opts = cl.CheckOptions(profile=store.profile.profile, check_crc=False, read_body=False)
+    opts = store.check_options(check_crc=False, read_body=False)
     last_pos = start if start is not None else max(store.commitlog.min_offset, 0)
     for f, event in store.scan(start, opts):
         if isinstance(event, Skipped):

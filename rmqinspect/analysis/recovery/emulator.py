@@ -534,7 +534,7 @@ def _options_dict(state: BrokerState) -> dict[str, object]:
         "message_index_enable": o.message_index_enable,
         "message_index_safe": o.message_index_safe,
         "force_verify_prop_crc": o.force_verify_prop_crc,
-        "message_delay_level": o.delay_levels,
+        "message_delay_level": state.store.message_delay_level,
         "commitlog_file_size": state.commitlog_file_size,
         "cq_file_size": state.cq_file_size,
         "lost_limit": o.lost_limit,

@@ -9,7 +9,7 @@ the emulation noticed on the way. Nothing here writes to disk.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.report import LoadFailure
@@ -35,7 +35,6 @@ class RecoverOptions:
     message_index_enable: bool = True
     message_index_safe: bool = False
     force_verify_prop_crc: bool = False  # 5.2+
-    delay_levels: str = cl.DEFAULT_DELAY_LEVELS
     lost_limit: int | None = 1000  # messages listed (the count is always complete)
     # Search the store for what the restart destroys (lost.py). Off when only the restarted
     # state is wanted (queue bounds, the rebuilt index): the report's loss fields are then None.
@@ -200,20 +199,20 @@ class RecordChecks:
     intact: cl.CheckOptions  # rmqinspect's own "intact message" test: every check on
 
     @classmethod
-    def of(cls, profile: Profile, options: RecoverOptions) -> RecordChecks:
-        delays = tuple(cl.parse_delay_levels(options.delay_levels).items())
+    def of(cls, store: Store, options: RecoverOptions) -> RecordChecks:
+        profile = store.profile.profile
+        recover = store.check_options(check_crc=options.check_crc, read_body=True)
         return cls(
-            recover=cl.CheckOptions(
-                profile=profile,
-                check_crc=options.check_crc,
-                read_body=True,
+            recover=replace(
+                recover,
                 force_verify_prop_crc=options.force_verify_prop_crc,
-                delay_levels=delays if profile.delay_levels_loaded_before_recovery else (),
+                # 4.9 loads the delay table after recovery: recovery checks levels against none.
+                delay_levels=recover.delay_levels
+                if profile.delay_levels_loaded_before_recovery
+                else (),
             ),
-            reput=cl.CheckOptions(
-                profile=profile, check_crc=False, read_body=False, delay_levels=delays
-            ),
-            intact=cl.CheckOptions(profile=profile, check_crc=True, delay_levels=delays),
+            reput=store.check_options(check_crc=False, read_body=False),
+            intact=store.check_options(check_crc=True, read_body=True),
         )
 
 
@@ -222,7 +221,7 @@ def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerSta
     and the problems that make ``MappedFileQueue.load`` fail (recorded in ``failures``; the
     files before the failing one stay mapped, as the broker leaves them)."""
     profile = store.profile.profile
-    state = BrokerState(store, options, profile, RecordChecks.of(profile, options), progress)
+    state = BrokerState(store, options, profile, RecordChecks.of(store, options), progress)
     deleted: set[str] = set()
     if store.dledger is not None:
         fails = _ledger_failures(store)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from rmqinspect.analysis.indexes import IndexFileInfo, open_index_files
 from rmqinspect.analysis.queues import loaded_queue
-from rmqinspect.format import commitlog as cl
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -20,7 +19,6 @@ from rmqinspect.store.model import Store
 class VerifyOptions:
     check_crc: bool = True  # BODYCRC and the 5.x property CRC (--no-crc turns both off)
     hexdump: bool = False  # attach the bytes around each bad record to its finding
-    delay_levels: str = cl.DEFAULT_DELAY_LEVELS  # messageDelayLevel, for schedule tagsCodes
 
 
 class Context:
@@ -30,14 +28,8 @@ class Context:
         self.store = store
         self.options = options
         self.profile = store.profile.profile
-        delays = cl.parse_delay_levels(options.delay_levels)
-        self.delay_table = delays
-        self.check = cl.CheckOptions(
-            profile=self.profile,
-            check_crc=options.check_crc,
-            read_body=True,
-            delay_levels=tuple(delays.items()),
-        )
+        self.delay_table = dict(store.delay_table)
+        self.check = store.check_options(check_crc=options.check_crc, read_body=True)
         self._queues: dict[QueueId, ConsumeQueue | None] = {}
         bcq = store.root / "batchconsumequeue"
         self.batch_topics = (

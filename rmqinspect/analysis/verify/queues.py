@@ -169,6 +169,13 @@ class QueueCoverage:
             # 4.9.8 dispatches during load() before it parses the delay levels: tag hashes then.
             hashes, _ = cols.tags_codes(members[at], {})
             wrong &= tags != hashes
+        # A delay message's tagsCode is its store time plus its level's delay: the broker's
+        # messageDelayLevel, which no store file holds.
+        hint = (
+            "; is the broker's messageDelayLevel --delay-levels?"
+            if qid.topic == cl.SCHEDULE_TOPIC
+            else ""
+        )
         for k in np.flatnonzero(wrong).tolist():
             qoff = int(qoffs[at[k]])
             unit_at = qoff * CQ_STORE_UNIT_SIZE
@@ -177,7 +184,7 @@ class QueueCoverage:
                 "consumequeue.tags_code",
                 ctx.rel(f.disk.path) if f.disk is not None else queue_dir(qid),
                 f"unit ({int(units['phy_offset'][k])}, {int(units['size'][k])}, {int(tags[k])}): "
-                f"dispatch computes {int(codes[at[k]])}",
+                f"dispatch computes {int(codes[at[k]])}{hint}",
                 file_position=unit_at - f.start,
                 physical_offset=int(positions[at[k]]),
                 topic=qid.topic,
