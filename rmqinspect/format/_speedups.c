@@ -1008,14 +1008,15 @@ enum {
     V_TRANSACTION, V_FLAG, V_BODY_CRC, V_BODY_CRC_OK, V_PROP_CRC, V_PROP_CRC_OK,
     V_BORN_TIMESTAMP, V_BORN_TIME, V_BORN_HOST, V_STORE_TIMESTAMP, V_STORE_TIME, V_STORE_HOST,
     V_RECONSUME_TIMES, V_PREPARED_TRANSACTION_OFFSET, V_PROPERTIES, V_TAGS, V_KEYS, V_UNIQ_KEY,
-    V_MSG_ID, V_BODY_LENGTH, V_COMPRESSION, V_BODY_ENCODING, V_BODY, V_COUNT
+    V_MSG_ID, V_BODY_LENGTH, V_COMPRESSION, V_BODY_ENCODING, V_BODY, V_PHYSICAL_OFFSET_FIELD,
+    V_COUNT
 };
 static const char *const value_keys[V_COUNT] = {
     "physical_offset", "store_size", "version", "topic", "queue_id", "queue_offset", "sys_flag",
     "transaction", "flag", "body_crc", "body_crc_ok", "prop_crc", "prop_crc_ok",
     "born_timestamp", "born_time", "born_host", "store_timestamp", "store_time", "store_host",
     "reconsume_times", "prepared_transaction_offset", "properties", "tags", "keys", "uniq_key",
-    "msg_id", "body_length", "compression", "body_encoding", "body",
+    "msg_id", "body_length", "compression", "body_encoding", "body", "physical_offset_field",
 };
 
 #define MAX_KEYS 64
@@ -1030,10 +1031,11 @@ PyDoc_STRVAR(message_json_doc,
              "length bytes are the text): row i is text[ends[i-1]:ends[i]] (ends is int64\n"
              "bytes). keys: (prefix, value) pairs in\n"
              "output order: the bytes written before the value (the JSON key with its '{' or\n"
-             "',' and ':'), and the value's index in VALUE_KEYS. Rows this code does not write\n"
-             "(listed in fallback, empty in text) are the caller's: IPv4-mapped IPv6 hosts,\n"
-             "invalid UTF-8 in the topic or properties, a __CRC32# property, compression, a\n"
-             "PHYSICALOFFSET field unlike the position, more than 256 properties. body_mode: 0\n"
+             "',' and ':'), and the value's index in VALUE_KEYS; physical_offset_field, key\n"
+             "and value, is written only where the PHYSICALOFFSET field is not the position.\n"
+             "Rows this code does not write (listed in fallback, empty in text) are the\n"
+             "caller's: IPv4-mapped IPv6 hosts, invalid UTF-8 in the topic or properties, a\n"
+             "__CRC32# property, compression, more than 256 properties. body_mode: 0\n"
              "text, 1 hex, 2 base64, 3 none. settings: (magic_v2, born_v6_flag, store_v6_flag,\n"
              "compressed_flag, transaction_mask, min_iso_ms, max_iso_ms); transactions: names by\n"
              "sys_flag & mask.");
@@ -1115,8 +1117,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                                 {f[F_BODY_AT], f[F_BODY_LENGTH]},
                                 {f[F_BORN_HOST_AT], bv6 ? 16 : 4},
                                 {f[F_STORE_HOST_AT], sv6 ? 16 : 4}};
-        int ok = f[F_BODY_LENGTH] >= 0 && f[F_TOPIC_LENGTH] >= 0 &&
-                 f[F_PHYSICAL_OFFSET] == position;
+        int ok = f[F_BODY_LENGTH] >= 0 && f[F_TOPIC_LENGTH] >= 0;
         for (int k = 0; k < 5 && ok; k++)
             ok = slices[k][1] <= 0 ||
                  (slices[k][0] >= 0 && slices[k][1] <= (int64_t)buf.len - slices[k][0]);
@@ -1144,6 +1145,10 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
         int mode = body_mode == 0 && !valid_utf8(body, blen) ? 2 : body_mode;
         const uint8_t *bh = data + f[F_BORN_HOST_AT], *sh = data + f[F_STORE_HOST_AT];
         for (Py_ssize_t k = 0; k < n_keys; k++) {
+            /* the one optional key: a PHYSICALOFFSET field that disagrees with where the
+             * record sits (copies of a record, a record moved by hand) */
+            if (value[k] == V_PHYSICAL_OFFSET_FIELD && f[F_PHYSICAL_OFFSET] == position)
+                continue;
             if (prefix_len[k] < PREFIX_PAD) {
                 if (out_reserve(&o, PREFIX_PAD) < 0)
                     goto done;
@@ -1256,6 +1261,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 break;
             }
             case V_BODY_LENGTH: rc = put_int(&o, f[F_BODY_LENGTH]); break;
+            case V_PHYSICAL_OFFSET_FIELD: rc = put_int(&o, f[F_PHYSICAL_OFFSET]); break;
             case V_BODY_ENCODING: {
                 static const char *const names[4] = {"\"text\"", "\"hex\"", "\"base64\"",
                                                      "\"none\""};
