@@ -565,3 +565,16 @@ def test_the_c_writer_writes_keys_of_any_length(name_length: int) -> None:
     )
     assert not len(fallback)
     assert bytes(out[:length]) == dumps({name: 7, name + "2": "TopicA"}) + b"\n"
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-3, 12), min_size=1, max_size=12), st.integers(-2, 13))
+def test_follow_links_agrees(links: list[int], head: int) -> None:
+    """Chains of 8-byte entries whose link is their second int32: cycles, self loops, links
+    out of range; the walk stops at the limit, the first repeat or a number out of range."""
+    buf = b"".join(struct.pack(">ii", 7, link) for link in links)
+    for limit in range(len(links) + 1):
+        want = speedups.py_follow_links(buf, 0, 8, 4, head, limit)
+        got = speedups.follow_links(buf, 0, 8, 4, head, limit)
+        assert got[0].tolist() == want[0].tolist() and got[1] == want[1]

@@ -1622,7 +1622,65 @@ static PyObject *speedups_features(PyObject *self, PyObject *unused)
                          have_sse42 ? Py_True : Py_False, "ssse3", have_ssse3 ? Py_True : Py_False);
 }
 
+/* --- linked entries ------------------------------------------------------------------------ */
+
+PyDoc_STRVAR(follow_links_doc,
+             "follow_links(buf, base, stride, link_at, head, limit) -> (numbers, next)\n\n"
+             "The entries of a chain of links, each entry n at base + n * stride with its link\n"
+             "(a big-endian int32, the number of the next entry) link_at bytes into it: from\n"
+             "head, while the number is in [1, limit) and not met before. numbers: int64 bytes\n"
+             "of the entries in walk order; next: the number that ended the walk (out of range,\n"
+             "or the first met twice). Every entry below limit must lie in buf.");
+
+static PyObject *speedups_follow_links(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t base, stride, link_at, limit;
+    long long head;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nnnLn", &buf, &base, &stride, &link_at, &head, &limit))
+        return NULL;
+    if (base < 0 || stride < 4 || link_at < 0 || link_at > stride - 4 || limit < 0 ||
+        (limit > 0 && (limit > (PY_SSIZE_T_MAX - base) / stride ||
+                       base + limit * stride > buf.len))) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "bad follow_links arguments");
+        return NULL;
+    }
+    /* one bit per entry number: each entry is read once, a cycle ends at its first repeat */
+    uint8_t *seen = PyMem_Calloc((size_t)limit / 8 + 1, 1);
+    size_t cap = 1024, n = 0;
+    int64_t *out = PyMem_Malloc(cap * sizeof(int64_t));
+    if (!seen || !out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *data = buf.buf;
+    long long at = head;
+    while (at > 0 && at < limit && !(seen[at >> 3] & (1u << (at & 7)))) {
+        seen[at >> 3] |= (uint8_t)(1u << (at & 7));
+        if (n == cap) {
+            int64_t *grown = PyMem_Realloc(out, 2 * cap * sizeof(int64_t));
+            if (!grown) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            out = grown;
+            cap *= 2;
+        }
+        out[n++] = at;
+        at = (int32_t)be32(data + base + at * stride + link_at);
+    }
+    result = Py_BuildValue("(NL)", as_bytes(out, (Py_ssize_t)n), at);
+done:
+    PyMem_Free(seen);
+    PyMem_Free(out);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"follow_links", speedups_follow_links, METH_VARARGS, follow_links_doc},
     {"walk", speedups_walk, METH_VARARGS, walk_doc},
     {"message_json", speedups_message_json, METH_VARARGS, message_json_doc},
     {"crc32_many", speedups_crc32_many, METH_VARARGS, crc32_many_doc},
