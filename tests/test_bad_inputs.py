@@ -946,3 +946,46 @@ def test_a_region_of_copies_of_one_record_is_judged_once(
     assert copies > 200 and looks < 20
     lost = report["lost_messages"]["messages"]
     assert lost and all(m["file"] == SECOND for m in lost)  # no copy is a lost message
+
+
+def test_verify_of_a_region_of_copies_builds_only_what_it_lists(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commitlog filled with copies of its first record: every consume-queue unit and
+    index entry then points into the middle of a copy, and every copy is a finding. The units
+    are judged by the magic they reach, not decoded one by one, and past the listing limit a
+    finding is only counted (32 MiB of copies took 5x the valid time)."""
+    from rmqinspect.analysis import units
+    from rmqinspect.analysis.verify import finding
+
+    path = store / "commitlog" / FIRST
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[:4], "big")
+    copies = len(data) // size
+    data[: copies * size] = data[:size] * copies
+    path.write_bytes(bytes(data))
+    # List 10 per check and file (not 1000): the fixture's 64 KiB files hold a few hundred.
+    init = finding.Findings.__init__
+    monkeypatch.setattr(init, "__defaults__", (10, *(init.__defaults__ or ())[1:]))
+    judged = built = 0
+    judge, finding_class = units._judge, finding.Finding
+
+    def counting_judge(*args: Any, **kwargs: Any) -> Any:
+        nonlocal judged
+        judged += 1
+        return judge(*args, **kwargs)
+
+    def counting_finding(*args: Any) -> Any:
+        nonlocal built
+        built += 1
+        return finding_class(*args)
+
+    monkeypatch.setattr(units, "_judge", counting_judge)
+    monkeypatch.setattr(finding, "Finding", counting_finding)
+    report = doc("verify", store, "-j", "1", code=1)
+    by_check = report["summary"]["findings_by_check"]
+    assert by_check["commitlog.physical_offset"] == copies - 1
+    assert by_check["consumequeue.no_record"] > 100
+    assert judged < 20  # units that reach no message magic are not decoded again
+    assert built == len(report["findings"]) == report["summary"]["findings_listed"]
+    assert report["summary"]["findings"] > 2 * built  # the rest only counted

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqinspect.errors import DecodeError
-from rmqinspect.format import index as index_module
+from rmqinspect.format import speedups
 from rmqinspect.format.checkpoint import decode_checkpoint
 from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
@@ -24,9 +24,11 @@ from rmqinspect.format.index import (
     HASH_SLOT_SIZE,
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
+    ChainProblem,
     IndexEntry,
     IndexGeometry,
     IndexHeader,
+    chain_problem,
     index_keys,
     query_offsets,
     read_entry,
@@ -590,9 +592,15 @@ def test_hypothesis_select_on_corrupt_chains_agrees_with_the_stepwise_walk(
         assert select_phy_offsets(buf, geometry, key, max_num, begin, LONG_MAX) == want
 
 
-def test_select_reads_each_entry_of_a_cycle_once(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("with_c", [True, False])
+def test_select_reads_each_entry_of_a_cycle_once(
+    monkeypatch: pytest.MonkeyPatch, with_c: bool
+) -> None:
     """A cycle of N entries holding one hit: the broker collects the hit once per lap, 32 laps
-    for maxNum 32; the walk reads each entry once (N reads, not 32 N)."""
+    for maxNum 32; the query and the chain check each follow the links once, listing each
+    entry once (N entries, not 32 N)."""
+    if with_c and not speedups.compiled():
+        pytest.skip("the C extension is not built")
     n = 5_000
     geometry = IndexGeometry(1, n + 1)
     raw = bytearray(geometry.file_size)
@@ -604,18 +612,48 @@ def test_select_reads_each_entry_of_a_cycle_once(monkeypatch: pytest.MonkeyPatch
         struct.pack_into(
             ">iqii", raw, geometry.entry_position(number), index_key_hash(key), 7, 0, prev
         )
-    reads = 0
-    real = index_module._TIME_PREV
+    if not with_c:
+        monkeypatch.setattr(speedups, "_speedups", None)
+    walks: list[int] = []
+    follow = speedups.follow_links
 
-    class Counting:
-        def unpack_from(self, buf: bytes, pos: int) -> tuple[int, int]:
-            nonlocal reads
-            reads += 1
-            return real.unpack_from(buf, pos)
+    def counting(*args: Any) -> tuple[Any, int]:
+        numbers, end = follow(*args)
+        walks.append(len(numbers))
+        return numbers, end
 
-    monkeypatch.setattr(index_module, "_TIME_PREV", Counting())
-    assert select_phy_offsets(bytes(raw), geometry, "T#hit", 32, 0, LONG_MAX) == [7] * 32
-    assert reads == n
+    monkeypatch.setattr(speedups, "follow_links", counting)
+    buf = bytes(raw)
+    assert select_phy_offsets(buf, geometry, "T#hit", 32, 0, LONG_MAX) == [7] * 32
+    problem = chain_problem(buf, geometry, IndexHeader.decode(buf), 0)
+    assert problem == ChainProblem("cycle", 1, n, geometry.entry_position(1) + 16)
+    assert walks == [n, n]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-2, 11), st.integers(-1, 4)), min_size=1, max_size=10),
+    st.integers(-2, 11),
+    st.integers(0, 12),
+    st.integers(0, 184),  # keeps the 40-byte header
+)
+def test_hypothesis_chain_problem_is_the_stepwise_walks(
+    links: list[tuple[int, int]], head: int, count: int, cut: int
+) -> None:
+    """Any links (cycles, self loops, forward links, out of range), index counts and short
+    buffers: the problem the one walk of the links finds is the one ChainWalk ends on."""
+    geometry = IndexGeometry(1, 9)
+    raw = bytearray(geometry.file_size)
+    struct.pack_into(">qqqqii", raw, 0, 1000, 2000, 0, 0, 1, count)
+    struct.pack_into(">i", raw, geometry.slot_position(0), head)
+    for n, (prev, time_diff) in enumerate(links[:8], start=1):
+        struct.pack_into(">iqii", raw, geometry.entry_position(n), 5, 100 * n, time_diff, prev)
+    buf = bytes(raw[: len(raw) - cut])
+    header = IndexHeader.decode(buf)
+    walk = walk_chain(buf, geometry, header, 0)
+    for _ in walk:
+        pass
+    assert chain_problem(buf, geometry, header, 0) == walk.problem
 
 
 def test_select_self_loop_and_out_of_range_prev() -> None:

@@ -391,9 +391,35 @@ def test_the_c_writer_writes_every_key_of_the_definition() -> None:
     """Otherwise every row would take the per-record path, silently slow."""
     buf = (FIXTURES / "stores").glob("*/commitlog/*").__next__().read_bytes()
     cols = columns.gather(buf, columns.walk(buf, 0), 0)
+    moved = cols.record(0)
+    moved.physical_offset += 1  # the one optional key: a disagreeing PHYSICALOFFSET field
     for body in BodyFormat:
-        keys = set(message_json(cols.record(0), body))
-        assert keys <= set(speedups.message_values())
+        keys = set(message_json(moved, body))
+        assert "physical_offset_field" in keys and keys <= set(speedups.message_values())
+
+
+@needs_c
+def test_the_c_writer_writes_copies_of_one_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies of one record, each with the first one's PHYSICALOFFSET field (a stale region):
+    the C writer writes them all, physical_offset_field included where it disagrees; the
+    per-record definition only gives the keys (it took every copy, 10x slower, before)."""
+    from rmqinspect.render import message as render_message
+
+    data = _record(physical_offset=0, body=b"x") * 50 + bytes(256)
+    cols = columns.gather(data, columns.walk(data, 0), 0)
+    rows = np.arange(len(cols), dtype=np.int64)
+    want = [dumps(message_json(cols.record(i), BodyFormat.TEXT)) for i in rows.tolist()]
+    assert b"physical_offset_field" not in want[0] and b'"physical_offset_field":0}' in want[1]
+    calls = 0
+
+    def counting(*args: Any) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        return message_json(*args)
+
+    monkeypatch.setattr(render_message, "message_json", counting)
+    assert message_json_lines(cols, rows, BodyFormat.TEXT, bytearray()) == want
+    assert calls == 1
 
 
 def message_json_lines(
@@ -539,3 +565,16 @@ def test_the_c_writer_writes_keys_of_any_length(name_length: int) -> None:
     )
     assert not len(fallback)
     assert bytes(out[:length]) == dumps({name: 7, name + "2": "TopicA"}) + b"\n"
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-3, 12), min_size=1, max_size=12), st.integers(-2, 13))
+def test_follow_links_agrees(links: list[int], head: int) -> None:
+    """Chains of 8-byte entries whose link is their second int32: cycles, self loops, links
+    out of range; the walk stops at the limit, the first repeat or a number out of range."""
+    buf = b"".join(struct.pack(">ii", 7, link) for link in links)
+    for limit in range(len(links) + 1):
+        want = speedups.py_follow_links(buf, 0, 8, 4, head, limit)
+        got = speedups.follow_links(buf, 0, 8, 4, head, limit)
+        assert got[0].tolist() == want[0].tolist() and got[1] == want[1]

@@ -231,11 +231,22 @@ def _resolve(
     if fast:
         for k in distinct(which[left]).tolist():
             sel = np.flatnonzero(left & (which == k))
-            found = _found(
+            found, magic = _found(
                 store, clq.files[k], (topic, queue_id), queue_offsets[sel], phy[sel], size[sel]
             )
             left[sel[found]] = False
             record_sizes[sel[found]] = size[sel[found]]
+            if store.dledger is not None:
+                continue  # _judge asks DLedger whether it serves these bytes as they are
+            # A unit into the middle of other records (stale or copied bytes) reaches no
+            # message magic: judged here by the magic read already, as _judge would judge it
+            # (record size -1: no header), not by decoding each one again.
+            for i, m in zip(sel[~found].tolist(), magic[~found].tolist(), strict=True):
+                problem = cl.magic_problem(m, accept_v2) if m != _UNREAD else None
+                if problem is not None:
+                    codes[i] = _CODE[UnitStatus.NO_RECORD]
+                    details[i] = problem
+                    left[i] = False
     for i in np.flatnonzero(left).tolist():
         status, detail, record, record_sizes[i] = _judge(
             store,
@@ -256,21 +267,26 @@ def _resolve(
     return UnitResolution(codes, details, records, record_sizes)
 
 
+_UNREAD = 1 << 32  # no MAGICCODE (an int32) was read for the unit
+
+
 def _found(
     store: Store, f: StoreFile, queue: tuple[str, int], queue_offsets: I64, phy: I64, size: I64
-) -> Mask:
+) -> tuple[Mask, I64]:
     """Which units (all pointing into commitlog file ``f``) plainly lead to their record: a
-    well-formed message of the unit's size in the unit's queue at its offset. Not finding one
-    here decides nothing: :func:`_judge` looks again."""
+    well-formed message of the unit's size in the unit's queue at its offset, and the
+    MAGICCODE each points to (``_UNREAD`` where the file has no room for a record there). Not
+    finding one here decides nothing: :func:`_judge` looks again."""
     topic, queue_id = queue
     accept_v2 = store.profile.profile.accepts_v2_magic
     found = np.zeros(len(phy), bool)
+    magic = np.full(len(phy), _UNREAD, np.int64)
     buf = store.view(f)
     try:
         rel = phy - f.start
         fits = np.flatnonzero(rel <= len(buf) - cl.MIN_RECORD_SIZE)
         if not len(fits):
-            return found
+            return found, magic
         uniq, inverse = np.unique(rel[fits], return_inverse=True)
         cols = gather(buf, uniq, f.start)
         formed = headers_plausible(buf, uniq, cols.sizes, accept_v2) & cols.well_formed
@@ -285,10 +301,11 @@ def _found(
             & (cols.sizes[inverse] == size[fits])
             & (offset[inverse] == queue_offsets[fits])
         )
+        magic[fits] = cols.magic[inverse]
         del cols
     finally:
         buf.release()
-    return found
+    return found, magic
 
 
 def _same_topic(cols: RecordColumns, rows: Mask, topic: str) -> Mask:

@@ -10,7 +10,8 @@ import typer
 
 from rmqinspect.cli.common import handle_errors
 from rmqinspect.cli.options import StoreArg, open_store, with_store_options
-from rmqinspect.export import Engine, ExportOptions, Table, export_store
+from rmqinspect.export import Engine, ExportOptions, Table
+from rmqinspect.export.run import export_opened
 from rmqinspect.render.export import ExportFormat, export_progress, render_export
 from rmqinspect.render.output import OutputFormat, resolve_format
 from rmqinspect.store.layout import ALL_PARTS, StorePart
@@ -111,11 +112,14 @@ def export(
         store=store_options,
     )
     fmt = resolve_format(None if format is None else OutputFormat(format.value))
-    with open_store(store, store_options, "export", ALL_PARTS | StorePart.EXPORT):
-        pass  # a layout the export cannot read is refused before any work starts
     person = fmt is OutputFormat.TABLE and sys.stdout.isatty()
-    with export_progress(person) as reporter:
-        manifest = export_store(store, out, options, reporter)
+    # A layout the export cannot read is refused before any work starts; the store stays open
+    # across the export, the one store that says whether it looked live.
+    with (
+        open_store(store, store_options, "export", ALL_PARTS | StorePart.EXPORT) as opened,
+        export_progress(person) as reporter,
+    ):
+        manifest = export_opened(opened, out, options, reporter)
     render_export(manifest, out, fmt)
 
 

@@ -62,28 +62,41 @@ def export_store(
     are spawned): a script calling this needs the ``if __name__ == "__main__":`` guard of
     :mod:`multiprocessing`.
     """
+    with Store.open(root, options.store) as store:
+        return export_opened(store, out, options, reporter, spark)
+
+
+def export_opened(
+    store: Store,
+    out: Path,
+    options: ExportOptions,
+    reporter: Reporter | None = None,
+    spark: Any = None,
+) -> dict[str, Any]:
+    """:func:`export_store` of a store already open (with ``options.store``), which the caller
+    closes: the command keeps the store it checked open across the export, so that one store,
+    the one open across every read, says whether it looked live."""
     report = reporter or Reporter()
     started = _now()
     if options.engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
         require_java()  # before OUT is touched
-    with Store.open(root, options.store) as store:
-        prepare_output_dir(
-            out, "OUT", store.root, removable=earlier_export if options.overwrite else None
+    prepare_output_dir(
+        out, "OUT", store.root, removable=earlier_export if options.overwrite else None
+    )
+    before = dict(_stat_files(store.root))
+    profile = store.profile
+    if options.engine is Engine.ARROW:
+        result, master = run_arrow(store, out, options.tables, options.jobs, report), None
+    else:
+        result, master = run_spark(
+            store, out, options.tables, options.master, options.conf, report.tasks, spark
         )
-        before = dict(_stat_files(store.root))
-        profile = store.profile
-        if options.engine is Engine.ARROW:
-            result, master = run_arrow(store, out, options.tables, options.jobs, report), None
-        else:
-            result, master = run_spark(
-                store, out, options.tables, options.master, options.conf, report.tasks, spark
-            )
-        rows, hashes = result.rows, result.hashes
-        after = dict(_stat_files(store.root))
+    rows, hashes = result.rows, result.hashes
+    after = dict(_stat_files(store.root))
     manifest = {
         "schema_version": MANIFEST_VERSION,
         "tool": {"name": TOOL_NAME, "version": __version__},
-        "store": str(Path(root).resolve()),
+        "store": str(store.root.resolve()),
         "profile": {
             "version": profile.profile.value,
             "explicit": profile.explicit,

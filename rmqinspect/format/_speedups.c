@@ -1008,14 +1008,15 @@ enum {
     V_TRANSACTION, V_FLAG, V_BODY_CRC, V_BODY_CRC_OK, V_PROP_CRC, V_PROP_CRC_OK,
     V_BORN_TIMESTAMP, V_BORN_TIME, V_BORN_HOST, V_STORE_TIMESTAMP, V_STORE_TIME, V_STORE_HOST,
     V_RECONSUME_TIMES, V_PREPARED_TRANSACTION_OFFSET, V_PROPERTIES, V_TAGS, V_KEYS, V_UNIQ_KEY,
-    V_MSG_ID, V_BODY_LENGTH, V_COMPRESSION, V_BODY_ENCODING, V_BODY, V_COUNT
+    V_MSG_ID, V_BODY_LENGTH, V_COMPRESSION, V_BODY_ENCODING, V_BODY, V_PHYSICAL_OFFSET_FIELD,
+    V_COUNT
 };
 static const char *const value_keys[V_COUNT] = {
     "physical_offset", "store_size", "version", "topic", "queue_id", "queue_offset", "sys_flag",
     "transaction", "flag", "body_crc", "body_crc_ok", "prop_crc", "prop_crc_ok",
     "born_timestamp", "born_time", "born_host", "store_timestamp", "store_time", "store_host",
     "reconsume_times", "prepared_transaction_offset", "properties", "tags", "keys", "uniq_key",
-    "msg_id", "body_length", "compression", "body_encoding", "body",
+    "msg_id", "body_length", "compression", "body_encoding", "body", "physical_offset_field",
 };
 
 #define MAX_KEYS 64
@@ -1030,10 +1031,11 @@ PyDoc_STRVAR(message_json_doc,
              "length bytes are the text): row i is text[ends[i-1]:ends[i]] (ends is int64\n"
              "bytes). keys: (prefix, value) pairs in\n"
              "output order: the bytes written before the value (the JSON key with its '{' or\n"
-             "',' and ':'), and the value's index in VALUE_KEYS. Rows this code does not write\n"
-             "(listed in fallback, empty in text) are the caller's: IPv4-mapped IPv6 hosts,\n"
-             "invalid UTF-8 in the topic or properties, a __CRC32# property, compression, a\n"
-             "PHYSICALOFFSET field unlike the position, more than 256 properties. body_mode: 0\n"
+             "',' and ':'), and the value's index in VALUE_KEYS; physical_offset_field, key\n"
+             "and value, is written only where the PHYSICALOFFSET field is not the position.\n"
+             "Rows this code does not write (listed in fallback, empty in text) are the\n"
+             "caller's: IPv4-mapped IPv6 hosts, invalid UTF-8 in the topic or properties, a\n"
+             "__CRC32# property, compression, more than 256 properties. body_mode: 0\n"
              "text, 1 hex, 2 base64, 3 none. settings: (magic_v2, born_v6_flag, store_v6_flag,\n"
              "compressed_flag, transaction_mask, min_iso_ms, max_iso_ms); transactions: names by\n"
              "sys_flag & mask.");
@@ -1115,8 +1117,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                                 {f[F_BODY_AT], f[F_BODY_LENGTH]},
                                 {f[F_BORN_HOST_AT], bv6 ? 16 : 4},
                                 {f[F_STORE_HOST_AT], sv6 ? 16 : 4}};
-        int ok = f[F_BODY_LENGTH] >= 0 && f[F_TOPIC_LENGTH] >= 0 &&
-                 f[F_PHYSICAL_OFFSET] == position;
+        int ok = f[F_BODY_LENGTH] >= 0 && f[F_TOPIC_LENGTH] >= 0;
         for (int k = 0; k < 5 && ok; k++)
             ok = slices[k][1] <= 0 ||
                  (slices[k][0] >= 0 && slices[k][1] <= (int64_t)buf.len - slices[k][0]);
@@ -1144,6 +1145,10 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
         int mode = body_mode == 0 && !valid_utf8(body, blen) ? 2 : body_mode;
         const uint8_t *bh = data + f[F_BORN_HOST_AT], *sh = data + f[F_STORE_HOST_AT];
         for (Py_ssize_t k = 0; k < n_keys; k++) {
+            /* the one optional key: a PHYSICALOFFSET field that disagrees with where the
+             * record sits (copies of a record, a record moved by hand) */
+            if (value[k] == V_PHYSICAL_OFFSET_FIELD && f[F_PHYSICAL_OFFSET] == position)
+                continue;
             if (prefix_len[k] < PREFIX_PAD) {
                 if (out_reserve(&o, PREFIX_PAD) < 0)
                     goto done;
@@ -1256,6 +1261,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
                 break;
             }
             case V_BODY_LENGTH: rc = put_int(&o, f[F_BODY_LENGTH]); break;
+            case V_PHYSICAL_OFFSET_FIELD: rc = put_int(&o, f[F_PHYSICAL_OFFSET]); break;
             case V_BODY_ENCODING: {
                 static const char *const names[4] = {"\"text\"", "\"hex\"", "\"base64\"",
                                                      "\"none\""};
@@ -1616,7 +1622,65 @@ static PyObject *speedups_features(PyObject *self, PyObject *unused)
                          have_sse42 ? Py_True : Py_False, "ssse3", have_ssse3 ? Py_True : Py_False);
 }
 
+/* --- linked entries ------------------------------------------------------------------------ */
+
+PyDoc_STRVAR(follow_links_doc,
+             "follow_links(buf, base, stride, link_at, head, limit) -> (numbers, next)\n\n"
+             "The entries of a chain of links, each entry n at base + n * stride with its link\n"
+             "(a big-endian int32, the number of the next entry) link_at bytes into it: from\n"
+             "head, while the number is in [1, limit) and not met before. numbers: int64 bytes\n"
+             "of the entries in walk order; next: the number that ended the walk (out of range,\n"
+             "or the first met twice). Every entry below limit must lie in buf.");
+
+static PyObject *speedups_follow_links(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t base, stride, link_at, limit;
+    long long head;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nnnLn", &buf, &base, &stride, &link_at, &head, &limit))
+        return NULL;
+    if (base < 0 || stride < 4 || link_at < 0 || link_at > stride - 4 || limit < 0 ||
+        (limit > 0 && (limit > (PY_SSIZE_T_MAX - base) / stride ||
+                       base + limit * stride > buf.len))) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "bad follow_links arguments");
+        return NULL;
+    }
+    /* one bit per entry number: each entry is read once, a cycle ends at its first repeat */
+    uint8_t *seen = PyMem_Calloc((size_t)limit / 8 + 1, 1);
+    size_t cap = 1024, n = 0;
+    int64_t *out = PyMem_Malloc(cap * sizeof(int64_t));
+    if (!seen || !out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *data = buf.buf;
+    long long at = head;
+    while (at > 0 && at < limit && !(seen[at >> 3] & (1u << (at & 7)))) {
+        seen[at >> 3] |= (uint8_t)(1u << (at & 7));
+        if (n == cap) {
+            int64_t *grown = PyMem_Realloc(out, 2 * cap * sizeof(int64_t));
+            if (!grown) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            out = grown;
+            cap *= 2;
+        }
+        out[n++] = at;
+        at = (int32_t)be32(data + base + at * stride + link_at);
+    }
+    result = Py_BuildValue("(NL)", as_bytes(out, (Py_ssize_t)n), at);
+done:
+    PyMem_Free(seen);
+    PyMem_Free(out);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"follow_links", speedups_follow_links, METH_VARARGS, follow_links_doc},
     {"walk", speedups_walk, METH_VARARGS, walk_doc},
     {"message_json", speedups_message_json, METH_VARARGS, message_json_doc},
     {"crc32_many", speedups_crc32_many, METH_VARARGS, crc32_many_doc},

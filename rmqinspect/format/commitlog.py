@@ -664,6 +664,16 @@ def _fits_scratch(n: int, total_size: int, what: str) -> None:
         raise _Stop(f"{what} length {n} does not fit the TOTALSIZE {total_size} scratch buffer")
 
 
+def magic_problem(magic: int, accept_v2: bool = True) -> str | None:
+    """Why a header with this MAGICCODE is no message record (None for a message's magic):
+    what :func:`decode_message` raises before it reads further."""
+    if magic == BLANK_MAGIC_CODE:
+        return "BLANK end-of-file record, not a message"
+    if magic != MESSAGE_MAGIC_CODE and not (accept_v2 and magic == MESSAGE_MAGIC_CODE_V2):
+        return f"not a message record: magic code {magic_name(magic)}"
+    return None
+
+
 def decode_message(
     buf: bytes | memoryview,
     pos: int,
@@ -681,10 +691,9 @@ def decode_message(
     if len(buf) - pos < 8:
         raise DecodeError("truncated record: fewer than 8 bytes left", pos)
     total_size, magic = struct.unpack_from(">ii", buf, pos)
-    if magic == BLANK_MAGIC_CODE:
-        raise DecodeError("BLANK end-of-file record, not a message", pos)
-    if magic != MESSAGE_MAGIC_CODE and not (accept_v2 and magic == MESSAGE_MAGIC_CODE_V2):
-        raise DecodeError(f"not a message record: magic code {magic_name(magic)}", pos + 4)
+    problem = magic_problem(magic, accept_v2)
+    if problem is not None:
+        raise DecodeError(problem, pos if magic == BLANK_MAGIC_CODE else pos + 4)
     parsed = _parse(buf, pos, len(buf), file_start, total_size, magic, with_body)
     stop = parsed.body_stop or parsed.tail_stop
     if stop is not None:

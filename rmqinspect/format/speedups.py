@@ -3,6 +3,7 @@ pure-Python twins here (same arguments, same results; tests run both).
 
 * :func:`walk_chain` follows TOTALSIZE through message headers, the only sequential part of a
   scan;
+* :func:`follow_links` follows the prev links of an index file's hash chain;
 * :func:`crc32_many` and :func:`crc32c_many` checksum many slices of one buffer in one call;
 * :func:`property_entries` parses the properties of many records into entry columns (the
   Parquet export's ``properties`` map);
@@ -28,7 +29,7 @@ from rmqinspect.format.crc import crc32
 from rmqinspect.format.npbytes import windows
 
 I64 = npt.NDArray[np.int64]
-Buffer = bytes | memoryview
+Buffer = bytes | bytearray | memoryview
 
 _speedups: ModuleType | None
 try:
@@ -76,6 +77,35 @@ def walk_chain(
     sizes = np.empty(max_records, np.int64)
     count, end = _speedups.walk(buf, pos, max_records, min_size, magics, positions, sizes)
     return positions[:count], sizes[:count], end
+
+
+def py_follow_links(
+    buf: Buffer, base: int, stride: int, link_at: int, head: int, limit: int
+) -> tuple[I64, int]:
+    """The entries of a chain of links (entry ``n`` at ``base + n * stride``, its link to the
+    next entry a big-endian int32 ``link_at`` bytes into it) from ``head``, while the number is
+    in ``[1, limit)`` and not met before, in walk order; and the number that ended the walk
+    (out of range, or the first met twice). Every entry below ``limit`` lies in ``buf``."""
+    unpack = _I32.unpack_from
+    seen: set[int] = set()
+    path: list[int] = []
+    at = head
+    while 0 < at < limit and at not in seen:
+        seen.add(at)
+        path.append(at)
+        at = unpack(buf, base + at * stride + link_at)[0]
+    return np.array(path, np.int64), at
+
+
+def follow_links(
+    buf: Buffer, base: int, stride: int, link_at: int, head: int, limit: int
+) -> tuple[I64, int]:
+    """:func:`py_follow_links`, in C when built (an index chain of a million entries: 1 s in
+    Python)."""
+    if _speedups is None:
+        return py_follow_links(buf, base, stride, link_at, head, limit)
+    numbers, end = _speedups.follow_links(buf, base, stride, link_at, head, limit)
+    return np.frombuffer(numbers, np.int64), int(end)
 
 
 def message_fields() -> tuple[str, ...]:

@@ -201,10 +201,11 @@ def message_json_block(
     writer's time). The view must be released before ``out`` is written again.
 
     :func:`message_json` stays the definition: the C writer (``speedups.message_json``) is
-    handed its keys, in its order, from its object for the first record, and only computes
-    the values from the columns; the rows it leaves (text that is not UTF-8, property CRCs,
-    compression, IPv4-mapped hosts, a disagreeing PHYSICALOFFSET field) are written here
-    record by record, as is every row without the extension."""
+    handed its keys, in its order, from its object for the first record (with the
+    PHYSICALOFFSET field made to disagree, so that the one optional key it writes where the
+    field disagrees has its place), and only computes the values from the columns; the rows it
+    leaves (text that is not UTF-8, property CRCs, compression, IPv4-mapped hosts) are written
+    here record by record, as is every row without the extension."""
     import numpy as np  # the stream only: a lookup prints one message without numpy
 
     from rmqinspect.format import speedups
@@ -212,7 +213,9 @@ def message_json_block(
     cols, rows = batch.columns, batch.rows
     if not len(rows):
         return memoryview(b"")
-    keys = _c_keys(message_json(batch.record(int(rows[0])), body), speedups.message_values())
+    first = batch.record(int(rows[0]))
+    moved = dataclasses.replace(first, physical_offset=first.position + 1)
+    keys = _c_keys(message_json(moved, body), speedups.message_values())
     if keys is None:  # no extension, or a key it cannot write: every row record by record
         length, ends, fallback = 0, np.zeros(len(rows), np.int64), rows
     else:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +19,8 @@ from rmqinspect.format.index import (
     MAX_MSGS_NUM_BATCH,
     IndexGeometry,
     IndexHeader,
+    chain_problem,
     query_offsets,
-    walk_chain,
 )
 from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.format.javahash import index_key
@@ -113,10 +112,9 @@ class OpenIndex:
         slot = self.geometry.slot_of(full_key)
         out = []
         for path, header, view in self.files:
-            walk = walk_chain(view, self.geometry, header, slot)
-            deque(walk, maxlen=0)  # walk the whole chain: its problem is known only at the end
-            if walk.problem is not None:
-                out.append(f"{path}: {walk.problem.describe()}")
+            problem = chain_problem(view, self.geometry, header, slot)
+            if problem is not None:
+                out.append(f"{path}: {problem.describe()}")
         return out
 
 

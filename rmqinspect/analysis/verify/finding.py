@@ -215,6 +215,8 @@ class Findings:
     ) -> None:
         key = (check, file)
         self.counts[key] = self.counts.get(key, 0) + 1
+        if self._shown.get(key, 0) >= self.limit:
+            return  # only counted: a region of copies adds hundreds of thousands
         self._show(
             Finding(
                 check,
@@ -229,6 +231,19 @@ class Findings:
                 hexdump,
             )
         )
+
+    def room(self, check: str, file: str) -> int:
+        """How many more findings of ``check`` in ``file`` would be listed: a check that
+        finds thousands lists these and :meth:`count_more` counts the rest, without a
+        detail or a Finding for each."""
+        return max(self.limit - self._shown.get((check, file), 0), 0)
+
+    def count_more(self, check: str, file: str, n: int) -> None:
+        """Count ``n`` more findings of ``check`` in ``file`` that are not listed (there is no
+        :meth:`room` left for them)."""
+        if n:
+            key = (check, file)
+            self.counts[key] = self.counts.get(key, 0) + n
 
     def _show(self, finding: Finding) -> None:
         key = (finding.check, finding.file)

@@ -33,7 +33,7 @@ from rmqinspect.format.scan import data_extent
 from rmqinspect.store.files import StoreFile
 
 _CHUNK = 1 << 16  # entries checked per gather
-Report = Callable[[str, int, str], None]  # (check, entry index in the chunk, detail)
+Report = Callable[[str, I64, str], None]  # (check, entry indices in the chunk, their detail)
 
 
 PART_ENTRIES = 1 << 20  # entries per work unit: a 20M-entry file is checked in parallel parts
@@ -294,19 +294,25 @@ def _check_chunk(
     phy = chunk["phy_offset"].astype(np.int64)
     hashes = chunk["key_hash"].astype(np.int64)
 
-    def report(check: str, i: int, detail: str) -> None:
-        number = first_number + i
-        findings.add(
-            check,
-            file,
-            f"entry {number} ({int(hashes[i])}, {int(phy[i])}): {detail}",
-            file_position=geometry.entry_position(number),
-            physical_offset=int(phy[i]),
-        )
+    def report(check: str, entries: I64, detail: str) -> None:
+        # Past the listing limit only the count is kept: a file of entries pointing at
+        # copies of one record yields one finding per entry.
+        listed = entries[: findings.room(check, file)].tolist()
+        for i in listed:
+            number = first_number + i
+            findings.add(
+                check,
+                file,
+                f"entry {number} ({int(hashes[i])}, {int(phy[i])}): {detail}",
+                file_position=geometry.entry_position(number),
+                physical_offset=int(phy[i]),
+            )
+        findings.count_more(check, file, len(entries) - len(listed))
 
     past = phy >= data_end
-    for i in np.flatnonzero(past).tolist():
-        report("index.points_past_end", i, f"the commitlog's data ends at {data_end}")
+    report(
+        "index.points_past_end", np.flatnonzero(past), f"the commitlog's data ends at {data_end}"
+    )
     low = ~past & (phy < max(clq.min_offset, 0))
     rest = np.flatnonzero(~past & ~low)
     starts = np.array([f.start for f in clq.files], np.int64)
@@ -330,8 +336,7 @@ def _check_records(
     the key) of every key of the records they point to, for the collision report."""
     rel = phy[sel] - f.start
     outside = rel > f.length - cl.MIN_RECORD_SIZE
-    for i in sel[outside].tolist():
-        report("index.no_record", i, f"no record fits there in {f.name}")
+    report("index.no_record", sel[outside], f"no record fits there in {f.name}")
     sel, rel = sel[~outside], rel[~outside]
     empty = np.zeros(0, np.int64)
     if not len(sel):
@@ -343,8 +348,7 @@ def _check_records(
         magic = cols.magic[inverse]
         v2 = (magic == cl.MESSAGE_MAGIC_CODE_V2) & ctx.profile.accepts_v2_magic
         header = (magic == cl.MESSAGE_MAGIC_CODE) | v2
-        for i in sel[~header].tolist():
-            report("index.no_record", i, "no message record starts there")
+        report("index.no_record", sel[~header], "no message record starts there")
         rows = np.flatnonzero(cols.well_formed)
         if not len(rows):
             return empty
@@ -361,7 +365,7 @@ def _check_records(
         for n in np.flatnonzero(missing).tolist():
             report(
                 "index.key_hash",
-                int(sel[n]),
+                sel[n : n + 1],
                 "none of the record's keys has this hash"
                 if has_keys[inverse[n]]
                 else "the record has no indexed key",

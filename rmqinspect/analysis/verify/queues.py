@@ -361,12 +361,16 @@ def _check_units(
     queue_offsets = file_start // CQ_STORE_UNIT_SIZE + index
     res = resolve_units(ctx.store, qid.topic, qid.queue_id, queue_offsets, units, data_end=data_end)
     quiet = (res.codes == _CODE_FOUND) | (res.codes == _CODE_PRE_BLANK)
-    for i in np.flatnonzero(~quiet).tolist():
-        phy, size, tags = (int(units[i][name]) for name in ("phy_offset", "size", "tags_code"))
+    heard = np.flatnonzero(~quiet)
+    fields = (units[name][heard].tolist() for name in ("phy_offset", "size", "tags_code"))
+    for i, phy, size, tags in zip(heard.tolist(), *fields, strict=True):
         found = _finding(res, i, size, qid, data_end)
         if found is None:
             continue
         check, detail = found
+        if not findings.room(check, file):  # a queue into copies of one record: every unit
+            findings.count_more(check, file, 1)
+            continue
         findings.add(
             check,
             file,
