@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import lz4.frame
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
@@ -22,6 +24,7 @@ from hypothesis import strategies as st
 
 from rmqinspect.export import Engine, ExportOptions, Table, export_store
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format.batch import consumer_bodies
 from rmqinspect.format.compression import (
     COMPRESS_OVER,
     Codec,
@@ -327,3 +330,22 @@ def test_consumer_body_never_raises(data: bytes, flags: int) -> None:
     got = consumer_body(data, flags)
     assert got.decompressed != (got.error is not None)
     assert got.body == data or got.decompressed
+
+
+def test_batches_hold_at_most_the_budget_of_decompressed_bodies() -> None:
+    texts = [b"a" * 3000, b"plain", b"b" * 3000, b"c" * 3000, b"", b"garbage"]
+    flags = [0x301, 0, 0x301, 0x301, 0, 0x301]
+    stored = [
+        compress(t, Codec.ZLIB) if f and t != b"garbage" else t
+        for t, f in zip(texts, flags, strict=True)
+    ]
+    slices = list(consumer_bodies(pa.array(stored, pa.binary()), np.array(flags), budget=5000))
+    assert [(s.start, s.stop) for s in slices] == [(0, 2), (2, 3), (3, 6)]
+    assert pa.concat_arrays([s.body for s in slices]).to_pylist() == texts
+    assert pa.concat_arrays([s.body_stored for s in slices]).to_pylist() == [
+        stored[i] if flags[i] else None for i in range(len(texts))
+    ]
+    errors = pa.concat_arrays([s.body_error for s in slices]).to_pylist()
+    assert [e is not None for e in errors] == [False] * 5 + [True]
+    (whole,) = consumer_bodies(pa.array([b"x", b"y"]), np.zeros(2, np.int64))
+    assert whole.body.to_pylist() == [b"x", b"y"] and whole.body_stored.null_count == 2
