@@ -28,10 +28,19 @@ from rmqinspect.export.spark_engine import (
     stop_context,
 )
 from rmqinspect.format import dledger as dl
+from rmqinspect.format.compression import Codec
+from rmqinspect.format.profile import Profile
 from rmqinspect.store.model import Store, StoreOptions
 from tests.cli_helpers import SMALL_OPTS, run_jsonl
 from tests.conftest import FIXTURES
 from tests.export_helpers import hostile_store, read_table, snapshot, sorted_rows
+from tests.test_compressed_bodies import (
+    STORE_OPTIONS,
+    Case,
+    check_exported_bodies,
+    listed,
+    write_store,
+)
 
 pytestmark = pytest.mark.skipif(
     (java_major() or 0) < MIN_JAVA, reason=f"the spark engine needs Java {MIN_JAVA}+"
@@ -280,3 +289,31 @@ def _files(root: Path) -> dict[str, bytes]:
         for d, _, names in os.walk(root)
         for n in names
     }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (Profile.V4_9, Codec.ZLIB),
+        (Profile.V5_3, Codec.ZLIB),
+        (Profile.V5_3, Codec.ZSTD),
+        (Profile.V5_3, Codec.LZ4),
+    ],
+    ids=lambda c: f"{c[0]}-{c[1]}",
+)
+def test_both_engines_write_decompressed_bodies(
+    spark: Any, tmp_path: Path, case: tuple[Profile, Codec]
+) -> None:
+    store = write_store(tmp_path / "store", Case(*case))
+    arrow = ExportOptions(
+        engine=Engine.ARROW, jobs=2, store=STORE_OPTIONS, tables=(Table.MESSAGES,)
+    )
+    export_store(store, tmp_path / "arrow", arrow)
+    spark_options = ExportOptions(
+        engine=Engine.SPARK, store=STORE_OPTIONS, tables=(Table.MESSAGES,)
+    )
+    export_store(store, tmp_path / "spark", spark_options, spark=spark)
+    check_exported_bodies(tmp_path / "spark", listed(store))
+    a = read_table(tmp_path / "arrow", Table.MESSAGES)
+    s = read_table(tmp_path / "spark", Table.MESSAGES)
+    assert s.schema.equals(a.schema) and sorted_rows(s).equals(sorted_rows(a))

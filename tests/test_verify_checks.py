@@ -137,6 +137,12 @@ def _geometry(root: Path) -> None:
         fh.truncate(5001)
 
 
+def _mark_compressed(root: Path, rec: Record) -> None:
+    """sysFlag bit 0 on a record whose body is plain text: no zlib stream."""
+    at = cl.SYSFLAG_POS + 3  # the flag's low byte (big-endian)
+    patch_record(root, rec, at, bytes([rec.data[at] | cl.COMPRESSED_FLAG]))
+
+
 def _layout(cq_file_size: int) -> StoreLayout:
     return StoreLayout(
         commitlog_file_size=FILE, cq_file_size=cq_file_size, index_slot_num=64, index_num=400
@@ -241,6 +247,7 @@ RECIPES: dict[str, tuple[Path, Recipe]] = {
         lambda r: patch_record(r, records(r)[10], 0, struct.pack(">i", 50)),
     ),
     "commitlog.body_crc": (CLEAN, lambda r: patch_record(r, records(r)[10], 88, b"\xff")),
+    "commitlog.body_compression": (CLEAN, lambda r: _mark_compressed(r, records(r)[10])),
     "commitlog.prop_crc": (
         STORES / "clean53_propcrc",
         lambda r: patch_record(r, records(r)[10], cl.FLAG_POS, b"\x7f"),

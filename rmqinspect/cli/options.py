@@ -208,7 +208,8 @@ BodyOpt = Annotated[
         "--body",
         parser=choice_parser(BodyFormat),
         metavar=choice_metavar(BodyFormat),
-        help="How to show bodies: text (UTF-8, else base64), hex, base64 or none.",
+        help="How to show bodies: text (UTF-8, else base64), hex, base64, raw (as stored: "
+        "compressed bodies not decompressed; UTF-8, else base64) or none.",
     ),
 ]
 LimitOpt = Annotated[

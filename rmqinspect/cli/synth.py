@@ -12,6 +12,7 @@ import typer
 from rmqinspect.cli.common import handle_errors
 from rmqinspect.cli.options import choice_metavar, choice_parser
 from rmqinspect.format.commitlog import DEFAULT_COMMITLOG_FILE_SIZE
+from rmqinspect.format.compression import COMPRESS_OVER, Codec
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from rmqinspect.format.profile import Profile
@@ -114,6 +115,23 @@ def synth(
             "commitlog/); --crash then also leaves DLedger's checkpoint behind the data.",
         ),
     ] = False,
+    compress_type: Annotated[
+        Codec,
+        typer.Option(
+            "--compress-type",
+            parser=choice_parser(Codec),
+            metavar=choice_metavar(Codec),
+            help="The producer's codec (rocketmq.message.compressType; 4.9 producers: zlib).",
+        ),
+    ] = Codec.ZLIB,
+    compress_over: Annotated[
+        int,
+        typer.Option(
+            "--compress-over",
+            min=0,
+            help="compressMsgBodyOverHowmuch: bodies of this many bytes or more are compressed.",
+        ),
+    ] = COMPRESS_OVER,
     damage_kinds: Annotated[
         list[DamageKind] | None,
         typer.Option(
@@ -149,6 +167,8 @@ def synth(
             seed=seed,
             crash=crash,
             special=not plain,
+            compress_type=compress_type,
+            compress_over=compress_over,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None

@@ -47,6 +47,7 @@ DICTIONARY_COLUMNS = (
 # a seventh of the writing time), and checksums and ids that are random within any row group.
 NO_STATISTICS = (
     "body",
+    "body_stored",
     "properties",
     "keys",
     "msg_id",

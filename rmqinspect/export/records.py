@@ -43,6 +43,17 @@ class RecordRun:
     topic_ids: tuple[npt.NDArray[np.int64], list[bytes]] | None = None  # of ``columns``
     damage_at: int | None = None  # a damaged range (no records): where the scan met it
 
+    def rows(self, start: int, stop: int) -> RecordRun:
+        """The decoded rows ``[start, stop)`` alone (without the file-order ``columns``)."""
+        assert self.records is not None and self.record_crc32c is not None
+        return RecordRun(
+            self.positions[start:stop],
+            self.records.slice(start, stop - start),
+            self.record_crc32c[start:stop],
+            None if self.entries is None else self.entries[start:stop],
+            self.end,
+        )
+
 
 def record_runs(
     store: Store, file: StoreFile, begin: int, end: int, *, decode: bool = True

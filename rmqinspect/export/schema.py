@@ -51,7 +51,9 @@ MESSAGES = pa.schema(
         ("msg_id", pa.string()),
         ("body_length", pa.int32()),
         ("compression", pa.string()),
-        ("body", pa.binary()),
+        ("body", pa.binary()),  # as its consumer gets it: a compressed body decompressed
+        ("body_stored", pa.binary()),  # a compressed body as stored; null for the others
+        ("body_error", pa.string()),  # why a compressed body does not decompress
         ("physical_offset_field", pa.int64()),  # null unless it differs from physical_offset
         ("source_file", pa.string()),
         ("file_position", pa.int64()),

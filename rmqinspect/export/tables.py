@@ -90,10 +90,31 @@ def _commitlog(
                     judge.damage(run.damage_at)
             if run.records is not None and run.records.num_rows:
                 unserved = None if judge is None else judge.unserved
-                yield Table.MESSAGES, messages_batch(run, source, f.start, keeps, unserved)
+                for b in messages_batches(run, source, f.start, keeps, unserved):
+                    yield Table.MESSAGES, b
     finally:
         if judge is not None:
             judge.close()
+
+
+def messages_batches(
+    run: RecordRun,
+    source_file: str,
+    file_start: int,
+    keeps: RestartKeeps,
+    unserved: npt.NDArray[np.int64] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """A run's records as ``messages`` rows (the JSON message object with Arrow types), in
+    one batch, or in several where the decompressed bodies would not fit one
+    (:func:`batch.consumer_bodies`); ``unserved``: the range's judged no_queue_unit losses
+    (see :class:`RestartKeeps`)."""
+    assert run.records is not None
+    stored = run.records.column("body")
+    sys_flag = run.records.column("sys_flag").to_numpy().astype(np.int64)
+    for bodies in batch.consumer_bodies(stored, sys_flag):
+        whole = bodies.start == 0 and bodies.stop == len(stored)
+        part = run if whole else run.rows(bodies.start, bodies.stop)
+        yield messages_batch(part, source_file, file_start, keeps, bodies, unserved)
 
 
 def messages_batch(
@@ -101,10 +122,10 @@ def messages_batch(
     source_file: str,
     file_start: int,
     keeps: RestartKeeps,
+    bodies: batch.BodyColumns,
     unserved: npt.NDArray[np.int64] | None = None,
 ) -> pa.RecordBatch:
-    """A run's records as ``messages`` rows (the JSON message object with Arrow types);
-    ``unserved``: the range's judged no_queue_unit losses (see :class:`RestartKeeps`)."""
+    """The ``messages`` rows of a run whose body columns are ``bodies``."""
     r = run.records
     assert r is not None and run.record_crc32c is not None
     n = r.num_rows
@@ -146,7 +167,9 @@ def messages_batch(
         "compression": pa.array([cl.compression_name(int(f)) for f in flags], pa.string()).take(
             index
         ),
-        "body": r.column("body"),
+        "body": bodies.body,
+        "body_stored": bodies.body_stored,
+        "body_error": bodies.body_error,
         "physical_offset_field": pc.if_else(
             pc.equal(field, phy), pa.scalar(None, pa.int64()), field
         ),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +19,7 @@ import pyarrow.compute as pc
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.compression import ConsumerBody, consumer_body
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.properties import KEY_SEPARATOR, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from rmqinspect.format.speedups import binary_views, property_entries
@@ -158,6 +161,71 @@ def decode_batch(
 
 
 # --- whole columns of the message object (the Parquet export) --------------------------------
+
+# Decompressed bodies held at once by :func:`consumer_bodies` (one body may exceed it alone).
+BODY_BUDGET = 256 * 1024 * 1024
+
+
+class BodyColumns(NamedTuple):
+    """The body columns of rows ``[start, stop)``: ``body`` as its consumer gets it (a
+    compressed body decompressed; the stored bytes where it does not decompress),
+    ``body_stored`` (the stored bytes of a compressed body, null otherwise) and ``body_error``
+    (why a compressed body does not decompress, null otherwise)."""
+
+    start: int
+    stop: int
+    body: pa.Array
+    body_stored: pa.Array
+    body_error: pa.Array
+
+
+def consumer_bodies(
+    stored: pa.Array, sys_flag: npt.NDArray[np.int64], budget: int = BODY_BUDGET
+) -> Iterator[BodyColumns]:
+    """The body columns of a batch's rows (``stored``: its binary ``body`` column, ``sys_flag``
+    its sysFlags), in consecutive slices whose decompressed bodies add up to at most
+    ``budget`` bytes, so that compressed bodies (a decompression bomb each, in hostile input)
+    never make a batch's memory grow past it. Without compressed rows: one slice, the
+    stored column itself."""
+    n = len(stored)
+    rows = np.flatnonzero(sys_flag & cl.COMPRESSED_FLAG)
+    if not len(rows):
+        yield BodyColumns(0, n, stored, pa.nulls(n, pa.binary()), pa.nulls(n, pa.string()))
+        return
+    start, size = 0, 0
+    pending: list[tuple[int, ConsumerBody]] = []
+    for r in rows.tolist():
+        decoded = consumer_body(stored[r].as_py(), int(sys_flag[r]))
+        if pending and size + len(decoded.body) > budget:
+            yield _body_slice(stored, start, r, pending)
+            start, size, pending = r, 0, []
+        pending.append((r, decoded))
+        size += len(decoded.body)
+    yield _body_slice(stored, start, n, pending)
+
+
+def _body_slice(
+    stored: pa.Array, start: int, stop: int, decoded: list[tuple[int, ConsumerBody]]
+) -> BodyColumns:
+    part = stored.slice(start, stop - start)
+    k = stop - start
+    rel = np.array([r - start for r, _ in decoded], np.int64)
+    take = np.arange(k, dtype=np.int64)
+    take[rel] = k + np.arange(len(rel))
+    new = pa.array([d.body for _, d in decoded], pa.binary())
+    body = pa.concat_arrays([part.cast(pa.binary()), new]).take(pa.array(take))
+    which = np.full(k, -1, np.int64)
+    which[rel] = rel
+    errors = np.full(k, None, object)
+    errors[rel] = [d.error for _, d in decoded]
+    return BodyColumns(
+        start,
+        stop,
+        body,
+        part.take(pa.array(which, mask=which < 0)),
+        pa.array(errors.tolist(), pa.string()),
+    )
+
 
 # The two hex digits of each byte value as one uint16: a lookup gives a byte's text at once.
 _HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint16)

@@ -2,7 +2,9 @@
 
 The body is emitted in a form its exact bytes can be recovered from: ``body_encoding`` says how
 ``body`` is written. ``text`` falls back to ``base64`` for a body that is not valid UTF-8, so the
-JSON never loses bytes.
+JSON never loses bytes. A body the producer compressed is shown decompressed (what its consumer
+gets), ``raw`` shows the bytes as stored; such a record's object says which (``body_form``) and
+why its body did not decompress (``body_error``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.commitlog import MessageRecord
+from rmqinspect.format.compression import consumer_body
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.render.output import (
     JSONL_SEPARATOR,
@@ -41,6 +44,7 @@ class BodyFormat(enum.StrEnum):
     TEXT = "text"
     HEX = "hex"
     BASE64 = "base64"
+    RAW = "raw"  # the bytes as stored (compressed bodies not decompressed), as ``text`` shows them
     NONE = "none"
 
 
@@ -48,7 +52,7 @@ def encode_body(body: bytes | None, fmt: BodyFormat) -> tuple[str, str | None]:
     """(body_encoding, body) for JSON; ``text`` degrades to ``base64`` for non-UTF-8 bytes."""
     if body is None or fmt is BodyFormat.NONE:
         return "none", None
-    if fmt is BodyFormat.TEXT:
+    if fmt in (BodyFormat.TEXT, BodyFormat.RAW):
         try:
             return "text", body.decode("utf-8")
         except UnicodeDecodeError:
@@ -64,8 +68,22 @@ def msg_id(record: MessageRecord) -> str:
     return encode_offset_msg_id(record.store_host, record.physical_offset)
 
 
+def shown_body(record: MessageRecord, fmt: BodyFormat) -> tuple[bytes | None, dict[str, Any]]:
+    """The bytes ``body`` shows in ``fmt`` and, for a compressed record, its ``body_form``
+    (decompressed|stored; null when no body is shown) and ``body_error`` keys: a compressed
+    body is shown decompressed, unless ``fmt`` is ``raw`` or it does not decompress."""
+    if record.body is None or not record.sys_flag & cl.COMPRESSED_FLAG:
+        return record.body, {}
+    decoded = consumer_body(record.body, record.sys_flag)
+    shown = record.body if fmt is BodyFormat.RAW else decoded.body
+    form = "decompressed" if decoded.decompressed and fmt is not BodyFormat.RAW else "stored"
+    extra = {"body_form": None if fmt is BodyFormat.NONE else form, "body_error": decoded.error}
+    return shown, extra
+
+
 def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> dict[str, Any]:
-    encoding, text = encode_body(record.body, body)
+    shown, compressed = shown_body(record, body)
+    encoding, text = encode_body(shown, body)
     out: dict[str, Any] = {
         "physical_offset": record.position,
         "store_size": record.store_size,
@@ -97,6 +115,7 @@ def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> d
         "compression": record.compression,
         "body_encoding": encoding,
         "body": text,
+        **compressed,
     }
     if record.physical_offset != record.position:
         # The PHYSICALOFFSET field disagrees with where the record sits: worth seeing.
@@ -137,7 +156,7 @@ def messages_table(records: Iterable[MessageRecord], title: str) -> Table:
             iso_ms(r.store_timestamp) or str(r.store_timestamp),
             r.tags or "",
             " ".join(r.keys),
-            body_preview(r.body),
+            body_preview(shown_body(r, BodyFormat.TEXT)[0]),
         )
     return table
 
@@ -176,11 +195,17 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
     if record.entry is not None:
         e = record.entry
         rows.append(("DLedger entry", f"index {e.index}, term {e.term}, at {e.pos} ({e.size} B)"))
+    shown, compressed = shown_body(record, BodyFormat.TEXT)
     if record.compression:
-        rows.append(("compression", record.compression))
+        error = compressed.get("body_error")
+        verdict = f"does not decompress: {error}" if error else "shown decompressed"
+        rows.append(("compression", f"{record.compression} ({verdict})"))
     for k, v in sorted(record.properties.items()):
         rows.append((f"property {k}", v))
-    rows.append((f"body ({record.body_length} bytes)", body_preview(record.body, 400)))
+    size = f"{record.body_length} bytes"
+    if compressed.get("body_form") == "decompressed" and shown is not None:
+        size += f" stored, {len(shown)} decompressed"
+    rows.append((f"body ({size})", body_preview(shown, 400)))
     for k, v in rows:
         table.add_row(k, v)
     return table
@@ -201,7 +226,7 @@ def message_json_block(
     writer's time). The view must be released before ``out`` is written again.
 
     :func:`message_json` stays the definition: the C writer (``speedups.message_json``) is
-    handed its keys, in its order, from its object for the first record (with the
+    handed its keys, in its order, from its object for the first uncompressed record (with the
     PHYSICALOFFSET field made to disagree, so that the one optional key it writes where the
     field disagrees has its place), and only computes the values from the columns; the rows it
     leaves (text that is not UTF-8, property CRCs, compression, IPv4-mapped hosts) are written
@@ -213,9 +238,14 @@ def message_json_block(
     cols, rows = batch.columns, batch.rows
     if not len(rows):
         return memoryview(b"")
-    first = batch.record(int(rows[0]))
-    moved = dataclasses.replace(first, physical_offset=first.position + 1)
-    keys = _c_keys(message_json(moved, body), speedups.message_values())
+    # The C writer's keys come from a record it can write: a compressed one (the C writer
+    # leaves those) has keys of its own.
+    plain = np.flatnonzero((cols.sys_flag[rows] & cl.COMPRESSED_FLAG) == 0)
+    keys = None
+    if len(plain):
+        example = batch.record(int(rows[plain[0]]))
+        moved = dataclasses.replace(example, physical_offset=example.position + 1)
+        keys = _c_keys(message_json(moved, body), speedups.message_values())
     if keys is None:  # no extension, or a key it cannot write: every row record by record
         length, ends, fallback = 0, np.zeros(len(rows), np.int64), rows
     else:
@@ -259,7 +289,14 @@ def _c_keys(
     )
 
 
-_BODY_MODES = {BodyFormat.TEXT: 0, BodyFormat.HEX: 1, BodyFormat.BASE64: 2, BodyFormat.NONE: 3}
+# ``raw`` is ``text`` for the rows the C writer writes: it leaves compressed ones.
+_BODY_MODES = {
+    BodyFormat.TEXT: 0,
+    BodyFormat.RAW: 0,
+    BodyFormat.HEX: 1,
+    BodyFormat.BASE64: 2,
+    BodyFormat.NONE: 3,
+}
 _TRANSACTIONS = tuple(cl.transaction_name(v).encode() for v in range(cl.TRANSACTION_TYPE_MASK + 1))
 
 

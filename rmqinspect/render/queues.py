@@ -10,7 +10,7 @@ from rich.table import Table
 from rmqinspect.analysis.queues import QueueListing
 from rmqinspect.analysis.units import UnitStatus, UnitView
 from rmqinspect.render.inventory import queue_json
-from rmqinspect.render.message import BodyFormat, body_preview, message_json
+from rmqinspect.render.message import BodyFormat, body_preview, message_json, shown_body
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
@@ -92,7 +92,8 @@ def _units_table(units: list[UnitView], with_title: bool) -> Table:
             tags += f" (expected {u.expected_tags_code})"
         if u.message is not None and u.status is UnitStatus.FOUND:
             m = u.message
-            what = f"{iso_ms(m.store_timestamp)} keys={' '.join(m.keys)} {body_preview(m.body, 24)}"
+            preview = body_preview(shown_body(m, BodyFormat.TEXT)[0], 24)
+            what = f"{iso_ms(m.store_timestamp)} keys={' '.join(m.keys)} {preview}"
         else:
             what = u.detail
         table.add_row(

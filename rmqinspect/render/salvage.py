@@ -3,8 +3,10 @@
 :class:`SalvageWriter` receives the salvaged records (it is the analysis'
 :class:`~rmqinspect.analysis.salvage.SalvageSink`) and writes ``messages.jsonl`` (the message
 object of ``messages`` plus ``intact``, ``restart_keeps`` and ``failed``) and
-``messages.parquet`` (:data:`~rmqinspect.format.batch.RECORD_SCHEMA` plus the same three
-columns), streaming: memory stays bounded by one run of records. ``report.json`` is
+``messages.parquet`` (:data:`~rmqinspect.format.batch.RECORD_SCHEMA` with ``body`` as its
+consumer gets it, plus ``body_stored``, ``body_error`` and the same three columns), streaming:
+memory stays bounded by one run of records (and :data:`~rmqinspect.format.batch.BODY_BUDGET`
+of decompressed bodies). ``report.json`` is
 :func:`salvage_json`. Files are created through :mod:`rmqinspect.store.output`.
 """
 
@@ -21,7 +23,7 @@ import pyarrow.parquet as pq
 from rich.table import Table
 
 from rmqinspect.analysis.salvage import Failures, SalvageReport
-from rmqinspect.format.batch import RECORD_SCHEMA, decode_batch
+from rmqinspect.format.batch import RECORD_SCHEMA, consumer_bodies, decode_batch
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.commitlog import MessageRecord
 from rmqinspect.format.npbytes import I64, Mask
@@ -41,7 +43,9 @@ MESSAGES_JSONL = "messages.jsonl"
 MESSAGES_PARQUET = "messages.parquet"
 REPORT_JSON = "report.json"
 SALVAGE_SCHEMA = (
-    RECORD_SCHEMA.append(pa.field("intact", pa.bool_()))
+    RECORD_SCHEMA.append(pa.field("body_stored", pa.binary()))
+    .append(pa.field("body_error", pa.string()))
+    .append(pa.field("intact", pa.bool_()))
     .append(pa.field("restart_keeps", pa.bool_()))
     .append(pa.field("failed", pa.list_(pa.string())))
 )
@@ -87,9 +91,16 @@ class SalvageWriter:
             pa.array(restart_keeps, pa.bool_()),
             pa.array([list(f) for f in failed], pa.list_(pa.string())),
         ]
-        self._parquet.write_batch(
-            pa.RecordBatch.from_arrays([*batch.columns, *extra], schema=SALVAGE_SCHEMA)
-        )
+        body_at = RECORD_SCHEMA.get_field_index("body")
+        for b in consumer_bodies(batch.column(body_at), chosen.sys_flag):
+            columns = [c.slice(b.start, b.stop - b.start) for c in batch.columns]
+            columns[body_at] = b.body
+            rest = [c.slice(b.start, b.stop - b.start) for c in extra]
+            self._parquet.write_batch(
+                pa.RecordBatch.from_arrays(
+                    [*columns, b.body_stored, b.body_error, *rest], schema=SALVAGE_SCHEMA
+                )
+            )
 
     def add_partial(self, record: MessageRecord, restart_keeps: bool, failed: Failures) -> None:
         self._line(record, False, restart_keeps, failed)

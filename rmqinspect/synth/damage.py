@@ -24,7 +24,13 @@ from pathlib import Path
 
 from rmqinspect.format import columns
 from rmqinspect.format import dledger as dl
-from rmqinspect.format.commitlog import CheckOptions, MessageRecord, check_message
+from rmqinspect.format.commitlog import (
+    BODYCRC_POS,
+    CheckOptions,
+    MessageRecord,
+    body_crc,
+    check_message,
+)
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
 from rmqinspect.format.encode import encode_message
 from rmqinspect.format.names import offset_file_name
@@ -220,6 +226,31 @@ def flip_body_byte(
         f"flipped body byte {byte_in_body} of the message at {target.offset}",
         (ByteRange(_rel(store, target.path), at, at + 1),),
         details={"message_offset": target.offset, "old": old, "new": old ^ 0xFF},
+    )
+
+
+def garble_compressed_body(root: str | os.PathLike[str], *, offset: int | None = None) -> Damage:
+    """Zero the first 4 bytes of a compressed body (the first compressed message of the log, or
+    the one at physical ``offset``) and store the BODYCRC of the new bytes: a producer that
+    sent bytes its codec cannot read. Every check passes but decompression (a property CRC,
+    when the store has them, fails too)."""
+    store = Path(root)
+    for m in _messages(store):
+        record = m.record
+        if (offset is None or m.offset == offset) and record.compression and record.body_length:
+            break
+    else:
+        raise ValueError("no compressed message" + ("" if offset is None else f" at {offset}"))
+    assert record.body is not None
+    body = bytes(min(4, record.body_length)) + record.body[4:]
+    at = m.position + _body_start(record)
+    _patch(m.path, at, body[:4])
+    _patch(m.path, m.position + BODYCRC_POS, body_crc(body).to_bytes(4, "big"))
+    return Damage(
+        "garble_compressed_body",
+        f"zeroed the first body bytes of the {record.compression} message at {m.offset}",
+        (ByteRange(_rel(store, m.path), at, at + 4),),
+        details={"message_offset": m.offset},
     )
 
 

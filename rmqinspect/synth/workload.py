@@ -6,6 +6,8 @@ key, tags including an absent and a non-ASCII one, ``UNIQ_KEY`` in the real clie
 characters for an IPv4 producer, 56 for IPv6), bodies of several kinds (text, Chinese, binary,
 empty), IPv6 born and store hosts, delay messages, transactional half, PREPARED, COMMIT and
 ROLLBACK records, retries in ``%RETRY%<group>`` and, on 5.x, topics longer than 127 characters.
+Bodies of 4 KiB and more are stored compressed, as the producer of the profile's line sends them
+(:mod:`rmqinspect.format.compression`).
 
 Random choices come from the raw output of numpy's PCG64 bit generator, whose stream numpy keeps
 stable across releases, turned into choices by plain integer arithmetic: the same seed gives the
@@ -31,11 +33,13 @@ from rmqinspect.format.commitlog import (
     TRANSACTION_ROLLBACK_TYPE,
     parse_delay_levels,
 )
+from rmqinspect.format.compression import COMPRESS_OVER, Codec, compress, compression_flags
 from rmqinspect.format.encode import rewrite_delay
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.index_build import IndexNamer
 from rmqinspect.format.javamap import java_map_order
+from rmqinspect.format.profile import Profile
 from rmqinspect.format.properties import encode_properties_map, properties_template
 from rmqinspect.synth.writer import (
     DEFAULT_CLOCK_START_MS,
@@ -121,10 +125,15 @@ class WorkloadConfig:
     burst: int = 200
     burst_pause_ms: int = 1500
     flush_lag_ms: int | None = None  # None: 4.5 s when crashed, 0 after a clean shutdown
+    # The producer's body compression: bodies of at least ``compress_over`` bytes
+    # (compressMsgBodyOverHowmuch) are stored compressed with ``compress_type`` (zlib only on
+    # 4.x, whose producers know no other codec).
+    compress_type: Codec = Codec.ZLIB
+    compress_over: int = COMPRESS_OVER
 
     def __post_init__(self) -> None:
-        if self.messages < 0 or self.body_size < 0:
-            raise ValueError("messages and body size must not be negative")
+        if self.messages < 0 or self.body_size < 0 or self.compress_over < 0:
+            raise ValueError("messages, body size and compress-over must not be negative")
         if not 1 <= self.topics <= 702 or not 1 <= self.queues <= 1024:
             raise ValueError("topics must be 1..702 and queues 1..1024")
         if self.burst < 1:
@@ -265,7 +274,16 @@ class _Generator:
         size = config.body_size
         # Body table: the empty body, then pools of the full, half and one-and-a-half size.
         pools = [_body_pool(self.draws, n) for n in (size, size // 2, size + size // 2)]
-        self.bodies = [b"", *pools[0], *pools[1], *pools[2]]
+        sent = [b"", *pools[0], *pools[1], *pools[2]]
+        # Stored as the producer sends them: compressed from compressMsgBodyOverHowmuch on,
+        # with the sysFlag bits saying so (a retry, a delay or a transaction keeps them).
+        flags = compression_flags(config.compress_type, layout.profile is not Profile.V4_9)
+        compressed = [len(b) >= config.compress_over for b in sent]
+        self.bodies = [
+            compress(b, config.compress_type) if c else b
+            for b, c in zip(sent, compressed, strict=True)
+        ]
+        self.body_flags = np.array([flags if c else 0 for c in compressed], np.int64)
         self.pool_size = len(pools[0])
         self.kinds = _kind_table(config.special, self.v2_enabled)
         self.templates: dict[int, tuple[str, Callable[[Sequence[str]], tuple[str, ...]]]] = {}
@@ -332,7 +350,7 @@ class _Generator:
         born_host = ((_field(w2, 16, 8) < 38) & special).astype(np.int64)
         store_host = 2 + ((_field(w2, 24, 8) < 26) & special).astype(np.int64)
         flag = np.where(_field(w2, 48, 8) < 26, _field(w2, 32, 16), 0)
-        sys_flag = np.zeros(count, dtype=np.int64)
+        sys_flag = self.body_flags[body]
         reconsume = np.zeros(count, dtype=np.int64)
         prepared = np.zeros(count, dtype=np.int64)
 
@@ -483,11 +501,11 @@ class _Generator:
             user[props.TRAN_MSG] = "true"
             user[props.PGROUP] = TX_PRODUCER_GROUP
             if kind == _PREPARED:
-                sys_flag[k] = TRANSACTION_PREPARED_TYPE
+                sys_flag[k] |= TRANSACTION_PREPARED_TYPE
             elif kind == _ROLLBACK:
-                sys_flag[k] = TRANSACTION_ROLLBACK_TYPE
+                sys_flag[k] |= TRANSACTION_ROLLBACK_TYPE
             else:
-                sys_flag[k] = TRANSACTION_COMMIT_TYPE
+                sys_flag[k] |= TRANSACTION_COMMIT_TYPE
                 halves = self.half_offsets
                 if halves:
                     prepared[k] = halves[(word >> 8) % len(halves)]

@@ -3,10 +3,11 @@
 :func:`check_file` walks one file with the shared scanner (:func:`~rmqinspect.format.scan.
 scan_file`, resynchronising past damage), so every record verdict is ``check_message``'s; on top
 of each checked run it looks, with numpy, at what the broker never checks (PHYSICALOFFSET, the
-5.x property CRC, store times, room for the BLANK) and at the consume queues that must serve the
-run's records (:mod:`.queues`). What needs the neighbouring files (a file that ends without a
-BLANK while later files hold data, bytes after the last record of the log, store times across
-files, the file list itself) is judged by :func:`check_files` once every file is done.
+5.x property CRC, compressed bodies, store times, room for the BLANK) and at the consume queues
+that must serve the run's records (:mod:`.queues`). What needs the neighbouring files (a file
+that ends without a BLANK while later files hold data, bytes after the last record of the log,
+store times across files, the file list itself) is judged by :func:`check_files` once every
+file is done.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rmqinspect.analysis.verify.queues import QueueCoverage
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import RecordColumns, decode_text, gather
+from rmqinspect.format.compression import consumer_body
 from rmqinspect.format.hexdump import hexdump_lines
 from rmqinspect.format.npbytes import Buffer
 from rmqinspect.format.scan import (
@@ -61,7 +63,8 @@ def record_failures(
 ) -> list[str]:
     """Every check the record at ``pos`` fails, the broker's verdict (``result``) first: what
     ``check_message`` rejects it for, then what else is wrong with it (fields that do not add
-    up, BODYCRC, the property CRC, PHYSICALOFFSET). Empty for an intact record."""
+    up, BODYCRC, the property CRC, a compressed body, PHYSICALOFFSET). Empty for an intact
+    record."""
     failed: list[str] = []
     if not result.is_message:
         failed.append(_broker_check(buf, pos, result))
@@ -82,6 +85,8 @@ def record_failures(
             present, stored = prop_crc_tails(cols)
             if present[0] and prop_crcs(cols, np.array([0]))[0] != stored[0]:
                 add("commitlog.prop_crc")
+        if _compression_error(cols, 0) is not None:
+            add("commitlog.body_compression")
     if int(cols.physical_offset[0]) != file_start + pos:
         add("commitlog.physical_offset")
     return failed
@@ -102,6 +107,15 @@ def _broker_check(buf: Buffer, pos: int, result: cl.CheckResult) -> str:
     return check
 
 
+def _compression_error(cols: RecordColumns, i: int) -> str | None:
+    """Why record ``i``'s body, compressed by its producer (sysFlag), does not decompress;
+    None when it does or is not compressed. The broker never looks; its consumers do."""
+    sys_flag = int(cols.sys_flag[i])
+    if not sys_flag & cl.COMPRESSED_FLAG:
+        return None
+    return consumer_body(cols.body(i), sys_flag).error
+
+
 def _checks_prop_crc(ctx: Context) -> bool:
     return ctx.options.check_crc and ctx.profile.supports_prop_crc
 
@@ -109,9 +123,10 @@ def _checks_prop_crc(ctx: Context) -> bool:
 def run_failures(ctx: Context, cols: RecordColumns) -> list[tuple[int, str, str]]:
     """What the broker's check does not look at, over the records of one checked run: (row,
     check id, detail) for each record whose PHYSICALOFFSET names another place, whose
-    ``__CRC32#`` differs from its CRC, or that lacks the ``__CRC32#`` a record next to it
-    carries (damage destroyed the tail: enabledAppendPropCRC is a broker-wide setting, so
-    only the one record where it was switched off is also flagged)."""
+    compressed body does not decompress, whose ``__CRC32#`` differs from its CRC, or that lacks
+    the ``__CRC32#`` a record next to it carries (damage destroyed the tail:
+    enabledAppendPropCRC is a broker-wide setting, so only the one record where it was
+    switched off is also flagged)."""
     out: list[tuple[int, str, str]] = []
     positions = cols.positions + cols.file_start
     for i in np.flatnonzero(cols.physical_offset != positions).tolist():
@@ -123,6 +138,10 @@ def run_failures(ctx: Context, cols: RecordColumns) -> list[tuple[int, str, str]
                 "elsewhere (stale bytes of an earlier generation or another file)",
             )
         )
+    for i in np.flatnonzero(cols.sys_flag & cl.COMPRESSED_FLAG).tolist():
+        error = _compression_error(cols, i)
+        if error is not None:
+            out.append((i, "commitlog.body_compression", f"the body does not decompress: {error}"))
     if _checks_prop_crc(ctx):
         present, stored = prop_crc_tails(cols)
         rows = np.flatnonzero(present)

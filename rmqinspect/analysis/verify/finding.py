@@ -48,6 +48,11 @@ CHECKS = _checks(
     ("commitlog.magic", E, "no known magic code where a record must start"),
     ("commitlog.size_bounds", E, "TOTALSIZE below the minimum record or past the end of the file"),
     ("commitlog.body_crc", E, "BODYCRC does not match the body"),
+    (
+        "commitlog.body_compression",
+        E,
+        "a body its sysFlag says is compressed does not decompress (its consumers cannot read it)",
+    ),
     ("commitlog.prop_crc", E, "the 5.x __CRC32# property does not match the record"),
     ("commitlog.total_size", E, "the fields add up to a length other than TOTALSIZE"),
     ("commitlog.parse", E, "the broker's record check fails otherwise (e.g. a non-integer DELAY)"),
