@@ -97,7 +97,10 @@ def lookup_time(
     result = LookupResult(Mode.TIME, {"topic": topic, "begin": begin, "end": end, "limit": limit})
     if scan:
         result.scanned = True
-        for rec in scan_records(store, None, None, progress, [topic], in_time(begin, end)):
+        found = scan_records(
+            store, None, None, progress, [topic], result.skipped, in_time(begin, end)
+        )
+        for rec in found:
             if rec.topic == topic and begin <= rec.store_timestamp <= end:
                 result.hits.append(Hit(with_body(store, rec), Via.SCAN))
                 if limit is not None and len(result.hits) > limit:
