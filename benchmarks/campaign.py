@@ -56,7 +56,7 @@ from rmqinspect.cli.app import app  # noqa: E402
 from rmqinspect.format import commitlog as cl  # noqa: E402
 from rmqinspect.format.ids import encode_offset_msg_id  # noqa: E402
 from rmqinspect.format.profile import Profile  # noqa: E402
-from rmqinspect.format.scan import CheckedRun  # noqa: E402
+from rmqinspect.format.scan import CheckedRun, WalkPolicy  # noqa: E402
 from rmqinspect.store.model import Store  # noqa: E402
 from rmqinspect.synth import damage  # noqa: E402
 from rmqinspect.synth.workload import WorkloadConfig, write_workload  # noqa: E402
@@ -89,7 +89,7 @@ def _probe(root: Path) -> Probe:
     try:
         with Store.open(root) as store:
             opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False)
-            for _, event in store.scan(None, opts):
+            for _, event in store.scan(None, opts, policy=WalkPolicy.BROKER):
                 if isinstance(event, CheckedRun) and len(event):
                     rec = event.columns.record(0)
                     return Probe(

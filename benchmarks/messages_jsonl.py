@@ -15,13 +15,17 @@ from pathlib import Path
 
 import harness
 
-from rmqinspect.format.scan import CheckedRun
+from rmqinspect.format.scan import CheckedRun, WalkPolicy
 from rmqinspect.store.model import Store
 
 
 def _count(root: Path) -> int:
     with Store.open(root) as store:
-        return sum(len(ev) for _, ev in store.scan(resync=True) if isinstance(ev, CheckedRun))
+        return sum(
+            len(ev)
+            for _, ev in store.scan(policy=WalkPolicy.FORENSIC)
+            if isinstance(ev, CheckedRun)
+        )
 
 
 def main() -> None:

@@ -60,7 +60,7 @@ def _runs(store: Store) -> list[tuple[int, int]]:
     """(records, bytes) of every checked run."""
     return [
         (len(ev), int(ev.columns.sizes.sum()))
-        for _, ev in store.scan()
+        for _, ev in store.scan(policy=scan.WalkPolicy.FORENSIC)
         if isinstance(ev, scan.CheckedRun)
     ]
 

@@ -53,7 +53,9 @@ def _cpu() -> float:
 
 def _record_bytes(store: Store) -> int:
     return sum(
-        int(ev.columns.sizes.sum()) for _, ev in store.scan() if isinstance(ev, scan.CheckedRun)
+        int(ev.columns.sizes.sum())
+        for _, ev in store.scan(policy=scan.WalkPolicy.FORENSIC)
+        if isinstance(ev, scan.CheckedRun)
     )
 
 
@@ -67,7 +69,7 @@ def _crc(store: Store) -> None:
 
 
 def _scan(store: Store) -> None:
-    for _ in store.scan():
+    for _ in store.scan(policy=scan.WalkPolicy.FORENSIC):
         pass
 
 

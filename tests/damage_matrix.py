@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rmqinspect.format.commitlog import CheckOptions
 from rmqinspect.format.profile import Profile
-from rmqinspect.format.scan import CheckedRun
+from rmqinspect.format.scan import CheckedRun, WalkPolicy
 from rmqinspect.store.model import Store
 from rmqinspect.synth import damage
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
@@ -43,7 +43,8 @@ def records(root: Path) -> list[Record]:
     """Every record of an undamaged store, with its bytes."""
     out = []
     with Store.open(root) as store:
-        for f, event in store.scan(options=CheckOptions(profile=store.profile.profile)):
+        opts = CheckOptions(profile=store.profile.profile)
+        for f, event in store.scan(options=opts, policy=WalkPolicy.FORENSIC):
             if isinstance(event, CheckedRun):
                 cols = event.columns
                 for i in range(len(cols)):

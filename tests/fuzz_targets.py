@@ -104,10 +104,10 @@ def commitlog_scan(data: bytes) -> None:
     inp = Input(data)
     opts = _options(inp)
     max_records = (1, 3, columns.RUN_RECORDS)[inp.int(1) % 3]
-    own = inp.flag()
+    policy = scan.WalkPolicy.BROKER if inp.flag() else scan.WalkPolicy.FORENSIC
     buf = memoryview(inp.rest())
     at = 0
-    for event in scan.scan_file(buf, 0, 0, opts, own_offset=own, max_records=max_records):
+    for event in scan.scan_file(buf, 0, 0, opts, policy=policy, max_records=max_records):
         if isinstance(event, scan.Skipped):
             assert at <= event.start < event.end <= len(buf)
             at = event.end
@@ -123,7 +123,7 @@ def commitlog_scan(data: bytes) -> None:
         if event.stop is not None:
             assert event.stop == cl.check_message(buf, pos, 0, opts)
         at = pos
-    nxt = scan.resync(buf, 0, len(buf), 0, opts, own_offset=own)
+    nxt = scan.resync(buf, 0, len(buf), 0, opts)
     if nxt is not None:
         r = cl.check_message(buf, nxt, 0, opts)
         assert r.is_message or r.is_blank
@@ -201,9 +201,10 @@ def dledger_scan(data: bytes) -> None:
     inp = Input(data)
     opts = _options(inp)
     max_records = (1, 3, columns.RUN_RECORDS)[inp.int(1) % 3]
+    policy = scan.WalkPolicy.BROKER if inp.flag() else scan.WalkPolicy.FORENSIC
     buf = memoryview(inp.rest())
     at = 0
-    for event in dledger.scan_data_file(buf, 0, 0, opts, max_records=max_records):
+    for event in dledger.scan_data_file(buf, 0, 0, opts, policy=policy, max_records=max_records):
         assert at <= event.start <= event.end <= len(buf)
         if isinstance(event, scan.Skipped):
             assert event.start < event.end
@@ -389,7 +390,7 @@ def seeds(target: str) -> list[bytes]:
     idx = sorted((store / "index").iterdir())[0].read_bytes()
     cfg = [p.read_bytes() for p in sorted((store / "config").iterdir())]
     by_target = {
-        "dledger_scan": [bytes(2) + _dledger_data()[:8192]],
+        "dledger_scan": [bytes(3) + _dledger_data()[:8192]],
         "commitlog_check": [bytes(3) + first_log[:4096]],
         "commitlog_scan": [bytes(3) + first_log[:8192]],
         "record_columns": [bytes(1) + first_log[:8192]],

@@ -15,7 +15,7 @@ from rmqinspect.analysis.messages import MessageFilter, one_by_one, stream_messa
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.profile import Profile
-from rmqinspect.format.scan import CheckedRun, Skipped
+from rmqinspect.format.scan import CheckedRun, Skipped, WalkPolicy
 from rmqinspect.render.message import BodyFormat, message_json
 from rmqinspect.store.model import Store
 from tests.cli_helpers import run
@@ -45,7 +45,7 @@ def test_every_entry_walks_as_the_prescan_saw_it(
     with Store.open(dledger_clean_store) as store:
         opts = cl.CheckOptions(check_crc=True, delay_levels=())
         for f in store.commitlog.files:
-            for _, event in store.scan(f.start, opts, files=[f]):
+            for _, event in store.scan(f.start, opts, policy=WalkPolicy.BROKER, files=[f]):
                 assert not isinstance(event, Skipped), event
                 assert isinstance(event, CheckedRun)
                 cols = event.columns

@@ -227,6 +227,7 @@ def test_lookup(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
         "index",
         "scanned",
         "tail_scanned",
+        "skipped",
         "truncated",
         "warnings",
         "suggest_scan",

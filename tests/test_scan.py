@@ -86,10 +86,6 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, bytes]:
     return {crc: _log(base / str(crc), crc) for crc in (False, True)}
 
 
-def _data_end(log: bytes) -> int:
-    return len(log.rstrip(b"\0"))
-
-
 def assert_agrees(
     buf: memoryview, opts: cl.CheckOptions, max_records: int, starts: list[int]
 ) -> int:
@@ -280,7 +276,7 @@ def test_topic_ids_group_equal_topics_only(logs: dict[bool, bytes]) -> None:
 def _positions(buf: memoryview) -> list[int]:
     opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False)
     out = []
-    for ev in scan.scan_file(buf, START, 0, opts):
+    for ev in scan.scan_file(buf, START, 0, opts, policy=scan.WalkPolicy.FORENSIC):
         if isinstance(ev, scan.CheckedRun):
             out += ev.columns.positions.tolist()
     return out
@@ -306,7 +302,7 @@ def test_resync_finds_the_next_own_record_past_damage(logs: dict[bool, bytes]) -
     stale = bytearray(log)
     stale[victim:after] = rec + bytes(after - victim - len(rec))
     sbuf = memoryview(bytes(stale))
-    assert scan.resync(sbuf, victim - 1, len(sbuf), START, opts, own_offset=False) == victim
+    assert cl.check_message(sbuf, victim, START, opts).is_message
     assert scan.resync(sbuf, victim - 1, len(sbuf), START, opts) == after
     # The file's closing BLANK is found too; nothing lies past it.
     blank = _blank(log)
@@ -358,7 +354,7 @@ def test_scan_file_skips_exactly_the_damaged_records(logs: dict[bool, bytes]) ->
     last = p[-1]
     damaged[last + 4] ^= 0xFF
     buf = memoryview(bytes(damaged))
-    events = list(scan.scan_file(buf, START, first, opts))
+    events = list(scan.scan_file(buf, START, first, opts, policy=scan.WalkPolicy.FORENSIC))
     blank = _blank(log)
     assert _cover(events) == [
         (first, p[12], "run"),
@@ -373,16 +369,26 @@ def test_scan_file_skips_exactly_the_damaged_records(logs: dict[bool, bytes]) ->
             assert ev.result == cl.check_message(buf, ev.start, START, opts)
     end = events[-1]
     assert isinstance(end, scan.CheckedRun) and end.stop is not None and end.stop.is_blank
-    # Without resynchronising, the first damage ends the file (up to its last data byte).
-    plain = list(scan.scan_file(buf, START, first, opts, resync_damage=False))
-    assert _cover(plain) == [(first, p[12], "run"), (p[12], _data_end(log), "skipped")]
+    # The broker's walk ends at the first damage: the failed run is its last event.
+    broker = list(scan.scan_file(buf, START, first, opts, policy=scan.WalkPolicy.BROKER))
+    assert _cover(broker) == [(first, p[12], "run")]
+    last = broker[-1]
+    assert isinstance(last, scan.CheckedRun) and last.failed and last.stop == events[1].result
 
 
 def test_scan_file_ends_at_a_blank_or_a_zero_tail(logs: dict[bool, bytes]) -> None:
     log = logs[False]
     p = _positions(memoryview(log))
     opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False)
-    events = list(scan.scan_file(memoryview(log), START, p[FIRST_REGULAR], opts, max_records=7))
+    walk = scan.scan_file(
+        memoryview(log),
+        START,
+        p[FIRST_REGULAR],
+        opts,
+        max_records=7,
+        policy=scan.WalkPolicy.FORENSIC,
+    )
+    events = list(walk)
     runs = [ev for ev in events if isinstance(ev, scan.CheckedRun)]
     assert runs == events and len(runs) > 2
     assert [r.stop for r in runs[:-1]] == [None] * (len(runs) - 1)
@@ -391,7 +397,11 @@ def test_scan_file_ends_at_a_blank_or_a_zero_tail(logs: dict[bool, bytes]) -> No
     # The last file of a store ends in zeros: that is the end of the data, not damage.
     cut = p[20]
     tail = log[:cut] + bytes(len(log) - cut)
-    events = list(scan.scan_file(memoryview(tail), START, p[FIRST_REGULAR], opts))
+    events = list(
+        scan.scan_file(
+            memoryview(tail), START, p[FIRST_REGULAR], opts, policy=scan.WalkPolicy.FORENSIC
+        )
+    )
     assert len(events) == 1 and isinstance(events[0], scan.CheckedRun)
     assert events[0].end == cut and events[0].failed
 

@@ -255,7 +255,7 @@ def _scan_summary(path: Path) -> list[tuple[object, ...]]:
         cl.CheckOptions(),
         cl.CheckOptions(check_crc=False),
     ):
-        for ev in scan.scan_file(data, 0, 0, profile_opts, resync_damage=True):
+        for ev in scan.scan_file(data, 0, 0, profile_opts, policy=scan.WalkPolicy.FORENSIC):
             if isinstance(ev, CheckedRun):
                 stop = None if ev.stop is None else (ev.stop.reason, ev.stop.size)
                 cols = ev.columns
@@ -437,7 +437,9 @@ def test_message_json_lines_of_the_fixture_stores(monkeypatch: pytest.MonkeyPatc
     out = bytearray()  # reused across every batch, as a stream does
     for path in sorted(FIXTURES.glob("stores/*/commitlog/*")):
         buf = path.read_bytes()
-        for ev in scan.scan_file(buf, 0, 0, cl.CheckOptions(check_crc=False)):
+        for ev in scan.scan_file(
+            buf, 0, 0, cl.CheckOptions(check_crc=False), policy=scan.WalkPolicy.FORENSIC
+        ):
             if not isinstance(ev, CheckedRun) or not len(ev):
                 continue
             cols = ev.columns

@@ -12,7 +12,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import encode
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
-from rmqinspect.format.scan import CheckedRun
+from rmqinspect.format.scan import CheckedRun, Skipped, WalkPolicy
 from rmqinspect.store.model import Store, StoreOptions
 
 HOST = HostAddress(bytes([127, 0, 0, 1]), 10911)
@@ -72,7 +72,7 @@ def _scanned(store: Store, start: int | None = None) -> list[int]:
     """Physical offsets of every record :meth:`Store.scan` accepts."""
     return [
         f.start + p
-        for f, ev in store.scan(start)
+        for f, ev in store.scan(start, policy=WalkPolicy.FORENSIC)
         if isinstance(ev, CheckedRun)
         for p in ev.columns.positions.tolist()
     ]
@@ -118,28 +118,28 @@ def test_read_message_errors_name_file_and_offset(tmp_path: Path) -> None:
             store.read_message(10 * FILE_SIZE)
 
 
-def test_scan_stops_per_file_and_can_continue(tmp_path: Path) -> None:
+def test_each_walk_policy_at_a_broken_record(tmp_path: Path) -> None:
     offsets = _write_commitlog(tmp_path, files=2)
     path = tmp_path / "commitlog" / f"{0:020d}"
     data = bytearray(path.read_bytes())
     data[offsets[2] + 4] ^= 0xFF  # break the third record's magic
     path.write_bytes(bytes(data))
     with Store.open(tmp_path) as store:
-        stops = [
-            (f.start + ev.end, ev.stop)
-            for f, ev in store.scan()
-            if isinstance(ev, CheckedRun) and ev.failed and ev.stop is not None
-        ]
-        assert stops[0][0] == offsets[2] and stops[0][1].reason is cl.CheckReason.BAD_MAGIC
-        assert any(p >= FILE_SIZE for p in _scanned(store))
-        # A walk that stops at the first failure, as recovery does, ends at the broken record.
+        # The forensic walk steps over the broken record, says so, and lists every other one.
+        events = list(store.scan(policy=WalkPolicy.FORENSIC))
+        (skipped,) = [ev for f, ev in events if isinstance(ev, Skipped)]
+        assert (skipped.start, skipped.end) == (offsets[2], offsets[3])  # first file: at 0
+        assert skipped.result.reason is cl.CheckReason.BAD_MAGIC
+        assert _scanned(store) == offsets[:2] + offsets[3:]
+        assert offsets[-1] >= FILE_SIZE  # the walk went on into the second file
+        # The broker's walk ends at the broken record, as recovery does: nothing after it.
         seen: list[int] = []
-        for f, ev in store.scan():
+        broker = list(store.scan(policy=WalkPolicy.BROKER))
+        for f, ev in broker:
             assert isinstance(ev, CheckedRun)
             seen += (ev.columns.positions + f.start).tolist()
-            if ev.failed:
-                assert f.start + ev.end == offsets[2]
-                break
+        last = broker[-1][1]
+        assert isinstance(last, CheckedRun) and last.failed and last.end == offsets[2]
         assert seen == offsets[:2]
 
 

@@ -14,6 +14,7 @@ import pytest
 from rmqinspect.analysis.verify import Finding, Severity, VerifyOptions, VerifyReport, verify_store
 from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.format import dledger as dl
+from rmqinspect.format.scan import WalkPolicy
 from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import PutResult
@@ -98,7 +99,7 @@ def test_bad_crc_fixture_counts_the_intact_records_after_it() -> None:
     with Store.open(STORES / "clean49") as store:
         later = [
             f.start + int(p)
-            for f, ev in store.scan()
+            for f, ev in store.scan(policy=WalkPolicy.FORENSIC)
             if hasattr(ev, "columns")
             for p in ev.columns.positions
             if f.start + int(p) > offset

@@ -24,7 +24,7 @@ from rmqinspect.format.config import (
     UntypedConfig,
 )
 from rmqinspect.format.index import IndexHeader
-from rmqinspect.format.scan import Skipped
+from rmqinspect.format.scan import CheckedRun, WalkPolicy
 from rmqinspect.store.configfiles import ConfigFileResult, load_config_files
 from rmqinspect.store.files import FileQueue, LayoutProblem, read_small
 from rmqinspect.store.layout import UnsupportedLayout
@@ -278,9 +278,8 @@ def _walk_end(
     last: int | None = None
     last_ts: int | None = None
     end = start
-    for f, event in store.scan(start, opts):
-        if isinstance(event, Skipped):
-            continue
+    for f, event in store.scan(start, opts, policy=WalkPolicy.BROKER):
+        assert isinstance(event, CheckedRun)  # the broker's walk skips nothing: it stops
         cols = event.columns
         if len(cols):
             last = f.start + int(cols.positions[-1])
@@ -288,8 +287,6 @@ def _walk_end(
         end = f.start + event.end
         if event.stop is not None and event.stop.is_blank:
             end = f.start + store.commitlog.file_size
-        elif event.failed:
-            break
     return last, last_ts, end
 
 

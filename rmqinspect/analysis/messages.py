@@ -19,7 +19,7 @@ from rmqinspect.analysis import Progress
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import scan
 from rmqinspect.format.columns import RecordColumns
-from rmqinspect.format.scan import Skipped
+from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
 
@@ -114,9 +114,9 @@ def stream_messages(
     files = _files_in_time_range(store, flt.since, flt.until)
     emitted = 0
     last = start if start is not None else clq.files[0].start
-    for f, event in store.scan(start, opts, files=files, resync=True):
+    for f, event in store.scan(start, opts, policy=WalkPolicy.FORENSIC, files=files):
         if isinstance(event, Skipped):
-            skipped = _skipped(f, event)
+            skipped = skipped_range(f, event)
             if flt.to_offset is not None and skipped.physical_offset >= flt.to_offset:
                 return
             yield skipped
@@ -185,7 +185,8 @@ def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int 
     return f.start + (nxt if nxt is not None else store.commitlog.file_size)
 
 
-def _skipped(f: StoreFile, event: Skipped) -> SkippedRange:
+def skipped_range(f: StoreFile, event: Skipped) -> SkippedRange:
+    """The walk's :class:`Skipped` event of file ``f`` as a reported range."""
     return SkippedRange(
         file=str(f.path),
         file_offset=event.start,

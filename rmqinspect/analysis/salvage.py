@@ -31,6 +31,7 @@ from rmqinspect.format.npbytes import I64, Mask
 from rmqinspect.format.scan import (
     CheckedRun,
     Skipped,
+    WalkPolicy,
     damaged_headers,
     scan_file,
 )
@@ -148,9 +149,7 @@ def _file(
     report: SalvageReport,
 ) -> None:
     data_end = ctx.store.maps.data_end(f)
-    events = scan_file(
-        buf, f.start, 0, ctx.check, resync_damage=True, own_offset=True, data_end=data_end
-    )
+    events = scan_file(buf, f.start, 0, ctx.check, policy=WalkPolicy.FORENSIC, data_end=data_end)
     for event in events:
         if isinstance(event, CheckedRun):
             if len(event):

@@ -24,7 +24,7 @@ from rmqinspect.format import dledger as dl
 from rmqinspect.format.batch import decode_batch
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.npbytes import windows
-from rmqinspect.format.scan import Skipped
+from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.format.speedups import crc32c_many
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
@@ -66,7 +66,7 @@ def record_runs(
     buf = store.view(file)
     released = reached = begin
     try:
-        for event in store.scan_file(file, buf, begin, lenient, resync=True):
+        for event in store.scan_file(file, buf, begin, lenient, policy=WalkPolicy.FORENSIC):
             reached = max(reached, event.end)
             if isinstance(event, Skipped):
                 if event.record_position >= end:

@@ -22,7 +22,14 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, gather, headers_plausible
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.npbytes import I64, Buffer, first_false, windows
-from rmqinspect.format.scan import CheckedRun, FileEvent, Skipped, certain_mask, data_extent
+from rmqinspect.format.scan import (
+    CheckedRun,
+    FileEvent,
+    Skipped,
+    WalkPolicy,
+    certain_mask,
+    data_extent,
+)
 
 ENTRY_MAGIC = 1  # DLedgerMmapFileStore.MAGIC_1 = CURRENT_MAGIC
 BLANK_MAGIC = -1  # MmapFileList.BLANK_MAGIC_CODE: the rest of the file is a blank
@@ -417,7 +424,7 @@ def scan_data_file(
     pos: int = 0,
     options: cl.CheckOptions | None = None,
     *,
-    resync_damage: bool = True,
+    policy: WalkPolicy,
     max_records: int = RUN_RECORDS,
     data_end: int | None = None,
 ) -> Iterator[FileEvent]:
@@ -427,16 +434,22 @@ def scan_data_file(
     at entry boundaries and the columns at the records.
 
     Entries are judged alone (no index or term continuity: listing them is not recovery). A
-    blank ends the file; so does the end of the data (size 0, then zeros). Any other header
-    DLedger rejects is :class:`Skipped` up to the next entry :func:`resync_entry` finds (with
-    ``resync_damage``), else up to the end of the data (``data_end`` bounds that search, as in
+    blank ends the file; so does the end of the data (size 0, then zeros). Under
+    :attr:`WalkPolicy.BROKER` the first record the check rejects, or header DLedger rejects,
+    ends the walk (its run is the last event). Under :attr:`WalkPolicy.FORENSIC` an entry
+    whose record fails is :class:`Skipped` (DLedger keeps and serves it), and any other header
+    DLedger rejects is :class:`Skipped` up to the next entry :func:`resync_entry` finds, else
+    up to the end of the data (``data_end`` bounds that search, as in
     :func:`~rmqinspect.format.scan.data_extent`).
     """
     opts = options or cl.CheckOptions()
     extent_end: int | None = None
     while True:
         walk = walk_entries(buf, pos, file_start, max_entries=max_records)
-        yield from _events(buf, walk, file_start, opts)
+        for event in _events(buf, walk, file_start, opts):
+            yield event
+            if policy is WalkPolicy.BROKER and isinstance(event, CheckedRun) and event.failed:
+                return
         pos = walk.end
         if walk.stop is None:
             continue
@@ -446,7 +459,7 @@ def scan_data_file(
             extent_end = pos + data_extent(buf, pos, data_end)
         if pos >= extent_end:
             return
-        nxt = resync_entry(buf, pos, extent_end, file_start) if resync_damage else None
+        nxt = resync_entry(buf, pos, extent_end, file_start)
         yield Skipped(pos, nxt if nxt is not None else extent_end, _stop_result(walk.stop))
         if nxt is None:
             return

@@ -9,11 +9,13 @@ limit) and the file's first physical offset; every position is a buffer position
   decides with numpy where the outcome is certain and asks ``check_message`` everywhere else.
 * :func:`resync` finds the next record past damage by searching for magic codes;
   :func:`data_extent` measures the data before a zero tail.
-* :func:`scan_file` strings these together: runs of records and the damage skipped between them.
+* :func:`scan_file` strings these together: runs of records and, under
+  :attr:`WalkPolicy.FORENSIC`, the damage skipped between them.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 import struct
@@ -29,6 +31,22 @@ from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, WalkStop, gath
 from rmqinspect.format.crc import CRC_MASK
 from rmqinspect.format.npbytes import I64, Buffer, Mask, first_false, windows
 from rmqinspect.format.speedups import crc32_many, property_entries
+
+
+class WalkPolicy(enum.Enum):
+    """What a walk of the commitlog does at a record the broker's check rejects. Every walk
+    names one: the two answer different questions and a default would pick for the caller."""
+
+    BROKER = "broker"
+    """Stop there, as recovery does: the run that met it (``failed``, its ``stop`` says why)
+    is the walk's last event. For a question about what the broker reads, in order."""
+
+    FORENSIC = "forensic"
+    """Go on past it at the next record that names its own position in PHYSICALOFFSET (stale
+    bytes of another file or generation are not its messages), and yield each range stepped
+    over as :class:`Skipped`, so a caller can say what it did not read. For every question
+    about which messages exist."""
+
 
 # --- the broker's check, many records at a time -----------------------------------------------
 
@@ -269,16 +287,14 @@ def resync(
     stop: int,
     file_start: int = 0,
     options: cl.CheckOptions | None = None,
-    *,
-    own_offset: bool = True,
 ) -> int | None:
     """The next position in ``(pos, stop)`` (its header before ``stop``) that holds a record
-    ``check_message`` accepts as a message, or the file's closing BLANK (one whose TOTALSIZE
-    is exactly the rest of the file); None when there is none.
+    ``check_message`` accepts as a message and that names its own position in its
+    PHYSICALOFFSET field (which rules out stale bytes of another file, or of an earlier
+    generation of this one), or the file's closing BLANK (one whose TOTALSIZE is exactly the
+    rest of the file); None when there is none.
 
     Candidates are found by searching for the magic codes, not by stepping through positions.
-    With ``own_offset`` a message must also name its own position in its PHYSICALOFFSET field,
-    which rules out stale bytes of another file (or of an earlier generation of this one).
     """
     opts = options or cl.CheckOptions()
     pattern = _MAGICS_V2 if opts.profile.accepts_v2_magic else _MAGICS_V1
@@ -291,11 +307,7 @@ def resync(
         r = cl.check_message(buf, cand, file_start, opts)
         if r.is_blank and r.total_size == len(buf) - cand:
             return cand
-        if (
-            r.is_message
-            and r.record is not None
-            and (not own_offset or r.record.physical_offset == file_start + cand)
-        ):
+        if r.is_message and r.record is not None and r.record.physical_offset == file_start + cand:
             return cand
         search_at = m.start() + 1
 
@@ -381,19 +393,19 @@ def scan_file(
     pos: int = 0,
     options: cl.CheckOptions | None = None,
     *,
-    resync_damage: bool = True,
-    own_offset: bool = True,
+    policy: WalkPolicy,
     max_records: int = RUN_RECORDS,
     data_end: int | None = None,
 ) -> Iterator[FileEvent]:
     """Every run of checked records of one file from ``pos``, and the damage between them.
 
     Each run is yielded (the last one also when it holds no record, for its ``stop``). A BLANK
-    ends the file; so does a failure followed only by zeros (the end of the data). A failure
-    with data after it is yielded as :class:`Skipped`: up to the next record :func:`resync`
-    finds (with ``resync_damage``; ``own_offset`` as there), else up to the end of the data,
-    where the file ends. Runs, skipped ranges, the BLANK and the zero tail cover the file.
-    ``data_end`` bounds the search for the end of the data (see :func:`data_extent`).
+    ends the file; so does a failure followed only by zeros (the end of the data). Any other
+    failure ends the walk under :attr:`WalkPolicy.BROKER`; under :attr:`WalkPolicy.FORENSIC`
+    it is yielded as :class:`Skipped` up to the next record :func:`resync` finds, else up to
+    the end of the data, where the file ends: runs, skipped ranges, the BLANK and the zero
+    tail then cover the file. ``data_end`` bounds the search for the end of the data (see
+    :func:`data_extent`).
     """
     opts = options or cl.CheckOptions()
     extent_end: int | None = None
@@ -404,17 +416,13 @@ def scan_file(
         pos = run.end
         if run.stop is None:
             continue
-        if run.stop.success:
+        if run.stop.success or policy is WalkPolicy.BROKER:
             return
         if extent_end is None:
             extent_end = pos + data_extent(buf, pos, data_end)
         if pos >= extent_end:
             return
-        nxt = (
-            resync(buf, pos, extent_end, file_start, opts, own_offset=own_offset)
-            if resync_damage
-            else None
-        )
+        nxt = resync(buf, pos, extent_end, file_start, opts)
         if nxt is None:
             yield Skipped(pos, extent_end, run.stop)
             return

@@ -6,7 +6,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from rmqinspect.analysis.lookup import Hit, IndexReport, LookupResult
-from rmqinspect.render.message import BodyFormat, message_detail_table, message_json, messages_table
+from rmqinspect.render.message import (
+    BodyFormat,
+    message_detail_table,
+    message_json,
+    messages_table,
+    skipped_json,
+    warn_skipped,
+)
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
@@ -60,6 +67,7 @@ def lookup_json(result: LookupResult, body: BodyFormat) -> dict[str, Any]:
         "index": None if result.index is None else index_json(result.index),
         "scanned": result.scanned,
         "tail_scanned": None if result.tail_scanned is None else list(result.tail_scanned),
+        "skipped": [skipped_json(r)["skipped"] for r in result.skipped],
         "truncated": result.truncated,
         "warnings": result.warnings,
         "suggest_scan": result.suggest_scan,
@@ -69,6 +77,8 @@ def lookup_json(result: LookupResult, body: BodyFormat) -> dict[str, Any]:
 def render_lookup(result: LookupResult, fmt: OutputFormat, body: BodyFormat) -> None:
     for w in result.warnings:
         warn(w)
+    for r in result.skipped:
+        warn_skipped(r)
     if not result.found:
         hint = "; run again with --scan to walk the whole commitlog" if result.suggest_scan else ""
         print(f"rmqinspect: nothing found{hint}", file=sys.stderr)

@@ -326,7 +326,7 @@ def render_message_stream(
         out = bytearray()  # every batch's text, in the same memory
         for ev in events:
             if isinstance(ev, SkippedRange):
-                _warn_skipped(ev)
+                warn_skipped(ev)
                 yield dumps(skipped_json(ev)) + separator
             elif isinstance(ev, MessageRecord):
                 count += 1
@@ -347,7 +347,7 @@ def render_message_stream(
     def messages() -> Iterator[MessageRecord]:
         for ev in one_by_one(events):
             if isinstance(ev, SkippedRange):
-                _warn_skipped(ev)
+                warn_skipped(ev)
             else:
                 yield ev
 
@@ -356,7 +356,7 @@ def render_message_stream(
     )
 
 
-def _warn_skipped(ev: SkippedRange) -> None:
+def warn_skipped(ev: SkippedRange) -> None:
     warn(
         f"{ev.file}: byte {ev.file_offset}: skipped {ev.length} bytes "
         f"(physical offset {ev.physical_offset}): {ev.reason}: {ev.detail}".rstrip(": ")

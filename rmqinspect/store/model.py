@@ -52,7 +52,7 @@ from rmqinspect.store.layout import (
 from rmqinspect.store.live import Fingerprint, live_evidence, lock_holder
 
 if TYPE_CHECKING:
-    from rmqinspect.format.scan import FileEvent
+    from rmqinspect.format.scan import FileEvent, WalkPolicy
     from rmqinspect.store.dledger import DLedgerStore
 
 # The scanner, the consume-queue and checkpoint codecs (numpy) are imported where they are used:
@@ -346,25 +346,27 @@ class Store:
         start: int | None = None,
         options: cl.CheckOptions | None = None,
         *,
+        policy: WalkPolicy,
         files: list[StoreFile] | None = None,
-        resync: bool = False,
-        own_offset: bool = True,
         max_records: int | None = None,
     ) -> Iterator[tuple[StoreFile, FileEvent]]:
         """Walk the commitlog from ``start`` (a record boundary; default the first file), file by
-        file, as :func:`~rmqinspect.format.scan.scan_file` does: runs of checked records and the
-        damage skipped between them, each with its file. In a DLedger store the walk goes entry
-        by entry (:func:`~rmqinspect.format.dledger.scan_data_file`) from the entry whose record
-        is at ``start`` (or the entry at ``start``, or the next one).
+        file, as :func:`~rmqinspect.format.scan.scan_file` does: runs of checked records and,
+        under :attr:`~rmqinspect.format.scan.WalkPolicy.FORENSIC`, the damage skipped between
+        them, each with its file. In a DLedger store the walk goes entry by entry
+        (:func:`~rmqinspect.format.dledger.scan_data_file`) from the entry whose record is at
+        ``start`` (or the entry at ``start``, or the next one).
 
-        A BLANK moves to the next file, as the broker does. A failure ends its file and the walk
-        resumes at the next one (forensics wants everything), unless ``resync`` finds the next
-        record in the same file (``own_offset`` as in :func:`~rmqinspect.format.scan.resync`).
-        A caller that must stop at the first failure, like recovery, stops at the first failed
-        run. Runs read the file's map: use their columns before asking for the next event (the
-        pages behind an event are released then, so memory stays flat over any number of files).
+        A BLANK moves to the next file, as the broker does. Under ``WalkPolicy.BROKER`` the
+        first record the check rejects ends the walk (the failed run is the last event), as it
+        ends recovery; under ``WalkPolicy.FORENSIC`` the walk goes on past it in the same
+        file, and a file's damage that no record follows ends that file only. Runs read the
+        file's map: use their columns before asking for the next event (the pages behind an
+        event are released then, so memory stays flat over any number of files).
         ``max_records`` bounds a run (default ``RUN_RECORDS``).
         """
+        from rmqinspect.format.scan import CheckedRun, WalkPolicy
+
         opts = options or cl.CheckOptions()
         chosen = files if files is not None else self.commitlog.files
         for f in chosen:
@@ -375,18 +377,15 @@ class Store:
             released = pos
             try:
                 for event in self.scan_file(
-                    f,
-                    buf,
-                    pos,
-                    opts,
-                    resync=resync,
-                    own_offset=own_offset,
-                    max_records=max_records,
+                    f, buf, pos, opts, policy=policy, max_records=max_records
                 ):
                     yield f, event
                     # The caller is done with the event: drop the pages behind it.
                     self.maps.release(f, released, event.end)
                     released = event.end
+                    broker = policy is WalkPolicy.BROKER
+                    if broker and isinstance(event, CheckedRun) and event.failed:
+                        return
             finally:
                 buf.release()
                 self.maps.release(f, released, f.length)
@@ -398,8 +397,7 @@ class Store:
         pos: int = 0,
         options: cl.CheckOptions | None = None,
         *,
-        resync: bool = False,
-        own_offset: bool = True,
+        policy: WalkPolicy,
         max_records: int | None = None,
     ) -> Iterator[FileEvent]:
         """The events of one commitlog file ``f`` (mapped as ``buf``) from file position ``pos``:
@@ -423,19 +421,12 @@ class Store:
                 f.start,
                 dl.entry_boundary(buf, pos, f.start),
                 opts,
-                resync_damage=resync,
+                policy=policy,
                 max_records=limit,
                 data_end=data_end,
             )
         return scan_file(
-            buf,
-            f.start,
-            pos,
-            opts,
-            resync_damage=resync,
-            own_offset=own_offset,
-            max_records=limit,
-            data_end=data_end,
+            buf, f.start, pos, opts, policy=policy, max_records=limit, data_end=data_end
         )
 
     def first_records(
@@ -443,9 +434,10 @@ class Store:
     ) -> list[cl.MessageRecord]:
         """Up to ``limit`` records from the start of commitlog file ``f`` that the check accepts
         one after another (none when the file does not start with one), without bodies."""
-        from rmqinspect.format.scan import CheckedRun
+        from rmqinspect.format.scan import CheckedRun, WalkPolicy
 
-        for _, event in self.scan(f.start, options, files=[f], max_records=limit):
+        walk = self.scan(f.start, options, policy=WalkPolicy.BROKER, files=[f], max_records=limit)
+        for _, event in walk:
             if isinstance(event, CheckedRun) and len(event):
                 return event.columns.records(range(len(event)), with_body=False)
             break

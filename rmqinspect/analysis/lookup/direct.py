@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+import numpy.typing as npt
+
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.lookup.result import (
     Hit,
@@ -20,8 +23,9 @@ from rmqinspect.analysis.lookup.scan import (
     with_body,
 )
 from rmqinspect.analysis.queues import queue_bounds, unit_at
-from rmqinspect.analysis.units import UnitStatus, resolve_unit
+from rmqinspect.analysis.units import UnitStatus, UnitView, resolve_unit
 from rmqinspect.errors import StoreError
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
 
@@ -93,11 +97,15 @@ def lookup_time(
 ) -> LookupResult:
     """Messages of ``topic`` stored in ``[begin, end]``: a binary search per consume queue on
     store time (``getOffsetInQueueByTime``), then a forward walk, and the commitlog after the
-    queues' end (what they do not hold yet); ``scan`` walks the whole commitlog instead."""
+    queues' end (what they do not hold yet); ``scan`` walks the whole commitlog instead. Where
+    units do not lead to their messages, the commitlog between their neighbours is walked."""
     result = LookupResult(Mode.TIME, {"topic": topic, "begin": begin, "end": end, "limit": limit})
     if scan:
         result.scanned = True
-        for rec in scan_records(store, None, None, progress, [topic], in_time(begin, end)):
+        found = scan_records(
+            store, None, None, progress, [topic], result.skipped, in_time(begin, end)
+        )
+        for rec in found:
             if rec.topic == topic and begin <= rec.store_timestamp <= end:
                 result.hits.append(Hit(with_body(store, rec), Via.SCAN))
                 if limit is not None and len(result.hits) > limit:
@@ -107,21 +115,7 @@ def lookup_time(
         return result
     queues = [qid for qid in store.queue_dirs if qid.topic == topic]
     for qid in queues:
-        bounds = queue_bounds(store, qid)
-        first = _first_at_or_after(store, qid, bounds.min_offset, bounds.max_offset, begin)
-        taken = 0
-        for qoff in range(first, bounds.max_offset):
-            if limit is not None and taken > limit:
-                break  # times rise along a queue: later units cannot make the first ``limit``
-            view = resolve_unit(store, topic, qid.queue_id, qoff, unit_at(store, *_ref(qid), qoff))
-            if view.message is None or view.status is not UnitStatus.FOUND:
-                continue
-            ts = view.message.store_timestamp
-            if ts > end:
-                break
-            if ts >= begin:
-                result.hits.append(Hit(view.message, Via.CONSUME_QUEUE))
-                taken += 1
+        _queue_window(store, qid, begin, end, limit, result)
     time_tail(store, topic, begin, end, result, progress)
     if not queues and not result.hits:
         result.warnings.append(
@@ -133,19 +127,109 @@ def lookup_time(
     return result
 
 
-def _ref(qid: QueueId) -> tuple[str, int]:
-    return qid.topic, qid.queue_id
+def _queue_window(
+    store: Store,
+    qid: QueueId,
+    begin: int,
+    end: int,
+    limit: int | None,
+    result: LookupResult,
+) -> None:
+    """The messages of one queue stored in ``[begin, end]``, read through its units. A run of
+    units that do not lead to their messages is a gap: the commitlog between the messages of
+    the units around it (to the commitlog's end after the queue's last) is walked for the
+    queue's messages instead, and a warning says so."""
+    bounds = queue_bounds(store, qid)
+    first = _first_at_or_after(store, qid, bounds.min_offset, bounds.max_offset, begin)
+    before = _readable(store, qid, first - 1) if first > bounds.min_offset else None
+    after_last = None if before is None else before.phy_offset + before.size
+    gap: list[int] = []  # queue offsets of the units in the current gap
+    taken = 0
+    for qoff in range(first, bounds.max_offset):
+        if limit is not None and taken > limit:
+            return  # times rise along a queue: later units cannot make the first ``limit``
+        view = _readable(store, qid, qoff)
+        if view is None:
+            gap.append(qoff)
+            continue
+        if gap:
+            taken += _walk_gap(store, qid, gap, after_last, view.phy_offset, begin, end, result)
+            gap = []
+        assert view.message is not None
+        ts = view.message.store_timestamp
+        if ts > end:
+            return
+        if ts >= begin:
+            result.hits.append(Hit(view.message, Via.CONSUME_QUEUE))
+            taken += 1
+        after_last = view.phy_offset + view.size
+    if gap:
+        _walk_gap(store, qid, gap, after_last, None, begin, end, result)
+
+
+def _walk_gap(
+    store: Store,
+    qid: QueueId,
+    gap: list[int],
+    start: int | None,
+    stop: int | None,
+    begin: int,
+    end: int,
+    result: LookupResult,
+) -> int:
+    """Walk the commitlog ``[start, stop)`` (None: its first record, its end) for the messages
+    of queue ``qid`` at the queue offsets ``gap`` stored in ``[begin, end]``; returns how many
+    it adds."""
+    first, last = gap[0], gap[-1]
+    span = f"queue offset {first} does" if first == last else f"queue offsets {first}..{last} do"
+    lo = "start" if start is None else str(start)
+    hi = "end" if stop is None else str(stop)
+    result.warnings.append(
+        f"{qid}: {span} not lead to a message; walked the commitlog [{lo}, {hi}) instead"
+    )
+    wanted = set(gap)
+
+    def select(cols: RecordColumns) -> npt.NDArray[np.bool_]:
+        keep: npt.NDArray[np.bool_] = in_time(begin, end)(cols) & (cols.queue_id == qid.queue_id)
+        return keep
+
+    seen = {h.record.position for h in result.hits}
+    added = 0
+    for rec in scan_records(store, start, stop, None, [qid.topic], result.skipped, select):
+        if rec.position in seen or rec.queue_offset not in wanted:
+            continue
+        if rec.topic == qid.topic and rec.enters_consume_queue:
+            note = f"its unit ({qid} queue offset {rec.queue_offset}) does not lead to it"
+            result.hits.append(Hit(with_body(store, rec), Via.SCAN, (note,)))
+            added += 1
+    return added
+
+
+def _readable(store: Store, qid: QueueId, qoff: int) -> UnitView | None:
+    """The unit at ``qoff`` when it leads to its message; None when it does not, or when no
+    consume-queue file holds it."""
+    try:
+        unit = unit_at(store, qid.topic, qid.queue_id, qoff)
+    except StoreError:
+        return None
+    view = resolve_unit(store, qid.topic, qid.queue_id, qoff, unit)
+    return view if view.status is UnitStatus.FOUND and view.message is not None else None
 
 
 def _first_at_or_after(store: Store, qid: QueueId, low: int, high: int, ts: int) -> int:
-    """Smallest queue offset whose message was stored at or after ``ts`` (store times rise
-    along a queue); units that point nowhere count as "before"."""
+    """Where a forward walk meets every message of the queue stored at or after ``ts`` (store
+    times rise along a queue): the queue offset after the last unit that leads to a message
+    stored before ``ts``. A unit that does not lead to a message has no time: the search reads
+    on to the next one that does, so damage cannot turn it past an earlier match."""
     while low < high:
         mid = (low + high) // 2
-        view = resolve_unit(store, qid.topic, qid.queue_id, mid, unit_at(store, *_ref(qid), mid))
-        t = view.message.store_timestamp if view.message is not None else None
-        if t is not None and t >= ts:
-            high = mid
+        probe = mid
+        view = _readable(store, qid, probe)
+        while view is None and probe + 1 < high:
+            probe += 1
+            view = _readable(store, qid, probe)
+        if view is not None and view.message is not None and view.message.store_timestamp < ts:
+            low = probe + 1
         else:
-            low = mid + 1
+            high = mid
     return low

@@ -115,16 +115,19 @@ def _lookup_key(
             "end": q.end,
         },
     )
-    end = restart.end if restart is not None else readable_end_offset(store)
     seen: set[int] = set()
     if scan:
+        # Every intact message with the key, as ``messages`` lists them: the whole commitlog,
+        # past damage, not only what the broker reads up to its first bad record.
         result.scanned = True
-        for rec in scan_records(store, None, end, progress, q.topics, q.select):
+        found = scan_records(store, None, None, progress, q.topics, result.skipped, q.select)
+        for rec in found:
             if _scan_match(rec, q) and rec.position not in seen:
                 seen.add(rec.position)
                 result.hits.append(Hit(with_body(store, rec), Via.SCAN))
         sort_hits(result)
         return result
+    end = restart.end if restart is not None else readable_end_offset(store)
     if restart is not None:
         result.warnings.extend(restart.notes)
     with OpenIndex(store, restart) as index:
@@ -183,7 +186,7 @@ def _scan_tail(
     if start >= end or store.commitlog.find(start) is None:
         return
     result.tail_scanned = (start, end)
-    for rec in scan_records(store, start, end, progress, q.topics, q.select):
+    for rec in scan_records(store, start, end, progress, q.topics, result.skipped, q.select):
         if rec.position in seen or rec.position in report.broker_offsets:
             continue
         if _scan_match(rec, q):

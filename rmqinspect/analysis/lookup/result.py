@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from rmqinspect.format import commitlog as cl
+
+if TYPE_CHECKING:
+    # Only walks fill it: ``lookup --msg-id`` imports this module without numpy.
+    from rmqinspect.analysis.messages import SkippedRange
 
 LONG_MAX = 2**63 - 1
 QUERY_ROUNDS = 3  # DefaultMessageStore.queryMessage
@@ -81,6 +86,7 @@ class LookupResult:
     index: IndexReport | None = None
     scanned: bool = False
     tail_scanned: tuple[int, int] | None = None  # [start, end) walked after the index
+    skipped: list[SkippedRange] = field(default_factory=list)  # damage a walk stepped over
     warnings: list[str] = field(default_factory=list)
     suggest_scan: bool = False
     truncated: bool = False  # more match than listed: --limit, or --max-num (see warnings)

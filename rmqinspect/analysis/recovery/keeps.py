@@ -21,7 +21,7 @@ from rmqinspect.analysis.recovery.served import ServingState, TopicIds, walk_uns
 from rmqinspect.analysis.recovery.state import RecoverOptions
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.npbytes import I64, Mask, members
-from rmqinspect.format.scan import FileEvent, Skipped, scan_file
+from rmqinspect.format.scan import FileEvent, Skipped, WalkPolicy, scan_file
 from rmqinspect.store.model import Store
 
 NO_QUEUE_UNIT = "no_queue_unit"
@@ -76,7 +76,9 @@ class RestartKeeps:
         def scan(
             region: memoryview, file_start: int, pos: int, data_end: int
         ) -> Iterator[FileEvent]:
-            return scan_file(region, file_start, pos, reput, data_end=data_end)
+            return scan_file(
+                region, file_start, pos, reput, policy=WalkPolicy.FORENSIC, data_end=data_end
+            )
 
         found = [
             rec.position

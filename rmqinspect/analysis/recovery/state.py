@@ -18,7 +18,7 @@ from rmqinspect.format import dledger as dl
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
 from rmqinspect.format.javamath import jmod
 from rmqinspect.format.profile import Profile
-from rmqinspect.format.scan import FileEvent, scan_file
+from rmqinspect.format.scan import FileEvent, WalkPolicy, scan_file
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import LayoutProblem, StoreFile
 from rmqinspect.store.layout import QueueId, StorePart
@@ -151,8 +151,12 @@ class BrokerState:
         past damage on records that name their own position; ``data_end``: where the file's
         data ends (see :meth:`MappedFiles.data_end`)."""
         if self.store.dledger is not None:
-            return dl.scan_data_file(buf, file_start, pos, options, data_end=data_end)
-        return scan_file(buf, file_start, pos, options, own_offset=True, data_end=data_end)
+            return dl.scan_data_file(
+                buf, file_start, pos, options, policy=WalkPolicy.FORENSIC, data_end=data_end
+            )
+        return scan_file(
+            buf, file_start, pos, options, policy=WalkPolicy.FORENSIC, data_end=data_end
+        )
 
     def find_commitlog(self, offset: int) -> CommitlogFile | None:
         for f in self.commitlog:

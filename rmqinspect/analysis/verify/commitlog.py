@@ -35,6 +35,7 @@ from rmqinspect.format.npbytes import Buffer
 from rmqinspect.format.scan import (
     CheckedRun,
     Skipped,
+    WalkPolicy,
     data_extent,
     prop_crc_tails,
     prop_crcs,
@@ -219,7 +220,7 @@ def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
     entries = EntryChecks(ctx, f, buf, out.file, findings) if ctx.store.dledger else None
     if entries is not None:
         out.entries = entries.span
-    events = ctx.store.scan_file(f, buf, 0, ctx.check, resync=True, own_offset=True)
+    events = ctx.store.scan_file(f, buf, 0, ctx.check, policy=WalkPolicy.FORENSIC)
     for event in events:
         if isinstance(event, Skipped):
             if entries is not None and event.frame:
