@@ -28,7 +28,12 @@ from rmqinspect.format.commitlog import (
     read_prop_crc,
 )
 from rmqinspect.format.config import parse_consumer_offsets, parse_topics
-from rmqinspect.format.consumequeue import PRE_BLANK_UNIT, decode_unit
+from rmqinspect.format.consumequeue import (
+    PRE_BLANK_UNIT,
+    decode_unit,
+    units_array,
+    valid_prefix,
+)
 from rmqinspect.format.encode import encode_message
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import decode_offset_msg_id
@@ -105,12 +110,8 @@ def file_of(root: Path, record: MessageRecord) -> bytes:
 def cq_units(root: Path, topic: str, queue_id: int) -> list[tuple[int, int, int]]:
     units = []
     for path in sorted((root / "consumequeue" / topic / str(queue_id)).iterdir()):
-        data = path.read_bytes()
-        for pos in range(0, len(data), 20):
-            unit = decode_unit(data, pos)
-            if not unit.is_valid:
-                break
-            units.append((unit.phy_offset, unit.size, unit.tags_code))
+        valid = units_array(path.read_bytes())
+        units += valid[: valid_prefix(valid)].tolist()
     return units
 
 
