@@ -365,7 +365,9 @@ class CheckResult:
     """The broker's ``(msgSize, success)`` pair plus what rmqinspect learnt on the way.
 
     ``size`` is what the broker returns: the record size when valid, 0 for BLANK, -1 for a
-    failure, and TOTALSIZE (with ``success`` false) when the recomputed length disagrees.
+    failure, and TOTALSIZE (with ``success`` false) when the recomputed length disagrees;
+    ``fields_length`` is then that recomputed length (``calMsgLength``), which is how far the
+    Java buffer has moved over the record.
     """
 
     size: int
@@ -376,6 +378,7 @@ class CheckResult:
     record: MessageRecord | None = None
     tags_code: int = 0
     detail: str = ""
+    fields_length: int | None = None
 
     @property
     def is_message(self) -> bool:
@@ -512,8 +515,8 @@ def check_message(
                 f"__CRC32# {crc.raw!r}, computed {crc.computed}",
                 rec,
             )
-    expected = parsed.expected_length
-    if expected != total_size:
+    mismatch = parsed.length_mismatch(total_size)
+    if mismatch is not None:
         return CheckResult(
             total_size,
             False,
@@ -522,7 +525,8 @@ def check_message(
             magic,
             rec,
             tags_code,
-            f"TOTALSIZE {total_size} but the fields add up to {expected}",
+            mismatch,
+            parsed.expected_length,
         )
     return CheckResult(total_size, True, CheckReason.OK, total_size, magic, rec, tags_code)
 
@@ -556,6 +560,15 @@ class _Parsed:
             self.properties_length,
             topic_length_size(rec.magic),
         )
+
+    def length_mismatch(self, total_size: int) -> str | None:
+        """Why ``total_size`` is not the length the fields add up to, or None when it is: the
+        one home of the rule (:func:`~rmqinspect.format.columns.gather` is its vectorised
+        form)."""
+        expected = self.expected_length
+        if expected == total_size:
+            return None
+        return f"TOTALSIZE {total_size} but the fields add up to {expected}"
 
 
 def _parse(
@@ -689,11 +702,10 @@ def decode_message(
     stop = parsed.body_stop or parsed.tail_stop
     if stop is not None:
         raise DecodeError(f"corrupt record: {stop}", pos)
-    rec = parsed.record
-    expected = parsed.expected_length
-    if expected != total_size:
-        raise DecodeError(f"TOTALSIZE {total_size} but the fields add up to {expected}", pos)
-    return rec
+    mismatch = parsed.length_mismatch(total_size)
+    if mismatch is not None:
+        raise DecodeError(mismatch, pos)
+    return parsed.record
 
 
 # --- 5.2+ whole-record property CRC (§3.2) ---------------------------------------------------

@@ -125,20 +125,10 @@ def _topics(cols: RecordColumns) -> Topics:
     return tids, [decode_text(t) for t in topics]
 
 
-def read_length(buf: memoryview, pos: int, r: cl.CheckResult) -> int:
+def read_length(r: cl.CheckResult) -> int:
     """How far the Java buffer moves over a length-mismatch record: the length its fields add
     up to (``calMsgLength``), not TOTALSIZE."""
-    rec = r.record
-    if rec is None:
-        return max(r.size, 1)
-    at = pos + cl.mid_fields_pos(rec.sys_flag) + cl.BODY_REL + max(rec.body_length, 0)
-    width = cl.topic_length_size(rec.magic)
-    if at + width > len(buf):
-        return max(r.size, 1)
-    topic_len = int.from_bytes(buf[at : at + width], "big", signed=True)
-    return cl.calc_msg_length(
-        rec.sys_flag, rec.body_length, topic_len, len(rec.properties_raw), width
-    )
+    return max(r.size, 1) if r.fields_length is None else r.fields_length
 
 
 def reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> ReputReport:
@@ -202,7 +192,7 @@ def reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> ReputReport
                 elif size > 0:
                     skipped += 1
                     reput_at += size
-                    bpos += read_length(region, bpos, r)
+                    bpos += read_length(r)
                 else:
                     if stop_at is None:
                         stop_at, stop_reason = reput_at, r.reason.value
