@@ -261,8 +261,9 @@ def _lost(rec: cl.MessageRecord, file: str, where: str) -> LostMessage:
         rec.topic,
         rec.queue_id,
         rec.queue_offset,
-        rec.physical_offset,
+        rec.position,
         rec.store_size,
+        # The broker's offset msgId is built from the stored PHYSICALOFFSET field.
         encode_offset_msg_id(rec.store_host, rec.physical_offset),
         rec.uniq_key,
         rec.keys,
