@@ -65,7 +65,7 @@ FIXED_FIELDS = (
     "queue_id",
     "flag",
     "queue_offset",
-    "physical_offset",
+    "physical_offset_field",
     "sys_flag",
     "born_timestamp",
 )
@@ -89,7 +89,7 @@ BODYCRC_POS = FIXED_POS["body_crc"]  # 8
 QUEUEID_POS = FIXED_POS["queue_id"]  # 12
 FLAG_POS = FIXED_POS["flag"]  # 16
 QUEUEOFFSET_POS = FIXED_POS["queue_offset"]  # 20
-PHYSICALOFFSET_POS = FIXED_POS["physical_offset"]  # 28
+PHYSICALOFFSET_POS = FIXED_POS["physical_offset_field"]  # 28
 SYSFLAG_POS = FIXED_POS["sys_flag"]  # 36
 BORNTIMESTAMP_POS = FIXED_POS["born_timestamp"]  # 40
 BORNHOST_POS = FIXED_HEAD.size  # 48
@@ -249,7 +249,7 @@ class MessageRecord:
     queue_id: int
     flag: int
     queue_offset: int
-    physical_offset: int  # the PHYSICALOFFSET field as stored; normally equals ``position``
+    physical_offset_field: int  # PHYSICALOFFSET as stored; ``position`` is where it is
     sys_flag: int
     born_timestamp: int
     born_host: HostAddress
@@ -593,7 +593,7 @@ def _parse(
         queue_id=0,
         flag=0,
         queue_offset=0,
-        physical_offset=0,
+        physical_offset_field=0,
         sys_flag=0,
         born_timestamp=0,
         born_host=HostAddress(b"\0\0\0\0", 0),
@@ -619,7 +619,7 @@ def _parse(
             rec.queue_id,
             rec.flag,
             rec.queue_offset,
-            rec.physical_offset,
+            rec.physical_offset_field,
             rec.sys_flag,
             rec.born_timestamp,
         ) = FIXED_HEAD.unpack_from(buf, start)

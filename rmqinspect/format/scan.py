@@ -294,7 +294,7 @@ def resync(
         if (
             r.is_message
             and r.record is not None
-            and (not own_offset or r.record.physical_offset == file_start + cand)
+            and (not own_offset or r.record.physical_offset_field == file_start + cand)
         ):
             return cand
         search_at = m.start() + 1

@@ -61,7 +61,7 @@ def encode_body(body: bytes | None, fmt: BodyFormat) -> tuple[str, str | None]:
 def msg_id(record: MessageRecord) -> str:
     """The offsetMsgId as ``MessageDecoder.createMessageId`` builds it: store host + the record's
     own PHYSICALOFFSET field."""
-    return encode_offset_msg_id(record.store_host, record.physical_offset)
+    return encode_offset_msg_id(record.store_host, record.physical_offset_field)
 
 
 def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> dict[str, Any]:
@@ -98,9 +98,9 @@ def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> d
         "body_encoding": encoding,
         "body": text,
     }
-    if record.physical_offset != record.position:
+    if record.physical_offset_field != record.position:
         # The PHYSICALOFFSET field disagrees with where the record sits: worth seeing.
-        out["physical_offset_field"] = record.physical_offset
+        out["physical_offset_field"] = record.physical_offset_field
     if record.entry is not None:
         # A DLedger store: the Raft log entry that holds the record (at physical offset - 48).
         out["entry_index"] = record.entry.index
@@ -171,8 +171,8 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
         p = record.prop_crc
         verdict = "ok" if p.match else f"MISMATCH: the record gives {p.computed}"
         rows.append(("property crc (__CRC32#)", f"{p.raw} ({verdict})"))
-    if record.physical_offset != record.position:
-        rows.append(("PHYSICALOFFSET field", f"{record.physical_offset} (differs!)"))
+    if record.physical_offset_field != record.position:
+        rows.append(("PHYSICALOFFSET field", f"{record.physical_offset_field} (differs!)"))
     if record.entry is not None:
         e = record.entry
         rows.append(("DLedger entry", f"index {e.index}, term {e.term}, at {e.pos} ({e.size} B)"))

@@ -366,7 +366,7 @@ def stale_bytes_past_write_position(
             queue_id=rec.queue_id,
             flag=rec.flag,
             queue_offset=rec.queue_offset,
-            physical_offset=rec.physical_offset,
+            physical_offset=rec.physical_offset_field,
             sys_flag=rec.sys_flag,
             born_timestamp=rec.born_timestamp,
             born_host=rec.born_host,

@@ -52,7 +52,7 @@ class Dispatcher:
         state = self.state
         if state.first_dispatched is None:
             first = min(rows[:1].tolist() + index_rows[:1].tolist())
-            state.first_dispatched = int(cols.physical_offset[first])
+            state.first_dispatched = int(cols.physical_offset_field[first])
         units = rows[cols.enters_consume_queue()[rows]]
         if len(units):
             self._put_units(run, units, tids, names, phase)
@@ -68,7 +68,7 @@ class Dispatcher:
         sequential rules); the tagsCode is the tag hash, or the schedule topic's delivery time."""
         cols = run.columns
         codes = run.tags_codes(rows, (tids, names)).tolist()
-        phys = cols.physical_offset[rows].tolist()
+        phys = cols.physical_offset_field[rows].tolist()
         sizes = cols.sizes[rows].tolist()
         qids = cols.queue_id[rows].tolist()
         qoffs = cols.queue_offset[rows].tolist()
@@ -87,7 +87,7 @@ class Dispatcher:
         cols = run.columns
         if not len(cols):
             return
-        phys = cols.physical_offset
+        phys = cols.physical_offset_field
         sel = phys > above
         if not sel.any():
             return

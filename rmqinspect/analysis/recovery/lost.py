@@ -264,7 +264,7 @@ def _lost(rec: cl.MessageRecord, file: str, where: str) -> LostMessage:
         rec.position,
         rec.store_size,
         # The broker's offset msgId is built from the stored PHYSICALOFFSET field.
-        encode_offset_msg_id(rec.store_host, rec.physical_offset),
+        encode_offset_msg_id(rec.store_host, rec.physical_offset_field),
         rec.uniq_key,
         rec.keys,
         rec.tags,
