@@ -95,7 +95,7 @@ def _probe(root: Path) -> Probe:
                     return Probe(
                         rec.topic,
                         rec.queue_id,
-                        encode_offset_msg_id(rec.store_host, rec.physical_offset),
+                        encode_offset_msg_id(rec.store_host, rec.physical_offset_field),
                         rec.uniq_key or Probe.uniq_key,
                         rec.keys[0] if rec.keys else Probe.key,
                         rec.position,

@@ -31,7 +31,7 @@ def main() -> None:
 
         with Store.open(root) as store:
             rec = store.read_message(store.commitlog.min_offset)
-            msg_id = encode_offset_msg_id(rec.store_host, rec.physical_offset)
+            msg_id = encode_offset_msg_id(rec.store_host, rec.physical_offset_field)
         rmq = [sys.executable, "-m", "rmqinspect"]
         cases = {
             "python -c pass": [sys.executable, "-c", "pass"],

@@ -29,7 +29,7 @@ def _assert_same(row: dict[str, object], rec: cl.MessageRecord) -> None:
     assert row["version"] == (2 if rec.version == "v2" else 1)
     assert row["topic"] == rec.topic and row["queue_id"] == rec.queue_id
     assert row["queue_offset"] == rec.queue_offset and row["sys_flag"] == rec.sys_flag
-    assert row["physical_offset_field"] == rec.physical_offset
+    assert row["physical_offset_field"] == rec.physical_offset_field
     assert row["born_timestamp"] == rec.born_timestamp
     assert row["store_timestamp"] == rec.store_timestamp
     assert (row["born_host"], row["born_port"]) == (rec.born_host.ip, rec.born_host.port)

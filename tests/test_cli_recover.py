@@ -122,6 +122,7 @@ def test_clean_store_exits_0_with_the_documented_schema(clean: Path) -> None:
         "damaged_records": 0,
         "messages": [],
         "by_where": {},
+        "damaged": [],
     }
     assert doc["commitlog"]["min_offset"] == 0
     queue = doc["consume_queues"][0]
@@ -351,17 +352,20 @@ def test_force_verify_prop_crc_cuts_at_a_changed_property(tmp_path: Path) -> Non
     assert plain["options"]["check_crc_on_recover"] is True
     end = after[-1]["physical_offset"] + after[-1]["store_size"]
     assert plain["commitlog"]["max_offset"] == end and plain["lost_messages"]["count"] == 0
-    # With it, recovery stops at the record whose property changed; it and all after are lost.
+    # With it, recovery stops at the record whose property changed: that record is damaged
+    # (with why), every intact one after it is lost.
     forced = recover_json(store, "--force-verify-prop-crc", code=1)
     assert forced["options"]["force_verify_prop_crc"] is True
     assert forced["commitlog"]["max_offset"] == victim["physical_offset"]
-    assert forced["commitlog"]["first_bad_record"]["reason"] == "prop_crc_mismatch"
+    bad = forced["commitlog"]["first_bad_record"]
+    assert bad["reason"] == "prop_crc_mismatch"
     later = [
-        m["physical_offset"] for m in after if m["physical_offset"] >= victim["physical_offset"]
+        m["physical_offset"] for m in after if m["physical_offset"] > victim["physical_offset"]
     ]
     lost = forced["lost_messages"]
     assert sorted(m["physical_offset"] for m in lost["messages"]) == later
     assert {m["where"] for m in lost["messages"]} == {"past_end"}
+    assert lost["damaged_records"] == 1 and lost["damaged"] == [bad]
 
 
 def test_force_verify_prop_crc_needs_a_broker_that_has_it(clean: Path) -> None:

@@ -48,7 +48,7 @@ def _prescan(store_dir: Path, profile: Profile, meta: dict[str, Any]) -> list[di
                             "storeTimestamp": rec.store_timestamp,
                             "keys": rec.properties.get("KEYS"),
                             "uniqKey": rec.uniq_key,
-                            "physicOffsetField": rec.physical_offset,
+                            "physicOffsetField": rec.physical_offset_field,
                         }
                     )
                 r = event.stop
@@ -115,7 +115,7 @@ def test_messages_decode_like_get_message(corpus: str, scenario: str) -> None:
             rec = store.read_message(line["cqPhyOffset"])
             assert rec.body is not None
             assert rec.queue_offset == line["queueOffset"]
-            assert rec.physical_offset == line["commitLogOffset"]
+            assert rec.physical_offset_field == line["commitLogOffset"]
             assert rec.store_size == line["storeSize"] == line["cqSize"]
             assert rec.sys_flag == line["sysFlag"]
             assert rec.flag == line["flag"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rmqinspect.format.commitlog import CheckOptions, CheckReason, check_message
-from rmqinspect.format.consumequeue import decode_unit
+from rmqinspect.format.consumequeue import units_array, valid_mask
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.profile import Profile
 from rmqinspect.synth import damage
@@ -129,12 +130,9 @@ def test_cq_ahead_of_commitlog_rolls_into_a_new_file(tmp_path: Path) -> None:
     assert_changes_match(before, snapshot(tmp_path), d)
     assert d.details["commitlog_end"] == end
     queue = tmp_path / "consumequeue" / "TopicA" / "1"
-    units = []
-    for path in sorted(queue.iterdir()):
-        data = path.read_bytes()
-        units += [decode_unit(data, pos) for pos in range(0, len(data), 20)]
-    valid = [u for u in units if u.is_valid]
-    assert [u.phy_offset for u in valid[-6:]] == [end + i * valid[-7].size for i in range(6)]
+    units = np.concatenate([units_array(path.read_bytes()) for path in sorted(queue.iterdir())])
+    valid = units[valid_mask(units)]
+    assert valid["phy_offset"][-6:].tolist() == [end + i * int(valid["size"][-7]) for i in range(6)]
     assert d.created and all(p.startswith("consumequeue/TopicA/1/") for p in d.created)
     assert all((tmp_path / p).stat().st_size == 100 for p in d.created)
     with pytest.raises(ValueError, match="no consume queue"):
@@ -167,7 +165,7 @@ def test_stale_copy_passes_the_record_check_but_lies_about_its_offset(tmp_path: 
     data = (tmp_path / "commitlog" / f"{start:020d}").read_bytes()
     stale = check_message(data, end - start, start, CHECK)
     assert stale.is_message and stale.record is not None
-    assert stale.record.physical_offset == 0 != stale.record.position
+    assert stale.record.physical_offset_field == 0 != stale.record.position
 
 
 def test_stale_rewrite_leaves_garbage_then_an_intact_old_record(tmp_path: Path) -> None:

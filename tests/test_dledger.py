@@ -98,7 +98,7 @@ def test_writer_round_trips_through_the_store_model(tmp_path: Path) -> None:
             if isinstance(e, cl.MessageRecord)
         ]
         assert [r.position for r in records] == [p.physical_offset for p in puts]
-        assert [r.physical_offset for r in records] == [p.physical_offset for p in puts]
+        assert [r.physical_offset_field for r in records] == [p.physical_offset for p in puts]
         assert [(r.entry.index, r.entry.term) for r in records if r.entry] == [
             (i, 0) for i in range(600)
         ]

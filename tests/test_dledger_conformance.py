@@ -170,7 +170,7 @@ def test_writer_rebuilds_the_store_byte_for_byte(
         for record in recs:
             result = writer.put(spec_of(record, False))
             assert (result.physical_offset, result.queue_offset) == (
-                record.physical_offset,
+                record.physical_offset_field,
                 record.queue_offset,
             )
         config = original / "config"

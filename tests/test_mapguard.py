@@ -83,7 +83,7 @@ def test_an_index_file_shrunk_after_mapping_raises(store: Path) -> None:
 @guarded
 def test_numpy_and_arrow_finish_over_zeros_and_the_check_raises(store: Path) -> None:
     with Store.open(store) as s:
-        f = s.consume_queue("TopicA", 0).files[0]
+        f = s.consume_queue_files("TopicA", 0).files[0]
         view = s.view(f)
         os.truncate(f.path, 0)
         units = np.frombuffer(view, CQ_UNIT_DTYPE).copy()  # faults inside numpy's copy

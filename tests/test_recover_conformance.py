@@ -7,7 +7,9 @@ left after ``start()`` and ``shutdown()``.
 
 from __future__ import annotations
 
+import shutil
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +226,56 @@ def test_lost_messages_are_the_intact_records_past_the_end(
     assert lost == clean
     assert report.lost_messages.count == len(clean)
     assert report.lost_messages.damaged_records == 1
+    assert report.loses_data is True
+
+
+def _tag_a_at(store: Path, record: dict[str, Any]) -> int | None:
+    """Where the ``TagA`` value of the prescan ``record`` is in its file, if it has that tag."""
+    data = (store / "commitlog" / record["file"]).read_bytes()
+    start = record["offset"] - int(record["file"])
+    at = data.find(b"TAGS\x01TagA\x02", start, start + record["totalSize"])
+    return None if at < 0 else at + len(b"TAGS\x01")
+
+
+def test_the_record_a_prop_crc_cut_stops_at_is_damaged_not_lost(
+    conformance5_dir: Path, tmp_path: Path
+) -> None:
+    """The real 5.3.3 store written with the property CRC, two property values changed in its
+    last file: with forceVerifyPropCRC the recovery cuts at the first (§7 of the corpus README:
+    it truncates at the first mismatch). Both altered records are damaged, each with why, and
+    never intact lost messages; the lost messages are the other records past the cut."""
+    meta = expected(conformance5_dir, "clean5_propcrc")
+    store = tmp_path / "store"
+    shutil.copytree(input_store(conformance5_dir, "clean5_propcrc"), store)
+    records = [
+        r for r in jsonl(conformance5_dir, "clean5_propcrc", "prescan") if r["kind"] == "msg"
+    ]
+    assert all(r["propCrc"]["match"] for r in records)
+    tagged = [(r, at) for r in records if r["offset"] > 1_100_000 if (at := _tag_a_at(store, r))]
+    for r, at in tagged[:2]:
+        # Same length: the body CRC still holds, the record's __CRC32# does not.
+        path = store / "commitlog" / r["file"]
+        data = bytearray(path.read_bytes())
+        data[at : at + 4] = b"TagX"
+        path.write_bytes(bytes(data))
+    first, second = (r["offset"] for r, _ in tagged[:2])
+    options = replace(_options(meta), force_verify_prop_crc=True)
+    with Store.open(store, _store_options(meta, Profile.V5_3)) as opened:
+        report = run_recovery(opened, options).report
+    c = report.commitlog
+    assert c is not None and c.first_bad_record is not None
+    assert (c.max_offset, c.first_bad_record.reason) == (first, "prop_crc_mismatch")
+    lost = report.lost_messages
+    assert lost is not None
+    assert [(d.offset, d.reason) for d in lost.damaged] == [
+        (first, "prop_crc_mismatch"),
+        (second, "prop_crc_mismatch"),
+    ]
+    assert lost.damaged[0] == c.first_bad_record
+    assert lost.damaged_records == 2
+    intact = [r["offset"] for r in records if r["offset"] > first and r["offset"] != second]
+    assert sorted(m.physical_offset for m in lost.messages) == intact
+    assert lost.count == len(intact) == 254
     assert report.loses_data is True
 
 

@@ -86,7 +86,7 @@ def record(
         queue_id=3,
         flag=0,
         queue_offset=17,
-        physical_offset=position if physical_offset is None else physical_offset,
+        physical_offset_field=position if physical_offset is None else physical_offset,
         sys_flag=0,
         born_timestamp=1_714_557_599_999,
         born_host=BORN_HOST,

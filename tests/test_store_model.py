@@ -152,8 +152,8 @@ def test_consume_queue_discovery(tmp_path: Path) -> None:
     with Store.open(tmp_path) as store:
         assert [str(q) for q in store.queue_dirs] == ["T/0", "T/1"]
         assert store.cq_file_size == 1000
-        assert len(store.consume_queue("T", 0).files) == 1
-        assert store.consume_queue("T", 1).files == []
+        assert len(store.consume_queue_files("T", 0).files) == 1
+        assert store.consume_queue_files("T", 1).files == []
         assert [u.kind for u in store.unsupported] == ["rocksdb_consume_queue"]
 
 

@@ -28,7 +28,12 @@ from rmqinspect.format.commitlog import (
     read_prop_crc,
 )
 from rmqinspect.format.config import parse_consumer_offsets, parse_topics
-from rmqinspect.format.consumequeue import PRE_BLANK_UNIT, decode_unit
+from rmqinspect.format.consumequeue import (
+    PRE_BLANK_UNIT,
+    decode_unit,
+    units_array,
+    valid_prefix,
+)
 from rmqinspect.format.encode import encode_message
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import decode_offset_msg_id
@@ -91,7 +96,7 @@ def walk(root: Path, profile: Profile, *, prop_crc: bool = False) -> Walked:
                 assert path == files[-1]
                 break
             assert result.record is not None
-            assert result.record.physical_offset == start + pos
+            assert result.record.physical_offset_field == start + pos
             assert len(data) - (pos + result.size) >= 8  # room for a BLANK always remains
             out.records.append(result.record)
             pos += result.size
@@ -99,18 +104,14 @@ def walk(root: Path, profile: Profile, *, prop_crc: bool = False) -> Walked:
 
 
 def file_of(root: Path, record: MessageRecord) -> bytes:
-    return (root / "commitlog" / f"{record.physical_offset // 4096 * 4096:020d}").read_bytes()
+    return (root / "commitlog" / f"{record.physical_offset_field // 4096 * 4096:020d}").read_bytes()
 
 
 def cq_units(root: Path, topic: str, queue_id: int) -> list[tuple[int, int, int]]:
     units = []
     for path in sorted((root / "consumequeue" / topic / str(queue_id)).iterdir()):
-        data = path.read_bytes()
-        for pos in range(0, len(data), 20):
-            unit = decode_unit(data, pos)
-            if not unit.is_valid:
-                break
-            units.append((unit.phy_offset, unit.size, unit.tags_code))
+        valid = units_array(path.read_bytes())
+        units += valid[: valid_prefix(valid)].tolist()
     return units
 
 
@@ -211,7 +212,7 @@ def test_writer_then_decoder_round_trip(
     with StoreWriter(root, layout(profile, append_prop_crc=prop_crc)) as writer:
         results = [writer.put(s) for s in specs]
     walked = walk(root, profile, prop_crc=prop_crc)
-    assert [r.physical_offset for r in walked.records] == [r.physical_offset for r in results]
+    assert [r.physical_offset_field for r in walked.records] == [r.physical_offset for r in results]
     next_offsets: dict[tuple[str, int], int] = {}
     for spec, result, record in zip(specs, results, walked.records, strict=True):
         want = expected_properties(spec)
@@ -225,7 +226,7 @@ def test_writer_then_decoder_round_trip(
         assert record.body_crc_ok
         if prop_crc:
             tail = read_prop_crc(
-                file_of(root, record), record.physical_offset % 4096, record.store_size
+                file_of(root, record), record.physical_offset_field % 4096, record.store_size
             )
             assert tail is not None and tail.match
             want[props.CRC32] = tail.raw
@@ -266,10 +267,10 @@ def check_dispatch(
     for rec in records:
         if rec.enters_consume_queue:
             code = check_message(
-                file_of(root, rec), rec.physical_offset % 4096, 0, options
+                file_of(root, rec), rec.physical_offset_field % 4096, 0, options
             ).tags_code
             by_queue.setdefault((rec.topic, rec.queue_id), []).append(
-                (rec.physical_offset, rec.store_size, code)
+                (rec.physical_offset_field, rec.store_size, code)
             )
     for (topic, queue_id), units in by_queue.items():
         assert cq_units(root, topic, queue_id) == units
@@ -281,7 +282,7 @@ def check_dispatch(
             continue
         for key in rec.index_keys():
             hits = query_offsets(files, geometry, f"{rec.topic}#{key}", 64, 0, 2**63 - 1)
-            assert rec.physical_offset in hits or len(hits) == 64
+            assert rec.physical_offset_field in hits or len(hits) == 64
 
 
 @settings(
@@ -315,7 +316,7 @@ def test_index_matches_the_reference_put_key(
     for record in records:
         reference.dispatch_keys(
             record.topic,
-            record.physical_offset,
+            record.physical_offset_field,
             record.store_timestamp,
             record.sys_flag,
             record.uniq_key,
@@ -726,12 +727,12 @@ def test_workload_columns_agree_with_their_properties(tmp_path: Path) -> None:
         assert any(r.version == "v2" for r in records) == (profile is Profile.V5_3)
         retries = [r for r in records if r.topic.startswith("%RETRY%")]
         assert retries and all(1 <= r.reconsume_times <= 3 for r in retries)
-        by_offset = {r.physical_offset: r for r in records}
+        by_offset = {r.physical_offset_field: r for r in records}
         for retry in retries[len(retries) // 2 :]:
             origin = decode_offset_msg_id(retry.properties[props.ORIGIN_MESSAGE_ID])
             original = by_offset[origin.physical_offset]
             assert original.uniq_key == retry.uniq_key and original.keys == retry.keys
         commits = [r for r in records if r.transaction_type == TRANSACTION_COMMIT_TYPE]
-        halves = {r.physical_offset for r in records if r.topic == "RMQ_SYS_TRANS_HALF_TOPIC"}
+        halves = {r.physical_offset_field for r in records if r.topic == "RMQ_SYS_TRANS_HALF_TOPIC"}
         assert {c.prepared_transaction_offset for c in commits[len(commits) // 2 :]} <= halves
         check_dispatch(root, profile, records, IndexGeometry(17, 50))

@@ -101,9 +101,11 @@ def rebuild(
         pid=int(abort or b"0"),
     ) as writer:
         for record in recs:
-            result = writer.put(spec_of(record, prop_crc, record.physical_offset <= dispatched_end))
+            result = writer.put(
+                spec_of(record, prop_crc, record.physical_offset_field <= dispatched_end)
+            )
             assert (result.physical_offset, result.queue_offset) == (
-                record.physical_offset,
+                record.physical_offset_field,
                 record.queue_offset,
             )
         config = store / "config"

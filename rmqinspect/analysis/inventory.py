@@ -123,7 +123,7 @@ def build_inventory(store: Store) -> Inventory:
     bounds = all_queue_bounds(store)
     problems: list[LayoutProblem] = list(store.problems)
     for qid in store.queue_dirs:
-        problems.extend(store.consume_queue(qid.topic, qid.queue_id).problems)
+        problems.extend(store.consume_queue_files(qid.topic, qid.queue_id).problems)
     det = store.profile
     ledger = ledger_summary(store)
     return Inventory(

@@ -56,7 +56,7 @@ def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
     """The queue's bounds as the broker computes them when it loads the store unchanged:
     ``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file
     (both from :class:`ConsumeQueue`, the model the recovery emulation uses too)."""
-    queue = store.consume_queue(qid.topic, qid.queue_id)
+    queue = store.consume_queue_files(qid.topic, qid.queue_id)
     files = queue.files
     total_bytes = sum(f.length for f in files)
     gaps = tuple((a // CQ_STORE_UNIT_SIZE, b // CQ_STORE_UNIT_SIZE) for a, b in queue.gaps())
@@ -101,7 +101,7 @@ def loaded_queue(store: Store, qid: QueueId) -> tuple[ConsumeQueue, str]:
     """The queue as the broker holds it after loading the store unchanged
     (``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file),
     and why the broker fails to load it ("" when it loads)."""
-    queue = store.consume_queue(qid.topic, qid.queue_id)
+    queue = store.consume_queue_files(qid.topic, qid.queue_id)
     model = ConsumeQueue(store.maps, qid.topic, qid.queue_id, queue.files, queue.file_size)
     model.recover()
     try:
@@ -155,7 +155,7 @@ def all_queue_bounds(store: Store) -> list[QueueBounds]:
 
 def unit_at(store: Store, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int]:
     """The raw (phyOffset, size, tagsCode) of one unit; StoreError when no file holds it."""
-    queue = store.consume_queue(topic, queue_id)
+    queue = store.consume_queue_files(topic, queue_id)
     byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
     f = queue.find(byte_offset) if queue_offset >= 0 else None
     if f is None or byte_offset - f.start + CQ_STORE_UNIT_SIZE > f.length:
@@ -196,7 +196,7 @@ def iter_unit_chunks(
 ) -> Iterator[UnitChunk]:
     """The queue's units from queue offset ``start`` over its files, at most ``limit``, in
     chunks of at most ``chunk`` units that never span two files."""
-    queue = store.consume_queue(topic, queue_id)
+    queue = store.consume_queue_files(topic, queue_id)
     left = limit
     for f in queue.files:
         first_unit = f.start // CQ_STORE_UNIT_SIZE
@@ -273,7 +273,7 @@ def queue_listing(
     if qid not in store.queue_dirs:
         raise StoreError(f"no consume queue {qid}", str(qid.shown_under(store.root)))
     bounds = queue_bounds(store, qid)
-    queue = store.consume_queue(topic, queue_id)
+    queue = store.consume_queue_files(topic, queue_id)
     extents = {f.path: _data_units(store, f) for f in queue.files}
     end_on_disk = max(
         (f.start // CQ_STORE_UNIT_SIZE + extents[f.path] for f in queue.files if extents[f.path]),

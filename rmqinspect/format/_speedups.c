@@ -521,7 +521,7 @@ enum {
 };
 static const char *const field_names[F_COUNT] = {
     "positions", "sizes", "magic", "body_crc", "queue_id", "flag", "queue_offset",
-    "physical_offset", "sys_flag", "born_timestamp", "born_host_at", "born_port",
+    "physical_offset_field", "sys_flag", "born_timestamp", "born_host_at", "born_port",
     "store_timestamp", "store_host_at", "store_port", "reconsume_times",
     "prepared_transaction_offset", "body_at", "body_length", "topic_at", "topic_length",
     "properties_at", "properties_length",

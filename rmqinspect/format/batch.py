@@ -143,7 +143,7 @@ def decode_batch(
         pa.array(cols.queue_id, pa.int32()),
         pa.array(cols.flag, pa.int32()),
         pa.array(cols.queue_offset, pa.int64()),
-        pa.array(cols.physical_offset, pa.int64()),
+        pa.array(cols.physical_offset_field, pa.int64()),
         pa.array(cols.sys_flag, pa.int32()),
         pa.array(cols.born_timestamp, pa.int64()),
         _binary(mv, cols.born_host_at, born_ip),

@@ -190,7 +190,7 @@ class RecordColumns:
     queue_id: I64
     flag: I64
     queue_offset: I64
-    physical_offset: I64  # the PHYSICALOFFSET field as stored
+    physical_offset_field: I64  # PHYSICALOFFSET as stored (``positions`` + file start: where)
     sys_flag: I64
     born_timestamp: I64
     born_host_at: I64
@@ -301,7 +301,7 @@ class RecordColumns:
             queue_id=int(self.queue_id[i]),
             flag=int(self.flag[i]),
             queue_offset=int(self.queue_offset[i]),
-            physical_offset=int(self.physical_offset[i]),
+            physical_offset_field=int(self.physical_offset_field[i]),
             sys_flag=int(self.sys_flag[i]),
             born_timestamp=int(self.born_timestamp[i]),
             born_host=self.born_host(i),
@@ -555,7 +555,7 @@ def py_gather(buf: Buffer, p: I64, file_start: int = 0) -> RecordColumns:
         queue_id=head["queue_id"].astype(np.int64),
         flag=head["flag"].astype(np.int64),
         queue_offset=head["queue_offset"].astype(np.int64),
-        physical_offset=head["physical_offset"].astype(np.int64),
+        physical_offset_field=head["physical_offset_field"].astype(np.int64),
         sys_flag=sys_flag,
         born_timestamp=head["born_timestamp"].astype(np.int64),
         born_host_at=born_host_at,

@@ -65,7 +65,7 @@ FIXED_FIELDS = (
     "queue_id",
     "flag",
     "queue_offset",
-    "physical_offset",
+    "physical_offset_field",
     "sys_flag",
     "born_timestamp",
 )
@@ -89,7 +89,7 @@ BODYCRC_POS = FIXED_POS["body_crc"]  # 8
 QUEUEID_POS = FIXED_POS["queue_id"]  # 12
 FLAG_POS = FIXED_POS["flag"]  # 16
 QUEUEOFFSET_POS = FIXED_POS["queue_offset"]  # 20
-PHYSICALOFFSET_POS = FIXED_POS["physical_offset"]  # 28
+PHYSICALOFFSET_POS = FIXED_POS["physical_offset_field"]  # 28
 SYSFLAG_POS = FIXED_POS["sys_flag"]  # 36
 BORNTIMESTAMP_POS = FIXED_POS["born_timestamp"]  # 40
 BORNHOST_POS = FIXED_HEAD.size  # 48
@@ -249,7 +249,7 @@ class MessageRecord:
     queue_id: int
     flag: int
     queue_offset: int
-    physical_offset: int  # the PHYSICALOFFSET field as stored; normally equals ``position``
+    physical_offset_field: int  # PHYSICALOFFSET as stored; ``position`` is where it is
     sys_flag: int
     born_timestamp: int
     born_host: HostAddress
@@ -365,7 +365,9 @@ class CheckResult:
     """The broker's ``(msgSize, success)`` pair plus what rmqinspect learnt on the way.
 
     ``size`` is what the broker returns: the record size when valid, 0 for BLANK, -1 for a
-    failure, and TOTALSIZE (with ``success`` false) when the recomputed length disagrees.
+    failure, and TOTALSIZE (with ``success`` false) when the recomputed length disagrees;
+    ``fields_length`` is then that recomputed length (``calMsgLength``), which is how far the
+    Java buffer has moved over the record.
     """
 
     size: int
@@ -376,6 +378,7 @@ class CheckResult:
     record: MessageRecord | None = None
     tags_code: int = 0
     detail: str = ""
+    fields_length: int | None = None
 
     @property
     def is_message(self) -> bool:
@@ -512,8 +515,8 @@ def check_message(
                 f"__CRC32# {crc.raw!r}, computed {crc.computed}",
                 rec,
             )
-    expected = parsed.expected_length
-    if expected != total_size:
+    mismatch = parsed.length_mismatch(total_size)
+    if mismatch is not None:
         return CheckResult(
             total_size,
             False,
@@ -522,7 +525,8 @@ def check_message(
             magic,
             rec,
             tags_code,
-            f"TOTALSIZE {total_size} but the fields add up to {expected}",
+            mismatch,
+            parsed.expected_length,
         )
     return CheckResult(total_size, True, CheckReason.OK, total_size, magic, rec, tags_code)
 
@@ -557,6 +561,15 @@ class _Parsed:
             topic_length_size(rec.magic),
         )
 
+    def length_mismatch(self, total_size: int) -> str | None:
+        """Why ``total_size`` is not the length the fields add up to, or None when it is: the
+        one home of the rule (:func:`~rmqinspect.format.columns.gather` is its vectorised
+        form)."""
+        expected = self.expected_length
+        if expected == total_size:
+            return None
+        return f"TOTALSIZE {total_size} but the fields add up to {expected}"
+
 
 def _parse(
     buf: bytes | memoryview,
@@ -580,7 +593,7 @@ def _parse(
         queue_id=0,
         flag=0,
         queue_offset=0,
-        physical_offset=0,
+        physical_offset_field=0,
         sys_flag=0,
         born_timestamp=0,
         born_host=HostAddress(b"\0\0\0\0", 0),
@@ -606,7 +619,7 @@ def _parse(
             rec.queue_id,
             rec.flag,
             rec.queue_offset,
-            rec.physical_offset,
+            rec.physical_offset_field,
             rec.sys_flag,
             rec.born_timestamp,
         ) = FIXED_HEAD.unpack_from(buf, start)
@@ -698,11 +711,10 @@ def decode_message(
     stop = parsed.body_stop or parsed.tail_stop
     if stop is not None:
         raise DecodeError(f"corrupt record: {stop}", pos)
-    rec = parsed.record
-    expected = parsed.expected_length
-    if expected != total_size:
-        raise DecodeError(f"TOTALSIZE {total_size} but the fields add up to {expected}", pos)
-    return rec
+    mismatch = parsed.length_mismatch(total_size)
+    if mismatch is not None:
+        raise DecodeError(mismatch, pos)
+    return parsed.record
 
 
 # --- 5.2+ whole-record property CRC (§3.2) ---------------------------------------------------

@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
+from rmqinspect.format.npbytes import first_false
 from rmqinspect.format.sizes import CQ_STORE_UNIT_SIZE as CQ_STORE_UNIT_SIZE  # re-exported
 
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE
@@ -40,15 +41,6 @@ class CqUnit:
     size: int
     tags_code: int
 
-    @property
-    def is_valid(self) -> bool:
-        """The broker's test (``offset >= 0 && size > 0``); pre-blank units pass it."""
-        return self.phy_offset >= 0 and self.size > 0
-
-    @property
-    def is_pre_blank(self) -> bool:
-        return self.phy_offset == 0 and self.size == PRE_BLANK_SIZE and self.tags_code == 0
-
 
 def decode_unit(buf: bytes | memoryview, offset: int) -> CqUnit:
     if offset < 0 or offset + CQ_STORE_UNIT_SIZE > len(buf):
@@ -70,6 +62,8 @@ def units_array(buf: bytes | memoryview) -> npt.NDArray[np.void]:
 
 
 def valid_mask(units: npt.NDArray[np.void]) -> npt.NDArray[np.bool_]:
+    """Which units pass the broker's test (``offset >= 0 && size > 0``): the one home of the
+    rule. Pre-blank units pass it."""
     mask: npt.NDArray[np.bool_] = (units["phy_offset"] >= 0) & (units["size"] > 0)
     return mask
 
@@ -81,9 +75,9 @@ def pre_blank_mask(units: npt.NDArray[np.void]) -> npt.NDArray[np.bool_]:
 
 
 def valid_prefix(units: npt.NDArray[np.void]) -> int:
-    """How many units from the start pass the broker's validity test (``ConsumeQueue.recover``)."""
-    invalid = np.flatnonzero(~valid_mask(units))
-    return int(invalid[0]) if invalid.size else len(units)
+    """How many units from the start pass the broker's validity test (``ConsumeQueue.recover``
+    stops at the first that fails)."""
+    return first_false(valid_mask(units))
 
 
 class TagsCodeKind(StrEnum):

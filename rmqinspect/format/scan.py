@@ -307,7 +307,11 @@ def resync(
         r = cl.check_message(buf, cand, file_start, opts)
         if r.is_blank and r.total_size == len(buf) - cand:
             return cand
-        if r.is_message and r.record is not None and r.record.physical_offset == file_start + cand:
+        if (
+            r.is_message
+            and r.record is not None
+            and r.record.physical_offset_field == file_start + cand
+        ):
             return cand
         search_at = m.start() + 1
 

@@ -65,7 +65,7 @@ def encode_body(body: bytes | None, fmt: BodyFormat) -> tuple[str, str | None]:
 def msg_id(record: MessageRecord) -> str:
     """The offsetMsgId as ``MessageDecoder.createMessageId`` builds it: store host + the record's
     own PHYSICALOFFSET field."""
-    return encode_offset_msg_id(record.store_host, record.physical_offset)
+    return encode_offset_msg_id(record.store_host, record.physical_offset_field)
 
 
 def shown_body(record: MessageRecord, fmt: BodyFormat) -> tuple[bytes | None, dict[str, Any]]:
@@ -117,9 +117,9 @@ def message_json(record: MessageRecord, body: BodyFormat = BodyFormat.TEXT) -> d
         "body": text,
         **compressed,
     }
-    if record.physical_offset != record.position:
+    if record.physical_offset_field != record.position:
         # The PHYSICALOFFSET field disagrees with where the record sits: worth seeing.
-        out["physical_offset_field"] = record.physical_offset
+        out["physical_offset_field"] = record.physical_offset_field
     if record.entry is not None:
         # A DLedger store: the Raft log entry that holds the record (at physical offset - 48).
         out["entry_index"] = record.entry.index
@@ -190,8 +190,8 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
         p = record.prop_crc
         verdict = "ok" if p.match else f"MISMATCH: the record gives {p.computed}"
         rows.append(("property crc (__CRC32#)", f"{p.raw} ({verdict})"))
-    if record.physical_offset != record.position:
-        rows.append(("PHYSICALOFFSET field", f"{record.physical_offset} (differs!)"))
+    if record.physical_offset_field != record.position:
+        rows.append(("PHYSICALOFFSET field", f"{record.physical_offset_field} (differs!)"))
     if record.entry is not None:
         e = record.entry
         rows.append(("DLedger entry", f"index {e.index}, term {e.term}, at {e.pos} ({e.size} B)"))
@@ -244,7 +244,7 @@ def message_json_block(
     keys = None
     if len(plain):
         example = batch.record(int(rows[plain[0]]))
-        moved = dataclasses.replace(example, physical_offset=example.position + 1)
+        moved = dataclasses.replace(example, physical_offset_field=example.position + 1)
         keys = _c_keys(message_json(moved, body), speedups.message_values())
     if keys is None:  # no extension, or a key it cannot write: every row record by record
         length, ends, fallback = 0, np.zeros(len(rows), np.int64), rows

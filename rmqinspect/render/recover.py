@@ -283,6 +283,8 @@ def _summary(report: RecoveryReport) -> Table:
     rows.append(("messages destroyed", "not searched for" if lost is None else lost.count))
     if lost is not None and lost.damaged_records:
         rows.append(("damaged records discarded", lost.damaged_records))
+        for d in lost.damaged:
+            rows.append(("damaged record", f"{d.offset} in {d.file}: {d.reason} {d.detail}"))
     if report.unreachable_messages:
         rows.append(("scanned messages left without a CQ unit", report.unreachable_messages))
     if report.queues_without_consume_queue:

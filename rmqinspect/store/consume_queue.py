@@ -17,9 +17,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, CQ_UNIT_DTYPE, PRE_BLANK_UNIT
+from rmqinspect.format.consumequeue import (
+    CQ_STORE_UNIT_SIZE,
+    CQ_UNIT_DTYPE,
+    PRE_BLANK_UNIT,
+    valid_mask,
+    valid_prefix,
+)
 from rmqinspect.format.javamath import jdiv, jmod, wrap64
-from rmqinspect.format.npbytes import distinct
+from rmqinspect.format.npbytes import distinct, first_false
 from rmqinspect.store.files import MappedFiles, StoreFile
 
 RECOVER_FILES_BACK = 3  # ConsumeQueue.recover trusts all but the last three files
@@ -111,14 +117,12 @@ class ConsumeQueue:
             yield pos, np.frombuffer(data, CQ_UNIT_DTYPE, len(data) // CQ_STORE_UNIT_SIZE)
 
     def valid_run(self, f: CqFile, lo: int, hi: int) -> tuple[int, tuple[int, int] | None]:
-        """Valid units (``phy >= 0 && size > 0``) from ``lo`` up to the first invalid one:
-        (count, (phy, size) of the last of them)."""
+        """Valid units (:func:`~rmqinspect.format.consumequeue.valid_mask`) from ``lo`` up to
+        the first invalid one: (count, (phy, size) of the last of them)."""
         count = 0
         last: tuple[int, int] | None = None
         for _, units in self.chunks(f, lo, hi):
-            ok = (units["phy_offset"] >= 0) & (units["size"] > 0)
-            bad = np.flatnonzero(~ok)
-            n = int(bad[0]) if bad.size else len(units)
+            n = valid_prefix(units)
             if n:
                 last = (int(units["phy_offset"][n - 1]), int(units["size"][n - 1]))
             count += n
@@ -262,9 +266,7 @@ class ConsumeQueue:
             self.max_physic = wrap64(phy + size)
             for _, units in self.chunks(f, CQ_STORE_UNIT_SIZE, self.file_size):
                 offs, sizes = units["phy_offset"], units["size"]
-                ok = (offs >= 0) & (sizes > 0) & (offs < phy_offset)
-                bad = np.flatnonzero(~ok)
-                n = int(bad[0]) if bad.size else len(units)
+                n = first_false(valid_mask(units) & (offs < phy_offset))
                 if n:
                     self.max_physic = wrap64(int(offs[n - 1]) + int(sizes[n - 1]))
                 kept += n

@@ -245,8 +245,10 @@ class Store:
 
     # --- consume queues --------------------------------------------------------------------
 
-    def consume_queue(self, topic: str, queue_id: int) -> FileQueue:
-        """The files of one consume queue (empty when the directory does not exist)."""
+    def consume_queue_files(self, topic: str, queue_id: int) -> FileQueue:
+        """The files of one consume queue (empty when the directory does not exist); the
+        broker's in-memory queue over them is
+        :class:`~rmqinspect.store.consume_queue.ConsumeQueue`."""
         qid = QueueId(topic, queue_id)
         queue = self._queues.get(qid)
         if queue is None:

@@ -31,7 +31,13 @@ from rmqinspect.format.commitlog import (
     body_crc,
     check_message,
 )
-from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
+from rmqinspect.format.consumequeue import (
+    CQ_STORE_UNIT_SIZE,
+    decode_unit,
+    encode_unit,
+    units_array,
+    valid_prefix,
+)
 from rmqinspect.format.encode import encode_message
 from rmqinspect.format.names import offset_file_name
 from rmqinspect.format.profile import Profile
@@ -300,9 +306,7 @@ def cq_ahead_of_commitlog(
     last = files[-1]
     file_size = last.stat().st_size
     data = last.read_bytes()
-    used = 0
-    while used + CQ_STORE_UNIT_SIZE <= len(data) and decode_unit(data, used).is_valid:
-        used += CQ_STORE_UNIT_SIZE
+    used = valid_prefix(units_array(data)) * CQ_STORE_UNIT_SIZE
     unit_size = decode_unit(data, used - CQ_STORE_UNIT_SIZE).size if used else 100
     end = _last_message(store).end
     ranges, created = [], []
@@ -393,7 +397,7 @@ def stale_bytes_past_write_position(
             queue_id=rec.queue_id,
             flag=rec.flag,
             queue_offset=rec.queue_offset,
-            physical_offset=rec.physical_offset,
+            physical_offset=rec.physical_offset_field,
             sys_flag=rec.sys_flag,
             born_timestamp=rec.born_timestamp,
             born_host=rec.born_host,

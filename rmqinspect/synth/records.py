@@ -152,7 +152,7 @@ def heads(
         arr["queue_id"] = np.asarray(c.queue_id)[rows]
         arr["flag"] = np.asarray(c.flag)[rows]
         arr["queue_offset"] = queue_offset[rows]
-        arr["physical_offset"] = offsets[rows]
+        arr["physical_offset_field"] = offsets[rows]
         arr["sys_flag"] = sys_flag[rows]
         arr["born_timestamp"] = np.asarray(c.born_timestamp)[rows]
         arr["born_host"] = host_fields[dtype["born_host"].itemsize][np.asarray(c.born_host)[rows]]

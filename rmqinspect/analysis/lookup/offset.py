@@ -39,8 +39,8 @@ def _read_at(store: Store, offset: int) -> tuple[cl.MessageRecord | None, str]:
 
 def _record_notes(record: cl.MessageRecord, offset: int) -> tuple[str, ...]:
     notes = []
-    if record.physical_offset != offset:
-        notes.append(f"the record's PHYSICALOFFSET field says {record.physical_offset}")
+    if record.physical_offset_field != offset:
+        notes.append(f"the record's PHYSICALOFFSET field says {record.physical_offset_field}")
     if record.body_crc_ok is False:
         notes.append("body CRC mismatch")
     return tuple(notes)

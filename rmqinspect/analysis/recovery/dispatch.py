@@ -52,7 +52,7 @@ class Dispatcher:
         state = self.state
         if state.first_dispatched is None:
             first = min(rows[:1].tolist() + index_rows[:1].tolist())
-            state.first_dispatched = int(cols.physical_offset[first])
+            state.first_dispatched = int(cols.physical_offset_field[first])
         units = rows[cols.enters_consume_queue()[rows]]
         if len(units):
             self._put_units(run, units, tids, names, phase)
@@ -68,7 +68,7 @@ class Dispatcher:
         sequential rules); the tagsCode is the tag hash, or the schedule topic's delivery time."""
         cols = run.columns
         codes = run.tags_codes(rows, (tids, names)).tolist()
-        phys = cols.physical_offset[rows].tolist()
+        phys = cols.physical_offset_field[rows].tolist()
         sizes = cols.sizes[rows].tolist()
         qids = cols.queue_id[rows].tolist()
         qoffs = cols.queue_offset[rows].tolist()
@@ -87,7 +87,7 @@ class Dispatcher:
         cols = run.columns
         if not len(cols):
             return
-        phys = cols.physical_offset
+        phys = cols.physical_offset_field
         sel = phys > above
         if not sel.any():
             return
@@ -125,20 +125,10 @@ def _topics(cols: RecordColumns) -> Topics:
     return tids, [decode_text(t) for t in topics]
 
 
-def read_length(buf: memoryview, pos: int, r: cl.CheckResult) -> int:
+def read_length(r: cl.CheckResult) -> int:
     """How far the Java buffer moves over a length-mismatch record: the length its fields add
     up to (``calMsgLength``), not TOTALSIZE."""
-    rec = r.record
-    if rec is None:
-        return max(r.size, 1)
-    at = pos + cl.mid_fields_pos(rec.sys_flag) + cl.BODY_REL + max(rec.body_length, 0)
-    width = cl.topic_length_size(rec.magic)
-    if at + width > len(buf):
-        return max(r.size, 1)
-    topic_len = int.from_bytes(buf[at : at + width], "big", signed=True)
-    return cl.calc_msg_length(
-        rec.sys_flag, rec.body_length, topic_len, len(rec.properties_raw), width
-    )
+    return max(r.size, 1) if r.fields_length is None else r.fields_length
 
 
 def reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> ReputReport:
@@ -202,7 +192,7 @@ def reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> ReputReport
                 elif size > 0:
                     skipped += 1
                     reput_at += size
-                    bpos += read_length(region, bpos, r)
+                    bpos += read_length(r)
                 else:
                     if stop_at is None:
                         stop_at, stop_reason = reput_at, r.reason.value

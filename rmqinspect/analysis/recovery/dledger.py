@@ -428,7 +428,7 @@ def ledger_reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> Repu
                 elif size > 0:
                     skipped += 1
                     reput_at += size  # the Java buffer moved by the fields' length instead
-                    bpos = c.record_at + read_length(region, c.record_at, r)
+                    bpos = c.record_at + read_length(r)
                 else:
                     if stop_at is None:
                         stop_at, stop_reason = reput_at, r.reason.value

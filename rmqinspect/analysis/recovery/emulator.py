@@ -158,7 +158,9 @@ def run_recovery(
     if opts.find_lost:
         queue_max = {qid: q.max_offset_in_queue for qid, q in state.queues.items()}
         end, deleted_disks = recovered.scan.end, recovered.deleted_disks
-        lost, data_bytes, unserved = lost_messages(state, end, deleted_disks, queue_max)
+        # DLedger cuts at an entry header, not at a record: no record there to call damaged.
+        cut_at = recovered.scan.first_bad if state.ledger is None else None
+        lost, data_bytes, unserved = lost_messages(state, end, deleted_disks, queue_max, cut_at)
     confirm = _confirm_offset(state, recovered)
     queues = [
         _queue_report(state, unserved, qid)

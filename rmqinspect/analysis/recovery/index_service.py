@@ -144,7 +144,7 @@ class IndexService:
             return
         keys = cols.index_keys(rows, topic_ids, topics)
         self._get_builder().dispatch(
-            cols.physical_offset[rows],
+            cols.physical_offset_field[rows],
             cols.store_timestamp[rows],
             cols.sys_flag[rows],
             keys.hashes,

@@ -5,6 +5,11 @@ truncation deletes (``deleted_file``), and in the kept commitlog without a consu
 the restart (``no_queue_unit``: a queue that nothing rebuilds, units ``ConsumeQueue.recover``
 dropped, or the part of a queue before the abnormal recovery's start file). Damage is skipped by
 resynchronising on the next intact record that names its own position.
+
+A record past the end that is not intact is listed as damaged, with why, never as a lost
+message: one the intact check rejects, the record the recovery cut at (whatever the intact
+check says: with ``forceVerifyPropCRC`` a changed property value passes every other check), and
+with ``forceVerifyPropCRC`` any other record whose ``__CRC32#`` does not match.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.scan import FileEvent, Skipped, data_extent
+from rmqinspect.format.scan import FileEvent, Skipped, certain_mask, data_extent
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.layout import QueueId
 
@@ -30,13 +35,15 @@ _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
 
 
 class _Listing:
-    """Lost messages: all counted, the first ``limit`` listed."""
+    """Lost messages and damaged records: all counted, the first ``limit`` of each listed."""
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self.count = 0
         self.messages: list[LostMessage] = []
         self.by_where: dict[str, int] = {}
+        self.damaged_count = 0
+        self.damaged: list[BadRecord] = []
 
     def tally(self, where: str) -> None:
         self.count += 1
@@ -49,6 +56,11 @@ class _Listing:
         self.tally(where)
         if self.wants():
             self.messages.append(_lost(rec, file, where))
+
+    def damage(self, bad: BadRecord) -> None:
+        self.damaged_count += 1
+        if self.limit is None or len(self.damaged) < self.limit:
+            self.damaged.append(bad)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +75,16 @@ class Unserved:
 
 
 def lost_messages(
-    state: BrokerState, end: int, deleted: list[StoreFile], queue_max: dict[QueueId, int]
+    state: BrokerState,
+    end: int,
+    deleted: list[StoreFile],
+    queue_max: dict[QueueId, int],
+    cut_at: BadRecord | None,
 ) -> tuple[LostReport, int, Unserved]:
-    """Every intact message the restart destroys (see the module docstring), and the count of
+    """Every intact message the restart destroys and every damaged record past E (see the
+    module docstring; ``cut_at``: the record the recovery stopped at), and the count of
     non-zero bytes past E (in the cut file and the deleted files)."""
     listing = _Listing(state.options.lost_limit)
-    damaged = 0
     data_bytes = 0
     regions: list[tuple[StoreFile, int, str]] = []
     cut = state.find_commitlog(end) if state.commitlog else None
@@ -76,13 +92,18 @@ def lost_messages(
         regions.append((cut.disk, end - cut.start, "past_end"))
     regions.extend((d, 0, "deleted_file") for d in deleted)
     for disk, begin, where in regions:
-        found, data = _past_end(state, disk, begin, where, queue_max, listing)
-        damaged += found
-        data_bytes += data
+        cut_here = cut_at if where == "past_end" else None
+        data_bytes += _past_end(state, disk, begin, where, queue_max, listing, cut_here)
     unserved = _unserved(state, listing)
     truncated = listing.limit is not None and listing.count > len(listing.messages)
     report = LostReport(
-        listing.count, len(listing.messages), truncated, damaged, listing.messages, listing.by_where
+        listing.count,
+        len(listing.messages),
+        truncated,
+        listing.damaged_count,
+        listing.messages,
+        listing.by_where,
+        listing.damaged,
     )
     return report, data_bytes, unserved
 
@@ -94,12 +115,13 @@ def _past_end(
     where: str,
     queue_max: dict[QueueId, int],
     listing: _Listing,
-) -> tuple[int, int]:
-    """Intact records from ``begin`` of a file the restart cuts or deletes; returns the damaged
-    message headers met and the non-zero bytes from ``begin``."""
+    cut_at: BadRecord | None,
+) -> int:
+    """Intact records and damaged message headers from ``begin`` of a file the restart cuts
+    or deletes (``cut_at``: the record the recovery stopped at, when it is in this file);
+    returns the non-zero bytes from ``begin``."""
     if disk.length == 0:
-        return 0, 0
-    damaged = 0
+        return 0
     # A message header whose record fails the check; in DLedger data also an entry header
     # (magic 1) that DLedger stops at.
     headers = _MESSAGE_MAGICS + ((dl.ENTRY_MAGIC,) if state.ledger is not None else ())
@@ -113,10 +135,17 @@ def _past_end(
             released = event.start
             if isinstance(event, Skipped):
                 if event.result.magic in headers:
-                    damaged += 1
+                    # At the cut, the recovery's own verdict is the why.
+                    at_cut = cut_at is not None and cut_at.offset == disk.start + event.start
+                    listing.damage(cut_at if cut_at is not None and at_cut else _bad(event, disk))
                 continue
             cols = event.columns
+            rejected = _rejected(state, cols, disk, cut_at)
+            for bad in rejected.values():
+                listing.damage(bad)
             for i in _lost_in_run(cols, queue_max):
+                if i in rejected:
+                    continue
                 if listing.wants():
                     listing.add(cols.record(i), disk.name, where)
                 else:
@@ -124,7 +153,30 @@ def _past_end(
     finally:
         buf.release()
         state.store.maps.release(disk, begin, disk.length)
-    return damaged, extent
+    return extent
+
+
+def _rejected(
+    state: BrokerState, cols: RecordColumns, disk: StoreFile, cut_at: BadRecord | None
+) -> dict[int, BadRecord]:
+    """The records of an intact run that are damaged all the same, by row: the one the
+    recovery cut at, and with ``forceVerifyPropCRC`` those whose ``__CRC32#`` does not match
+    (a record that only lacks one is intact: it is lost, not damaged). Only that switch makes
+    the recovery's check reject what the intact check accepts, so only then is it run again."""
+    found: dict[int, BadRecord] = {}
+    if not len(cols):
+        return found
+    if cut_at is not None and disk.start + int(cols.positions[0]) == cut_at.offset:
+        found[0] = cut_at
+    recover = state.checks.recover
+    if not (recover.check_crc and recover.force_verify_prop_crc):
+        return found
+    for i in np.flatnonzero(~certain_mask(cols, recover)).tolist():
+        pos = int(cols.positions[i])
+        result = cl.check_message(cols.buf, pos, disk.start, recover)
+        if i not in found and result.reason is cl.CheckReason.PROP_CRC_MISMATCH:
+            found[i] = _bad_record(result, disk.start + pos, disk.name, pos)
+    return dict(sorted(found.items()))
 
 
 def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
@@ -138,7 +190,7 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
         for found in walk_unserved(check, state.store, f, 0, _reput_scan(state)):
             if isinstance(found, Skipped):
                 if state.ledger is not None:
-                    kept_damage.append(_bad(found, f.start, f.name))
+                    kept_damage.append(_bad(found, f.disk))
                 continue
             qid = QueueId(found.topic, found.queue_id)
             per_queue[qid] = per_queue.get(qid, 0) + 1
@@ -170,12 +222,15 @@ def served_check(state: BrokerState) -> ServedCheck:
     )
 
 
-def _bad(event: Skipped, file_start: int, name: str) -> BadRecord:
-    r = event.result
+def _bad(event: Skipped, disk: StoreFile) -> BadRecord:
+    return _bad_record(event.result, disk.start + event.start, disk.name, event.start)
+
+
+def _bad_record(r: cl.CheckResult, offset: int, name: str, position: int) -> BadRecord:
     return BadRecord(
-        file_start + event.start,
+        offset,
         name,
-        event.start,
+        position,
         r.reason.value,
         r.detail,
         r.total_size,
@@ -206,9 +261,10 @@ def _lost(rec: cl.MessageRecord, file: str, where: str) -> LostMessage:
         rec.topic,
         rec.queue_id,
         rec.queue_offset,
-        rec.physical_offset,
+        rec.position,
         rec.store_size,
-        encode_offset_msg_id(rec.store_host, rec.physical_offset),
+        # The broker's offset msgId is built from the stored PHYSICALOFFSET field.
+        encode_offset_msg_id(rec.store_host, rec.physical_offset_field),
         rec.uniq_key,
         rec.keys,
         rec.tags,

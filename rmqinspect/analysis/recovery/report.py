@@ -207,9 +207,12 @@ class LostReport:
     count: int
     listed: int
     truncated: bool
-    damaged_records: int  # message-like records past E that fail the check (torn, corrupt)
+    # Records past E that are not intact: message-like records that fail the check (torn,
+    # corrupt), the record the recovery cut at, and (forceVerifyPropCRC) a wrong __CRC32#.
+    damaged_records: int
     messages: list[LostMessage]
     by_where: dict[str, int] = field(default_factory=dict)  # count per ``where``
+    damaged: list[BadRecord] = field(default_factory=list)  # the first ``lost_limit``, with why
 
 
 @dataclass

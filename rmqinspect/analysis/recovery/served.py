@@ -227,7 +227,7 @@ class ServingState:
         commitlog = [CommitlogFile(disks[name], wrote) for name, wrote in self.commitlog]
         queues: dict[QueueId, ConsumeQueue] = {}
         for s in self.queues:
-            on_disk = {f.start: f for f in store.consume_queue(s.topic, s.queue_id).files}
+            on_disk = {f.start: f for f in store.consume_queue_files(s.topic, s.queue_id).files}
             q = ConsumeQueue(store.maps, s.topic, s.queue_id, [], self.cq_file_size)
             for start, disk, wrote, overlay_start, overlay in s.files:
                 f = CqFile(start, on_disk[start] if disk else None, wrote)

@@ -243,7 +243,7 @@ def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerSta
     if state.failures:
         return state
     for qid in store.queue_dirs:
-        fq = store.consume_queue(qid.topic, qid.queue_id)
+        fq = store.consume_queue_files(qid.topic, qid.queue_id)
         fails, deleted = _layout_failures(profile, fq.problems)
         state.failures.extend(fails)
         ordered = sorted(fq.files, key=lambda f: f.name)

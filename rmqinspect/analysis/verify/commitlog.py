@@ -88,7 +88,7 @@ def record_failures(
                 add("commitlog.prop_crc")
         if _compression_error(cols, 0) is not None:
             add("commitlog.body_compression")
-    if int(cols.physical_offset[0]) != file_start + pos:
+    if int(cols.physical_offset_field[0]) != file_start + pos:
         add("commitlog.physical_offset")
     return failed
 
@@ -130,13 +130,13 @@ def run_failures(ctx: Context, cols: RecordColumns) -> list[tuple[int, str, str]
     switched off is also flagged)."""
     out: list[tuple[int, str, str]] = []
     positions = cols.positions + cols.file_start
-    for i in np.flatnonzero(cols.physical_offset != positions).tolist():
+    for i in np.flatnonzero(cols.physical_offset_field != positions).tolist():
         out.append(
             (
                 i,
                 "commitlog.physical_offset",
-                f"PHYSICALOFFSET says {int(cols.physical_offset[i])}: a copy of a record from "
-                "elsewhere (stale bytes of an earlier generation or another file)",
+                f"PHYSICALOFFSET says {int(cols.physical_offset_field[i])}: a copy of a record "
+                "from elsewhere (stale bytes of an earlier generation or another file)",
             )
         )
     for i in np.flatnonzero(cols.sys_flag & cl.COMPRESSED_FLAG).tolist():
@@ -243,7 +243,7 @@ def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
         if len(cols):
             last_ts = _run(ctx, f, buf, event, out, last_ts, damage_at is not None)
             if damage_at is not None:
-                own = np.flatnonzero(cols.physical_offset == cols.positions + f.start)
+                own = np.flatnonzero(cols.physical_offset_field == cols.positions + f.start)
                 out.intact_after_damage += len(own)
                 if first_after is None and len(own):
                     first_after = int(cols.positions[own[0]])
@@ -283,7 +283,7 @@ def _run(
         t.records += n
         t.bytes += int(b)
     positions = cols.positions + f.start
-    own = cols.physical_offset == positions
+    own = cols.physical_offset_field == positions
     for i, check, detail in run_failures(ctx, cols):
         _bad_record(ctx, findings, out.file, buf, int(cols.positions[i]), f.start, check, detail)
     ts = cols.store_timestamp[own]

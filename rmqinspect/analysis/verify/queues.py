@@ -271,7 +271,7 @@ def classify_lagging(
 def check_queue_layout(ctx: Context, findings: Findings) -> None:
     """Each queue's file list: names, sizes and gaps (``MappedFileQueue.load``'s rules)."""
     for qid in ctx.store.queue_dirs:
-        for p in ctx.store.consume_queue(qid.topic, qid.queue_id).problems:
+        for p in ctx.store.consume_queue_files(qid.topic, qid.queue_id).problems:
             findings.add(
                 layout_check("consumequeue", p.kind),
                 ctx.rel(p.path),

@@ -86,7 +86,7 @@ def _commitlog_unit(ctx: Context, index: int) -> FileResult:
 def _queue_unit(ctx: Context, arg: tuple[str, int, int, int]) -> tuple[Findings, int]:
     topic, queue_id, index, data_end = arg
     findings = Findings()
-    f = ctx.store.consume_queue(topic, queue_id).files[index]
+    f = ctx.store.consume_queue_files(topic, queue_id).files[index]
     units = check_queue_file(ctx, QueueId(topic, queue_id), f, data_end, findings)
     return findings, units
 
@@ -226,7 +226,7 @@ class Verifier:
         queue_args = [
             (qid.topic, qid.queue_id, i, data_end)
             for qid in store.queue_dirs
-            for i in range(len(store.consume_queue(qid.topic, qid.queue_id).files))
+            for i in range(len(store.consume_queue_files(qid.topic, qid.queue_id).files))
         ]
         index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
         units = _merge(self._map(_queue_unit, queue_args), findings)
