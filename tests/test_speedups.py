@@ -392,7 +392,7 @@ def test_the_c_writer_writes_every_key_of_the_definition() -> None:
     buf = (FIXTURES / "stores").glob("*/commitlog/*").__next__().read_bytes()
     cols = columns.gather(buf, columns.walk(buf, 0), 0)
     moved = cols.record(0)
-    moved.physical_offset += 1  # the one optional key: a disagreeing PHYSICALOFFSET field
+    moved.physical_offset_field += 1  # the one optional key: a disagreeing PHYSICALOFFSET field
     for body in BodyFormat:
         keys = set(message_json(moved, body))
         assert "physical_offset_field" in keys and keys <= set(speedups.message_values())
