@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,17 @@ from typer.testing import Result
 from rmqinspect.render.values import MAX_CELL_CHARS
 from rmqinspect.store import mapguard
 from rmqinspect.store.configfiles import MAX_CONFIG_BYTES
-from tests.cli_helpers import SMALL_OPTS, escaping_store, escaping_topics, run, tree_state
+from rmqinspect.store.files import StoreFile
+from rmqinspect.synth.writer import MessageSpec
+from tests.cli_helpers import (
+    SMALL_LAYOUT,
+    SMALL_OPTS,
+    build_store,
+    escaping_store,
+    escaping_topics,
+    run,
+    tree_state,
+)
 from tests.conftest import FIXTURES, ROOT
 
 GIB = 1 << 30
@@ -989,3 +1000,46 @@ def test_verify_of_a_region_of_copies_builds_only_what_it_lists(
     assert judged < 20  # units that reach no message magic are not decoded again
     assert built == len(report["findings"]) == report["summary"]["findings_listed"]
     assert report["summary"]["findings"] > 2 * built  # the rest only counted
+
+
+# --- costs that grow with the input -------------------------------------------------------------
+
+
+@pytest.fixture
+def queue_bytes_read(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Bytes copied out of consume-queue files through :meth:`MappedFiles.read` (the queue
+    model's reads), counted while a test runs commands in this process."""
+    from rmqinspect.store.files import MappedFiles
+
+    counted = {"bytes": 0}
+    original = MappedFiles.read
+
+    def read(self: MappedFiles, file: StoreFile, start: int, length: int) -> bytes:
+        data = original(self, file, start, length)
+        if "consumequeue" in file.path.parts:
+            counted["bytes"] += len(data)
+        return data
+
+    monkeypatch.setattr(MappedFiles, "read", read)
+    return counted
+
+
+def test_queues_in_preallocated_files_cost_their_units(
+    tmp_path: Path, queue_bytes_read: dict[str, int]
+) -> None:
+    """The broker preallocates each queue file (6,000,000 bytes, sparse). Loading a queue
+    stops at its first zero unit, which lies where the file's data ends: a store of many
+    one-message queues costs their units, not a copy of each file's holes (which in thousands
+    of queues filled memory with zero pages and ran for minutes)."""
+    queues = 12
+    layout = replace(SMALL_LAYOUT, cq_file_size=6_000_000)
+    specs = [MessageSpec(topic=f"T{i}", body=b"x") for i in range(queues)]
+    root = build_store(tmp_path / "store", specs, layout)
+    assert os.path.getsize(root / "consumequeue" / "T0" / "0" / FIRST) == 6_000_000
+    for args in (("verify", root), ("recover", root), ("offsets", root)):
+        queue_bytes_read["bytes"] = 0
+        result = cli(*args, "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        # up to a file-system block per queue and step (the data's extent), never a 1.25 MiB
+        # chunk of zeros
+        assert queue_bytes_read["bytes"] <= queues * 64 * 1024, (args, queue_bytes_read)

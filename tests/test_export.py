@@ -3,18 +3,29 @@ manifest, the output-directory rules, hostile topic names, DuckDB, and a missing
 
 from __future__ import annotations
 
+import functools
 import json
+import queue
 import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import duckdb
 import pyarrow as pa
 import pytest
 
+from rmqinspect.export import arrow_engine
+from rmqinspect.export.progress import Reporter
 from rmqinspect.export.schema import SCHEMAS, TOPIC_PARTITION, Table, file_schema
 from rmqinspect.export.topics import MAX_VALUE_LENGTH, partition_value
-from tests.cli_helpers import SMALL_OPTS, run, run_json, run_jsonl
+from rmqinspect.store.model import Store
+from rmqinspect.synth.writer import MessageSpec
+from tests.cli_helpers import SMALL_OPTS, build_store, run, run_json, run_jsonl
 from tests.conftest import FIXTURES
 from tests.export_helpers import (
     HOSTILE_TOPICS,
@@ -353,3 +364,82 @@ def test_spark_engine_without_java_17_says_so_in_one_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0] and "--engine arrow" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+class _CountedFuture(Future[Any]):
+    """A future that counts how often its state is looked at (``concurrent.futures.wait``
+    looks at every future it is given)."""
+
+    looks = 0
+
+    @property  # type: ignore[override]
+    def _state(self) -> str:
+        _CountedFuture.looks += 1
+        return self._counted_state
+
+    @_state.setter
+    def _state(self, value: str) -> None:
+        self._counted_state = value
+
+
+class _OneAtATimeExecutor:
+    """A process pool stand-in: one thread runs the tasks in order, and finishes the next
+    only after the engine has taken the last one (``Reporter.advanced``) and moved on to
+    waiting, so the engine learns of finished parts one at a time, as from a real pool."""
+
+    taken = threading.Semaphore(0)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None]
+        self._tasks = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future = _CountedFuture()
+        self._tasks.put((future, functools.partial(fn, *args)))
+        return future
+
+    def _run(self) -> None:
+        first = 2  # the restart prediction and the planning are not parts
+        while (task := self._tasks.get()) is not None:
+            future, call = task
+            if first:
+                first -= 1
+            else:
+                self.taken.acquire()
+                time.sleep(0.005)  # the engine is back to waiting
+            future.set_result(call())
+
+    def __enter__(self) -> _OneAtATimeExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._tasks.put(None)
+        self._thread.join()
+
+
+class _Taken(Reporter):
+    def advanced(self, nbytes: int, files: int) -> None:
+        _OneAtATimeExecutor.taken.release()
+
+
+def test_arrow_engine_takes_each_finished_part_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine learns of each finished part once: looking at every running part whenever
+    one finished cost parts x parts (100,000 queues: minutes before any work)."""
+    queues = 60
+    specs = [MessageSpec(topic=f"T{i}", body=b"x") for i in range(queues)]
+    root = build_store(tmp_path / "store", specs)
+    monkeypatch.setattr(arrow_engine, "ProcessPoolExecutor", _OneAtATimeExecutor)
+    _OneAtATimeExecutor.taken.release()  # the first part needs no taking before it
+    _CountedFuture.looks = 0
+    out = tmp_path / "out"
+    out.mkdir()
+    with Store.open(root) as store:
+        tables = (Table.MESSAGES, Table.CONSUME_QUEUE)
+        result = arrow_engine.run_arrow(store, out, tables, 1, _Taken())
+    assert result.rows[Table.CONSUME_QUEUE] == queues
+    parts = queues + 2  # the queues, the commitlog range and the file hashes
+    assert _CountedFuture.looks <= 8 * parts, _CountedFuture.looks

@@ -199,3 +199,33 @@ def test_cli_stops_quietly_when_the_reader_goes_away(conformance_dir: Path, comm
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
+
+
+def test_each_queue_directory_is_listed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inferring the queue file size lists every queue directory; the queues then reuse those
+    listings, so a store of many queues costs one listing per queue, not two."""
+    from rmqinspect.analysis.queues import all_queue_bounds
+    from rmqinspect.store import files, model
+
+    _write_commitlog(tmp_path, files=1)
+    queues = 30
+    for i in range(queues):
+        directory = tmp_path / "consumequeue" / f"T{i}" / "0"
+        directory.mkdir(parents=True)
+        (directory / f"{0:020d}").write_bytes(bytes(1000))
+    listed: list[Path] = []
+    original = files.list_directory
+
+    def counted(directory: Path, what: str) -> files.Listing:
+        listed.append(directory)
+        return original(directory, what)
+
+    monkeypatch.setattr(files, "list_directory", counted)
+    monkeypatch.setattr(model, "list_directory", counted)
+    with Store.open(tmp_path) as store:
+        bounds = all_queue_bounds(store)
+    assert len(bounds) == queues and store.cq_file_size == 1000
+    queue_listings = [d for d in listed if "consumequeue" in d.parts]
+    assert len(queue_listings) == queues, sorted(map(str, queue_listings))

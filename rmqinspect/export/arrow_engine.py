@@ -8,15 +8,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import (
-    FIRST_COMPLETED,
-    Future,
-    ProcessPoolExecutor,
-    ThreadPoolExecutor,
-    wait,
-)
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -73,17 +68,28 @@ def run_arrow(
     finished: list[PartResult] = []
     workers = jobs or os.cpu_count() or 1
     context = _worker_context()
+    # Futures report themselves here when done: the loop takes them one by one, so each costs
+    # the same however many are running (waiting on the whole set each time was quadratic in
+    # the parts: 100,000 queues made minutes of it).
+    done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker)
     with pool, ThreadPoolExecutor(1) as side:
+        running: dict[Future[PartResult], Part] = {}
+
+        def start(part: Part, own: RestartKeeps | None) -> None:
+            future = pool.submit(run_part, ref, str(out), part, wanted, own)
+            running[future] = part
+            future.add_done_callback(done.put)
+
         # The restart emulation, the planning of the commitlog ranges and the parts that need
         # no plan go first, in that order: the ranges wait for the first two.
         keeps: Future[RestartKeeps] | None = None
         if Table.MESSAGES in wanted:
             keeps = pool.submit(predict_restart, ref)
+            keeps.add_done_callback(done.put)
         planned = pool.submit(plan_ranges_of, ref, wanted)
-        running: dict[Future[PartResult], Part] = {
-            pool.submit(run_part, ref, str(out), p, wanted, None): p for p in parts
-        }
+        for p in parts:
+            start(p, None)
         findings: Future[PartResult] | None = None
         if Table.FINDINGS in wanted:
             # verify runs its work units in the same pool, from a thread of its own.
@@ -93,18 +99,16 @@ def run_arrow(
         tally = FileTally([*ranges, *parts])
         reporter.planned(tally.nbytes, tally.files)
         while running or keeps is not None:
-            waiting: set[Future[Any]] = {*running, *([keeps] if keeps else [])}
-            done, _ = wait(waiting, return_when=FIRST_COMPLETED)
-            if keeps is not None and keeps in done:
+            future = done.get()
+            if future is keeps:
                 prediction = keeps.result()
                 keeps = None
                 for r in ranges:
-                    own = range_keeps(store, r, prediction)
-                    running[pool.submit(run_part, ref, str(out), r, wanted, own)] = r
-            for future in [f for f in running if f in done]:
-                part = running.pop(future)
-                finished.append(future.result())
-                reporter.advanced(part.nbytes, tally.finished(part))
+                    start(r, range_keeps(store, r, prediction))
+                continue
+            part = running.pop(future)
+            finished.append(future.result())
+            reporter.advanced(part.nbytes, tally.finished(part))
         if findings is not None:
             finished.append(findings.result())
     finish_tables(out, wanted)

@@ -116,12 +116,25 @@ class ConsumeQueue:
             data = self.read(f, pos, min(pos + step, hi, self.file_size))
             yield pos, np.frombuffer(data, CQ_UNIT_DTYPE, len(data) // CQ_STORE_UNIT_SIZE)
 
+    def zeros_from(self, f: CqFile) -> int:
+        """Where only zero units remain in ``f``: past the disk file's data (the hole of a
+        sparse, preallocated file, or the padding past a short one) and past the overlay. A zero
+        unit is invalid (size 0), so a walk that stops at the first invalid unit stops there at
+        the latest and need not read the rest: a queue of a few units in a 6 MB file costs what
+        its units cost, not a copy of the file's holes."""
+        end = 0
+        if f.disk is not None and f.disk.length:
+            end = self.maps.data_end(f.disk)
+        if f.overlay:
+            end = max(end, f.overlay_start + len(f.overlay))
+        return -(-end // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+
     def valid_run(self, f: CqFile, lo: int, hi: int) -> tuple[int, tuple[int, int] | None]:
         """Valid units (:func:`~rmqinspect.format.consumequeue.valid_mask`) from ``lo`` up to
         the first invalid one: (count, (phy, size) of the last of them)."""
         count = 0
         last: tuple[int, int] | None = None
-        for _, units in self.chunks(f, lo, hi):
+        for _, units in self.chunks(f, lo, min(hi, self.zeros_from(f))):
             n = valid_prefix(units)
             if n:
                 last = (int(units["phy_offset"][n - 1]), int(units["size"][n - 1]))
@@ -264,7 +277,8 @@ class ConsumeQueue:
                 continue
             kept = 1
             self.max_physic = wrap64(phy + size)
-            for _, units in self.chunks(f, CQ_STORE_UNIT_SIZE, self.file_size):
+            # Units past zeros_from are zero, hence not ok: the walk ends there at the latest.
+            for _, units in self.chunks(f, CQ_STORE_UNIT_SIZE, self.zeros_from(f)):
                 offs, sizes = units["phy_offset"], units["size"]
                 n = first_false(valid_mask(units) & (offs < phy_offset))
                 if n:

@@ -323,14 +323,20 @@ def _readlink(path: Path) -> str:
 
 
 def list_family(
-    directory: Path, file_size: int | None, family: str, default_size: int
+    directory: Path,
+    file_size: int | None,
+    family: str,
+    default_size: int,
+    listing: Listing | None = None,
 ) -> FileQueue:
     """List one family directory the way ``MappedFileQueue.load`` does, without failing on oddities.
 
     The configured size is ``file_size`` when given, otherwise the most common length among the
-    files (stores often run with a non-default size), otherwise ``default_size``.
+    files (stores often run with a non-default size), otherwise ``default_size``. ``listing``:
+    the directory's listing when the caller has just taken it.
     """
-    listing = list_directory(directory, family)
+    if listing is None:
+        listing = list_directory(directory, family)
     problems = list(listing.problems)
     named: list[tuple[Path, int, int]] = []
     for path, length in listing.files:

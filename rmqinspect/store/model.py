@@ -30,6 +30,7 @@ from rmqinspect.format.profile import Profile
 from rmqinspect.store.files import (
     FileQueue,
     LayoutProblem,
+    Listing,
     MappedFiles,
     SmallFile,
     StoreFile,
@@ -96,6 +97,7 @@ class Store:
     unsupported: list[UnsupportedLayout] = field(default_factory=list)
     maps: MappedFiles = field(default_factory=MappedFiles)
     _queues: dict[QueueId, FileQueue] = field(default_factory=dict)
+    _listings: dict[Path, Listing] = field(default_factory=dict)  # taken by consume_queue
     _profile: ProfileDetection | None = None
     _opened: Fingerprint | None = None
     _lock_holder: int | None = None
@@ -261,7 +263,11 @@ class Store:
                 queue = FileQueue(self.root / "consumequeue", self.cq_file_size)
             else:
                 queue = list_family(
-                    directory, self.cq_file_size, f"consume queue {qid}", self.cq_file_size
+                    directory,
+                    self.cq_file_size,
+                    f"consume queue {qid}",
+                    self.cq_file_size,
+                    self._listings.pop(directory, None),
                 )
             self._queues[qid] = queue
         return queue
@@ -283,6 +289,9 @@ class Store:
                 listing = list_directory(directory, "consume queue")
             except StoreError:
                 continue  # the queue's own listing reports it
+            # Kept for consume_queue, which would list the directory again: one listing per
+            # queue, not two, counts with 100,000 queues.
+            self._listings[directory] = listing
             for path, size in listing.files:
                 if size > 0 and parse_offset_name(path.name) is not None:
                     counts[size] = counts.get(size, 0) + 1
