@@ -34,6 +34,7 @@ from rmqinspect.render.message import (
     message_json_block,
 )
 from rmqinspect.render.output import dumps
+from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
 from tests.conftest import FIXTURES
 
 needs_c = pytest.mark.skipif(not speedups.compiled(), reason="the C extension is not built")
@@ -113,6 +114,65 @@ def test_crc_refuses_a_slice_outside_the_buffer() -> None:
         pytest.skip("the C extension is not built")
     with pytest.raises(ValueError):
         speedups.crc32_many(b"abc", np.array([2], np.int64), np.array([5], np.int64))
+
+
+@needs_c
+@pytest.mark.parametrize("count", [1 << 61, (1 << 63) - 1])
+def test_a_count_that_would_wrap_the_output_size_is_refused(count: int) -> None:
+    """``count * 8`` wraps to a small number of bytes for these counts: a direct call raises
+    instead of writing past the two-item outputs."""
+    c = speedups._speedups
+    assert c is not None
+    positions, sizes = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    with pytest.raises(ValueError, match="fewer than"):
+        c.walk(bytes(64), 0, count, 8, (1,), positions, sizes)
+    assert positions.tolist() == sizes.tolist() == [0, 0]
+
+
+@needs_c
+def test_every_output_is_checked_against_its_count() -> None:
+    c = speedups._speedups
+    assert c is not None
+    buf, three = bytes(range(64)), np.arange(3, dtype=np.int64)
+    with pytest.raises(ValueError):
+        c.crc32_many(buf, three, three, np.zeros(2, np.int64))
+    with pytest.raises(ValueError):
+        c.gather(buf, three, columns._LAYOUT, np.zeros(23 * 3 - 1, np.int64))
+    with pytest.raises(ValueError):
+        c.binary_views(buf, three, three, np.zeros(3 * 16 - 1, np.uint8))
+    lengths = np.full(3, 9, np.int64)  # room for 9 entries asked
+    with pytest.raises(ValueError, match="fewer than"):
+        c.property_entries(buf, three, lengths, *(np.zeros(8, np.int64) for _ in range(5)))
+
+
+@needs_c
+def test_a_walk_from_the_largest_position_stops_there() -> None:
+    """``pos + 8`` would overflow: the walk compares ``pos`` with the buffer's end instead."""
+    c = speedups._speedups
+    assert c is not None
+    out = np.zeros(1, np.int64)
+    last = (1 << 63) - 1
+    assert c.walk(bytes(64), last, 1, 8, (1,), out, out.copy()) == (0, last)
+
+
+@needs_c
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=6))
+def test_gather_at_any_int64_position_agrees(positions: list[int]) -> None:
+    """Positions near the ends of int64 wrap their field offsets as numpy does (no undefined
+    overflow in C) and read zeros."""
+    buf = _record(body=b"x" * 40) * 2
+    p = np.array(positions, np.int64)
+    assert _fields(columns.gather(buf, p, 0)) == _fields(columns.py_gather(buf, p, 0))
+
+
+@needs_c
+def test_gather_refuses_layout_constants_past_int32() -> None:
+    c = speedups._speedups
+    assert c is not None
+    layout = (1 << 40, *columns._LAYOUT[1:])
+    with pytest.raises(ValueError):
+        c.gather(bytes(64), np.zeros(1, np.int64), layout, np.zeros(23, np.int64))
 
 
 _BORN = HostAddress(bytes([10, 0, 0, 1]), 1)
@@ -539,3 +599,20 @@ def test_the_c_writer_writes_keys_of_any_length(name_length: int) -> None:
     )
     assert not len(fallback)
     assert bytes(out[:length]) == dumps({name: 7, name + "2": "TopicA"}) + b"\n"
+
+
+@needs_c
+@pytest.mark.parametrize("bound", [MIN_ISO_MS, MAX_ISO_MS])
+def test_the_c_writer_refuses_a_time_range_past_four_digit_years(bound: int) -> None:
+    """Outside years 0000-9999 the date text would index past its digit table, and
+    ``-ms`` of the least int64 would overflow: such a range is refused, not written."""
+    data = _record(body=b"x") + bytes(256)
+    cols = columns.gather(data, columns.walk(data, 0), 0)
+    table = np.stack([getattr(cols, name) for name in speedups.message_fields()], 1)
+    keys = ((b'{"t":', speedups.message_values().index("store_time")),)
+    past = -(1 << 63) if bound == MIN_ISO_MS else (1 << 63) - 1
+    settings = tuple(past if v == bound else v for v in _json_settings())
+    with pytest.raises(ValueError, match="time range"):
+        speedups.message_json(
+            cols.buf, 0, table, keys, 3, settings, _TRANSACTIONS, b"\n", bytearray()
+        )

@@ -202,12 +202,20 @@ static int32_t be32(const uint8_t *p)
                      (uint32_t)p[3]);
 }
 
-/* A writable buffer of int64 items with at least ``n`` of them. */
+/* a + b wrapped to 64 bits, as numpy adds (py_gather's arithmetic): positions come from
+ * callers and lying fields, and a signed overflow would be undefined. */
+static inline int64_t wadd(int64_t a, int64_t b)
+{
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+
+/* A writable buffer of int64 items with at least ``n`` of them. The count is compared, not
+ * ``n * 8`` with the length: a caller's n near 2**61 would wrap that product to a small one. */
 static int get_i64_out(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
         return -1;
-    if (view->len < n * (Py_ssize_t)sizeof(int64_t)) {
+    if (n < 0 || n > view->len / (Py_ssize_t)sizeof(int64_t)) {
         PyErr_Format(PyExc_ValueError, "%s holds fewer than %zd int64 items", what, n);
         PyBuffer_Release(view);
         return -1;
@@ -282,7 +290,7 @@ static PyObject *speedups_walk(PyObject *self, PyObject *args)
     Py_ssize_t limit = buf.len, at = pos, count = 0;
     int64_t *po = pos_out.buf, *so = size_out.buf;
     Py_BEGIN_ALLOW_THREADS
-    while (count < max_records && at + 8 <= limit) {
+    while (count < max_records && at <= limit - 8) { /* at + 8 could pass PY_SSIZE_T_MAX */
         int32_t size = be32(data + at);
         if (size < min_size || size > limit - at)
             break;
@@ -540,10 +548,16 @@ typedef struct {
  * of the bytearray is alive). */
 static int out_grow(out_buf *o, size_t more)
 {
-    size_t cap = o->cap ? o->cap : 1 << 16;
-    while (cap < o->len + more)
-        cap *= 2;
-    if (cap > (size_t)PY_SSIZE_T_MAX || PyByteArray_Resize(o->array, (Py_ssize_t)cap) < 0)
+    if (more > (size_t)PY_SSIZE_T_MAX - o->len) { /* no bytearray holds that much */
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t need = o->len + more, cap = o->cap ? o->cap : 1 << 16;
+    while (cap < need)
+        cap *= 2; /* cap < need <= PY_SSIZE_T_MAX: no wrap */
+    if (cap > (size_t)PY_SSIZE_T_MAX)
+        cap = need;
+    if (PyByteArray_Resize(o->array, (Py_ssize_t)cap) < 0)
         return -1;
     o->data = PyByteArray_AS_STRING(o->array);
     o->cap = cap;
@@ -553,7 +567,18 @@ static int out_grow(out_buf *o, size_t more)
 /* inline: every value of every row asks (the growing is out of line) */
 static inline int out_reserve(out_buf *o, size_t more)
 {
-    return o->len + more <= o->cap ? 0 : out_grow(o, more);
+    return more <= o->cap - o->len ? 0 : out_grow(o, more); /* len <= cap: no wrap */
+}
+
+/* Room for ``count`` items of at most ``width`` bytes and ``extra`` bytes more, the product
+ * checked first: the count is a slice's length, and a long enough one would wrap it. */
+static int out_reserve_items(out_buf *o, size_t count, size_t width, size_t extra)
+{
+    if (count > ((size_t)PY_SSIZE_T_MAX - extra) / width) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return out_reserve(o, count * width + extra);
 }
 
 #define PUT(o, s, n)                                                                               \
@@ -625,7 +650,7 @@ static int put_int(out_buf *o, long long v)
 static int put_str(out_buf *o, const uint8_t *p, size_t n, size_t readable)
 {
     static const char hex[] = "0123456789abcdef";
-    if (out_reserve(o, 6 * n + 2 + CHUNK) < 0)
+    if (out_reserve_items(o, n, 6, 2 + CHUNK) < 0)
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
@@ -678,6 +703,9 @@ typedef struct {
     long long secs;
     char text[19];
 } time_cache;
+
+#define MIN_TIME_MS -62167219200000LL /* 0000-01-01T00:00:00.000Z */
+#define MAX_TIME_MS 253402300799999LL /* 9999-12-31T23:59:59.999Z */
 
 /* ISO 8601 UTC with milliseconds, as render.values.iso_ms writes it (null outside its range,
  * which holds only four-digit years). */
@@ -915,7 +943,7 @@ __attribute__((target("ssse3"))) static void base64_12(const uint8_t *p, char *d
 
 static int put_base64(out_buf *o, const uint8_t *p, size_t n)
 {
-    if (out_reserve(o, (n + 2) / 3 * 4 + 2) < 0)
+    if (out_reserve_items(o, n / 3 + 1, 4, 2) < 0) /* (n + 2) / 3 quads, and the quotes */
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
@@ -964,7 +992,7 @@ static int put_base64(out_buf *o, const uint8_t *p, size_t n)
  * SSE2 (nibbles spread to bytes, '0' added, and 'a' - '0' - 10 more above 9). */
 static int put_hex(out_buf *o, const uint8_t *p, size_t n, const char (*digits)[2])
 {
-    if (out_reserve(o, 2 * n) < 0)
+    if (out_reserve_items(o, n, 2, 0) < 0)
         return -1;
     char *d = o->data + o->len;
     size_t i = 0;
@@ -1071,6 +1099,10 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bad message_json arguments");
         goto done;
     }
+    if (min_ms < MIN_TIME_MS || max_ms > MAX_TIME_MS) { /* put_time writes four-digit years */
+        PyErr_SetString(PyExc_ValueError, "bad message_json time range");
+        goto done;
+    }
     for (Py_ssize_t t = 0; t <= tx_mask; t++) {
         if (!PyBytes_Check(PyTuple_GET_ITEM(transactions, t))) {
             PyErr_SetString(PyExc_TypeError, "transaction names must be bytes");
@@ -1107,7 +1139,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
     const int64_t *all = fields.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         const int64_t *f = all + i * F_COUNT;
-        long long position = file_start + f[F_POSITION];
+        long long position = wadd(file_start, f[F_POSITION]);
         /* Every slice must lie in the buffer (the scanner's well-formed records do). */
         int bv6 = (f[F_SYS_FLAG] & born_v6) != 0, sv6 = (f[F_SYS_FLAG] & store_v6) != 0;
         int64_t slices[5][2] = {{f[F_TOPIC_AT], f[F_TOPIC_LENGTH]},
@@ -1358,8 +1390,11 @@ static int64_t read_be(const uint8_t *d, Py_ssize_t n, int64_t off, int w)
         for (int k = 0; k < w; k++)
             v = (v << 8) | d[off + k];
     } else {
-        for (int k = 0; k < w; k++)
-            v = (v << 8) | ((off + k >= 0 && off + k < (int64_t)n) ? d[off + k] : 0);
+        /* unsigned: a negative or wrapped offset is a huge one, outside [0, n) like it */
+        for (int k = 0; k < w; k++) {
+            uint64_t at = (uint64_t)off + (uint64_t)k;
+            v = (v << 8) | (at < (uint64_t)n ? d[at] : 0);
+        }
     }
     int shift = 64 - 8 * w;
     return (int64_t)(v << shift) >> shift;
@@ -1396,7 +1431,7 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Py_ssize_t n = positions.len / (Py_ssize_t)sizeof(int64_t);
     if (positions.len % (Py_ssize_t)sizeof(int64_t) || PyTuple_GET_SIZE(layout_obj) != L_COUNT ||
-        out.len < (Py_ssize_t)C_COUNT * n * (Py_ssize_t)sizeof(int64_t)) {
+        n > out.len / (Py_ssize_t)(C_COUNT * sizeof(int64_t))) {
         PyErr_SetString(PyExc_ValueError, "bad gather arguments");
         goto done;
     }
@@ -1404,6 +1439,10 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
         lay[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(layout_obj, k));
         if (lay[k] == -1 && PyErr_Occurred())
             goto done;
+        if (lay[k] < INT32_MIN || lay[k] > INT32_MAX) { /* offsets, sizes, flags and a magic */
+            PyErr_SetString(PyExc_ValueError, "bad gather arguments");
+            goto done;
+        }
     }
     const uint8_t *d = buf.buf;
     Py_ssize_t L = buf.len;
@@ -1413,51 +1452,52 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t p = pos[i];
         /* Records lie a cache miss apart: ask for a later record's header lines now. */
-        if (i + 8 < n && pos[i + 8] >= 0 && pos[i + 8] + 128 <= (int64_t)L) {
+        if (i + 8 < n && pos[i + 8] >= 0 && pos[i + 8] <= (int64_t)L - 128) {
             __builtin_prefetch(d + pos[i + 8]);
             __builtin_prefetch(d + pos[i + 8] + 64);
         }
-        int64_t size = read_be(d, L, p + lay[L_TOTALSIZE], 4);
-        int64_t magic = read_be(d, L, p + lay[L_MAGIC], 4);
-        int64_t sys_flag = read_be(d, L, p + lay[L_SYSFLAG], 4);
-        int64_t ends = p + size;
+        int64_t size = read_be(d, L, wadd(p, lay[L_TOTALSIZE]), 4);
+        int64_t magic = read_be(d, L, wadd(p, lay[L_MAGIC]), 4);
+        int64_t sys_flag = read_be(d, L, wadd(p, lay[L_SYSFLAG]), 4);
+        int64_t ends = wadd(p, size);
         int64_t born_size = (sys_flag & lay[L_BORN_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
         int64_t store_size =
             (sys_flag & lay[L_STORE_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
-        int64_t born_host_at = p + lay[L_BORNHOST];
-        int64_t store_host_at = born_host_at + born_size + lay[L_STORETIMESTAMP_SIZE];
-        int64_t mid_at = store_host_at + store_size;
-        int ok = mid_at + lay[L_MID_SIZE] <= ends;
-        int64_t body_length = ok ? read_be(d, L, mid_at + lay[L_BODYLENGTH_REL], 4) : 0;
-        int64_t body_at = mid_at + lay[L_MID_SIZE];
-        int64_t topic_length_at = body_at + (body_length > 0 ? body_length : 0);
+        int64_t born_host_at = wadd(p, lay[L_BORNHOST]);
+        int64_t store_host_at = wadd(wadd(born_host_at, born_size), lay[L_STORETIMESTAMP_SIZE]);
+        int64_t mid_at = wadd(store_host_at, store_size);
+        int64_t body_at = wadd(mid_at, lay[L_MID_SIZE]);
+        int ok = body_at <= ends;
+        int64_t body_length = ok ? read_be(d, L, wadd(mid_at, lay[L_BODYLENGTH_REL]), 4) : 0;
+        int64_t topic_length_at = wadd(body_at, body_length > 0 ? body_length : 0);
         int v2 = magic == lay[L_MAGIC_V2];
         int tls = v2 ? 2 : 1;
-        ok = ok && topic_length_at + tls <= ends;
+        int64_t topic_at = wadd(topic_length_at, tls);
+        ok = ok && topic_at <= ends;
         int64_t topic_length = ok ? read_be(d, L, topic_length_at, tls) : 0;
-        int64_t topic_at = topic_length_at + tls;
         ok = ok && topic_length >= 0;
-        int64_t properties_length_at = topic_at + (topic_length > 0 ? topic_length : 0);
-        ok = ok && properties_length_at + 2 <= ends;
+        int64_t properties_length_at = wadd(topic_at, topic_length > 0 ? topic_length : 0);
+        int64_t properties_at = wadd(properties_length_at, 2);
+        ok = ok && properties_at <= ends;
         int64_t properties_length = ok ? read_be(d, L, properties_length_at, 2) : 0;
-        int64_t properties_at = properties_length_at + 2;
-        ok = ok && properties_at + (properties_length > 0 ? properties_length : 0) == ends;
+        ok = ok && wadd(properties_at, properties_length > 0 ? properties_length : 0) == ends;
         o[C_SIZES * n + i] = size;
         o[C_MAGIC * n + i] = magic;
-        o[C_BODY_CRC * n + i] = read_be(d, L, p + lay[L_BODYCRC], 4);
-        o[C_QUEUE_ID * n + i] = read_be(d, L, p + lay[L_QUEUEID], 4);
-        o[C_FLAG * n + i] = read_be(d, L, p + lay[L_FLAG], 4);
-        o[C_QUEUE_OFFSET * n + i] = read_be(d, L, p + lay[L_QUEUEOFFSET], 8);
-        o[C_PHYSICAL_OFFSET * n + i] = read_be(d, L, p + lay[L_PHYSICALOFFSET], 8);
+        o[C_BODY_CRC * n + i] = read_be(d, L, wadd(p, lay[L_BODYCRC]), 4);
+        o[C_QUEUE_ID * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEID]), 4);
+        o[C_FLAG * n + i] = read_be(d, L, wadd(p, lay[L_FLAG]), 4);
+        o[C_QUEUE_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEOFFSET]), 8);
+        o[C_PHYSICAL_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_PHYSICALOFFSET]), 8);
         o[C_SYS_FLAG * n + i] = sys_flag;
-        o[C_BORN_TIMESTAMP * n + i] = read_be(d, L, p + lay[L_BORNTIMESTAMP], 8);
+        o[C_BORN_TIMESTAMP * n + i] = read_be(d, L, wadd(p, lay[L_BORNTIMESTAMP]), 8);
         o[C_BORN_HOST_AT * n + i] = born_host_at;
-        o[C_BORN_PORT * n + i] = read_be(d, L, born_host_at + born_size - 4, 4);
-        o[C_STORE_TIMESTAMP * n + i] = read_be(d, L, born_host_at + born_size, 8);
+        o[C_BORN_PORT * n + i] = read_be(d, L, wadd(born_host_at, born_size - 4), 4);
+        o[C_STORE_TIMESTAMP * n + i] = read_be(d, L, wadd(born_host_at, born_size), 8);
         o[C_STORE_HOST_AT * n + i] = store_host_at;
-        o[C_STORE_PORT * n + i] = ok ? read_be(d, L, store_host_at + store_size - 4, 4) : 0;
-        o[C_RECONSUME_TIMES * n + i] = ok ? read_be(d, L, mid_at + lay[L_RECONSUME_REL], 4) : 0;
-        o[C_PREPARED * n + i] = ok ? read_be(d, L, mid_at + lay[L_PREPARED_REL], 8) : 0;
+        o[C_STORE_PORT * n + i] = ok ? read_be(d, L, wadd(store_host_at, store_size - 4), 4) : 0;
+        o[C_RECONSUME_TIMES * n + i] =
+            ok ? read_be(d, L, wadd(mid_at, lay[L_RECONSUME_REL]), 4) : 0;
+        o[C_PREPARED * n + i] = ok ? read_be(d, L, wadd(mid_at, lay[L_PREPARED_REL]), 8) : 0;
         o[C_BODY_AT * n + i] = body_at;
         o[C_BODY_LENGTH * n + i] = body_length;
         o[C_TOPIC_AT * n + i] = topic_at;
@@ -1494,7 +1534,7 @@ static PyObject *speedups_binary_views(PyObject *self, PyObject *args)
     Py_ssize_t n = slice_pairs(&starts, &lengths, buf.len);
     if (n < 0)
         goto done;
-    if (out.len < n * 16 || buf.len > INT32_MAX) {
+    if (n > out.len / 16 || buf.len > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "bad binary_views arguments");
         goto done;
     }
@@ -1552,9 +1592,13 @@ static PyObject *speedups_property_entries(PyObject *self, PyObject *args)
     Py_ssize_t n = slice_pairs(&starts, &lengths, buf.len);
     if (n < 0)
         goto done;
+    /* l[i] <= buf.len, but many of them can add up past PY_SSIZE_T_MAX: the sum saturates
+     * there (no buffer is that long, so get_i64_out refuses it) instead of wrapping. */
     for (Py_ssize_t i = 0; i < n; i++)
         if (l[i] > 0)
-            capacity += (Py_ssize_t)(l[i] / 3);
+            capacity = (Py_ssize_t)(l[i] / 3) > PY_SSIZE_T_MAX - capacity
+                           ? PY_SSIZE_T_MAX
+                           : capacity + (Py_ssize_t)(l[i] / 3);
     for (; got < 5; got++)
         if (get_i64_out(out_obj[got], &out[got], capacity, "entry columns") < 0)
             goto done;
