@@ -137,7 +137,7 @@ def test_every_output_is_checked_against_its_count() -> None:
     with pytest.raises(ValueError):
         c.crc32_many(buf, three, three, np.zeros(2, np.int64))
     with pytest.raises(ValueError):
-        c.gather(buf, three, columns._LAYOUT, np.zeros(23 * 3 - 1, np.int64))
+        c.gather(buf, three, columns._LAYOUT, np.zeros(len(c.GATHER_COLUMNS) * 3 - 1, np.int64))
     with pytest.raises(ValueError):
         c.binary_views(buf, three, three, np.zeros(3 * 16 - 1, np.uint8))
     lengths = np.full(3, 9, np.int64)  # room for 9 entries asked
@@ -167,12 +167,33 @@ def test_gather_at_any_int64_position_agrees(positions: list[int]) -> None:
 
 
 @needs_c
+def test_the_extension_names_the_columns_it_gathers() -> None:
+    """The C gather's rows are RecordColumns' columns after ``positions``, in field order, and
+    a build whose names differ is refused at import, not read into the wrong columns."""
+    assert speedups.gather_columns() == columns._ARRAY_FIELDS[1:]
+    columns.check_extension_columns(speedups.gather_columns(), speedups.message_fields())
+    renamed = tuple(
+        "physical_offset_field" if n == "physical_offset" else n for n in columns._ARRAY_FIELDS[1:]
+    )
+    for gathered, fields in (
+        (renamed, speedups.message_fields()),
+        (speedups.gather_columns()[:-1], speedups.message_fields()),
+        (speedups.gather_columns(), (*speedups.message_fields(), "no_such_column")),
+    ):
+        with pytest.raises(ImportError, match="does not match"):
+            columns.check_extension_columns(gathered, fields)
+    columns.check_extension_columns((), ())  # not built: nothing to check
+
+
+@needs_c
 def test_gather_refuses_layout_constants_past_int32() -> None:
     c = speedups._speedups
     assert c is not None
     layout = (1 << 40, *columns._LAYOUT[1:])
     with pytest.raises(ValueError):
-        c.gather(bytes(64), np.zeros(1, np.int64), layout, np.zeros(23, np.int64))
+        c.gather(
+            bytes(64), np.zeros(1, np.int64), layout, np.zeros(len(c.GATHER_COLUMNS), np.int64)
+        )
 
 
 _BORN = HostAddress(bytes([10, 0, 0, 1]), 1)

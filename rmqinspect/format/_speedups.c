@@ -1413,12 +1413,21 @@ enum {
     C_STORE_HOST_AT, C_STORE_PORT, C_RECONSUME_TIMES, C_PREPARED, C_BODY_AT, C_BODY_LENGTH,
     C_TOPIC_AT, C_TOPIC_LENGTH, C_PROPERTIES_AT, C_PROPERTIES_LENGTH, C_WELL_FORMED, C_COUNT
 };
+/* gather's rows by RecordColumns' names (exported as GATHER_COLUMNS): rmqinspect.format.columns
+ * fills its columns by these names and refuses to import a build whose names are not its own. */
+static const char *const gather_names[C_COUNT] = {
+    "sizes", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
+    "sys_flag", "born_timestamp", "born_host_at", "born_port", "store_timestamp",
+    "store_host_at", "store_port", "reconsume_times", "prepared_transaction_offset", "body_at",
+    "body_length", "topic_at", "topic_length", "properties_at", "properties_length",
+    "well_formed",
+};
 
 PyDoc_STRVAR(gather_doc,
              "gather(buf, positions, layout, out)\n\n"
              "Every field of the message records at the int64 positions, into out: an int64\n"
-             "buffer of 23 rows of len(positions) items (TOTALSIZE, magic, ... properties\n"
-             "length, then 1 where the record is well formed). layout is the record layout's\n"
+             "buffer of len(GATHER_COLUMNS) rows of len(positions) items, the columns named\n"
+             "there (well_formed: 1 where the record is well formed). layout is the record layout's\n"
              "20 constants (see rmqinspect.format.columns); bytes outside buf read as zeros.");
 
 static PyObject *speedups_gather(PyObject *self, PyObject *args)
@@ -1697,10 +1706,10 @@ PyMODINIT_FUNC PyInit__speedups(void)
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
-    const char *const *lists[2] = {field_names, value_keys};
-    const int sizes[2] = {F_COUNT, V_COUNT};
-    const char *attrs[2] = {"MESSAGE_FIELDS", "VALUE_KEYS"};
-    for (int l = 0; l < 2; l++) {
+    const char *const *lists[3] = {field_names, value_keys, gather_names};
+    const int sizes[3] = {F_COUNT, V_COUNT, C_COUNT};
+    const char *attrs[3] = {"MESSAGE_FIELDS", "VALUE_KEYS", "GATHER_COLUMNS"};
+    for (int l = 0; l < 3; l++) {
         PyObject *names = PyTuple_New(sizes[l]);
         if (!names) {
             Py_DECREF(m);

@@ -159,16 +159,19 @@ def binary_views(buf: Buffer, starts: I64, lengths: I64) -> npt.NDArray[np.uint8
     return views
 
 
-_GATHERED = 23  # the C gather's output rows (RecordColumns' columns after positions)
+def gather_columns() -> tuple[str, ...]:
+    """The :class:`~rmqinspect.format.columns.RecordColumns` columns of :func:`gather_fields`'
+    rows, in order, as the extension names them (none without it)."""
+    return tuple(_speedups.GATHER_COLUMNS) if _speedups is not None else ()
 
 
 def gather_fields(buf: Buffer, positions: I64, layout: tuple[int, ...]) -> I64 | None:
-    """Every field of the records at ``positions`` as rows of one int64 array (see
-    ``_speedups.gather``); None without the extension (:func:`rmqinspect.format.columns.gather`
-    then reads them with numpy)."""
+    """Every field of the records at ``positions`` as rows of one int64 array, one row per
+    column of :func:`gather_columns` (see ``_speedups.gather``); None without the extension
+    (:func:`rmqinspect.format.columns.gather` then reads them with numpy)."""
     if _speedups is None:
         return None
-    out = np.empty((_GATHERED, len(positions)), np.int64)
+    out = np.empty((len(_speedups.GATHER_COLUMNS), len(positions)), np.int64)
     _speedups.gather(buf, _i64(positions), layout, out)
     return out
 
