@@ -7,7 +7,11 @@ the extension is absent).
 
 from __future__ import annotations
 
+import os
+import pickle
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -637,3 +641,66 @@ def test_the_c_writer_refuses_a_time_range_past_four_digit_years(bound: int) -> 
         speedups.message_json(
             cols.buf, 0, table, keys, 3, settings, _TRANSACTIONS, b"\n", bytearray()
         )
+
+
+def _switched_path_inputs() -> tuple[bytes, columns.I64, columns.I64, columns.RecordColumns]:
+    """Input that reaches every path ``RMQINSPECT_SCALAR=1`` switches: slices around the 64-
+    and 16-byte CRC folding steps, and records whose bodies and properties hold every awkward
+    byte string at every place of a 16-byte block (the UTF-8 check, the escape and copy
+    chunks, base64 and hex)."""
+    rng = np.random.default_rng(3)
+    buf = rng.integers(0, 256, 1 << 14, np.uint8).tobytes()
+    lengths = np.array([0, 1, 7, 8, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 4097], np.int64)
+    starts = np.arange(len(lengths), dtype=np.int64) * 5 + 1  # unaligned
+    records = bytearray()
+    for awkward in _AWKWARD:
+        for at in (0, 1, 7, 8, 15, 16, 17, 31):
+            body = b"a" * at + awkward + b"b" * 24
+            records += _record(
+                queue_offset=at,
+                physical_offset=len(records),
+                body=body,
+                properties=b"KEYS\x01" + body,
+            )
+    data = bytes(records) + bytes(256)
+    return buf, starts, lengths, columns.gather(data, columns.walk(data, 0, max_records=1 << 12), 0)
+
+
+def _switched_path_results() -> list[object]:
+    """The C extension's answers on :func:`_switched_path_inputs`."""
+    buf, starts, lengths, cols = _switched_path_inputs()
+    rows = np.arange(len(cols), dtype=np.int64)
+    return [
+        speedups.crc32_many(buf, starts, lengths).tolist(),
+        speedups.crc32c_many(buf, starts, lengths).tolist(),
+        *(message_json_lines(cols, rows, body, bytearray()) for body in BodyFormat),
+    ]
+
+
+@needs_c
+def test_the_scalar_switch_changes_no_result() -> None:
+    """``RMQINSPECT_SCALAR=1`` turns off every CPU-specific path (what an ARM host runs): a
+    process started with it answers as this one does, and both as zlib, crc32c and the
+    per-record JSON definition do."""
+    script = (
+        "import pickle, sys\n"
+        "from rmqinspect.format import speedups\n"
+        "from tests.test_speedups import _switched_path_results\n"
+        "sys.stdout.buffer.write(pickle.dumps("
+        "(speedups._speedups.features(), _switched_path_results())))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "RMQINSPECT_SCALAR": "1", "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=root, capture_output=True, check=True
+    )
+    features, scalar = pickle.loads(done.stdout)
+    assert features == dict.fromkeys(features, False) and "sse2" in features
+    here = _switched_path_results()
+    assert scalar == here
+    buf, starts, lengths, cols = _switched_path_inputs()
+    slices = [buf[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
+    assert here[0] == [zlib.crc32(b) if b else 0 for b in slices]
+    assert here[1] == [crc32c.crc32c(b) if b else 0 for b in slices]
+    for body, lines in zip(BodyFormat, here[2:], strict=True):
+        assert lines == [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]

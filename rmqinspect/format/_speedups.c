@@ -10,12 +10,14 @@
  * zlib-ng and Chromium's zlib) when the CPU has it; CRC-32C uses the SSE4.2 crc32
  * instruction; both fall back to slicing-by-8 tables. The message JSON writer validates UTF-8
  * with SSSE3 where the CPU has it (a lead-byte table otherwise) and escapes, copies and writes
- * hex 16 bytes at a time with SSE2 (8 in a 64-bit word without it).
+ * hex 16 bytes at a time with SSE2 (8 in a 64-bit word without it). RMQINSPECT_SCALAR=1 in the
+ * environment at import turns every one of these off: the tests run the portable paths too.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -314,58 +316,63 @@ static PyObject *speedups_walk(PyObject *self, PyObject *args)
 
 /* --- bytes in chunks ------------------------------------------------------------------------- */
 
-/* The JSON writer's inner loops look at CHUNK bytes at once: 16 with SSE2 (every x86_64 CPU),
- * else 8 in a 64-bit word. chunk_ascii and chunk_clean give how many leading bytes of p[0..CHUNK)
- * are ASCII, and need no JSON escape (below 0x20, '"', '\\'); CHUNK when all do. */
-#ifdef __SSE2__
-#include <emmintrin.h>
-#define CHUNK 16
-static inline size_t first_marked(unsigned mask)
-{
-    return mask ? (size_t)__builtin_ctz(mask) : CHUNK;
-}
-static inline size_t chunk_ascii(const uint8_t *p)
-{
-    return first_marked((unsigned)_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)p)));
-}
-static inline size_t chunk_clean(const uint8_t *p)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)p);
-    __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
-    __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
-    __m128i slash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
-    return first_marked(
-        (unsigned)_mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, slash))));
-}
-#else
-#define CHUNK 8
+/* The JSON writer's inner loops look at a chunk of bytes at once: 16 with SSE2 (every x86_64
+ * CPU), else 8 in a 64-bit word (what other hosts run, and x86_64 under RMQINSPECT_SCALAR=1).
+ * The *_ascii and *_clean functions give how many leading bytes of the chunk at p are ASCII,
+ * and need no JSON escape (below 0x20, '"', '\\'); the chunk's width when all do. */
+typedef size_t (*chunk_fn)(const uint8_t *);
+
 /* mask has 0x80 set in the marked bytes (the host is little-endian: see PyInit__speedups) */
-static inline size_t first_marked(uint64_t mask)
+static inline size_t word_first_marked(uint64_t mask)
 {
     size_t k = 0;
     if (!mask)
-        return CHUNK;
+        return 8;
     while (!(mask & 0x80))
         mask >>= 8, k++;
     return k;
 }
-static inline size_t chunk_ascii(const uint8_t *p)
+static inline size_t word_ascii(const uint8_t *p)
 {
     uint64_t w;
     memcpy(&w, p, 8);
-    return first_marked(w & 0x8080808080808080ull);
+    return word_first_marked(w & 0x8080808080808080ull);
 }
 /* exact for "is any byte marked"; above the first marked byte a borrow may mark more */
-static inline size_t chunk_clean(const uint8_t *p)
+static inline size_t word_clean(const uint8_t *p)
 {
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
     uint64_t w;
     memcpy(&w, p, 8);
     uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
-    return first_marked(((w - ones * 0x20) & ~w & highs) | ((quote - ones) & ~quote & highs) |
-                        ((slash - ones) & ~slash & highs));
+    return word_first_marked(((w - ones * 0x20) & ~w & highs) | ((quote - ones) & ~quote & highs) |
+                             ((slash - ones) & ~slash & highs));
+}
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+static inline size_t sse2_first_marked(unsigned mask)
+{
+    return mask ? (size_t)__builtin_ctz(mask) : 16;
+}
+static inline size_t sse2_ascii(const uint8_t *p)
+{
+    return sse2_first_marked((unsigned)_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline size_t sse2_clean(const uint8_t *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+    __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+    __m128i slash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    return sse2_first_marked(
+        (unsigned)_mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, slash))));
 }
 #endif
+
+/* Whether the SSE2 chunks (and the SSE2 hex loop) are in use: where compiled with SSE2, unless
+ * RMQINSPECT_SCALAR=1 forced the scalar paths (see PyInit__speedups). */
+static int have_sse2 = 0;
 
 /* --- UTF-8 ------------------------------------------------------------------------------------ */
 
@@ -476,20 +483,17 @@ __attribute__((target("ssse3"))) static int valid_utf8_ssse3(const uint8_t *p, s
 #undef CARRY
 #endif
 
-static int valid_utf8(const uint8_t *p, size_t n)
+/* the scalar loop, for chunks of ``chunk`` bytes read by ``ascii`` (inlined for each width) */
+static inline __attribute__((always_inline)) int
+valid_utf8_by(const uint8_t *p, size_t n, const size_t chunk, const chunk_fn ascii)
 {
-#if defined(HAVE_X86) && defined(__SSE2__)
-    /* Below a block the scalar loop wins: names and values of properties are mostly short. */
-    if (have_ssse3 && n >= 16)
-        return valid_utf8_ssse3(p, n);
-#endif
     size_t i = 0;
     while (i < n) {
         if (p[i] < 0x80) { /* ASCII a chunk at a time */
-            while (i + CHUNK <= n) {
-                size_t k = chunk_ascii(p + i);
+            while (i + chunk <= n) {
+                size_t k = ascii(p + i);
                 i += k;
-                if (k < CHUNK)
+                if (k < chunk)
                     break;
             }
             while (i < n && p[i] < 0x80)
@@ -509,6 +513,20 @@ static int valid_utf8(const uint8_t *p, size_t n)
         }
     }
     return 1;
+}
+
+static int valid_utf8(const uint8_t *p, size_t n)
+{
+#if defined(HAVE_X86) && defined(__SSE2__)
+    /* Below a block the scalar loop wins: names and values of properties are mostly short. */
+    if (have_ssse3 && n >= 16)
+        return valid_utf8_ssse3(p, n);
+#endif
+#ifdef __SSE2__
+    if (have_sse2)
+        return valid_utf8_by(p, n, 16, sse2_ascii);
+#endif
+    return valid_utf8_by(p, n, 8, word_ascii);
 }
 
 /* Grow-on-demand int64 output columns. */
@@ -646,27 +664,31 @@ static int put_int(out_buf *o, long long v)
  * orjson do. The bytes that need no escape are copied a chunk at a time: the whole chunk is
  * stored, then the output moves on by its clean prefix (the reserve covers it). Chunks are read
  * while ``readable`` bytes from p allow (the rest of the record's buffer), past n: a short
- * string, such as a property, takes one chunk, not a loop byte by byte. */
-static int put_str(out_buf *o, const uint8_t *p, size_t n, size_t readable)
+ * string, such as a property, takes one chunk, not a loop byte by byte. Inlined for each chunk
+ * width (``clean`` reads ``chunk`` bytes). */
+static inline __attribute__((always_inline)) int put_str_by(out_buf *o, const uint8_t *p,
+                                                            size_t n, size_t readable,
+                                                            const size_t chunk,
+                                                            const chunk_fn clean)
 {
     static const char hex[] = "0123456789abcdef";
-    if (out_reserve_items(o, n, 6, 2 + CHUNK) < 0)
+    if (out_reserve_items(o, n, 6, 2 + chunk) < 0)
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
     size_t i = 0;
     while (i < n) {
         uint8_t c;
-        if (i + CHUNK <= readable) {
-            size_t k = chunk_clean(p + i);
-            memcpy(d, p + i, CHUNK);
+        if (i + chunk <= readable) {
+            size_t k = clean(p + i);
+            memcpy(d, p + i, chunk);
             if (k >= n - i) { /* clean to the end of the string */
                 d += n - i;
                 break;
             }
             d += k;
             i += k;
-            if (k == CHUNK)
+            if (k == chunk)
                 continue;
             c = p[i];
         } else if ((c = p[i]) >= 0x20 && c != '"' && c != '\\') {
@@ -695,6 +717,15 @@ static int put_str(out_buf *o, const uint8_t *p, size_t n, size_t readable)
     *d++ = '"';
     o->len = (size_t)(d - o->data);
     return 0;
+}
+
+static int put_str(out_buf *o, const uint8_t *p, size_t n, size_t readable)
+{
+#ifdef __SSE2__
+    if (have_sse2)
+        return put_str_by(o, p, n, readable, 16, sse2_clean);
+#endif
+    return put_str_by(o, p, n, readable, 8, word_clean);
 }
 
 /* The "YYYY-MM-DDTHH:MM:SS" of the last second written: the messages of a batch are stored
@@ -997,7 +1028,7 @@ static int put_hex(out_buf *o, const uint8_t *p, size_t n, const char (*digits)[
     char *d = o->data + o->len;
     size_t i = 0;
 #ifdef __SSE2__
-    if (digits == hex_lower) {
+    if (have_sse2 && digits == hex_lower) {
         const __m128i low4 = _mm_set1_epi8(0x0f), nine = _mm_set1_epi8(9);
         const __m128i zero = _mm_set1_epi8('0'), gap = _mm_set1_epi8('a' - '0' - 10);
         for (; i + 16 <= n; i += 16) {
@@ -1665,8 +1696,9 @@ done:
 
 static PyObject *speedups_features(PyObject *self, PyObject *unused)
 {
-    return Py_BuildValue("{s:O,s:O,s:O}", "pclmul", have_clmul ? Py_True : Py_False, "sse4_2",
-                         have_sse42 ? Py_True : Py_False, "ssse3", have_ssse3 ? Py_True : Py_False);
+    return Py_BuildValue("{s:O,s:O,s:O,s:O}", "pclmul", have_clmul ? Py_True : Py_False,
+                         "sse4_2", have_sse42 ? Py_True : Py_False, "ssse3",
+                         have_ssse3 ? Py_True : Py_False, "sse2", have_sse2 ? Py_True : Py_False);
 }
 
 static PyMethodDef methods[] = {
@@ -1697,11 +1729,21 @@ PyMODINIT_FUNC PyInit__speedups(void)
     make_utf8_tables();
     make_digit_tables();
     make_b64_table();
+    /* RMQINSPECT_SCALAR=1: the portable loops only (slicing-by-8 CRCs, the lead-byte UTF-8
+     * table, 8-byte words), the paths a host without these instructions runs, so that tests on
+     * an x86_64 machine run them too. */
+    const char *scalar = getenv("RMQINSPECT_SCALAR");
+    int forced_scalar = scalar && strcmp(scalar, "1") == 0;
 #ifdef HAVE_X86
-    __builtin_cpu_init();
-    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-    have_sse42 = __builtin_cpu_supports("sse4.2");
-    have_ssse3 = __builtin_cpu_supports("ssse3");
+    if (!forced_scalar) {
+        __builtin_cpu_init();
+        have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+        have_sse42 = __builtin_cpu_supports("sse4.2");
+        have_ssse3 = __builtin_cpu_supports("ssse3");
+    }
+#endif
+#ifdef __SSE2__
+    have_sse2 = !forced_scalar;
 #endif
     PyObject *m = PyModule_Create(&module);
     if (!m)

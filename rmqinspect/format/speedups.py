@@ -11,7 +11,9 @@ pure-Python twins here (same arguments, same results; tests run both).
 
 In Python each costs about 0.3 µs per record, which bounds a scan of ~1 KiB records to well
 under 1 GB/s; the C loops run at the speed of memory (CRC-32 with PCLMULQDQ, CRC-32C with the
-SSE4.2 instruction, where the CPU has them).
+SSE4.2 instruction, where the CPU has them). With ``RMQINSPECT_SCALAR=1`` in the environment
+at import the extension uses none of those instructions (nor SSSE3 or SSE2): its portable
+paths, the ones a host without them runs, which ``make test`` tests that way.
 """
 
 from __future__ import annotations
