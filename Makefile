@@ -40,7 +40,7 @@ typecheck: $(VENV)/.installed-dev
 
 # The extension's tests run a second time with its portable paths forced (RMQINSPECT_SCALAR=1:
 # no PCLMULQDQ, SSE4.2, SSSE3 or SSE2), the paths an ARM host runs, so CI on x86_64 tests them.
-SCALAR_TESTS := tests/test_speedups.py tests/test_scan.py tests/test_columns.py
+SCALAR_TESTS := tests/test_speedups.py tests/test_scan.py tests/test_columns.py tests/test_crc.py
 
 pytest: $(VENV)/.installed-dev bytecode
 	$(VENV)/bin/pytest
@@ -95,6 +95,7 @@ bench: $(VENV)/.installed bytecode
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/export.py
 	$(PY) benchmarks/verify.py
+	$(PY) benchmarks/crc.py
 
 # The long codec fuzz run (not part of make test): FUZZ_RUNS inputs per decoder under atheris.
 FUZZ_RUNS ?= 100000
