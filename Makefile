@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_STORE := .demo/store
 
-.PHONY: demo test lint typecheck pytest fixtures bytecode bench fuzz campaign clean
+.PHONY: demo test lint typecheck pytest sanitize fixtures bytecode bench fuzz campaign clean
 
 $(VENV)/.installed: pyproject.toml setup.py rmqinspect/format/_speedups.c rmqinspect/store/_mapguard.c
 	$(PYTHON) -m venv $(VENV)
@@ -38,10 +38,43 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(VENV)/bin/mypy
 
+# The extension's tests run a second time with its portable paths forced (RMQINSPECT_SCALAR=1:
+# no PCLMULQDQ, SSE4.2, SSSE3 or SSE2), the paths an ARM host runs, so CI on x86_64 tests them.
+SCALAR_TESTS := tests/test_speedups.py tests/test_scan.py tests/test_columns.py tests/test_crc.py
+
 pytest: $(VENV)/.installed-dev bytecode
 	$(VENV)/bin/pytest
+	RMQINSPECT_SCALAR=1 $(VENV)/bin/pytest $(SCALAR_TESTS)
 
 test: lint typecheck pytest
+
+# The extensions built with AddressSanitizer and UndefinedBehaviorSanitizer (gcc's libasan and
+# libubsan; any error aborts) into a copy of the package under build/sanitize, where the
+# scanner tests run, vector and portable paths (not part of make test: a few minutes). The
+# interpreter is not instrumented: libasan is preloaded, and PYTHONMALLOC=malloc lets it see
+# the buffers of Python objects. --capture=sys: a sanitizer writes its report to fd 2 and ends
+# the process, which would lose what pytest captured at the fd level.
+SANITIZE_DIR := build/sanitize
+SANITIZE_CC ?= gcc
+SANITIZE_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+	-fno-sanitize-recover=all
+
+sanitize: $(VENV)/.installed-dev
+	rm -rf $(SANITIZE_DIR)
+	mkdir -p $(SANITIZE_DIR)
+	cp -r rmqinspect tests fixtures pyproject.toml $(SANITIZE_DIR)/
+	suffix=$$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'); \
+	include=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	for ext in format/_speedups store/_mapguard; do \
+		$(SANITIZE_CC) $(SANITIZE_FLAGS) -shared -fPIC -I"$$include" rmqinspect/$$ext.c \
+			-o $(SANITIZE_DIR)/rmqinspect/$$ext$$suffix || exit 1; \
+	done
+	cd $(SANITIZE_DIR) && for scalar in 0 1; do \
+		RMQINSPECT_SCALAR=$$scalar LD_PRELOAD=$$($(SANITIZE_CC) -print-file-name=libasan.so) \
+		ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 PYTHONMALLOC=malloc \
+		PYTHONPATH=. $(abspath $(PY)) -m pytest --capture=sys -p no:cacheprovider $(SCALAR_TESTS) \
+			|| exit 1; \
+	done
 
 fixtures: $(VENV)/.installed
 	$(PY) fixtures/regenerate.py
@@ -62,6 +95,7 @@ bench: $(VENV)/.installed bytecode
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/export.py
 	$(PY) benchmarks/verify.py
+	$(PY) benchmarks/crc.py
 
 # The long codec fuzz run (not part of make test): FUZZ_RUNS inputs per decoder under atheris.
 FUZZ_RUNS ?= 100000

@@ -7,7 +7,11 @@ the extension is absent).
 
 from __future__ import annotations
 
+import os
+import pickle
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,7 @@ from rmqinspect.render.message import (
     message_json_block,
 )
 from rmqinspect.render.output import dumps
+from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
 from tests.conftest import FIXTURES
 
 needs_c = pytest.mark.skipif(not speedups.compiled(), reason="the C extension is not built")
@@ -113,6 +118,86 @@ def test_crc_refuses_a_slice_outside_the_buffer() -> None:
         pytest.skip("the C extension is not built")
     with pytest.raises(ValueError):
         speedups.crc32_many(b"abc", np.array([2], np.int64), np.array([5], np.int64))
+
+
+@needs_c
+@pytest.mark.parametrize("count", [1 << 61, (1 << 63) - 1])
+def test_a_count_that_would_wrap_the_output_size_is_refused(count: int) -> None:
+    """``count * 8`` wraps to a small number of bytes for these counts: a direct call raises
+    instead of writing past the two-item outputs."""
+    c = speedups._speedups
+    assert c is not None
+    positions, sizes = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    with pytest.raises(ValueError, match="fewer than"):
+        c.walk(bytes(64), 0, count, 8, (1,), positions, sizes)
+    assert positions.tolist() == sizes.tolist() == [0, 0]
+
+
+@needs_c
+def test_every_output_is_checked_against_its_count() -> None:
+    c = speedups._speedups
+    assert c is not None
+    buf, three = bytes(range(64)), np.arange(3, dtype=np.int64)
+    with pytest.raises(ValueError):
+        c.crc32_many(buf, three, three, np.zeros(2, np.int64))
+    with pytest.raises(ValueError):
+        c.gather(buf, three, columns._LAYOUT, np.zeros(len(c.GATHER_COLUMNS) * 3 - 1, np.int64))
+    with pytest.raises(ValueError):
+        c.binary_views(buf, three, three, np.zeros(3 * 16 - 1, np.uint8))
+    lengths = np.full(3, 9, np.int64)  # room for 9 entries asked
+    with pytest.raises(ValueError, match="fewer than"):
+        c.property_entries(buf, three, lengths, *(np.zeros(8, np.int64) for _ in range(5)))
+
+
+@needs_c
+def test_a_walk_from_the_largest_position_stops_there() -> None:
+    """``pos + 8`` would overflow: the walk compares ``pos`` with the buffer's end instead."""
+    c = speedups._speedups
+    assert c is not None
+    out = np.zeros(1, np.int64)
+    last = (1 << 63) - 1
+    assert c.walk(bytes(64), last, 1, 8, (1,), out, out.copy()) == (0, last)
+
+
+@needs_c
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=6))
+def test_gather_at_any_int64_position_agrees(positions: list[int]) -> None:
+    """Positions near the ends of int64 wrap their field offsets as numpy does (no undefined
+    overflow in C) and read zeros."""
+    buf = _record(body=b"x" * 40) * 2
+    p = np.array(positions, np.int64)
+    assert _fields(columns.gather(buf, p, 0)) == _fields(columns.py_gather(buf, p, 0))
+
+
+@needs_c
+def test_the_extension_names_the_columns_it_gathers() -> None:
+    """The C gather's rows are RecordColumns' columns after ``positions``, in field order, and
+    a build whose names differ is refused at import, not read into the wrong columns."""
+    assert speedups.gather_columns() == columns._ARRAY_FIELDS[1:]
+    columns.check_extension_columns(speedups.gather_columns(), speedups.message_fields())
+    renamed = tuple(
+        "physical_offset_field" if n == "physical_offset" else n for n in columns._ARRAY_FIELDS[1:]
+    )
+    for gathered, fields in (
+        (renamed, speedups.message_fields()),
+        (speedups.gather_columns()[:-1], speedups.message_fields()),
+        (speedups.gather_columns(), (*speedups.message_fields(), "no_such_column")),
+    ):
+        with pytest.raises(ImportError, match="does not match"):
+            columns.check_extension_columns(gathered, fields)
+    columns.check_extension_columns((), ())  # not built: nothing to check
+
+
+@needs_c
+def test_gather_refuses_layout_constants_past_int32() -> None:
+    c = speedups._speedups
+    assert c is not None
+    layout = (1 << 40, *columns._LAYOUT[1:])
+    with pytest.raises(ValueError):
+        c.gather(
+            bytes(64), np.zeros(1, np.int64), layout, np.zeros(len(c.GATHER_COLUMNS), np.int64)
+        )
 
 
 _BORN = HostAddress(bytes([10, 0, 0, 1]), 1)
@@ -580,3 +665,82 @@ def test_follow_links_agrees(links: list[int], head: int) -> None:
         want = speedups.py_follow_links(buf, 0, 8, 4, head, limit)
         got = speedups.follow_links(buf, 0, 8, 4, head, limit)
         assert got[0].tolist() == want[0].tolist() and got[1] == want[1]
+
+
+@pytest.mark.parametrize("bound", [MIN_ISO_MS, MAX_ISO_MS])
+def test_the_c_writer_refuses_a_time_range_past_four_digit_years(bound: int) -> None:
+    """Outside years 0000-9999 the date text would index past its digit table, and
+    ``-ms`` of the least int64 would overflow: such a range is refused, not written."""
+    data = _record(body=b"x") + bytes(256)
+    cols = columns.gather(data, columns.walk(data, 0), 0)
+    table = np.stack([getattr(cols, name) for name in speedups.message_fields()], 1)
+    keys = ((b'{"t":', speedups.message_values().index("store_time")),)
+    past = -(1 << 63) if bound == MIN_ISO_MS else (1 << 63) - 1
+    settings = tuple(past if v == bound else v for v in _json_settings())
+    with pytest.raises(ValueError, match="time range"):
+        speedups.message_json(
+            cols.buf, 0, table, keys, 3, settings, _TRANSACTIONS, b"\n", bytearray()
+        )
+
+
+def _switched_path_inputs() -> tuple[bytes, columns.I64, columns.I64, columns.RecordColumns]:
+    """Input that reaches every path ``RMQINSPECT_SCALAR=1`` switches: slices around the 64-
+    and 16-byte CRC folding steps, and records whose bodies and properties hold every awkward
+    byte string at every place of a 16-byte block (the UTF-8 check, the escape and copy
+    chunks, base64 and hex)."""
+    rng = np.random.default_rng(3)
+    buf = rng.integers(0, 256, 1 << 14, np.uint8).tobytes()
+    lengths = np.array([0, 1, 7, 8, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 4097], np.int64)
+    starts = np.arange(len(lengths), dtype=np.int64) * 5 + 1  # unaligned
+    records = bytearray()
+    for awkward in _AWKWARD:
+        for at in (0, 1, 7, 8, 15, 16, 17, 31):
+            body = b"a" * at + awkward + b"b" * 24
+            records += _record(
+                queue_offset=at,
+                physical_offset=len(records),
+                body=body,
+                properties=b"KEYS\x01" + body,
+            )
+    data = bytes(records) + bytes(256)
+    return buf, starts, lengths, columns.gather(data, columns.walk(data, 0, max_records=1 << 12), 0)
+
+
+def _switched_path_results() -> list[object]:
+    """The C extension's answers on :func:`_switched_path_inputs`."""
+    buf, starts, lengths, cols = _switched_path_inputs()
+    rows = np.arange(len(cols), dtype=np.int64)
+    return [
+        speedups.crc32_many(buf, starts, lengths).tolist(),
+        speedups.crc32c_many(buf, starts, lengths).tolist(),
+        *(message_json_lines(cols, rows, body, bytearray()) for body in BodyFormat),
+    ]
+
+
+@needs_c
+def test_the_scalar_switch_changes_no_result() -> None:
+    """``RMQINSPECT_SCALAR=1`` turns off every CPU-specific path (what an ARM host runs): a
+    process started with it answers as this one does, and both as zlib, crc32c and the
+    per-record JSON definition do."""
+    script = (
+        "import pickle, sys\n"
+        "from rmqinspect.format import speedups\n"
+        "from tests.test_speedups import _switched_path_results\n"
+        "sys.stdout.buffer.write(pickle.dumps("
+        "(speedups._speedups.features(), _switched_path_results())))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "RMQINSPECT_SCALAR": "1", "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=root, capture_output=True, check=True
+    )
+    features, scalar = pickle.loads(done.stdout)
+    assert features == dict.fromkeys(features, False) and "sse2" in features
+    here = _switched_path_results()
+    assert scalar == here
+    buf, starts, lengths, cols = _switched_path_inputs()
+    slices = [buf[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
+    assert here[0] == [zlib.crc32(b) if b else 0 for b in slices]
+    assert here[1] == [crc32c.crc32c(b) if b else 0 for b in slices]
+    for body, lines in zip(BodyFormat, here[2:], strict=True):
+        assert lines == [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]

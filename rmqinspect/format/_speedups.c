@@ -1,7 +1,8 @@
 /*
  * The commitlog scanner's per-record loops in C: following TOTALSIZE, copying header rows, the
  * CRCs of many slices of one buffer (zlib's CRC-32 for BODYCRC and the property CRC, CRC-32C
- * for the export's record checksum) and the index keys of many records. Python pays ~0.3 us per record for each loop; a scan at the
+ * for the export's record checksum) and the index keys of many records; and rmqinspect's one
+ * CRC-32 of a single buffer (rmqinspect/format/crc.py). Python pays ~0.3 us per record for each loop; a scan at the
  * speed of the data cannot. rmqinspect/format/speedups.py holds the pure-Python twins (the
  * fallback when this module is not built) and tests check that both agree.
  *
@@ -10,12 +11,14 @@
  * zlib-ng and Chromium's zlib) when the CPU has it; CRC-32C uses the SSE4.2 crc32
  * instruction; both fall back to slicing-by-8 tables. The message JSON writer validates UTF-8
  * with SSSE3 where the CPU has it (a lead-byte table otherwise) and escapes, copies and writes
- * hex 16 bytes at a time with SSE2 (8 in a 64-bit word without it).
+ * hex 16 bytes at a time with SSE2 (8 in a 64-bit word without it). RMQINSPECT_SCALAR=1 in the
+ * environment at import turns every one of these off: the tests run the portable paths too.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -202,12 +205,20 @@ static int32_t be32(const uint8_t *p)
                      (uint32_t)p[3]);
 }
 
-/* A writable buffer of int64 items with at least ``n`` of them. */
+/* a + b wrapped to 64 bits, as numpy adds (py_gather's arithmetic): positions come from
+ * callers and lying fields, and a signed overflow would be undefined. */
+static inline int64_t wadd(int64_t a, int64_t b)
+{
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+
+/* A writable buffer of int64 items with at least ``n`` of them. The count is compared, not
+ * ``n * 8`` with the length: a caller's n near 2**61 would wrap that product to a small one. */
 static int get_i64_out(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
         return -1;
-    if (view->len < n * (Py_ssize_t)sizeof(int64_t)) {
+    if (n < 0 || n > view->len / (Py_ssize_t)sizeof(int64_t)) {
         PyErr_Format(PyExc_ValueError, "%s holds fewer than %zd int64 items", what, n);
         PyBuffer_Release(view);
         return -1;
@@ -282,7 +293,7 @@ static PyObject *speedups_walk(PyObject *self, PyObject *args)
     Py_ssize_t limit = buf.len, at = pos, count = 0;
     int64_t *po = pos_out.buf, *so = size_out.buf;
     Py_BEGIN_ALLOW_THREADS
-    while (count < max_records && at + 8 <= limit) {
+    while (count < max_records && at <= limit - 8) { /* at + 8 could pass PY_SSIZE_T_MAX */
         int32_t size = be32(data + at);
         if (size < min_size || size > limit - at)
             break;
@@ -306,58 +317,63 @@ static PyObject *speedups_walk(PyObject *self, PyObject *args)
 
 /* --- bytes in chunks ------------------------------------------------------------------------- */
 
-/* The JSON writer's inner loops look at CHUNK bytes at once: 16 with SSE2 (every x86_64 CPU),
- * else 8 in a 64-bit word. chunk_ascii and chunk_clean give how many leading bytes of p[0..CHUNK)
- * are ASCII, and need no JSON escape (below 0x20, '"', '\\'); CHUNK when all do. */
-#ifdef __SSE2__
-#include <emmintrin.h>
-#define CHUNK 16
-static inline size_t first_marked(unsigned mask)
-{
-    return mask ? (size_t)__builtin_ctz(mask) : CHUNK;
-}
-static inline size_t chunk_ascii(const uint8_t *p)
-{
-    return first_marked((unsigned)_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)p)));
-}
-static inline size_t chunk_clean(const uint8_t *p)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)p);
-    __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
-    __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
-    __m128i slash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
-    return first_marked(
-        (unsigned)_mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, slash))));
-}
-#else
-#define CHUNK 8
+/* The JSON writer's inner loops look at a chunk of bytes at once: 16 with SSE2 (every x86_64
+ * CPU), else 8 in a 64-bit word (what other hosts run, and x86_64 under RMQINSPECT_SCALAR=1).
+ * The *_ascii and *_clean functions give how many leading bytes of the chunk at p are ASCII,
+ * and need no JSON escape (below 0x20, '"', '\\'); the chunk's width when all do. */
+typedef size_t (*chunk_fn)(const uint8_t *);
+
 /* mask has 0x80 set in the marked bytes (the host is little-endian: see PyInit__speedups) */
-static inline size_t first_marked(uint64_t mask)
+static inline size_t word_first_marked(uint64_t mask)
 {
     size_t k = 0;
     if (!mask)
-        return CHUNK;
+        return 8;
     while (!(mask & 0x80))
         mask >>= 8, k++;
     return k;
 }
-static inline size_t chunk_ascii(const uint8_t *p)
+static inline size_t word_ascii(const uint8_t *p)
 {
     uint64_t w;
     memcpy(&w, p, 8);
-    return first_marked(w & 0x8080808080808080ull);
+    return word_first_marked(w & 0x8080808080808080ull);
 }
 /* exact for "is any byte marked"; above the first marked byte a borrow may mark more */
-static inline size_t chunk_clean(const uint8_t *p)
+static inline size_t word_clean(const uint8_t *p)
 {
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
     uint64_t w;
     memcpy(&w, p, 8);
     uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
-    return first_marked(((w - ones * 0x20) & ~w & highs) | ((quote - ones) & ~quote & highs) |
-                        ((slash - ones) & ~slash & highs));
+    return word_first_marked(((w - ones * 0x20) & ~w & highs) | ((quote - ones) & ~quote & highs) |
+                             ((slash - ones) & ~slash & highs));
+}
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+static inline size_t sse2_first_marked(unsigned mask)
+{
+    return mask ? (size_t)__builtin_ctz(mask) : 16;
+}
+static inline size_t sse2_ascii(const uint8_t *p)
+{
+    return sse2_first_marked((unsigned)_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline size_t sse2_clean(const uint8_t *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+    __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+    __m128i slash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    return sse2_first_marked(
+        (unsigned)_mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, slash))));
 }
 #endif
+
+/* Whether the SSE2 chunks (and the SSE2 hex loop) are in use: where compiled with SSE2, unless
+ * RMQINSPECT_SCALAR=1 forced the scalar paths (see PyInit__speedups). */
+static int have_sse2 = 0;
 
 /* --- UTF-8 ------------------------------------------------------------------------------------ */
 
@@ -468,20 +484,17 @@ __attribute__((target("ssse3"))) static int valid_utf8_ssse3(const uint8_t *p, s
 #undef CARRY
 #endif
 
-static int valid_utf8(const uint8_t *p, size_t n)
+/* the scalar loop, for chunks of ``chunk`` bytes read by ``ascii`` (inlined for each width) */
+static inline __attribute__((always_inline)) int
+valid_utf8_by(const uint8_t *p, size_t n, const size_t chunk, const chunk_fn ascii)
 {
-#if defined(HAVE_X86) && defined(__SSE2__)
-    /* Below a block the scalar loop wins: names and values of properties are mostly short. */
-    if (have_ssse3 && n >= 16)
-        return valid_utf8_ssse3(p, n);
-#endif
     size_t i = 0;
     while (i < n) {
         if (p[i] < 0x80) { /* ASCII a chunk at a time */
-            while (i + CHUNK <= n) {
-                size_t k = chunk_ascii(p + i);
+            while (i + chunk <= n) {
+                size_t k = ascii(p + i);
                 i += k;
-                if (k < CHUNK)
+                if (k < chunk)
                     break;
             }
             while (i < n && p[i] < 0x80)
@@ -501,6 +514,20 @@ static int valid_utf8(const uint8_t *p, size_t n)
         }
     }
     return 1;
+}
+
+static int valid_utf8(const uint8_t *p, size_t n)
+{
+#if defined(HAVE_X86) && defined(__SSE2__)
+    /* Below a block the scalar loop wins: names and values of properties are mostly short. */
+    if (have_ssse3 && n >= 16)
+        return valid_utf8_ssse3(p, n);
+#endif
+#ifdef __SSE2__
+    if (have_sse2)
+        return valid_utf8_by(p, n, 16, sse2_ascii);
+#endif
+    return valid_utf8_by(p, n, 8, word_ascii);
 }
 
 /* Grow-on-demand int64 output columns. */
@@ -540,10 +567,16 @@ typedef struct {
  * of the bytearray is alive). */
 static int out_grow(out_buf *o, size_t more)
 {
-    size_t cap = o->cap ? o->cap : 1 << 16;
-    while (cap < o->len + more)
-        cap *= 2;
-    if (cap > (size_t)PY_SSIZE_T_MAX || PyByteArray_Resize(o->array, (Py_ssize_t)cap) < 0)
+    if (more > (size_t)PY_SSIZE_T_MAX - o->len) { /* no bytearray holds that much */
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t need = o->len + more, cap = o->cap ? o->cap : 1 << 16;
+    while (cap < need)
+        cap *= 2; /* cap < need <= PY_SSIZE_T_MAX: no wrap */
+    if (cap > (size_t)PY_SSIZE_T_MAX)
+        cap = need;
+    if (PyByteArray_Resize(o->array, (Py_ssize_t)cap) < 0)
         return -1;
     o->data = PyByteArray_AS_STRING(o->array);
     o->cap = cap;
@@ -553,7 +586,18 @@ static int out_grow(out_buf *o, size_t more)
 /* inline: every value of every row asks (the growing is out of line) */
 static inline int out_reserve(out_buf *o, size_t more)
 {
-    return o->len + more <= o->cap ? 0 : out_grow(o, more);
+    return more <= o->cap - o->len ? 0 : out_grow(o, more); /* len <= cap: no wrap */
+}
+
+/* Room for ``count`` items of at most ``width`` bytes and ``extra`` bytes more, the product
+ * checked first: the count is a slice's length, and a long enough one would wrap it. */
+static int out_reserve_items(out_buf *o, size_t count, size_t width, size_t extra)
+{
+    if (count > ((size_t)PY_SSIZE_T_MAX - extra) / width) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return out_reserve(o, count * width + extra);
 }
 
 #define PUT(o, s, n)                                                                               \
@@ -621,27 +665,31 @@ static int put_int(out_buf *o, long long v)
  * orjson do. The bytes that need no escape are copied a chunk at a time: the whole chunk is
  * stored, then the output moves on by its clean prefix (the reserve covers it). Chunks are read
  * while ``readable`` bytes from p allow (the rest of the record's buffer), past n: a short
- * string, such as a property, takes one chunk, not a loop byte by byte. */
-static int put_str(out_buf *o, const uint8_t *p, size_t n, size_t readable)
+ * string, such as a property, takes one chunk, not a loop byte by byte. Inlined for each chunk
+ * width (``clean`` reads ``chunk`` bytes). */
+static inline __attribute__((always_inline)) int put_str_by(out_buf *o, const uint8_t *p,
+                                                            size_t n, size_t readable,
+                                                            const size_t chunk,
+                                                            const chunk_fn clean)
 {
     static const char hex[] = "0123456789abcdef";
-    if (out_reserve(o, 6 * n + 2 + CHUNK) < 0)
+    if (out_reserve_items(o, n, 6, 2 + chunk) < 0)
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
     size_t i = 0;
     while (i < n) {
         uint8_t c;
-        if (i + CHUNK <= readable) {
-            size_t k = chunk_clean(p + i);
-            memcpy(d, p + i, CHUNK);
+        if (i + chunk <= readable) {
+            size_t k = clean(p + i);
+            memcpy(d, p + i, chunk);
             if (k >= n - i) { /* clean to the end of the string */
                 d += n - i;
                 break;
             }
             d += k;
             i += k;
-            if (k == CHUNK)
+            if (k == chunk)
                 continue;
             c = p[i];
         } else if ((c = p[i]) >= 0x20 && c != '"' && c != '\\') {
@@ -672,12 +720,24 @@ static int put_str(out_buf *o, const uint8_t *p, size_t n, size_t readable)
     return 0;
 }
 
+static int put_str(out_buf *o, const uint8_t *p, size_t n, size_t readable)
+{
+#ifdef __SSE2__
+    if (have_sse2)
+        return put_str_by(o, p, n, readable, 16, sse2_clean);
+#endif
+    return put_str_by(o, p, n, readable, 8, word_clean);
+}
+
 /* The "YYYY-MM-DDTHH:MM:SS" of the last second written: the messages of a batch are stored
  * within a few seconds, so most times only write their milliseconds. */
 typedef struct {
     long long secs;
     char text[19];
 } time_cache;
+
+#define MIN_TIME_MS -62167219200000LL /* 0000-01-01T00:00:00.000Z */
+#define MAX_TIME_MS 253402300799999LL /* 9999-12-31T23:59:59.999Z */
 
 /* ISO 8601 UTC with milliseconds, as render.values.iso_ms writes it (null outside its range,
  * which holds only four-digit years). */
@@ -915,7 +975,7 @@ __attribute__((target("ssse3"))) static void base64_12(const uint8_t *p, char *d
 
 static int put_base64(out_buf *o, const uint8_t *p, size_t n)
 {
-    if (out_reserve(o, (n + 2) / 3 * 4 + 2) < 0)
+    if (out_reserve_items(o, n / 3 + 1, 4, 2) < 0) /* (n + 2) / 3 quads, and the quotes */
         return -1;
     char *d = o->data + o->len;
     *d++ = '"';
@@ -964,12 +1024,12 @@ static int put_base64(out_buf *o, const uint8_t *p, size_t n)
  * SSE2 (nibbles spread to bytes, '0' added, and 'a' - '0' - 10 more above 9). */
 static int put_hex(out_buf *o, const uint8_t *p, size_t n, const char (*digits)[2])
 {
-    if (out_reserve(o, 2 * n) < 0)
+    if (out_reserve_items(o, n, 2, 0) < 0)
         return -1;
     char *d = o->data + o->len;
     size_t i = 0;
 #ifdef __SSE2__
-    if (digits == hex_lower) {
+    if (have_sse2 && digits == hex_lower) {
         const __m128i low4 = _mm_set1_epi8(0x0f), nine = _mm_set1_epi8(9);
         const __m128i zero = _mm_set1_epi8('0'), gap = _mm_set1_epi8('a' - '0' - 10);
         for (; i + 16 <= n; i += 16) {
@@ -1073,6 +1133,10 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bad message_json arguments");
         goto done;
     }
+    if (min_ms < MIN_TIME_MS || max_ms > MAX_TIME_MS) { /* put_time writes four-digit years */
+        PyErr_SetString(PyExc_ValueError, "bad message_json time range");
+        goto done;
+    }
     for (Py_ssize_t t = 0; t <= tx_mask; t++) {
         if (!PyBytes_Check(PyTuple_GET_ITEM(transactions, t))) {
             PyErr_SetString(PyExc_TypeError, "transaction names must be bytes");
@@ -1109,7 +1173,7 @@ static PyObject *speedups_message_json(PyObject *self, PyObject *args)
     const int64_t *all = fields.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         const int64_t *f = all + i * F_COUNT;
-        long long position = file_start + f[F_POSITION];
+        long long position = wadd(file_start, f[F_POSITION]);
         /* Every slice must lie in the buffer (the scanner's well-formed records do). */
         int bv6 = (f[F_SYS_FLAG] & born_v6) != 0, sv6 = (f[F_SYS_FLAG] & store_v6) != 0;
         int64_t slices[5][2] = {{f[F_TOPIC_AT], f[F_TOPIC_LENGTH]},
@@ -1335,6 +1399,26 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(crc32_doc, "crc32(data) -> int\n\n"
+                        "zlib's CRC-32 of a bytes-like object (rmqinspect.format.crc.crc32).");
+
+static PyObject *speedups_crc32(PyObject *self, PyObject *arg)
+{
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc;
+    if (data.len >= 1 << 16) { /* long enough to let other threads run meanwhile */
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc32_of(data.buf, (size_t)data.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc32_of(data.buf, (size_t)data.len);
+    }
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 PyDoc_STRVAR(crc32_many_doc,
              "crc32_many(buf, starts, lengths, out)\n\n"
              "zlib's CRC-32 of buf[start:start + length] for each pair of the int64 arrays\n"
@@ -1364,8 +1448,11 @@ static int64_t read_be(const uint8_t *d, Py_ssize_t n, int64_t off, int w)
         for (int k = 0; k < w; k++)
             v = (v << 8) | d[off + k];
     } else {
-        for (int k = 0; k < w; k++)
-            v = (v << 8) | ((off + k >= 0 && off + k < (int64_t)n) ? d[off + k] : 0);
+        /* unsigned: a negative or wrapped offset is a huge one, outside [0, n) like it */
+        for (int k = 0; k < w; k++) {
+            uint64_t at = (uint64_t)off + (uint64_t)k;
+            v = (v << 8) | (at < (uint64_t)n ? d[at] : 0);
+        }
     }
     int shift = 64 - 8 * w;
     return (int64_t)(v << shift) >> shift;
@@ -1384,12 +1471,21 @@ enum {
     C_STORE_HOST_AT, C_STORE_PORT, C_RECONSUME_TIMES, C_PREPARED, C_BODY_AT, C_BODY_LENGTH,
     C_TOPIC_AT, C_TOPIC_LENGTH, C_PROPERTIES_AT, C_PROPERTIES_LENGTH, C_WELL_FORMED, C_COUNT
 };
+/* gather's rows by RecordColumns' names (exported as GATHER_COLUMNS): rmqinspect.format.columns
+ * fills its columns by these names and refuses to import a build whose names are not its own. */
+static const char *const gather_names[C_COUNT] = {
+    "sizes", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset_field",
+    "sys_flag", "born_timestamp", "born_host_at", "born_port", "store_timestamp",
+    "store_host_at", "store_port", "reconsume_times", "prepared_transaction_offset", "body_at",
+    "body_length", "topic_at", "topic_length", "properties_at", "properties_length",
+    "well_formed",
+};
 
 PyDoc_STRVAR(gather_doc,
              "gather(buf, positions, layout, out)\n\n"
              "Every field of the message records at the int64 positions, into out: an int64\n"
-             "buffer of 23 rows of len(positions) items (TOTALSIZE, magic, ... properties\n"
-             "length, then 1 where the record is well formed). layout is the record layout's\n"
+             "buffer of len(GATHER_COLUMNS) rows of len(positions) items, the columns named\n"
+             "there (well_formed: 1 where the record is well formed). layout is the record layout's\n"
              "20 constants (see rmqinspect.format.columns); bytes outside buf read as zeros.");
 
 static PyObject *speedups_gather(PyObject *self, PyObject *args)
@@ -1402,7 +1498,7 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Py_ssize_t n = positions.len / (Py_ssize_t)sizeof(int64_t);
     if (positions.len % (Py_ssize_t)sizeof(int64_t) || PyTuple_GET_SIZE(layout_obj) != L_COUNT ||
-        out.len < (Py_ssize_t)C_COUNT * n * (Py_ssize_t)sizeof(int64_t)) {
+        n > out.len / (Py_ssize_t)(C_COUNT * sizeof(int64_t))) {
         PyErr_SetString(PyExc_ValueError, "bad gather arguments");
         goto done;
     }
@@ -1410,6 +1506,10 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
         lay[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(layout_obj, k));
         if (lay[k] == -1 && PyErr_Occurred())
             goto done;
+        if (lay[k] < INT32_MIN || lay[k] > INT32_MAX) { /* offsets, sizes, flags and a magic */
+            PyErr_SetString(PyExc_ValueError, "bad gather arguments");
+            goto done;
+        }
     }
     const uint8_t *d = buf.buf;
     Py_ssize_t L = buf.len;
@@ -1419,51 +1519,52 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t p = pos[i];
         /* Records lie a cache miss apart: ask for a later record's header lines now. */
-        if (i + 8 < n && pos[i + 8] >= 0 && pos[i + 8] + 128 <= (int64_t)L) {
+        if (i + 8 < n && pos[i + 8] >= 0 && pos[i + 8] <= (int64_t)L - 128) {
             __builtin_prefetch(d + pos[i + 8]);
             __builtin_prefetch(d + pos[i + 8] + 64);
         }
-        int64_t size = read_be(d, L, p + lay[L_TOTALSIZE], 4);
-        int64_t magic = read_be(d, L, p + lay[L_MAGIC], 4);
-        int64_t sys_flag = read_be(d, L, p + lay[L_SYSFLAG], 4);
-        int64_t ends = p + size;
+        int64_t size = read_be(d, L, wadd(p, lay[L_TOTALSIZE]), 4);
+        int64_t magic = read_be(d, L, wadd(p, lay[L_MAGIC]), 4);
+        int64_t sys_flag = read_be(d, L, wadd(p, lay[L_SYSFLAG]), 4);
+        int64_t ends = wadd(p, size);
         int64_t born_size = (sys_flag & lay[L_BORN_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
         int64_t store_size =
             (sys_flag & lay[L_STORE_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
-        int64_t born_host_at = p + lay[L_BORNHOST];
-        int64_t store_host_at = born_host_at + born_size + lay[L_STORETIMESTAMP_SIZE];
-        int64_t mid_at = store_host_at + store_size;
-        int ok = mid_at + lay[L_MID_SIZE] <= ends;
-        int64_t body_length = ok ? read_be(d, L, mid_at + lay[L_BODYLENGTH_REL], 4) : 0;
-        int64_t body_at = mid_at + lay[L_MID_SIZE];
-        int64_t topic_length_at = body_at + (body_length > 0 ? body_length : 0);
+        int64_t born_host_at = wadd(p, lay[L_BORNHOST]);
+        int64_t store_host_at = wadd(wadd(born_host_at, born_size), lay[L_STORETIMESTAMP_SIZE]);
+        int64_t mid_at = wadd(store_host_at, store_size);
+        int64_t body_at = wadd(mid_at, lay[L_MID_SIZE]);
+        int ok = body_at <= ends;
+        int64_t body_length = ok ? read_be(d, L, wadd(mid_at, lay[L_BODYLENGTH_REL]), 4) : 0;
+        int64_t topic_length_at = wadd(body_at, body_length > 0 ? body_length : 0);
         int v2 = magic == lay[L_MAGIC_V2];
         int tls = v2 ? 2 : 1;
-        ok = ok && topic_length_at + tls <= ends;
+        int64_t topic_at = wadd(topic_length_at, tls);
+        ok = ok && topic_at <= ends;
         int64_t topic_length = ok ? read_be(d, L, topic_length_at, tls) : 0;
-        int64_t topic_at = topic_length_at + tls;
         ok = ok && topic_length >= 0;
-        int64_t properties_length_at = topic_at + (topic_length > 0 ? topic_length : 0);
-        ok = ok && properties_length_at + 2 <= ends;
+        int64_t properties_length_at = wadd(topic_at, topic_length > 0 ? topic_length : 0);
+        int64_t properties_at = wadd(properties_length_at, 2);
+        ok = ok && properties_at <= ends;
         int64_t properties_length = ok ? read_be(d, L, properties_length_at, 2) : 0;
-        int64_t properties_at = properties_length_at + 2;
-        ok = ok && properties_at + (properties_length > 0 ? properties_length : 0) == ends;
+        ok = ok && wadd(properties_at, properties_length > 0 ? properties_length : 0) == ends;
         o[C_SIZES * n + i] = size;
         o[C_MAGIC * n + i] = magic;
-        o[C_BODY_CRC * n + i] = read_be(d, L, p + lay[L_BODYCRC], 4);
-        o[C_QUEUE_ID * n + i] = read_be(d, L, p + lay[L_QUEUEID], 4);
-        o[C_FLAG * n + i] = read_be(d, L, p + lay[L_FLAG], 4);
-        o[C_QUEUE_OFFSET * n + i] = read_be(d, L, p + lay[L_QUEUEOFFSET], 8);
-        o[C_PHYSICAL_OFFSET * n + i] = read_be(d, L, p + lay[L_PHYSICALOFFSET], 8);
+        o[C_BODY_CRC * n + i] = read_be(d, L, wadd(p, lay[L_BODYCRC]), 4);
+        o[C_QUEUE_ID * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEID]), 4);
+        o[C_FLAG * n + i] = read_be(d, L, wadd(p, lay[L_FLAG]), 4);
+        o[C_QUEUE_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEOFFSET]), 8);
+        o[C_PHYSICAL_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_PHYSICALOFFSET]), 8);
         o[C_SYS_FLAG * n + i] = sys_flag;
-        o[C_BORN_TIMESTAMP * n + i] = read_be(d, L, p + lay[L_BORNTIMESTAMP], 8);
+        o[C_BORN_TIMESTAMP * n + i] = read_be(d, L, wadd(p, lay[L_BORNTIMESTAMP]), 8);
         o[C_BORN_HOST_AT * n + i] = born_host_at;
-        o[C_BORN_PORT * n + i] = read_be(d, L, born_host_at + born_size - 4, 4);
-        o[C_STORE_TIMESTAMP * n + i] = read_be(d, L, born_host_at + born_size, 8);
+        o[C_BORN_PORT * n + i] = read_be(d, L, wadd(born_host_at, born_size - 4), 4);
+        o[C_STORE_TIMESTAMP * n + i] = read_be(d, L, wadd(born_host_at, born_size), 8);
         o[C_STORE_HOST_AT * n + i] = store_host_at;
-        o[C_STORE_PORT * n + i] = ok ? read_be(d, L, store_host_at + store_size - 4, 4) : 0;
-        o[C_RECONSUME_TIMES * n + i] = ok ? read_be(d, L, mid_at + lay[L_RECONSUME_REL], 4) : 0;
-        o[C_PREPARED * n + i] = ok ? read_be(d, L, mid_at + lay[L_PREPARED_REL], 8) : 0;
+        o[C_STORE_PORT * n + i] = ok ? read_be(d, L, wadd(store_host_at, store_size - 4), 4) : 0;
+        o[C_RECONSUME_TIMES * n + i] =
+            ok ? read_be(d, L, wadd(mid_at, lay[L_RECONSUME_REL]), 4) : 0;
+        o[C_PREPARED * n + i] = ok ? read_be(d, L, wadd(mid_at, lay[L_PREPARED_REL]), 8) : 0;
         o[C_BODY_AT * n + i] = body_at;
         o[C_BODY_LENGTH * n + i] = body_length;
         o[C_TOPIC_AT * n + i] = topic_at;
@@ -1500,7 +1601,7 @@ static PyObject *speedups_binary_views(PyObject *self, PyObject *args)
     Py_ssize_t n = slice_pairs(&starts, &lengths, buf.len);
     if (n < 0)
         goto done;
-    if (out.len < n * 16 || buf.len > INT32_MAX) {
+    if (n > out.len / 16 || buf.len > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "bad binary_views arguments");
         goto done;
     }
@@ -1558,9 +1659,13 @@ static PyObject *speedups_property_entries(PyObject *self, PyObject *args)
     Py_ssize_t n = slice_pairs(&starts, &lengths, buf.len);
     if (n < 0)
         goto done;
+    /* l[i] <= buf.len, but many of them can add up past PY_SSIZE_T_MAX: the sum saturates
+     * there (no buffer is that long, so get_i64_out refuses it) instead of wrapping. */
     for (Py_ssize_t i = 0; i < n; i++)
         if (l[i] > 0)
-            capacity += (Py_ssize_t)(l[i] / 3);
+            capacity = (Py_ssize_t)(l[i] / 3) > PY_SSIZE_T_MAX - capacity
+                           ? PY_SSIZE_T_MAX
+                           : capacity + (Py_ssize_t)(l[i] / 3);
     for (; got < 5; got++)
         if (get_i64_out(out_obj[got], &out[got], capacity, "entry columns") < 0)
             goto done;
@@ -1618,8 +1723,9 @@ done:
 
 static PyObject *speedups_features(PyObject *self, PyObject *unused)
 {
-    return Py_BuildValue("{s:O,s:O,s:O}", "pclmul", have_clmul ? Py_True : Py_False, "sse4_2",
-                         have_sse42 ? Py_True : Py_False, "ssse3", have_ssse3 ? Py_True : Py_False);
+    return Py_BuildValue("{s:O,s:O,s:O,s:O}", "pclmul", have_clmul ? Py_True : Py_False,
+                         "sse4_2", have_sse42 ? Py_True : Py_False, "ssse3",
+                         have_ssse3 ? Py_True : Py_False, "sse2", have_sse2 ? Py_True : Py_False);
 }
 
 /* --- linked entries ------------------------------------------------------------------------ */
@@ -1683,6 +1789,7 @@ static PyMethodDef methods[] = {
     {"follow_links", speedups_follow_links, METH_VARARGS, follow_links_doc},
     {"walk", speedups_walk, METH_VARARGS, walk_doc},
     {"message_json", speedups_message_json, METH_VARARGS, message_json_doc},
+    {"crc32", speedups_crc32, METH_O, crc32_doc},
     {"crc32_many", speedups_crc32_many, METH_VARARGS, crc32_many_doc},
     {"crc32c_many", speedups_crc32c_many, METH_VARARGS, crc32c_many_doc},
     {"gather", speedups_gather, METH_VARARGS, gather_doc},
@@ -1708,19 +1815,29 @@ PyMODINIT_FUNC PyInit__speedups(void)
     make_utf8_tables();
     make_digit_tables();
     make_b64_table();
+    /* RMQINSPECT_SCALAR=1: the portable loops only (slicing-by-8 CRCs, the lead-byte UTF-8
+     * table, 8-byte words), the paths a host without these instructions runs, so that tests on
+     * an x86_64 machine run them too. */
+    const char *scalar = getenv("RMQINSPECT_SCALAR");
+    int forced_scalar = scalar && strcmp(scalar, "1") == 0;
 #ifdef HAVE_X86
-    __builtin_cpu_init();
-    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-    have_sse42 = __builtin_cpu_supports("sse4.2");
-    have_ssse3 = __builtin_cpu_supports("ssse3");
+    if (!forced_scalar) {
+        __builtin_cpu_init();
+        have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+        have_sse42 = __builtin_cpu_supports("sse4.2");
+        have_ssse3 = __builtin_cpu_supports("ssse3");
+    }
+#endif
+#ifdef __SSE2__
+    have_sse2 = !forced_scalar;
 #endif
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
-    const char *const *lists[2] = {field_names, value_keys};
-    const int sizes[2] = {F_COUNT, V_COUNT};
-    const char *attrs[2] = {"MESSAGE_FIELDS", "VALUE_KEYS"};
-    for (int l = 0; l < 2; l++) {
+    const char *const *lists[3] = {field_names, value_keys, gather_names};
+    const int sizes[3] = {F_COUNT, V_COUNT, C_COUNT};
+    const char *attrs[3] = {"MESSAGE_FIELDS", "VALUE_KEYS", "GATHER_COLUMNS"};
+    for (int l = 0; l < 3; l++) {
         PyObject *names = PyTuple_New(sizes[l]);
         if (!names) {
             Py_DECREF(m);

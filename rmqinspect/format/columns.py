@@ -455,6 +455,24 @@ _ARRAY_FIELDS = tuple(
 )
 
 
+def check_extension_columns(gathered: Sequence[str], message_fields: Sequence[str]) -> None:
+    """Refuse an extension whose column names are not :class:`RecordColumns`' own (a build
+    older or newer than this package): its gather rows fill the columns they name, every column
+    after ``positions`` exactly once, and the JSON writer reads columns by name."""
+    if not gathered and not message_fields:
+        return  # not built: the numpy twins read the columns
+    if sorted(gathered) != sorted(_ARRAY_FIELDS[1:]) or not set(message_fields) <= set(
+        _ARRAY_FIELDS
+    ):
+        raise ImportError(
+            "rmqinspect.format._speedups does not match this rmqinspect (its columns are "
+            f"{', '.join(gathered)}); rebuild it (pip install -e .)"
+        )
+
+
+check_extension_columns(speedups.gather_columns(), speedups.message_fields())
+
+
 @functools.lru_cache(maxsize=4096)
 def _tag_hash(tags: str | None) -> int:
     """``cl.dispatch_tags_code`` outside the schedule topic depends on TAGS only: cached."""
@@ -494,8 +512,9 @@ def gather(buf: Buffer, positions: I64 | Walk, file_start: int = 0) -> RecordCol
     fields = speedups.gather_fields(buf, p, _LAYOUT)
     if fields is None:
         return py_gather(buf, p, file_start)
-    arrays = dict(zip(_ARRAY_FIELDS, [p, *fields[:-1], fields[-1] != 0], strict=True))
-    return RecordColumns(buf, file_start, **arrays)
+    arrays = dict(zip(speedups.gather_columns(), fields, strict=True))
+    well_formed: Mask = arrays.pop("well_formed") != 0
+    return RecordColumns(buf, file_start, positions=p, well_formed=well_formed, **arrays)
 
 
 def py_gather(buf: Buffer, p: I64, file_start: int = 0) -> RecordColumns:

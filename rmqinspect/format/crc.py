@@ -1,16 +1,32 @@
 """The one CRC-32 every checksum in rmqinspect goes through.
 
 RocketMQ's body and property CRCs are zlib's CRC-32 masked to 31 bits (``UtilAll.crc32``).
-ISA-L (``isal``) computes the same CRC about three times faster than this platform's zlib, which
-has no hardware CRC; zlib stays the fallback when ``isal`` cannot be imported.
+Where the CPU has PCLMULQDQ the C extension computes it by carry-less folding: :func:`crc32`
+here for one buffer, and ``crc32_many`` of :mod:`rmqinspect.format.speedups`, the same C
+function, for the many slices of a scan. Elsewhere (no extension, another CPU, or
+``RMQINSPECT_SCALAR=1``) :func:`crc32` is zlib's, faster there than the extension's
+slicing-by-8 tables (``benchmarks/crc.py``); identical results either way.
 """
 
 from __future__ import annotations
 
-try:
-    from isal.isal_zlib import crc32
-except ImportError:  # pragma: no cover - isal is a dependency; zlib gives identical results
-    from zlib import crc32
+import importlib
+import zlib
+from collections.abc import Callable
+
+Crc32 = Callable[[bytes | bytearray | memoryview], int]
+
+
+def _pick() -> Crc32:
+    try:
+        c = importlib.import_module("rmqinspect.format._speedups")
+    except ImportError:  # pragma: no cover - built at install where a C compiler is present
+        return zlib.crc32
+    fast: Crc32 = c.crc32
+    return fast if c.features()["pclmul"] else zlib.crc32
+
+
+crc32 = _pick()
 
 __all__ = ["CRC_MASK", "crc32", "masked_crc32"]
 

@@ -12,20 +12,22 @@ pure-Python twins here (same arguments, same results; tests run both).
 
 In Python each costs about 0.3 µs per record, which bounds a scan of ~1 KiB records to well
 under 1 GB/s; the C loops run at the speed of memory (CRC-32 with PCLMULQDQ, CRC-32C with the
-SSE4.2 instruction, where the CPU has them).
+SSE4.2 instruction, where the CPU has them). With ``RMQINSPECT_SCALAR=1`` in the environment
+at import the extension uses none of those instructions (nor SSSE3 or SSE2): its portable
+paths, the ones a host without them runs, which ``make test`` tests that way.
 """
 
 from __future__ import annotations
 
 import importlib
 import struct
+import zlib
 from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.format.crc import crc32
 from rmqinspect.format.npbytes import windows
 
 I64 = npt.NDArray[np.int64]
@@ -189,16 +191,19 @@ def binary_views(buf: Buffer, starts: I64, lengths: I64) -> npt.NDArray[np.uint8
     return views
 
 
-_GATHERED = 23  # the C gather's output rows (RecordColumns' columns after positions)
+def gather_columns() -> tuple[str, ...]:
+    """The :class:`~rmqinspect.format.columns.RecordColumns` columns of :func:`gather_fields`'
+    rows, in order, as the extension names them (none without it)."""
+    return tuple(_speedups.GATHER_COLUMNS) if _speedups is not None else ()
 
 
 def gather_fields(buf: Buffer, positions: I64, layout: tuple[int, ...]) -> I64 | None:
-    """Every field of the records at ``positions`` as rows of one int64 array (see
-    ``_speedups.gather``); None without the extension (:func:`rmqinspect.format.columns.gather`
-    then reads them with numpy)."""
+    """Every field of the records at ``positions`` as rows of one int64 array, one row per
+    column of :func:`gather_columns` (see ``_speedups.gather``); None without the extension
+    (:func:`rmqinspect.format.columns.gather` then reads them with numpy)."""
     if _speedups is None:
         return None
-    out = np.empty((_GATHERED, len(positions)), np.int64)
+    out = np.empty((len(_speedups.GATHER_COLUMNS), len(positions)), np.int64)
     _speedups.gather(buf, _i64(positions), layout, out)
     return out
 
@@ -225,11 +230,13 @@ def property_entries(
 
 
 def py_crc32_many(buf: Buffer, starts: I64, lengths: I64) -> I64:
-    """zlib's CRC-32 (unmasked) of ``buf[s:s + n]`` for each pair (0 for ``n <= 0``)."""
+    """zlib's CRC-32 (unmasked) of ``buf[s:s + n]`` for each pair (0 for ``n <= 0``), by zlib
+    itself: not :func:`rmqinspect.format.crc.crc32`, which is the C code this twin is checked
+    against where the extension is built."""
     view = memoryview(buf)
     return np.array(
         [
-            crc32(view[s : s + n]) if n > 0 else 0
+            zlib.crc32(view[s : s + n]) if n > 0 else 0
             for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)
         ],
         np.int64,
