@@ -70,7 +70,7 @@ def test_dledger_store_is_answered_by_every_command_but_salvage(tmp_path: Path) 
     salvaged = run("salvage", store, "--out", tmp_path / "lost")
     assert salvaged.exit_code == 2 and not (tmp_path / "lost").exists()
     assert salvaged.stderr == _refusal("DLedger", "dledger-n0/", "salvage")
-    info = run_json("info", store)
+    info = run_json("info", store, expect=0)
     assert info["unsupported"] == [
         {
             "kind": "dledger",
@@ -127,7 +127,7 @@ def test_timer_and_compaction_change_no_answer(tmp_path: Path, extra: str) -> No
         code, out, err = _run(name, store)
         assert code in (0, 1) and out and "does not support" not in err, (name, err)
     assert _run("recover", store)[0] == 0
-    kinds = [u["kind"] for u in run_json("info", store)["unsupported"]]
+    kinds = [u["kind"] for u in run_json("info", store, expect=0)["unsupported"]]
     assert kinds == ["timer" if extra == "timerwheel" else "compaction"]
 
 

@@ -143,7 +143,7 @@ def test_store_files_are_never_opened_for_writing(
         tmp_path / "store", specs, crash=True, consumer_offsets={"Orders@g1": {0: 3, 1: 4}}
     )
     before = tree_state(store)
-    first = run_jsonl("messages", store)[0]
+    first = run_jsonl("messages", store, expect=0)[0]
     log = record_file_access(monkeypatch)
     for invocations in INVOCATIONS.values():
         for invocation in invocations:

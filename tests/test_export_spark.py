@@ -113,7 +113,9 @@ def test_read_store_returns_the_dataframe(spark: Any) -> None:
     df = read_store(spark, store, table="messages")
     assert df.columns == SCHEMAS[Table.MESSAGES].names
     rows = df.select("physical_offset", "topic").collect()
-    listed = [m for m in run_jsonl("messages", store, "--body", "none") if "skipped" not in m]
+    listed = [
+        m for m in run_jsonl("messages", store, "--body", "none", expect=0) if "skipped" not in m
+    ]
     assert sorted((r.physical_offset, r.topic) for r in rows) == sorted(
         (m["physical_offset"], m["topic"]) for m in listed
     )
@@ -182,7 +184,11 @@ def test_export_on_a_standalone_master_and_worker(tmp_path: Path) -> None:
         assert done.stderr == ""  # nor Spark's console notices, nor the JVM's warnings
         manifest = json.loads(done.stdout)
         assert manifest["master"] == master_url
-        listed = [m for m in run_jsonl("messages", store, "--body", "none") if "skipped" not in m]
+        listed = [
+            m
+            for m in run_jsonl("messages", store, "--body", "none", expect=0)
+            if "skipped" not in m
+        ]
         assert manifest["tables"]["messages"]["rows"] == len(listed) > 0
         assert read_table(out, Table.MESSAGES).num_rows == len(listed)
         assert "app-" in (tmp_path / "master.log").read_text(errors="replace")  # ran there
