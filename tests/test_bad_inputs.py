@@ -492,33 +492,52 @@ def test_index_header_counts_at_their_extremes(store: Path) -> None:
     ]
 
 
+# Run in a child: `info` on a readable store and on a missing one (importing, while the code is
+# readable, every module either path needs), then, as root, become nobody for good, and `info` on
+# the unreadable store. Nobody never imports from the clone, which may be unreadable to it.
+_AS_ANOTHER_READER = """
+import json, os, pwd, sys
+from tests.cli_helpers import run
+readable, unreadable = sys.argv[1:3]
+assert run("info", readable).exit_code == 0
+assert run("info", readable + "-missing").exit_code == 2
+if os.geteuid() == 0:
+    nobody = pwd.getpwnam("nobody")
+    os.setgroups([])
+    os.setresgid(nobody.pw_gid, nobody.pw_gid, nobody.pw_gid)
+    os.setresuid(nobody.pw_uid, nobody.pw_uid, nobody.pw_uid)
+os.stat(unreadable)  # its directory is reachable: what fails is listing the store itself
+assert not os.access(unreadable, os.R_OK), "the reader can still list the store"
+result = run("info", unreadable)
+print(json.dumps([result.exit_code, result.stderr]))
+"""
+
+
 def test_an_unreadable_store_is_one_line(store: Path) -> None:
-    """Permissions mean nothing to root: drop to nobody to meet an unreadable directory."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run as another user")
-    store.chmod(0o700)
-    proc = subprocess.run(
-        [
-            "setpriv",
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            sys.executable,
-            "-m",
-            "rmqinspect",
-            "info",
-            str(store),
-        ],
-        cwd="/",
-        env={"PYTHONPATH": str(ROOT), "PATH": os.environ["PATH"]},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if "Permission denied" in proc.stderr and str(store) not in proc.stderr:
-        pytest.skip("nobody cannot reach the interpreter or the test directory")
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr == f"rmqinspect: error: {store}: cannot list the store: Permission denied\n"
+    """A store directory its reader may not list. Permissions mean nothing to root, so root's
+    child drops to nobody once it has imported what it runs; any other user meets its own
+    mode-000 directory. No skip: wherever the clone is, and whoever may read it, this runs."""
+    with tempfile.TemporaryDirectory() as scratch:
+        home = Path(scratch)
+        home.chmod(0o711)  # nobody may pass through it, not list it
+        unreadable = home / "store"
+        shutil.copytree(store, unreadable)
+        unreadable.chmod(0o000)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", _AS_ANOTHER_READER, str(store), str(unreadable)],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        finally:
+            unreadable.chmod(0o700)
+    assert proc.returncode == 0, proc.stderr
+    code, stderr = json.loads(proc.stdout)
+    assert code == 2, stderr
+    assert stderr == f"rmqinspect: error: {unreadable}: cannot list the store: Permission denied\n"
 
 
 def test_apply_to_a_store_the_broker_refuses_still_reports(store: Path) -> None:
