@@ -30,7 +30,7 @@ from rmqinspect.export.spark_engine import (
 from rmqinspect.format import dledger as dl
 from rmqinspect.store.model import Store, StoreOptions
 from tests.cli_helpers import SMALL_OPTS, run_jsonl
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 from tests.export_helpers import hostile_store, read_table, snapshot, sorted_rows
 
 pytestmark = pytest.mark.skipif(
@@ -51,7 +51,8 @@ def spark() -> Iterator[Any]:
 
 
 def test_stop_leaves_the_accumulator_server_to_a_background_thread() -> None:
-    # Its shutdown waits for a handler that polls once a second; nothing waits for it.
+    # Its shutdown waits for a handler that polls once a second; nothing waits for it. (Which
+    # thread shuts it down needs the attribute; the real context's test covers the rest.)
     class Server:
         def __init__(self) -> None:
             self.down = threading.Event()
@@ -75,6 +76,35 @@ def test_stop_leaves_the_accumulator_server_to_a_background_thread() -> None:
     stop_context(sc)
     assert sc.stopped_with == [None]
     assert server.down.wait(10) and server.thread is not threading.main_thread()
+
+
+# A real context, in a child of its own (one context per process, and the module's session is
+# in use): its accumulator server, found by its thread rather than pyspark's private attribute,
+# is shut down once the context is left, and the context is stopped (a second one starts).
+REAL_STOP = """
+import threading
+from rmqinspect.export.spark_engine import spark_context
+with spark_context("local[1]") as sc:
+    assert sc.parallelize([1, 2], 1).sum() == 3
+    (serving,) = [t for t in threading.enumerate() if t.name.endswith("(serve_forever)")]
+serving.join(30)
+assert not serving.is_alive(), "the accumulator server still serves"
+with spark_context("local[1]") as again:
+    assert again.parallelize([4], 1).sum() == 4
+print("stopped")
+"""
+
+
+def test_a_real_context_is_stopped_and_its_accumulator_server_shut_down() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", REAL_STOP],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr
 
 
 def test_workers_import_the_installed_pyspark(spark: Any) -> None:
