@@ -32,15 +32,17 @@ def run(*args: str | Path) -> Result:
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def run_json(*args: str | Path) -> Any:
+def run_json(*args: str | Path, expect: int) -> Any:
+    """``rmqinspect ARGS --format json``, which must exit ``expect``; its parsed document."""
     result = run(*args, "--format", "json")
-    assert result.exit_code in (0, 1), result.stderr
+    assert result.exit_code == expect, (result.exit_code, result.stderr)
     return json.loads(result.stdout)
 
 
-def run_jsonl(*args: str | Path) -> list[Any]:
+def run_jsonl(*args: str | Path, expect: int) -> list[Any]:
+    """``rmqinspect ARGS --format jsonl``, which must exit ``expect``; its parsed lines."""
     result = run(*args, "--format", "jsonl")
-    assert result.exit_code in (0, 1), result.stderr
+    assert result.exit_code == expect, (result.exit_code, result.stderr)
     return [json.loads(line) for line in result.stdout.splitlines() if line]
 
 

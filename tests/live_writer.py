@@ -9,6 +9,11 @@ SECONDS:
   broker does, appends consume-queue units and moves the checkpoint;
 * ``truncate``: truncates the last commitlog file to 0 bytes and grows it back with its
   content, again and again (no broker does this; a reader must not die of SIGBUS).
+
+:func:`open_then_written` makes the race certain on the reading side: a store opened through
+it is handed over only once the writer has changed the commitlog since, so every command reads
+a store that changes under it. ``python -m tests.live_writer --read ARGS`` runs ``rmqinspect
+ARGS`` that way.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import os
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.consumequeue import encode_unit
@@ -107,7 +114,46 @@ def truncate(root: Path, deadline: float) -> None:
     os.close(fd)
 
 
+def _commitlog_state(directory: Path) -> dict[str, tuple[int, int]]:
+    state = {}
+    for entry in os.scandir(directory):
+        st = entry.stat()
+        state[entry.name] = (st.st_size, st.st_mtime_ns)
+    return state
+
+
+def open_then_written(opened: Callable[..., Any]) -> Callable[..., Any]:
+    """``Store.open`` (its function, ``opened``) that returns the store only once a file of its
+    commitlog changed, appeared or went after the open: what the store saw at its open is then
+    certainly not what it reads. Waits at most 30 s (a writer that died changes nothing)."""
+
+    def open_then_wait(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        store = opened(cls, *args, **kwargs)
+        seen = _commitlog_state(store.commitlog.directory)
+        deadline = time.monotonic() + 30
+        while _commitlog_state(store.commitlog.directory) == seen:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        return store
+
+    return open_then_wait
+
+
+def read(args: list[str]) -> None:
+    """``rmqinspect ARGS`` in this process, every store it opens changing under it."""
+    from rmqinspect.cli.app import main as rmqinspect
+    from rmqinspect.store.model import Store
+
+    Store.open = classmethod(open_then_written(Store.open.__func__))
+    sys.argv = ["rmqinspect", *args]
+    rmqinspect()
+
+
 def main() -> None:
+    if sys.argv[1] == "--read":
+        read(sys.argv[2:])
+        return
     root, mode, seconds = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
     lock = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -108,12 +108,22 @@ def test_leftovers_of_gone_writers_and_installations_are_removed(tmp_path: Path)
         alive.wait()
 
 
+# The driver's JVM is this process's child (spark-submit execs java): found through /proc, not
+# pyspark's private gateway attribute.
 MAPPED = """
+import os
 from pathlib import Path
-from pyspark import SparkContext
 from rmqinspect.export.spark_engine import spark_context
+def children():
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError):
+            continue
+        if ppid == os.getpid():
+            yield stat.parent
 with spark_context("local[1]") as sc:
-    maps = Path(f"/proc/{SparkContext._gateway.proc.pid}/maps").read_text()
+    maps = "".join((child / "maps").read_text() for child in children())
     print(str(Path.cwd() / "cache") in maps)
 """
 

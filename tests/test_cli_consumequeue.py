@@ -12,13 +12,13 @@ from tests.cli_helpers import SMALL_LAYOUT, build_store, orders, run, run_json, 
 
 def test_units_resolve_to_their_messages(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(10))
-    doc = run_json("consumequeue", store, "Orders", "0", "--body", "text")
+    doc = run_json("consumequeue", store, "Orders", "0", "--body", "text", expect=0)
     assert (doc["queue"]["min_offset"], doc["queue"]["max_offset"]) == (0, 5)
     units = doc["units"]
     assert [u["queue_offset"] for u in units] == list(range(5))
     assert all(u["status"] == "found" and u["tags_code_ok"] for u in units)
     assert [u["message"]["body"] for u in units] == [f"order {i}" for i in range(0, 10, 2)]
-    page = run_jsonl("consumequeue", store, "Orders", "1", "--from", "2", "--limit", "2")
+    page = run_jsonl("consumequeue", store, "Orders", "1", "--from", "2", "--limit", "2", expect=0)
     assert [u["queue_offset"] for u in page] == [2, 3]
     assert page[0]["message"]["body"] is None  # --body none is the default here
 
@@ -28,7 +28,7 @@ def test_pre_blank_units_and_min_offset(tmp_path: Path) -> None:
         w.set_queue_offset("Late", 0, 7)
         for i in range(3):
             w.put(MessageSpec(topic="Late", body=f"x{i}".encode()))
-    units = run_jsonl("consumequeue", tmp_path / "s", "Late", "0")
+    units = run_jsonl("consumequeue", tmp_path / "s", "Late", "0", expect=0)
     assert [u["status"] for u in units] == ["pre_blank"] * 7 + ["found"] * 3
     assert units[7]["message"]["queue_offset"] == 7
 
@@ -68,7 +68,7 @@ def test_stale_units_after_the_end_are_counted_and_listed_with_all(tmp_path: Pat
     result = run("consumequeue", store, "Orders", "0", "--format", "jsonl")
     assert result.stdout.count("\n") == 2
     assert "2 non-zero units lie after maxOffset 2" in result.stderr
-    everything = run_jsonl("consumequeue", store, "Orders", "0", "--all")
+    everything = run_jsonl("consumequeue", store, "Orders", "0", "--all", expect=0)
     assert [u["status"] for u in everything[:5]] == [
         "found",
         "found",

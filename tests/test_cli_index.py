@@ -12,7 +12,7 @@ from tests.corpus import expected, input_store
 
 def test_headers_and_statistics(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(50))
-    doc = run_json("index", store)
+    doc = run_json("index", store, expect=0)
     (f,) = doc["files"]
     # Each message puts its UNIQ_KEY and one key: 100 entries.
     assert f["header"]["entries"] == 100 and f["header"]["index_count"] == 101
@@ -20,17 +20,17 @@ def test_headers_and_statistics(tmp_path: Path) -> None:
     stats = f["statistics"]
     assert stats["entries"] == 100 and stats["bad_slots"] == 0
     assert sum(int(n) * c for n, c in stats["chain_histogram"].items()) == 100
-    given = run_json("index", store, *SMALL_OPTS)
+    given = run_json("index", store, *SMALL_OPTS, expect=0)
     assert given["files"][0]["geometry"]["basis"] == "given"
 
 
 def test_entries_listing(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(5))
-    rows = run_jsonl("index", store, "--entries")
+    rows = run_jsonl("index", store, "--entries", expect=0)
     assert [r["entry"] for r in rows] == list(range(1, 11))
     assert all(r["slot"] == r["key_hash"] % 64 for r in rows)
-    assert len(run_jsonl("index", store, "--entries", "--limit", "3")) == 3
-    doc = run_json("index", store, "--entries", "--limit", "2")
+    assert len(run_jsonl("index", store, "--entries", "--limit", "3", expect=0)) == 3
+    doc = run_json("index", store, "--entries", "--limit", "2", expect=0)
     assert len(doc["entries"]) == 2 and len(doc["files"]) == 1
 
 
@@ -41,7 +41,7 @@ def test_a_broken_chain_is_counted(tmp_path: Path) -> None:
     entry5 = 40 + 64 * 4 + 5 * 20
     struct.pack_into(">i", data, entry5 + 16, 9)  # prev points forward
     path.write_bytes(bytes(data))
-    stats = run_json("index", store)["files"][0]["statistics"]
+    stats = run_json("index", store, expect=0)["files"][0]["statistics"]
     assert stats["broken_links"] == 1
 
 
@@ -60,7 +60,7 @@ def test_unknown_file_and_undecidable_geometry(tmp_path: Path) -> None:
 
 def test_real_broker_headers(conformance_dir: Path) -> None:
     store = input_store(conformance_dir, "clean")
-    doc = run_json("index", store)
+    doc = run_json("index", store, expect=0)
     want = expected(conformance_dir, "clean")["before"]["indexFiles"]
     got = [
         (f["name"], f["header"]["index_count"], f["header"]["end_phy_offset"]) for f in doc["files"]

@@ -14,7 +14,7 @@ from tests.corpus import expected, input_store, scenarios
 
 def test_info_reports_queues_offsets_and_shutdown(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(30))
-    doc = run_json("info", store)
+    doc = run_json("info", store, expect=0)
     assert doc["shutdown"] == {"clean": True, "abort_file": False, "abort_content": None}
     assert doc["profile"]["version"] == "4.9"
     topics = {t["topic"]: t for t in doc["topics"]}
@@ -34,7 +34,7 @@ def test_info_reports_queues_offsets_and_shutdown(tmp_path: Path) -> None:
 def test_info_says_crashed_and_names_unsupported_layouts(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(3), crash=True)
     (store / "timerwheel").write_bytes(b"\0" * 16)
-    doc = run_json("info", store)
+    doc = run_json("info", store, expect=0)
     assert doc["shutdown"]["clean"] is False
     assert any(u["kind"] == "timer" for u in doc["unsupported"])
     table = run("info", store, "--format", "table")
@@ -49,7 +49,7 @@ def test_info_reports_gaps_in_commitlog_names(tmp_path: Path) -> None:
     files = sorted((store / "commitlog").iterdir())
     assert len(files) >= 3
     files[1].unlink()
-    doc = run_json("info", store)
+    doc = run_json("info", store, expect=0)
     commitlog = next(f for f in doc["families"] if f["name"] == "commitlog")
     assert commitlog["gaps"] == [[int(files[1].name), int(files[2].name)]]
     assert any(p["kind"] == "gap" for p in doc["problems"])
@@ -64,7 +64,7 @@ def test_info_falls_back_to_bak_when_the_config_file_is_torn(tmp_path: Path) -> 
     )
     main = store / "config" / "consumerOffset.json"
     main.write_bytes(main.read_bytes()[:20])
-    doc = run_json("info", store)
+    doc = run_json("info", store, expect=0)
     cfg = {c["name"]: c for c in doc["config_files"]}["consumerOffset.json"]
     assert (cfg["source"], cfg["main_state"], cfg["bak_state"]) == ("bak", "invalid", "ok")
     assert "consumerOffset.json" in cfg["main_error"]

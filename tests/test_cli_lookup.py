@@ -38,8 +38,8 @@ def _store(tmp_path: Path, specs: list[MessageSpec] | None = None) -> Path:
 
 def test_msg_id_finds_the_record_and_checks_the_host(tmp_path: Path) -> None:
     store = _store(tmp_path)
-    target = run_jsonl("messages", store)[7]
-    doc = run_json("lookup", store, "--msg-id", target["msg_id"])
+    target = run_jsonl("messages", store, expect=0)[7]
+    doc = run_json("lookup", store, "--msg-id", target["msg_id"], expect=0)
     assert doc["found"] is True
     assert doc["messages"][0]["physical_offset"] == target["physical_offset"]
     assert doc["messages"][0]["via"] == "physical_offset"
@@ -56,13 +56,13 @@ def test_msg_id_finds_the_record_and_checks_the_host(tmp_path: Path) -> None:
 
 def test_phy_offset_and_queue_offset(tmp_path: Path) -> None:
     store = _store(tmp_path)
-    target = run_jsonl("messages", store)[4]
-    by_phy = run_json("lookup", store, "--phy-offset", str(target["physical_offset"]))
+    target = run_jsonl("messages", store, expect=0)[4]
+    by_phy = run_json("lookup", store, "--phy-offset", str(target["physical_offset"]), expect=0)
     assert by_phy["messages"][0]["uniq_key"] == target["uniq_key"]
     miss = run("lookup", store, "--phy-offset", str(target["physical_offset"] + 3))
     assert miss.exit_code == 1
     ref = f"{target['topic']}:{target['queue_id']}:{target['queue_offset']}"
-    by_queue = run_json("lookup", store, "--queue-offset", ref)
+    by_queue = run_json("lookup", store, "--queue-offset", ref, expect=0)
     assert by_queue["messages"][0]["physical_offset"] == target["physical_offset"]
     beyond = run("lookup", store, "--queue-offset", "Orders:0:999", "--format", "json")
     assert beyond.exit_code == 1 and "outside" in beyond.stderr
@@ -71,7 +71,7 @@ def test_phy_offset_and_queue_offset(tmp_path: Path) -> None:
 
 def test_key_and_uniq_key_via_the_index(tmp_path: Path) -> None:
     store = _store(tmp_path)
-    doc = run_json("lookup", store, "--key", "ORDER-5", "--topic", "Orders")
+    doc = run_json("lookup", store, "--key", "ORDER-5", "--topic", "Orders", expect=0)
     (hit,) = doc["messages"]
     assert hit["keys"] == ["ORDER-5"] and hit["via"] == "index"
     assert doc["index"]["state"] == "ok" and doc["index"]["broker_offsets"] == [
@@ -79,7 +79,7 @@ def test_key_and_uniq_key_via_the_index(tmp_path: Path) -> None:
     ]
     uniq = hit["uniq_key"]
     # Without --topic every known topic is tried.
-    by_uniq = run_json("lookup", store, "--uniq-key", uniq)
+    by_uniq = run_json("lookup", store, "--uniq-key", uniq, expect=0)
     assert [m["physical_offset"] for m in by_uniq["messages"]] == [hit["physical_offset"]]
     assert "Orders" in by_uniq["query"]["topics"]
     offset_id = hit["msg_id"]
@@ -96,7 +96,7 @@ def test_hash_collisions_are_rejected_with_the_reason(tmp_path: Path) -> None:
         MessageSpec(topic="T", keys="BB", body=b"b"),
     ]
     store = _store(tmp_path, specs)
-    doc = run_json("lookup", store, "--key", "Aa", "--topic", "T")
+    doc = run_json("lookup", store, "--key", "Aa", "--topic", "T", expect=0)
     assert [m["body"] for m in doc["messages"]] == ["a"]
     assert len(doc["index"]["broker_offsets"]) == 2
     (rej,) = doc["rejected"]
@@ -110,7 +110,7 @@ def test_missing_index_says_so_and_scan_finds_it(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "no index files" in result.stderr and "--scan" in result.stderr
     assert json.loads(result.stdout)["suggest_scan"] is True
-    scanned = run_json("lookup", store, "--key", "ORDER-3", "--topic", "Orders", "--scan")
+    scanned = run_json("lookup", store, "--key", "ORDER-3", "--topic", "Orders", "--scan", expect=0)
     assert [m["keys"] for m in scanned["messages"]] == [["ORDER-3"]]
     assert scanned["scanned"] is True and scanned["messages"][0]["via"] == "scan"
 
@@ -133,11 +133,11 @@ def test_unindexed_tail_is_scanned(tmp_path: Path) -> None:
     for spec in specs[6:]:
         spec.dispatch = False  # the reput service had not reached these (a crash)
     store = build_store(tmp_path / "s", specs, _layout(), crash=True)
-    doc = run_json("lookup", store, "--key", "ORDER-8", "--topic", "Orders")
+    doc = run_json("lookup", store, "--key", "ORDER-8", "--topic", "Orders", expect=0)
     (hit,) = doc["messages"]
     assert hit["via"] == "tail_scan" and doc["tail_scanned"] is not None
     assert doc["index"]["broker_offsets"] == []
-    by_queue = run_json("lookup", store, "--queue-offset", "Orders:0:4")
+    by_queue = run_json("lookup", store, "--queue-offset", "Orders:0:4", expect=0)
     assert by_queue["messages"][0]["keys"] == ["ORDER-8"]
     assert by_queue["messages"][0]["via"] == "tail_scan"
 
@@ -148,11 +148,13 @@ def test_time_range(tmp_path: Path) -> None:
         for i in range(30)
     ]
     store = _store(tmp_path, specs)
-    doc = run_json("lookup", store, "--time", "1000010..1000014", "--topic", "T")
+    doc = run_json("lookup", store, "--time", "1000010..1000014", "--topic", "T", expect=0)
     assert [m["body"] for m in doc["messages"]] == ["10", "11", "12", "13", "14"]
-    scanned = run_json("lookup", store, "--time", "1000010..1000014", "--topic", "T", "--scan")
+    scanned = run_json(
+        "lookup", store, "--time", "1000010..1000014", "--topic", "T", "--scan", expect=0
+    )
     assert [m["body"] for m in scanned["messages"]] == ["10", "11", "12", "13", "14"]
-    limited = run_json("lookup", store, "--time", "..", "--topic", "T", "--limit", "4")
+    limited = run_json("lookup", store, "--time", "..", "--topic", "T", "--limit", "4", expect=0)
     assert len(limited["messages"]) == 4 and limited["truncated"] is True
     none = run("lookup", store, "--time", "1..2", "--topic", "T")
     assert none.exit_code == 1
@@ -166,11 +168,13 @@ def test_usage_errors_and_output_formats(tmp_path: Path) -> None:
     assert run("lookup", store, "--key", "a").exit_code == 2
     assert run("lookup", store, "--time", "5", "--topic", "T").exit_code == 2
     assert run("lookup", store, "--phy-offset", "0", "--as-recovered").exit_code == 2
-    lines = run_jsonl("lookup", store, "--key", "ORDER-2", "--topic", "Orders")
+    lines = run_jsonl("lookup", store, "--key", "ORDER-2", "--topic", "Orders", expect=0)
     assert len(lines) == 1 and lines[0]["keys"] == ["ORDER-2"]
     table = run("lookup", store, "--key", "ORDER-2", "--topic", "Orders", "--format", "table")
     assert table.exit_code == 0 and "ORDER-2" in table.stdout
-    recovered = run_json("lookup", store, "--key", "ORDER-2", "--topic", "Orders", "--as-recovered")
+    recovered = run_json(
+        "lookup", store, "--key", "ORDER-2", "--topic", "Orders", "--as-recovered", expect=0
+    )
     assert [m["keys"] for m in recovered["messages"]] == [["ORDER-2"]]
 
 
@@ -228,7 +232,7 @@ def test_time_range_reaches_past_the_consume_queues(tmp_path: Path) -> None:
     for spec in specs[8:]:
         spec.dispatch = False  # stored, not yet in the consume queues (a crash)
     store = build_store(tmp_path / "s", specs, _layout(), crash=True)
-    doc = run_json("lookup", store, "--time", "1000006..1000010", "--topic", "T")
+    doc = run_json("lookup", store, "--time", "1000006..1000010", "--topic", "T", expect=0)
     assert [(m["body"], m["via"]) for m in doc["messages"]] == [
         ("6", "consume_queue"),
         ("7", "consume_queue"),
@@ -237,12 +241,14 @@ def test_time_range_reaches_past_the_consume_queues(tmp_path: Path) -> None:
         ("10", "tail_scan"),
     ]
     assert doc["tail_scanned"] is not None and doc["suggest_scan"] is False
-    limited = run_json("lookup", store, "--time", "1000006..", "--topic", "T", "--limit", "3")
+    limited = run_json(
+        "lookup", store, "--time", "1000006..", "--topic", "T", "--limit", "3", expect=0
+    )
     assert [m["body"] for m in limited["messages"]] == ["6", "7", "8"] and limited["truncated"]
     # A topic only the tail holds has no consume queue at all.
     late = [*specs, MessageSpec(topic="New", body=b"n", store_timestamp=1_000_020, dispatch=False)]
     store = build_store(tmp_path / "late", late, _layout(), crash=True)
-    new = run_json("lookup", store, "--time", "..", "--topic", "New")
+    new = run_json("lookup", store, "--time", "..", "--topic", "New", expect=0)
     assert [(m["body"], m["via"]) for m in new["messages"]] == [("n", "tail_scan")]
 
 
@@ -262,7 +268,7 @@ def test_max_num_is_honoured_and_a_cut_answer_says_so(tmp_path: Path) -> None:
     # 44 match: the index holds 41 of them, the commitlog tail 3 more (a crash).
     store = build_store(tmp_path / "a", hot(44, 41), _layout(), crash=True)
     args = ("lookup", store, "--key", "HOT", "--topic", "Orders", "--max-num", "32")
-    doc = run_json(*args)
+    doc = run_json(*args, expect=0)
     # The 32 newest, as the broker answers once it has indexed the tail.
     assert [m["body"] for m in doc["messages"]] == [str(i) for i in range(12, 44)]
     assert [m["via"] for m in doc["messages"]][-4:] == ["index", *["tail_scan"] * 3]
@@ -270,10 +276,14 @@ def test_max_num_is_honoured_and_a_cut_answer_says_so(tmp_path: Path) -> None:
     assert "more than 32 messages match" in run(*args, "--format", "json").stderr
     # The index alone holding more than asked for is a cut answer too.
     clean = build_store(tmp_path / "b", hot(40, 40), _layout())
-    cut = run_json("lookup", clean, "--key", "HOT", "--topic", "Orders", "--max-num", "32")
+    cut = run_json(
+        "lookup", clean, "--key", "HOT", "--topic", "Orders", "--max-num", "32", expect=0
+    )
     assert len(cut["messages"]) == 32 and cut["truncated"] is True
     # Exactly as many as asked for: nothing is cut.
     exact = build_store(tmp_path / "c", hot(32, 32), _layout())
-    whole = run_json("lookup", exact, "--key", "HOT", "--topic", "Orders", "--max-num", "32")
+    whole = run_json(
+        "lookup", exact, "--key", "HOT", "--topic", "Orders", "--max-num", "32", expect=0
+    )
     assert len(whole["messages"]) == 32 and whole["truncated"] is False
     assert whole["warnings"] == []

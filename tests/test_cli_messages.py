@@ -19,11 +19,11 @@ from tests.render_helpers import decode_body, run_in_terminal
 
 def test_filters_by_topic_queue_and_limit(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(20) + orders(5, topic="Other", queues=1))
-    docs = run_jsonl("messages", store, "--topic", "Orders", "--queue-id", "1")
+    docs = run_jsonl("messages", store, "--topic", "Orders", "--queue-id", "1", expect=0)
     assert [d["queue_offset"] for d in docs] == list(range(10))
     assert {(d["topic"], d["queue_id"]) for d in docs} == {("Orders", 1)}
-    assert len(run_jsonl("messages", store, "--limit", "3")) == 3
-    others = run_jsonl("messages", store, "--topic", "Other")
+    assert len(run_jsonl("messages", store, "--limit", "3", expect=0)) == 3
+    others = run_jsonl("messages", store, "--topic", "Other", expect=0)
     assert [d["body"] for d in others] == [f"order {i}" for i in range(5)]
 
 
@@ -33,16 +33,16 @@ def test_physical_and_time_ranges(tmp_path: Path) -> None:
         for i in range(10)
     ]
     store = build_store(tmp_path / "s", specs)
-    docs = run_jsonl("messages", store)
+    docs = run_jsonl("messages", store, expect=0)
     third = docs[3]["physical_offset"]
     sixth = docs[6]["physical_offset"]
-    ranged = run_jsonl("messages", store, "--from", str(third), "--to", str(sixth))
+    ranged = run_jsonl("messages", store, "--from", str(third), "--to", str(sixth), expect=0)
     assert [d["body"] for d in ranged] == ["m3", "m4", "m5"]
     # A --from inside a record starts at the next record boundary.
-    inside = run_jsonl("messages", store, "--from", str(third + 1), "--limit", "1")
+    inside = run_jsonl("messages", store, "--from", str(third + 1), "--limit", "1", expect=0)
     assert inside[0]["body"] == "m4"
     timed = run_jsonl(
-        "messages", store, "--since", "2023-11-14T22:13:22Z", "--until", "1700000004000"
+        "messages", store, "--since", "2023-11-14T22:13:22Z", "--until", "1700000004000", expect=0
     )
     assert [d["body"] for d in timed] == ["m2", "m3", "m4"]
 
@@ -54,13 +54,13 @@ def test_body_encodings_recover_the_exact_bytes(tmp_path: Path) -> None:
         [MessageSpec(topic="B", body=raw), MessageSpec(topic="B", body="é中".encode())],
     )
     for fmt in ("text", "hex", "base64"):
-        docs = run_jsonl("messages", store, "--body", fmt)
+        docs = run_jsonl("messages", store, "--body", fmt, expect=0)
         assert decode_body(docs[0]["body_encoding"], docs[0]["body"]) == raw
         assert decode_body(docs[1]["body_encoding"], docs[1]["body"]) == "é中".encode()
-    text = run_jsonl("messages", store, "--body", "text")
+    text = run_jsonl("messages", store, "--body", "text", expect=0)
     assert text[0]["body_encoding"] == "base64"  # not UTF-8: never lossy
     assert text[1] == text[1] | {"body_encoding": "text", "body": "é中"}
-    none = run_jsonl("messages", store, "--body", "none")
+    none = run_jsonl("messages", store, "--body", "none", expect=0)
     assert none[0]["body"] is None and none[0]["body_encoding"] == "none"
 
 
@@ -73,7 +73,7 @@ def _split(stdout: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def test_a_corrupt_record_is_reported_on_stderr_and_the_rest_still_listed(tmp_path: Path) -> None:
     specs = [MessageSpec(topic="T", body=b"y" * 30000) for _ in range(6)]
     store = build_store(tmp_path / "s", specs)
-    docs = run_jsonl("messages", store)
+    docs = run_jsonl("messages", store, expect=0)
     victim = docs[0]["physical_offset"]
     first = sorted((store / "commitlog").iterdir())[0]
     data = bytearray(first.read_bytes())
@@ -92,23 +92,23 @@ def test_a_corrupt_record_is_reported_on_stderr_and_the_rest_still_listed(tmp_pa
 
 def test_a_crc_mismatch_is_shown_not_hidden(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", [MessageSpec(topic="T", body=b"hello world")])
-    doc = run_jsonl("messages", store)[0]
+    doc = run_jsonl("messages", store, expect=0)[0]
     first = sorted((store / "commitlog").iterdir())[0]
     data = bytearray(first.read_bytes())
     data[data.index(b"hello world")] ^= 0xFF
     first.write_bytes(bytes(data))
-    bad = run_jsonl("messages", store)[0]
+    bad = run_jsonl("messages", store, expect=0)[0]
     assert bad["body_crc_ok"] is False and bad["body_crc"] == doc["body_crc"]
 
 
 def test_json_is_an_array_and_tables_render(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(3))
-    docs = run_json("messages", store)
+    docs = run_json("messages", store, expect=0)
     assert isinstance(docs, list) and len(docs) == 3
     assert {"physical_offset", "msg_id", "uniq_key", "keys", "properties"} <= set(docs[0])
     table = run("messages", store, "--format", "table")
     assert table.exit_code == 0 and "ORDER-1" in table.stdout
-    empty = run_json("messages", store, "--topic", "none")
+    empty = run_json("messages", store, "--topic", "none", expect=0)
     assert empty == []
 
 
@@ -119,11 +119,19 @@ def test_time_filters_skip_whole_files_without_losing_messages(tmp_path: Path) -
     ]
     store = build_store(tmp_path / "s", specs)
     assert len(list((store / "commitlog").iterdir())) >= 5
-    everything = run_jsonl("messages", store, "--body", "none")
+    everything = run_jsonl("messages", store, "--body", "none", expect=0)
     for since, until in ((5_000_095, 5_000_215), (5_000_000, 5_000_005), (5_000_385, 9_999_999)):
         want = [d for d in everything if since <= d["store_timestamp"] <= until]
         got = run_jsonl(
-            "messages", store, "--body", "none", "--since", str(since), "--until", str(until)
+            "messages",
+            store,
+            "--body",
+            "none",
+            "--since",
+            str(since),
+            "--until",
+            str(until),
+            expect=0,
         )
         assert got == want and want
 
@@ -133,7 +141,7 @@ def test_time_filters_skip_whole_files_without_losing_messages(tmp_path: Path) -
 
 def _damaged_store(tmp_path: Path, n: int = 600) -> tuple[Path, list[dict[str, Any]]]:
     store = build_store(tmp_path / "s", orders(n))
-    return store, run_jsonl("messages", store, "--body", "hex")
+    return store, run_jsonl("messages", store, "--body", "hex", expect=0)
 
 
 def _file_of(store: Path, offset: int) -> tuple[str, int]:
@@ -176,7 +184,7 @@ def test_messages_list_every_message_but_the_scribbled_one(tmp_path: Path) -> No
         assert f"{want['file']}: byte {want['file_offset']}: skipped {want['length']} bytes" in line
         assert "bad_magic" in line
     # JSON keeps the array of message objects, with the ranges where they occur.
-    array = run_json("messages", store, "--body", "hex")
+    array = run_json("messages", store, "--body", "hex", expect=0)
     assert [d for d in array if "skipped" not in d] == listed
     assert [d["skipped"] for d in array if "skipped" in d] == skipped
 
@@ -268,4 +276,4 @@ def test_reversed_ranges_are_usage_errors(tmp_path: Path) -> None:
     }.items():
         result = run("messages", store, *args)
         assert result.exit_code == 2 and f"{what}: the start" in result.stderr, what
-    assert run_jsonl("messages", store, "--from", "100", "--to", "100") == []
+    assert run_jsonl("messages", store, "--from", "100", "--to", "100", expect=0) == []

@@ -16,7 +16,7 @@ def test_lag_flags_and_bak(tmp_path: Path) -> None:
         consumer_offsets={"Orders@g1": {0: 3, 1: 9}, "Orders@g2": {0: 5}, "Gone@g1": {0: 4}},
         previous_offsets={"Orders@g1": {0: 2, 1: 9}, "Orders@g2": {0: 5, 1: 1}},
     )
-    doc = run_json("offsets", store)
+    doc = run_json("offsets", store, expect=0)
     rows = {(r["group"], r["topic"], r["queue_id"]): r for r in doc["offsets"]}
     # The whole row: every documented field, and no other.
     assert rows[("g1", "Orders", 0)] == {
@@ -51,8 +51,8 @@ def test_filters_and_bak_fallback(tmp_path: Path) -> None:
     store = build_store(
         tmp_path / "s", orders(4), consumer_offsets={"Orders@g1": {0: 1}, "Orders@g2": {0: 2}}
     )
-    assert [r["group"] for r in run_jsonl("offsets", store, "--group", "g2")] == ["g2"]
-    assert run_jsonl("offsets", store, "--topic", "Nope") == []
+    assert [r["group"] for r in run_jsonl("offsets", store, "--group", "g2", expect=0)] == ["g2"]
+    assert run_jsonl("offsets", store, "--topic", "Nope", expect=0) == []
     (store / "config" / "consumerOffset.json").write_text("{", encoding="utf-8")
     result = run("offsets", store, "--format", "json")
     assert result.exit_code == 0
@@ -62,7 +62,7 @@ def test_filters_and_bak_fallback(tmp_path: Path) -> None:
 
 
 def test_real_broker_offsets_and_delay_levels(conformance_dir: Path) -> None:
-    doc = run_json("offsets", input_store(conformance_dir, "cq_missing"))
+    doc = run_json("offsets", input_store(conformance_dir, "cq_missing"), expect=0)
     rows = {(r["group"], r["topic"], r["queue_id"]): r for r in doc["offsets"]}
     assert rows[("groupX", "TopicA", 2)]["status"] == "no_queue"
     assert rows[("groupX", "TopicA", 0)]["max_offset"] == 268
@@ -80,7 +80,9 @@ def test_after_a_crash_the_lag_against_the_rebuilt_queues_is_shown(tmp_path: Pat
     store = build_store(
         tmp_path / "s", specs, crash=True, consumer_offsets={"Orders@g": {0: 10, 1: 7}}
     )
-    rows = {r["queue_id"]: r for r in run_json("offsets", store, "--group", "g")["offsets"]}
+    rows = {
+        r["queue_id"]: r for r in run_json("offsets", store, "--group", "g", expect=0)["offsets"]
+    }
     on_disk = [(r["max_offset"], r["lag"], r["status"]) for r in rows.values()]
     assert on_disk == [(6, -4, "above_max"), (6, -1, "above_max")]
     restarted = [

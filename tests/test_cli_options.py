@@ -54,14 +54,14 @@ def test_commands_that_open_no_store_have_none(command: str) -> None:
 
 def test_settings_reach_the_store(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(4))
-    inferred = run_json("info", store)
-    given = run_json("info", store, "--commitlog-file-size", str(32 * 1024))
+    inferred = run_json("info", store, expect=0)
+    given = run_json("info", store, "--commitlog-file-size", str(32 * 1024), expect=0)
     sizes = [
         next(f["file_size"] for f in doc["families"] if f["name"] == "commitlog")
         for doc in (inferred, given)
     ]
     assert sizes == [64 * 1024, 32 * 1024]
-    index = run_json("index", store, "--index-slots", "64", "--index-entries", "400")
+    index = run_json("index", store, "--index-slots", "64", "--index-entries", "400", expect=0)
     assert index["files"][0]["geometry"]["basis"] == "given"
 
 

@@ -110,7 +110,7 @@ def test_writer_round_trips_through_the_store_model(tmp_path: Path) -> None:
         assert units["magic"][600] == 0
         # Entry i's record through its index unit.
         assert store.dledger.physical_offset_of(store.maps, 321) == puts[321].physical_offset
-    doc = run_json("info", root, *SMALL_OPTS)
+    doc = run_json("info", root, *SMALL_OPTS, expect=0)
     ledger = doc["dledger"]
     assert (ledger["begin_index"], ledger["end_index"]) == (0, 599)
     assert ledger["data_end"] == entry_end(puts[-1]) == doc["commitlog"]["max_offset"]
@@ -128,23 +128,27 @@ def test_commands_answer_on_a_dledger_store(tmp_path: Path) -> None:
     target = puts[123]
     msg_id = next(
         d["msg_id"]
-        for d in run_jsonl("messages", root, *SMALL_OPTS)
+        for d in run_jsonl("messages", root, *SMALL_OPTS, expect=0)
         if d["physical_offset"] == target.physical_offset
     )
-    found = run_json("lookup", root, "--msg-id", msg_id, *SMALL_OPTS)
+    found = run_json("lookup", root, "--msg-id", msg_id, *SMALL_OPTS, expect=0)
     assert found["found"] and found["messages"][0]["entry_index"] == 123
     assert found["messages"][0]["entry_position"] == target.physical_offset - 48
-    by_key = run_json("lookup", root, "--key", "K123", "--topic", target.topic, *SMALL_OPTS)
+    by_key = run_json(
+        "lookup", root, "--key", "K123", "--topic", target.topic, *SMALL_OPTS, expect=0
+    )
     assert [m["physical_offset"] for m in by_key["messages"]] == [target.physical_offset]
     ref = f"{target.topic}:{target.queue_id}:{target.queue_offset}"
-    assert run_json("lookup", root, "--queue-offset", ref, *SMALL_OPTS)["found"]
-    units = run_jsonl("consumequeue", root, target.topic, str(target.queue_id), *SMALL_OPTS)
+    assert run_json("lookup", root, "--queue-offset", ref, *SMALL_OPTS, expect=0)["found"]
+    units = run_jsonl(
+        "consumequeue", root, target.topic, str(target.queue_id), *SMALL_OPTS, expect=0
+    )
     assert {u["status"] for u in units} == {"found"}
-    decoded = run_json("decode-id", msg_id)
+    decoded = run_json("decode-id", msg_id, expect=0)
     assert decoded["offset_msg_id"]["physical_offset"] == target.physical_offset
     assert run("index", root, *SMALL_OPTS).exit_code == 0
     from_entry = run_jsonl(
-        "messages", root, "--from", str(target.physical_offset - 48), *SMALL_OPTS
+        "messages", root, "--from", str(target.physical_offset - 48), *SMALL_OPTS, expect=0
     )
     assert from_entry[0]["physical_offset"] == target.physical_offset
 
@@ -519,7 +523,7 @@ def test_tables_and_checkpoint_say_what_dledger_holds(tmp_path: Path) -> None:
     assert rec.exit_code == 0, rec.stderr
     for phrase in ("max offset after load (committed position)", "CANDIDATE", "LEADER, leader n0"):
         assert phrase in rec.stdout
-    notes = run_json("checkpoint", root)["notes"]
+    notes = run_json("checkpoint", root, expect=0)["notes"]
     assert any("dledger-n0/checkpoint says: committedIndex=249; endIndex=249" in n for n in notes)
     lost = run("recover", root, *SMALL_OPTS, "--format", "jsonl")
     assert lost.exit_code == 0 and lost.stdout == ""

@@ -143,13 +143,15 @@ def test_store_files_are_never_opened_for_writing(
         tmp_path / "store", specs, crash=True, consumer_offsets={"Orders@g1": {0: 3, 1: 4}}
     )
     before = tree_state(store)
-    first = run_jsonl("messages", store)[0]
+    first = run_jsonl("messages", store, expect=0)[0]
     log = record_file_access(monkeypatch)
     for invocations in INVOCATIONS.values():
         for invocation in invocations:
             args = invocation(store, first, tmp_path)
             result = run(*args, "--format", "json")
-            assert result.exit_code in (0, 1), (args, result.stderr)
+            # Each finds what it asks for (the tail scan serves the unindexed messages), and
+            # the restart's redispatch loses nothing: exit 0 throughout.
+            assert result.exit_code == 0, (args, result.exit_code, result.stderr)
             assert result.stdout, args
     monkeypatch.undo()
     root = os.path.realpath(store)

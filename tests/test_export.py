@@ -89,7 +89,9 @@ def test_messages_round_trip_against_the_messages_command(name: str, tmp_path: P
     store = STORES / name
     manifest = export_arrow(store, tmp_path / "out", *SMALL_OPTS, "--tables", "messages")
     # messages lists skipped damage ranges among the messages: only the messages are rows
-    listed = [m for m in run_jsonl("messages", store, "--body", "base64") if "skipped" not in m]
+    listed = [
+        m for m in run_jsonl("messages", store, "--body", "base64", expect=0) if "skipped" not in m
+    ]
     table = read_table(tmp_path / "out", Table.MESSAGES)
     assert manifest["tables"] == {  # type: ignore[comparison-overlap]
         "messages": {"rows": len(listed), "path": "messages", "partitioned_by": TOPIC_PARTITION}
@@ -132,7 +134,7 @@ FINDING_FIELDS = (
 def _verify_findings(store: Path) -> list[dict[str, object]]:
     return [
         {k: f[k] for k in FINDING_FIELDS}
-        for f in run_json("verify", store, *SMALL_OPTS)["findings"]
+        for f in run_json("verify", store, *SMALL_OPTS, expect=1)["findings"]
     ]
 
 
@@ -141,7 +143,7 @@ def test_findings_are_what_verify_finds(crashed: tuple[Path, Path]) -> None:
     findings = read_table(out, Table.FINDINGS).to_pylist()
     assert findings == _verify_findings(store)
     # verify's first commitlog finding is the record where recovery stops.
-    bad = run_json("recover", store)["commitlog"]["first_bad_record"]
+    bad = run_json("recover", store, expect=1)["commitlog"]["first_bad_record"]
     first = min(
         (f for f in findings if f["check"].startswith("commitlog.")),
         key=lambda f: f["physical_offset"],
@@ -155,7 +157,7 @@ def test_findings_are_what_verify_finds(crashed: tuple[Path, Path]) -> None:
 def test_body_crc_mismatch_is_a_finding_and_stays_a_message(tmp_path: Path) -> None:
     store = STORES / "bad_crc49"
     export_arrow(store, tmp_path / "out", *SMALL_OPTS, "--tables", "messages,findings")
-    bad = run_json("recover", store)["commitlog"]["first_bad_record"]
+    bad = run_json("recover", store, expect=1)["commitlog"]["first_bad_record"]
     findings = read_table(tmp_path / "out", Table.FINDINGS).to_pylist()
     assert findings == _verify_findings(store)
     crc = [f for f in findings if f["check"] == "commitlog.body_crc"]
@@ -168,7 +170,7 @@ def test_body_crc_mismatch_is_a_finding_and_stays_a_message(tmp_path: Path) -> N
 def test_restart_keeps_follows_the_recover_prediction(tmp_path: Path) -> None:
     store = STORES / "cq_missing49"  # the restart cannot serve TopicA/1: no_queue_unit losses
     export_arrow(store, tmp_path / "out", *SMALL_OPTS, "--tables", "messages")
-    report = run_json("recover", store, "--lost-limit", "100000")
+    report = run_json("recover", store, "--lost-limit", "100000", expect=1)
     lost = {m["physical_offset"] for m in report["lost_messages"]["messages"]}
     assert lost and report["lost_messages"]["count"] == len(lost)
     table = read_table(tmp_path / "out", Table.MESSAGES)
@@ -183,7 +185,7 @@ def test_restart_keeps_follows_the_recover_prediction(tmp_path: Path) -> None:
 
 def test_restart_keeps_past_the_recovered_end(crashed: tuple[Path, Path]) -> None:
     store, out = crashed
-    end = run_json("recover", store)["commitlog"]["max_offset"]
+    end = run_json("recover", store, expect=1)["commitlog"]["max_offset"]
     rows = read_table(out, Table.MESSAGES).select(["physical_offset", "restart_keeps"])
     for r in rows.to_pylist():
         assert r["restart_keeps"] is (r["physical_offset"] < end)
@@ -193,7 +195,7 @@ def test_consume_queue_rows_are_the_consumequeue_units(tmp_path: Path) -> None:
     store = STORES / "cq_ahead49"
     export_arrow(store, tmp_path / "out", *SMALL_OPTS, "--tables", "consume_queue")
     table = read_table(tmp_path / "out", Table.CONSUME_QUEUE).to_pylist()
-    units = run_jsonl("consumequeue", store, "TopicB", "0", "--body", "none")
+    units = run_jsonl("consumequeue", store, "TopicB", "0", "--body", "none", expect=0)
     mine = sorted(
         (r for r in table if (r["topic"], r["queue_id"]) == ("TopicB", 0)),
         key=lambda r: r["queue_offset"],
@@ -208,7 +210,7 @@ def test_index_entries_and_consumer_offsets_are_the_commands_rows(
     crashed: tuple[Path, Path],
 ) -> None:
     store, out = crashed
-    listed = run_jsonl("index", store, "--entries", *SMALL_OPTS)
+    listed = run_jsonl("index", store, "--entries", *SMALL_OPTS, expect=0)
     entries = read_table(out, Table.INDEX_ENTRIES)
     times = _ms(entries, "store_timestamp")
     got = [
@@ -228,7 +230,7 @@ def test_index_entries_and_consumer_offsets_are_the_commands_rows(
         for e in listed
     ]
     assert sorted(got) == sorted(want) and want
-    offsets = run_json("offsets", store)["offsets"]
+    offsets = run_json("offsets", store, expect=0)["offsets"]
     table = read_table(out, Table.CONSUMER_OFFSETS).to_pylist()
     keys = ("table", "group", "topic", "queue_id", "offset", "min_offset", "max_offset", "lag")
     assert sorted(tuple(r[k] for k in keys) for r in table) == sorted(

@@ -32,7 +32,7 @@ from rmqinspect.format.compression import Codec
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.model import Store, StoreOptions
 from tests.cli_helpers import SMALL_OPTS, run_jsonl
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 from tests.export_helpers import hostile_store, read_table, snapshot, sorted_rows
 from tests.test_compressed_bodies import (
     STORE_OPTIONS,
@@ -60,7 +60,8 @@ def spark() -> Iterator[Any]:
 
 
 def test_stop_leaves_the_accumulator_server_to_a_background_thread() -> None:
-    # Its shutdown waits for a handler that polls once a second; nothing waits for it.
+    # Its shutdown waits for a handler that polls once a second; nothing waits for it. (Which
+    # thread shuts it down needs the attribute; the real context's test covers the rest.)
     class Server:
         def __init__(self) -> None:
             self.down = threading.Event()
@@ -84,6 +85,35 @@ def test_stop_leaves_the_accumulator_server_to_a_background_thread() -> None:
     stop_context(sc)
     assert sc.stopped_with == [None]
     assert server.down.wait(10) and server.thread is not threading.main_thread()
+
+
+# A real context, in a child of its own (one context per process, and the module's session is
+# in use): its accumulator server, found by its thread rather than pyspark's private attribute,
+# is shut down once the context is left, and the context is stopped (a second one starts).
+REAL_STOP = """
+import threading
+from rmqinspect.export.spark_engine import spark_context
+with spark_context("local[1]") as sc:
+    assert sc.parallelize([1, 2], 1).sum() == 3
+    (serving,) = [t for t in threading.enumerate() if t.name.endswith("(serve_forever)")]
+serving.join(30)
+assert not serving.is_alive(), "the accumulator server still serves"
+with spark_context("local[1]") as again:
+    assert again.parallelize([4], 1).sum() == 4
+print("stopped")
+"""
+
+
+def test_a_real_context_is_stopped_and_its_accumulator_server_shut_down() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", REAL_STOP],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr
 
 
 def test_workers_import_the_installed_pyspark(spark: Any) -> None:
@@ -122,7 +152,9 @@ def test_read_store_returns_the_dataframe(spark: Any) -> None:
     df = read_store(spark, store, table="messages")
     assert df.columns == SCHEMAS[Table.MESSAGES].names
     rows = df.select("physical_offset", "topic").collect()
-    listed = [m for m in run_jsonl("messages", store, "--body", "none") if "skipped" not in m]
+    listed = [
+        m for m in run_jsonl("messages", store, "--body", "none", expect=0) if "skipped" not in m
+    ]
     assert sorted((r.physical_offset, r.topic) for r in rows) == sorted(
         (m["physical_offset"], m["topic"]) for m in listed
     )
@@ -191,7 +223,11 @@ def test_export_on_a_standalone_master_and_worker(tmp_path: Path) -> None:
         assert done.stderr == ""  # nor Spark's console notices, nor the JVM's warnings
         manifest = json.loads(done.stdout)
         assert manifest["master"] == master_url
-        listed = [m for m in run_jsonl("messages", store, "--body", "none") if "skipped" not in m]
+        listed = [
+            m
+            for m in run_jsonl("messages", store, "--body", "none", expect=0)
+            if "skipped" not in m
+        ]
         assert manifest["tables"]["messages"]["rows"] == len(listed) > 0
         assert read_table(out, Table.MESSAGES).num_rows == len(listed)
         assert "app-" in (tmp_path / "master.log").read_text(errors="replace")  # ran there

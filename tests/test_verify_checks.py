@@ -17,7 +17,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
 from rmqinspect.format.index import INDEX_HEADER_SIZE, IndexGeometry, IndexHeader
-from rmqinspect.store.model import Store
+from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.synth.writer import MessageSpec, PutResult, StoreLayout, StoreWriter
 from tests.conftest import FIXTURES
 from tests.damage_matrix import Record, records
@@ -369,10 +369,261 @@ RECIPES: dict[str, tuple[Path, Recipe]] = {
 
 
 def test_every_check_has_a_recipe() -> None:
-    assert set(RECIPES) == set(CHECKS)
+    assert set(RECIPES) == set(CHECKS) == set(FIRES)
 
 
-def _broken(tmp_path: Path, check: str) -> list[Finding]:
+Places = list[tuple[str, int | None]]
+
+# Every finding each recipe's store gives, by check: where each fires (file, position in it), or
+# for a long cascade only how often. The recipe's own check comes first; the others are the
+# damage's plain consequences (a record cut short strands the intact ones after it and the unit
+# that points at it), and nothing outside this table may fire.
+FIRES: dict[str, dict[str, Places | int]] = {
+    "checkpoint.ahead": {
+        "checkpoint.ahead": [("checkpoint", 0)],
+    },
+    "checkpoint.missing": {
+        "checkpoint.missing": [("checkpoint", None)],
+    },
+    "checkpoint.size": {
+        "checkpoint.size": [("checkpoint", None)],
+    },
+    "commitlog.blank": {
+        "commitlog.blank": [("commitlog/00000000000000000000", 65287)],
+    },
+    "commitlog.body_crc": {
+        "commitlog.body_crc": [("commitlog/00000000000000000000", 3159)],
+        "commitlog.intact_after_damage": [("commitlog/00000000000000000000", 3402)],
+    },
+    "commitlog.file_gap": {
+        "commitlog.file_gap": [("commitlog", None)],
+        "checkpoint.ahead": [("checkpoint", 0), ("checkpoint", 8)],
+        "commitlog.physical_offset": 90,
+        "consumequeue.no_record": 90,
+        "index.no_record": 177,
+    },
+    "commitlog.file_name": {
+        "commitlog.file_name": [("commitlog/junk", None)],
+    },
+    "commitlog.file_size": {
+        "commitlog.file_size": [("commitlog/00000000000000065536", None)],
+    },
+    "commitlog.intact_after_damage": {
+        "commitlog.intact_after_damage": [("commitlog/00000000000000000000", 3402)],
+        "commitlog.body_crc": [("commitlog/00000000000000000000", 3159)],
+    },
+    "commitlog.magic": {
+        "commitlog.magic": [("commitlog/00000000000000000000", 3159)],
+        "commitlog.intact_after_damage": [("commitlog/00000000000000000000", 3402)],
+        "consumequeue.no_record": [("consumequeue/TopicC/0/00000000000000000000", 0)],
+    },
+    "commitlog.parse": {
+        "commitlog.parse": [("commitlog/00000000000000000000", 579)],
+        "commitlog.intact_after_damage": [("commitlog/00000000000000000000", 935)],
+    },
+    "commitlog.physical_offset": {
+        "commitlog.physical_offset": [("commitlog/00000000000000000000", 3159)],
+    },
+    "commitlog.prop_crc": {
+        "commitlog.prop_crc": [("commitlog/00000000000000000000", 3369)],
+    },
+    "commitlog.size_bounds": {
+        "commitlog.size_bounds": [("commitlog/00000000000000000000", 3159)],
+        "commitlog.intact_after_damage": [("commitlog/00000000000000000000", 3402)],
+        "consumequeue.size_mismatch": [("consumequeue/TopicC/0/00000000000000000000", 0)],
+    },
+    "commitlog.timestamp_backwards": {
+        "commitlog.timestamp_backwards": [("commitlog/00000000000000000000", 5979)],
+    },
+    "commitlog.total_size": {
+        "commitlog.total_size": [("commitlog/00000000000000000000", 3159)],
+        "commitlog.intact_after_damage": [("commitlog/00000000000000000000", 3402)],
+        "consumequeue.size_mismatch": [("consumequeue/TopicC/0/00000000000000000000", 0)],
+    },
+    "commitlog.trailing_bytes": {
+        "commitlog.trailing_bytes": [("commitlog/00000000000000065536", 27909)],
+    },
+    "config.bak_fallback": {
+        "config.bak_fallback": [("config/consumerOffset.json", None)],
+    },
+    "config.parse": {
+        "config.parse": [("config/topics.json", None)],
+    },
+    "config.tmp_left": {
+        "config.tmp_left": [("config/consumerOffset.json.tmp", None)],
+    },
+    "consumequeue.file_gap": {
+        "consumequeue.file_gap": [("consumequeue/TopicA/0", None)],
+    },
+    "consumequeue.file_name": {
+        "consumequeue.file_name": [("consumequeue/TopicA/0/junk", None)],
+    },
+    "consumequeue.file_size": {
+        "consumequeue.file_size": [("consumequeue/TopicA/0/00000000000000000000", None)],
+    },
+    "consumequeue.invalid_unit": {
+        "consumequeue.invalid_unit": [("consumequeue/TopicA/0/00000000000000000000", 40)],
+        "consumequeue.missing_unit": [("commitlog/00000000000000000000", 198)],
+    },
+    "consumequeue.lagging": {
+        "consumequeue.lagging": [
+            ("consumequeue/%RETRY%groupX/0", None),
+            ("consumequeue/SCHEDULE_TOPIC_XXXX/16", None),
+            ("consumequeue/TopicA/0", None),
+            ("consumequeue/TopicA/1", None),
+            ("consumequeue/TopicA/2", None),
+            ("consumequeue/TopicB/1", None),
+            ("consumequeue/TopicB/2", None),
+            ("consumequeue/TopicB/3", None),
+            ("consumequeue/TopicC/0", None),
+            ("consumequeue/TopicC/1", None),
+            ("consumequeue/TopicC/2", None),
+            ("consumequeue/TopicC/3", None),
+            ("consumequeue/TopicTx/0", None),
+        ],
+    },
+    "consumequeue.missing_queue": {
+        "consumequeue.missing_queue": [("consumequeue/TopicC/2", None)],
+        "offsets.no_queue": [("config/consumerOffset.json", None)],
+    },
+    "consumequeue.missing_unit": {
+        "consumequeue.missing_unit": [("consumequeue/TopicA/0", None)],
+        "consumequeue.units_after_end": [("consumequeue/TopicA/0/00000000000000000000", 120)],
+        "offsets.above_max": [("config/consumerOffset.json", None)],
+    },
+    "consumequeue.no_record": {
+        "consumequeue.no_record": [("consumequeue/TopicA/0/00000000000000000000", 40)],
+        "consumequeue.missing_unit": [("commitlog/00000000000000000000", 10536)],
+    },
+    "consumequeue.points_past_end": {
+        "consumequeue.points_past_end": [("consumequeue/TopicA/0/00000000000000000000", 40)],
+        "consumequeue.missing_unit": [("commitlog/00000000000000000000", 10536)],
+    },
+    "consumequeue.queue_offset_mismatch": {
+        "consumequeue.queue_offset_mismatch": [("consumequeue/TopicA/0/00000000000000000000", 60)],
+        "consumequeue.missing_unit": [("consumequeue/TopicA/0", None)],
+    },
+    "consumequeue.size_mismatch": {
+        "consumequeue.size_mismatch": [("consumequeue/TopicA/0/00000000000000000000", 40)],
+    },
+    "consumequeue.tags_code": {
+        "consumequeue.tags_code": [("consumequeue/TopicA/0/00000000000000000000", 40)],
+    },
+    "consumequeue.units_after_end": {
+        "consumequeue.units_after_end": [("consumequeue/TopicA/0/00000000000000000000", 120)],
+        "consumequeue.missing_unit": [("consumequeue/TopicA/0", None)],
+        "offsets.above_max": [("config/consumerOffset.json", None)],
+    },
+    "consumequeue.wrong_queue": {
+        "consumequeue.wrong_queue": [("consumequeue/TopicA/0/00000000000000000000", 60)],
+        "consumequeue.missing_unit": [("commitlog/00000000000000000000", 18129)],
+    },
+    "dledger.body_size": {
+        "dledger.body_size": [("dledger-n0/data/00000000000000000000", 2400)],
+        "commitlog.total_size": [("dledger-n0/data/00000000000000000000", 2448)],
+        "consumequeue.size_mismatch": [("consumequeue/TopicA/0/00000000000000000000", 100)],
+    },
+    "dledger.checkpoint": {
+        "dledger.checkpoint": [("dledger-n0/checkpoint", None)],
+    },
+    "dledger.checkpoint_missing": {
+        "dledger.checkpoint_missing": [("dledger-n0/checkpoint", None)],
+    },
+    "dledger.currterm": {
+        "dledger.currterm": [("dledger-n0/currterm", None)],
+    },
+    "dledger.entry_index": {
+        "dledger.entry_index": [("dledger-n0/data/00000000000000000000", 2400)],
+    },
+    "dledger.entry_magic": {
+        "dledger.entry_magic": [("dledger-n0/data/00000000000000000000", 2400)],
+        "commitlog.intact_after_damage": [("dledger-n0/data/00000000000000000000", 2758)],
+    },
+    "dledger.entry_pos": {
+        "dledger.entry_pos": [("dledger-n0/data/00000000000000000000", 2400)],
+        "commitlog.intact_after_damage": [("dledger-n0/data/00000000000000000000", 2758)],
+    },
+    "dledger.entry_size": {
+        "dledger.entry_size": [("dledger-n0/data/00000000000000000000", 2400)],
+        "commitlog.intact_after_damage": [("dledger-n0/data/00000000000000000000", 2758)],
+    },
+    "dledger.entry_term": {
+        "dledger.entry_term": [("dledger-n0/data/00000000000000000000", 2710)],
+        "dledger.index_unit": [("dledger-n0/index/00000000000000000000", 320)],
+    },
+    "dledger.file_gap": {
+        "dledger.file_gap": [("dledger-n0/index", None)],
+    },
+    "dledger.file_name": {
+        "dledger.file_name": [("dledger-n0/index/junk", None)],
+    },
+    "dledger.file_size": {
+        "dledger.file_size": [("dledger-n0/index/00000000000000000000", None)],
+    },
+    "dledger.index_missing": {
+        "dledger.index_missing": [("dledger-n0/index/00000000000000000000", 320)],
+    },
+    "dledger.index_past_end": {
+        "dledger.index_past_end": [("dledger-n0/index/00000000000000000000", 9760)],
+    },
+    "dledger.index_unit": {
+        "dledger.index_unit": [("dledger-n0/index/00000000000000000000", 320)],
+    },
+    "index.below_commitlog": {
+        "index.below_commitlog": [
+            ("index/20260101000000001", 316),
+            ("index/20260101000004798", 316),
+        ],
+        "consumequeue.no_record": 4,
+        "offsets.below_min": 8,
+    },
+    "index.chain_cycle": {
+        "index.chain_cycle": [("index/20260101000000001", 412)],
+    },
+    "index.chain_link": {
+        "index.chain_link": [("index/20260101000000001", 412)],
+    },
+    "index.geometry": {
+        "index.geometry": [("index/20260101000000001", None)],
+    },
+    "index.hash_collision": {
+        "index.hash_collision": [("index/20250101000000000", None)],
+    },
+    "index.header": {
+        "index.header": [("index/20260101000000001", 0)],
+    },
+    "index.key_hash": {
+        "index.key_hash": [("index/20260101000000001", 396)],
+        "index.chain_link": [("index/20260101000000001", 7192)],
+    },
+    "index.no_record": {
+        "index.no_record": [("index/20260101000000001", 396)],
+    },
+    "index.points_past_end": {
+        "index.points_past_end": [("index/20260101000000001", 396)],
+    },
+    "index.slot": {
+        "index.slot": [("index/20260101000000001", 40)],
+        "index.header": [("index/20260101000000001", 0)],
+    },
+    "offsets.above_max": {
+        "offsets.above_max": [("config/consumerOffset.json", None)],
+    },
+    "offsets.below_min": {
+        "offsets.below_min": [("config/consumerOffset.json", None)],
+    },
+    "offsets.no_queue": {
+        "offsets.no_queue": [("config/consumerOffset.json", None)],
+    },
+    "store.unsupported": {
+        "store.unsupported": [("batchconsumequeue", None)],
+    },
+}
+
+
+def _findings(tmp_path: Path, check: str) -> list[Finding]:
+    """Every finding of verify on ``check``'s broken store (the index geometry given, as the
+    CLI's --index-slots/--index-entries would: the writer-built stores' files do not tell it)."""
     source, recipe = RECIPES[check]
     root = tmp_path / "store"
     if getattr(recipe, "fresh", False):
@@ -380,17 +631,32 @@ def _broken(tmp_path: Path, check: str) -> list[Finding]:
     else:
         shutil.copytree(source, root)
         recipe(root)
-    with Store.open(root) as store:
-        report = verify_store(store, VerifyOptions())
-    return [f for f in report.findings if f.check == check]
+    with Store.open(root, StoreOptions(index_slot_num=64, index_num=400)) as store:
+        return verify_store(store, VerifyOptions()).findings
+
+
+def _broken(tmp_path: Path, check: str) -> list[Finding]:
+    return [f for f in _findings(tmp_path, check) if f.check == check]
 
 
 @pytest.mark.parametrize("check", sorted(RECIPES))
-def test_check_fires(tmp_path: Path, check: str) -> None:
-    found = _broken(tmp_path, check)
+def test_check_fires_where_the_damage_is_and_nothing_else_does(tmp_path: Path, check: str) -> None:
+    findings = _findings(tmp_path, check)
+    found = [f for f in findings if f.check == check]
     assert found, f"{check} did not fire"
     assert all(f.severity is CHECKS[check].severity for f in found)
     assert all(f.detail for f in found)
+    fired: dict[str, Places] = {}
+    for f in findings:
+        fired.setdefault(f.check, []).append((f.file, f.file_position))
+    expected = FIRES[check]
+    assert sorted(fired) == sorted(expected), [(f.check, f.file, f.detail) for f in findings]
+    for name, places in expected.items():
+        got = fired[name]
+        if isinstance(places, int):
+            assert len(got) == places, name
+        else:
+            assert sorted(got, key=repr) == sorted(places, key=repr), name
 
 
 def test_findings_name_the_damaged_record(tmp_path: Path) -> None:

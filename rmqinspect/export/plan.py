@@ -33,7 +33,8 @@ HASH_GROUP_BYTES = 1 << 30  # source-file bytes hashed per task
 @dataclass(frozen=True, slots=True)
 class StoreRef:
     """How a task reopens the store: the absolute root and every setting resolved on the
-    driver (profile, file sizes), so all tasks read the store the same way."""
+    driver (profile, file sizes, the commitlog files it listed), so all tasks read the store
+    the same way, even one a live broker adds files to meanwhile."""
 
     root: str
     options: StoreOptions
@@ -45,6 +46,7 @@ class StoreRef:
             profile=store.profile.profile,
             commitlog_file_size=store.commitlog.file_size,
             cq_file_size=store.cq_file_size,
+            commitlog_files=tuple(f.name for f in store.commitlog.files),
         )
         return cls(str(store.root.resolve()), options)
 

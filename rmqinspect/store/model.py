@@ -70,6 +70,9 @@ class StoreOptions:
     index_num: int | None = None
     profile: Profile | None = None
     delay_levels: str | None = None  # messageDelayLevel; None: the broker's default
+    # The commitlog files to read, by name; None: all those listed. A task that reopens a store
+    # its driver opened names the driver's files: a live broker may have added more since.
+    commitlog_files: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,8 @@ class Store:
         # A plain commitlog beside DLedger data is a switched-over ("mixed") store: refused.
         use_ledger = ledger is not None and (bool(ledger.data.files) or not plain.files)
         commitlog = ledger.data if ledger is not None and use_ledger else plain
+        if opts.commitlog_files is not None:
+            commitlog.files = [f for f in commitlog.files if f.name in opts.commitlog_files]
         problems = list(plain.problems if not use_ledger or ledger is None else ledger.problems)
         queue_dirs = discover_queues(path / "consumequeue", problems)
         index_files = list_index(path / "index", problems)
