@@ -177,7 +177,7 @@ def test_the_extension_names_the_columns_it_gathers() -> None:
     assert speedups.gather_columns() == columns._ARRAY_FIELDS[1:]
     columns.check_extension_columns(speedups.gather_columns(), speedups.message_fields())
     renamed = tuple(
-        "physical_offset_field" if n == "physical_offset" else n for n in columns._ARRAY_FIELDS[1:]
+        "physical_offset" if n == "physical_offset_field" else n for n in columns._ARRAY_FIELDS[1:]
     )
     for gathered, fields in (
         (renamed, speedups.message_fields()),

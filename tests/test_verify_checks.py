@@ -391,6 +391,9 @@ FIRES: dict[str, dict[str, Places | int]] = {
     "commitlog.blank": {
         "commitlog.blank": [("commitlog/00000000000000000000", 65287)],
     },
+    "commitlog.body_compression": {
+        "commitlog.body_compression": [("commitlog/00000000000000000000", 3159)],
+    },
     "commitlog.body_crc": {
         "commitlog.body_crc": [("commitlog/00000000000000000000", 3159)],
         "commitlog.intact_after_damage": [("commitlog/00000000000000000000", 3402)],
