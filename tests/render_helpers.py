@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from rich.table import Table
 
+from rmqinspect.format.times import iso_ms
 from rmqinspect.render.output import print_table
-from rmqinspect.render.values import iso_ms
 
 # Store text a table must show as it is, never as rich markup.
 MARKUP_KEYS = ("[order]", "a[/]b")

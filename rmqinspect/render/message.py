@@ -20,6 +20,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format.commitlog import MessageRecord
 from rmqinspect.format.compression import consumer_body
 from rmqinspect.format.ids import encode_offset_msg_id
+from rmqinspect.format.times import MAX_ISO_MS, MIN_ISO_MS, iso_ms
 from rmqinspect.render.output import (
     JSONL_SEPARATOR,
     OutputFormat,
@@ -30,7 +31,7 @@ from rmqinspect.render.output import (
     print_table_batches,
     warn,
 )
-from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS, iso_ms, time_cell
+from rmqinspect.render.values import time_cell
 
 if TYPE_CHECKING:
     from rich.table import Table
