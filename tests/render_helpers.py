@@ -27,7 +27,7 @@ MARKUP_TAG = "[bold]T"
 
 def decode_body(encoding: str, body: str | None) -> bytes | None:
     """The bytes a message JSON's ``body`` stands for, by its ``body_encoding`` (the inverse of
-    ``render.message.encode_body``)."""
+    ``format.message_json.encode_body``)."""
     if body is None or encoding == "none":
         return None
     if encoding == "text":

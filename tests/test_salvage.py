@@ -14,7 +14,7 @@ import pytest
 from rmqinspect.analysis.recovery import RecoverOptions, analyze_recovery
 from rmqinspect.analysis.salvage import SalvageReport, salvage
 from rmqinspect.format import commitlog as cl
-from rmqinspect.render.message import BodyFormat
+from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.salvage import SalvageWriter
 from rmqinspect.store.model import Store
 from rmqinspect.store.output import prepare_output_dir

@@ -17,7 +17,7 @@ from rmqinspect.cli.options import (
     open_store,
     with_store_options,
 )
-from rmqinspect.render.message import BodyFormat
+from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.output import resolve_format
 from rmqinspect.render.salvage import SalvageWriter, render_salvage
 from rmqinspect.store.layout import StorePart

@@ -6,7 +6,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from rmqinspect.analysis.lookup import Hit, IndexReport, LookupResult
-from rmqinspect.render.message import BodyFormat, message_detail_table, message_json, messages_table
+from rmqinspect.format.message_json import BodyFormat, message_json
+from rmqinspect.render.message import message_detail_table, messages_table
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,

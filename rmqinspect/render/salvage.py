@@ -26,8 +26,8 @@ from rmqinspect.analysis.salvage import Failures, SalvageReport
 from rmqinspect.format.batch import RECORD_SCHEMA, consumer_bodies, decode_batch
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.commitlog import MessageRecord
+from rmqinspect.format.message_json import BodyFormat, message_json
 from rmqinspect.format.npbytes import I64, Mask
-from rmqinspect.render.message import BodyFormat, message_json
 from rmqinspect.render.output import (
     OutputFormat,
     json_text,
