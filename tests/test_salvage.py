@@ -13,9 +13,9 @@ import pytest
 
 from rmqinspect.analysis.recovery import RecoverOptions, analyze_recovery
 from rmqinspect.analysis.salvage import SalvageReport, salvage
+from rmqinspect.export.salvage import SalvageWriter
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.message_json import BodyFormat
-from rmqinspect.render.salvage import SalvageWriter
 from rmqinspect.store.model import Store
 from rmqinspect.store.output import prepare_output_dir
 from tests.cli_helpers import run
