@@ -20,7 +20,7 @@ from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import RecordColumns, decode_text
-from rmqinspect.format.ids import encode_offset_msg_id
+from rmqinspect.format.ids import msg_id
 from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.scan import FileEvent, Skipped, data_extent
 from rmqinspect.store.files import StoreFile
@@ -208,7 +208,7 @@ def _lost(rec: cl.MessageRecord, file: str, where: str) -> LostMessage:
         rec.queue_offset,
         rec.physical_offset,
         rec.store_size,
-        encode_offset_msg_id(rec.store_host, rec.physical_offset),
+        msg_id(rec),
         rec.uniq_key,
         rec.keys,
         rec.tags,
