@@ -54,7 +54,7 @@ from campaign_mutations import MUTATIONS  # noqa: E402
 
 from rmqinspect.cli.app import app  # noqa: E402
 from rmqinspect.format import commitlog as cl  # noqa: E402
-from rmqinspect.format.ids import encode_offset_msg_id  # noqa: E402
+from rmqinspect.format.ids import msg_id  # noqa: E402
 from rmqinspect.format.profile import Profile  # noqa: E402
 from rmqinspect.format.scan import CheckedRun, WalkPolicy  # noqa: E402
 from rmqinspect.store.model import Store  # noqa: E402
@@ -95,7 +95,7 @@ def _probe(root: Path) -> Probe:
                     return Probe(
                         rec.topic,
                         rec.queue_id,
-                        encode_offset_msg_id(rec.store_host, rec.physical_offset_field),
+                        msg_id(rec),
                         rec.uniq_key or Probe.uniq_key,
                         rec.keys[0] if rec.keys else Probe.key,
                         rec.position,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import harness
 
-from rmqinspect.format.ids import encode_offset_msg_id
+from rmqinspect.format import ids
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 
 
@@ -31,7 +31,7 @@ def main() -> None:
 
         with Store.open(root) as store:
             rec = store.read_message(store.commitlog.min_offset)
-            msg_id = encode_offset_msg_id(rec.store_host, rec.physical_offset_field)
+            msg_id = ids.msg_id(rec)
         rmq = [sys.executable, "-m", "rmqinspect"]
         cases = {
             "python -c pass": [sys.executable, "-c", "pass"],

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from rich.table import Table
 
+from rmqinspect.format.times import iso_ms
 from rmqinspect.render.output import print_table
-from rmqinspect.render.values import iso_ms
 
 # Store text a table must show as it is, never as rich markup.
 MARKUP_KEYS = ("[order]", "a[/]b")
@@ -27,7 +27,7 @@ MARKUP_TAG = "[bold]T"
 
 def decode_body(encoding: str, body: str | None) -> bytes | None:
     """The bytes a message JSON's ``body`` stands for, by its ``body_encoding`` (the inverse of
-    ``render.message.encode_body``)."""
+    ``format.message_json.encode_body``)."""
     if body is None or encoding == "none":
         return None
     if encoding == "text":

@@ -14,9 +14,9 @@ import pytest
 from rmqinspect.analysis.messages import MessageFilter, one_by_one, stream_messages
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
+from rmqinspect.format.message_json import BodyFormat, message_json
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import CheckedRun, Skipped, WalkPolicy
-from rmqinspect.render.message import BodyFormat, message_json
 from rmqinspect.store.model import Store
 from tests.cli_helpers import run
 from tests.corpus import expected, jsonl

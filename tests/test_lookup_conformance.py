@@ -23,8 +23,8 @@ from rmqinspect.analysis.lookup import (
     lookup_queue_offset,
     restarted_index,
 )
+from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.lookup import hit_json
-from rmqinspect.render.message import BodyFormat
 from rmqinspect.store.model import Store
 from tests.cli_helpers import run
 from tests.corpus import expected, input_store, jsonl, scenarios

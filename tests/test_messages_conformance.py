@@ -12,7 +12,7 @@ import pytest
 from rmqinspect.analysis.messages import MessageFilter, one_by_one, stream_messages
 from rmqinspect.format.commitlog import MessageRecord, body_crc
 from rmqinspect.format.host import HostAddress
-from rmqinspect.render.message import BodyFormat, message_json
+from rmqinspect.format.message_json import BodyFormat, message_json
 from rmqinspect.store.model import Store
 from tests.cli_helpers import run
 from tests.corpus import input_store, jsonl, scenarios

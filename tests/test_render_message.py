@@ -17,13 +17,11 @@ from rmqinspect.format.commitlog import (
     decode_message,
 )
 from rmqinspect.format.host import HostAddress
+from rmqinspect.format.message_json import BodyFormat, encode_body, message_json
 from rmqinspect.format.properties import encode_properties
 from rmqinspect.render.message import (
-    BodyFormat,
     body_preview,
-    encode_body,
     message_detail_table,
-    message_json,
     messages_table,
     render_message_stream,
 )

@@ -16,10 +16,10 @@ from rmqinspect.analysis.lookup import KeyQuery, lookup_key, lookup_msg_id
 from rmqinspect.analysis.queues import list_units, queue_listing
 from rmqinspect.analysis.recovery import RecoverOptions, analyze_recovery
 from rmqinspect.analysis.units import UnitView
+from rmqinspect.format.message_json import BodyFormat, message_json
 from rmqinspect.render.indexes import entry_json, index_report_json, render_index
 from rmqinspect.render.inventory import inventory_json, inventory_tables, render_inventory
 from rmqinspect.render.lookup import lookup_json, lookup_tables, render_lookup
-from rmqinspect.render.message import BodyFormat, message_json
 from rmqinspect.render.output import OutputFormat
 from rmqinspect.render.queues import render_queue_listing, unit_json
 from rmqinspect.render.recover import (

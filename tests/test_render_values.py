@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.table import Table
 
+from rmqinspect.format.times import iso_ms
 from rmqinspect.render.output import (
     TABLE_BATCH_ROWS,
     OutputFormat,
@@ -32,7 +33,6 @@ from rmqinspect.render.values import (
     MAX_CELL_CHARS,
     capped,
     encodable,
-    iso_ms,
     printable,
     size_cell,
     time_cell,

@@ -13,9 +13,9 @@ import pytest
 
 from rmqinspect.analysis.recovery import RecoverOptions, analyze_recovery
 from rmqinspect.analysis.salvage import SalvageReport, salvage
+from rmqinspect.export.salvage import SalvageWriter
 from rmqinspect.format import commitlog as cl
-from rmqinspect.render.message import BodyFormat
-from rmqinspect.render.salvage import SalvageWriter
+from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.store.model import Store
 from rmqinspect.store.output import prepare_output_dir
 from tests.cli_helpers import run
@@ -134,3 +134,21 @@ def test_cli_writes_only_into_a_new_directory_outside_the_store(tmp_path: Path) 
     assert not (store / "lost+found").exists()
     missing = run("salvage", tmp_path / "nope", "--out", tmp_path / "out2")
     assert missing.exit_code == 2
+
+
+@pytest.mark.parametrize("name", ["clean49", "clean53_propcrc"])
+def test_messages_jsonl_is_the_messages_command_output(tmp_path: Path, name: str) -> None:
+    """One encoder: each line of salvage's messages.jsonl is the line ``messages -F jsonl``
+    writes for that record (the C writer's where it can, compact), byte for byte, with the
+    three salvage keys appended; clean53_propcrc holds the property-CRC rows the C writer
+    leaves to the per-record encoder."""
+    store = FIXTURES / "stores" / name
+    listed = run("messages", store, "--format", "jsonl")
+    assert listed.exit_code == 0, listed.stderr
+    out = tmp_path / "out"
+    assert run("salvage", store, "--out", out, "--format", "json").exit_code == 0
+    salvaged = (out / "messages.jsonl").read_bytes().splitlines()
+    expected = listed.stdout_bytes.splitlines()
+    assert len(salvaged) == len(expected) > 0
+    for line, want in zip(salvaged, expected, strict=True):
+        assert line == want[:-1] + b',"intact":true,"restart_keeps":true,"failed":[]}'

@@ -29,14 +29,9 @@ from rmqinspect.format import columns, encode, scan, speedups
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.batch import _arrow_properties_column, map_values, properties_column
 from rmqinspect.format.host import HostAddress
+from rmqinspect.format.message_json import BodyFormat, message_json
 from rmqinspect.format.scan import CheckedRun
-from rmqinspect.render.message import (
-    _TRANSACTIONS,
-    BodyFormat,
-    _json_settings,
-    message_json,
-    message_json_block,
-)
+from rmqinspect.render.message import _TRANSACTIONS, _json_settings, message_json_block
 from rmqinspect.render.output import dumps
 from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
 from tests.conftest import FIXTURES

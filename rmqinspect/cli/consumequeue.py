@@ -16,7 +16,7 @@ from rmqinspect.cli.options import (
     open_store,
     with_store_options,
 )
-from rmqinspect.render.message import BodyFormat
+from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.render.queues import render_queue_listing
 from rmqinspect.store.layout import StorePart

@@ -22,8 +22,8 @@ from rmqinspect.cli.options import (
     parse_time,
     with_store_options,
 )
+from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.lookup import render_lookup
-from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import resolve_format
 from rmqinspect.store.layout import ALL_PARTS, StorePart
 from rmqinspect.store.model import Store, StoreOptions

@@ -19,7 +19,8 @@ from rmqinspect.cli.options import (
     parse_optional_time,
     with_store_options,
 )
-from rmqinspect.render.message import BodyFormat, render_message_stream
+from rmqinspect.format.message_json import BodyFormat
+from rmqinspect.render.message import render_message_stream
 from rmqinspect.render.output import resolve_format
 from rmqinspect.store.layout import StorePart
 from rmqinspect.store.model import StoreOptions

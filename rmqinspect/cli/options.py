@@ -20,6 +20,7 @@ from rmqinspect.cli.common import fail
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.commitlog import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from rmqinspect.format.javamath import INT_MAX, LONG_MAX, LONG_MIN
+from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.sizes import (
     CQ_STORE_UNIT_SIZE,
@@ -27,7 +28,6 @@ from rmqinspect.format.sizes import (
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
 )
-from rmqinspect.render.message import BodyFormat
 from rmqinspect.render.output import OutputFormat, progress_bar, warn
 from rmqinspect.store.layout import StorePart
 from rmqinspect.store.model import Store, StoreOptions

@@ -17,9 +17,10 @@ from rmqinspect.cli.options import (
     open_store,
     with_store_options,
 )
-from rmqinspect.render.message import BodyFormat
+from rmqinspect.export.salvage import SALVAGE_FILES, SalvageWriter
+from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.output import resolve_format
-from rmqinspect.render.salvage import SalvageWriter, render_salvage
+from rmqinspect.render.salvage import render_salvage
 from rmqinspect.store.layout import StorePart
 from rmqinspect.store.model import StoreOptions
 from rmqinspect.store.output import prepare_output_dir
@@ -60,7 +61,7 @@ def salvage(
         ):
             report = run_salvage(opened, writer, advance)
             writer.write_report(report)
-    render_salvage(report, out, fmt)
+    render_salvage(report, out, SALVAGE_FILES, fmt)
     raise typer.Exit(EXIT_OK)
 
 

@@ -44,7 +44,8 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.batch import host_text_column, offset_msg_id_column
 from rmqinspect.format.consumequeue import TAGS_CODE_KINDS, tags_code_kinds
-from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS, encodable
+from rmqinspect.format.times import MAX_ISO_MS, MIN_ISO_MS
+from rmqinspect.render.values import encodable
 from rmqinspect.store.files import content_crc32c
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store

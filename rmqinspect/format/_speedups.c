@@ -1060,7 +1060,7 @@ static void be_put(uint8_t *d, unsigned long long v, int width)
     }
 }
 
-/* The values message_json can write, by the JSON key render.message.message_json gives them
+/* The values message_json can write, by the JSON key format.message_json.message_json gives them
  * (exported as VALUE_KEYS): the caller hands the keys and their order, taken from that
  * definition, and this code only knows how to compute each value from the columns. */
 enum {

@@ -10,10 +10,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.host import HostAddress
+
+if TYPE_CHECKING:
+    from rmqinspect.format.commitlog import MessageRecord
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -55,6 +58,12 @@ def encode_offset_msg_id(store_host: HostAddress, physical_offset: int) -> str:
     if len(store_host.ip) not in (4, 16):
         raise ValueError(f"store host address must be 4 or 16 bytes, got {len(store_host.ip)}")
     return (store_host.encode() + struct.pack(">q", physical_offset)).hex().upper()
+
+
+def msg_id(record: MessageRecord) -> str:
+    """The offsetMsgId as ``MessageDecoder.createMessageId`` builds it: store host + the record's
+    own PHYSICALOFFSET field."""
+    return encode_offset_msg_id(record.store_host, record.physical_offset_field)
 
 
 def decode_offset_msg_id(text: str) -> OffsetMsgId:

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from rmqinspect.analysis.indexes import IndexEntryRow, IndexFileReport
+from rmqinspect.format.times import iso_ms
 from rmqinspect.render.output import (
     OutputFormat,
     print_json,
@@ -18,7 +19,7 @@ from rmqinspect.render.output import (
     print_table_batches,
     to_jsonable,
 )
-from rmqinspect.render.values import iso_ms, with_times
+from rmqinspect.render.values import with_times
 
 
 def index_report_json(r: IndexFileReport) -> dict[str, Any]:

@@ -6,10 +6,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from rmqinspect.analysis.lookup import Hit, IndexReport, LookupResult
+from rmqinspect.format.message_json import BodyFormat, message_json
 from rmqinspect.render.message import (
-    BodyFormat,
     message_detail_table,
-    message_json,
     messages_table,
     skipped_json,
     warn_skipped,

@@ -9,8 +9,10 @@ from rich.table import Table
 
 from rmqinspect.analysis.queues import QueueListing
 from rmqinspect.analysis.units import UnitStatus, UnitView
+from rmqinspect.format.message_json import BodyFormat, message_json, shown_body
+from rmqinspect.format.times import iso_ms
 from rmqinspect.render.inventory import queue_json
-from rmqinspect.render.message import BodyFormat, body_preview, message_json, shown_body
+from rmqinspect.render.message import body_preview
 from rmqinspect.render.output import (
     OutputFormat,
     key_value_table,
@@ -20,7 +22,6 @@ from rmqinspect.render.output import (
     print_table_batches,
     warn,
 )
-from rmqinspect.render.values import iso_ms
 
 
 def unit_json(u: UnitView, body: BodyFormat) -> dict[str, Any]:

@@ -1,134 +1,41 @@
-"""What ``salvage`` writes into its output directory, and what it prints.
-
-:class:`SalvageWriter` receives the salvaged records (it is the analysis'
-:class:`~rmqinspect.analysis.salvage.SalvageSink`) and writes ``messages.jsonl`` (the message
-object of ``messages`` plus ``intact``, ``restart_keeps`` and ``failed``) and
-``messages.parquet`` (:data:`~rmqinspect.format.batch.RECORD_SCHEMA` with ``body`` as its
-consumer gets it, plus ``body_stored``, ``body_error`` and the same three columns), streaming:
-memory stays bounded by one run of records (and :data:`~rmqinspect.format.batch.BODY_BUDGET`
-of decompressed bodies). ``report.json`` is
-:func:`salvage_json`. Files are created through :mod:`rmqinspect.store.output`.
-"""
+"""What ``salvage`` prints: its report (also written as ``report.json`` by
+:class:`~rmqinspect.export.salvage.SalvageWriter`) as JSON, or as tables."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from rich.table import Table
 
-from rmqinspect.analysis.salvage import Failures, SalvageReport
-from rmqinspect.format.batch import RECORD_SCHEMA, consumer_bodies, decode_batch
-from rmqinspect.format.columns import RecordColumns
-from rmqinspect.format.commitlog import MessageRecord
-from rmqinspect.format.npbytes import I64, Mask
-from rmqinspect.render.message import BodyFormat, message_json
+from rmqinspect.analysis.salvage import SalvageReport
 from rmqinspect.render.output import (
     OutputFormat,
-    json_text,
     key_value_table,
     print_json,
     print_jsonl,
     print_table,
     to_jsonable,
 )
-from rmqinspect.store.output import open_new
-
-MESSAGES_JSONL = "messages.jsonl"
-MESSAGES_PARQUET = "messages.parquet"
-REPORT_JSON = "report.json"
-SALVAGE_SCHEMA = (
-    RECORD_SCHEMA.append(pa.field("body_stored", pa.binary()))
-    .append(pa.field("body_error", pa.string()))
-    .append(pa.field("intact", pa.bool_()))
-    .append(pa.field("restart_keeps", pa.bool_()))
-    .append(pa.field("failed", pa.list_(pa.string())))
-)
 
 
-class SalvageWriter:
-    """Writes the salvaged records into ``out`` (already prepared, empty)."""
-
-    def __init__(self, out: Path, body: BodyFormat = BodyFormat.TEXT) -> None:
-        self.out = out
-        self.body = body
-        self._jsonl = io.TextIOWrapper(open_new(out / MESSAGES_JSONL), encoding="utf-8")
-        self._parquet_file = open_new(out / MESSAGES_PARQUET)
-        self._parquet = pq.ParquetWriter(self._parquet_file, SALVAGE_SCHEMA)
-
-    def __enter__(self) -> SalvageWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._parquet.close()
-        self._parquet_file.close()
-        self._jsonl.close()
-
-    def add_columns(
-        self,
-        cols: RecordColumns,
-        rows: I64,
-        intact: Mask,
-        restart_keeps: Mask,
-        failed: Sequence[Failures],
-    ) -> None:
-        chosen = cols.select(rows)
-        for k, i in enumerate(rows.tolist()):
-            self._line(cols.record(i), bool(intact[k]), bool(restart_keeps[k]), failed[k])
-        batch = decode_batch(chosen)
-        extra = [
-            pa.array(intact, pa.bool_()),
-            pa.array(restart_keeps, pa.bool_()),
-            pa.array([list(f) for f in failed], pa.list_(pa.string())),
-        ]
-        body_at = RECORD_SCHEMA.get_field_index("body")
-        for b in consumer_bodies(batch.column(body_at), chosen.sys_flag):
-            columns = [c.slice(b.start, b.stop - b.start) for c in batch.columns]
-            columns[body_at] = b.body
-            rest = [c.slice(b.start, b.stop - b.start) for c in extra]
-            self._parquet.write_batch(
-                pa.RecordBatch.from_arrays(
-                    [*columns, b.body_stored, b.body_error, *rest], schema=SALVAGE_SCHEMA
-                )
-            )
-
-    def add_partial(self, record: MessageRecord, restart_keeps: bool, failed: Failures) -> None:
-        self._line(record, False, restart_keeps, failed)
-
-    def _line(self, record: MessageRecord, intact: bool, keeps: bool, failed: Failures) -> None:
-        doc = message_json(record, self.body)
-        doc.update(intact=intact, restart_keeps=keeps, failed=list(failed))
-        self._jsonl.write(json_text(doc, indent=None))
-        self._jsonl.write("\n")
-
-    def write_report(self, report: SalvageReport) -> None:
-        with io.TextIOWrapper(open_new(self.out / REPORT_JSON), encoding="utf-8") as fh:
-            fh.write(json_text(salvage_json(report, self.out)) + "\n")
-
-
-def salvage_json(report: SalvageReport, out: Path) -> dict[str, Any]:
+def salvage_json(report: SalvageReport, out: Path, files: Sequence[str]) -> dict[str, Any]:
+    """The salvage report: where it wrote, what it found, and the ``files`` it wrote there."""
     doc: dict[str, Any] = {"out": str(out)}
     doc.update(to_jsonable(report))
-    doc["files"] = [MESSAGES_JSONL, MESSAGES_PARQUET, REPORT_JSON]
+    doc["files"] = list(files)
     return doc
 
 
-def render_salvage(report: SalvageReport, out: Path, fmt: OutputFormat) -> None:
+def render_salvage(
+    report: SalvageReport, out: Path, files: Sequence[str], fmt: OutputFormat
+) -> None:
     if fmt is OutputFormat.JSON:
-        print_json(salvage_json(report, out))
+        print_json(salvage_json(report, out, files))
         return
     if fmt is OutputFormat.JSONL:
-        print_jsonl([salvage_json(report, out)])
+        print_jsonl([salvage_json(report, out, files)])
         return
     restart = report.restart
     print_table(

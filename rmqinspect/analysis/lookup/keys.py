@@ -25,6 +25,7 @@ from rmqinspect.analysis.lookup.result import (
 from rmqinspect.analysis.lookup.scan import readable_end_offset, scan_records, with_body
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.ids import msg_id
 from rmqinspect.format.index import (
     DEFAULT_QUERY_MAX_NUM,
     MAX_MSGS_NUM_BATCH,
@@ -55,8 +56,6 @@ def _client_match(record: cl.MessageRecord, q: KeyQuery, topic: str) -> str | No
     """None when the client keeps the message, else why ``MQAdminImpl`` drops it."""
     if q.uniq:
         # MessageClientExt.getMsgId(): the UNIQ_KEY, or the offsetMsgId without one.
-        from rmqinspect.render.message import msg_id
-
         shown = record.uniq_key if record.uniq_key is not None else msg_id(record)
         if shown != q.key:
             return f"hash collision: UNIQ_KEY is {record.uniq_key!r}"

@@ -25,7 +25,7 @@ from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import RecordColumns, decode_text
-from rmqinspect.format.ids import encode_offset_msg_id
+from rmqinspect.format.ids import msg_id
 from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.scan import FileEvent, Skipped, certain_mask, data_extent
 from rmqinspect.store.files import StoreFile
@@ -263,8 +263,7 @@ def _lost(rec: cl.MessageRecord, file: str, where: str) -> LostMessage:
         rec.queue_offset,
         rec.position,
         rec.store_size,
-        # The broker's offset msgId is built from the stored PHYSICALOFFSET field.
-        encode_offset_msg_id(rec.store_host, rec.physical_offset_field),
+        msg_id(rec),
         rec.uniq_key,
         rec.keys,
         rec.tags,

@@ -1,0 +1,112 @@
+"""What ``salvage`` writes into its output directory, beside the export's Parquet writers: the
+same record columns (:data:`~rmqinspect.format.batch.RECORD_SCHEMA`) and body columns
+(:func:`~rmqinspect.format.batch.consumer_bodies`), for one directory of salvaged records. It
+sits above the presenters, as the export does, because ``messages.jsonl`` is the message object
+written by the one encoder of ``messages -F jsonl`` (:func:`~rmqinspect.render.output.dumps`)
+and ``report.json`` is the document ``salvage --format json`` prints.
+
+:class:`SalvageWriter` receives the salvaged records (it is the analysis'
+:class:`~rmqinspect.analysis.salvage.SalvageSink`) and writes ``messages.jsonl`` (the message
+object of ``messages`` plus ``intact``, ``restart_keeps`` and ``failed``) and
+``messages.parquet`` (:data:`~rmqinspect.format.batch.RECORD_SCHEMA` with ``body`` as its
+consumer gets it, plus ``body_stored``, ``body_error`` and the same three columns), streaming:
+memory stays bounded by one run of records (and :data:`~rmqinspect.format.batch.BODY_BUDGET`
+of decompressed bodies). ``report.json`` is
+:func:`~rmqinspect.render.salvage.salvage_json`. Files are created through
+:mod:`rmqinspect.store.output`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rmqinspect.analysis.salvage import Failures, SalvageReport
+from rmqinspect.format.batch import RECORD_SCHEMA, consumer_bodies, decode_batch
+from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.commitlog import MessageRecord
+from rmqinspect.format.message_json import BodyFormat, message_json
+from rmqinspect.format.npbytes import I64, Mask
+from rmqinspect.render.output import JSONL_SEPARATOR, dumps, json_text
+from rmqinspect.render.salvage import salvage_json
+from rmqinspect.store.output import open_new
+
+MESSAGES_JSONL = "messages.jsonl"
+MESSAGES_PARQUET = "messages.parquet"
+REPORT_JSON = "report.json"
+SALVAGE_FILES = (MESSAGES_JSONL, MESSAGES_PARQUET, REPORT_JSON)
+SALVAGE_SCHEMA = (
+    RECORD_SCHEMA.append(pa.field("body_stored", pa.binary()))
+    .append(pa.field("body_error", pa.string()))
+    .append(pa.field("intact", pa.bool_()))
+    .append(pa.field("restart_keeps", pa.bool_()))
+    .append(pa.field("failed", pa.list_(pa.string())))
+)
+
+
+class SalvageWriter:
+    """Writes the salvaged records into ``out`` (already prepared, empty)."""
+
+    def __init__(self, out: Path, body: BodyFormat = BodyFormat.TEXT) -> None:
+        self.out = out
+        self.body = body
+        self._jsonl = open_new(out / MESSAGES_JSONL)
+        self._parquet_file = open_new(out / MESSAGES_PARQUET)
+        self._parquet = pq.ParquetWriter(self._parquet_file, SALVAGE_SCHEMA)
+
+    def __enter__(self) -> SalvageWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._parquet.close()
+        self._parquet_file.close()
+        self._jsonl.close()
+
+    def add_columns(
+        self,
+        cols: RecordColumns,
+        rows: I64,
+        intact: Mask,
+        restart_keeps: Mask,
+        failed: Sequence[Failures],
+    ) -> None:
+        chosen = cols.select(rows)
+        for k, i in enumerate(rows.tolist()):
+            self._line(cols.record(i), bool(intact[k]), bool(restart_keeps[k]), failed[k])
+        batch = decode_batch(chosen)
+        extra = [
+            pa.array(intact, pa.bool_()),
+            pa.array(restart_keeps, pa.bool_()),
+            pa.array([list(f) for f in failed], pa.list_(pa.string())),
+        ]
+        body_at = RECORD_SCHEMA.get_field_index("body")
+        for b in consumer_bodies(batch.column(body_at), chosen.sys_flag):
+            columns = [c.slice(b.start, b.stop - b.start) for c in batch.columns]
+            columns[body_at] = b.body
+            rest = [c.slice(b.start, b.stop - b.start) for c in extra]
+            self._parquet.write_batch(
+                pa.RecordBatch.from_arrays(
+                    [*columns, b.body_stored, b.body_error, *rest], schema=SALVAGE_SCHEMA
+                )
+            )
+
+    def add_partial(self, record: MessageRecord, restart_keeps: bool, failed: Failures) -> None:
+        self._line(record, False, restart_keeps, failed)
+
+    def _line(self, record: MessageRecord, intact: bool, keeps: bool, failed: Failures) -> None:
+        doc = message_json(record, self.body)
+        doc.update(intact=intact, restart_keeps=keeps, failed=list(failed))
+        self._jsonl.write(dumps(doc) + JSONL_SEPARATOR)
+
+    def write_report(self, report: SalvageReport) -> None:
+        with open_new(self.out / REPORT_JSON) as fh:
+            fh.write((json_text(salvage_json(report, self.out, SALVAGE_FILES)) + "\n").encode())
