@@ -31,9 +31,9 @@ from rmqinspect.format.batch import _arrow_properties_column, map_values, proper
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.message_json import BodyFormat, message_json
 from rmqinspect.format.scan import CheckedRun
+from rmqinspect.format.times import MAX_ISO_MS, MIN_ISO_MS
 from rmqinspect.render.message import _TRANSACTIONS, _json_settings, message_json_block
 from rmqinspect.render.output import dumps
-from rmqinspect.render.values import MAX_ISO_MS, MIN_ISO_MS
 from tests.conftest import FIXTURES
 
 needs_c = pytest.mark.skipif(not speedups.compiled(), reason="the C extension is not built")
