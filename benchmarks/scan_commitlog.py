@@ -59,7 +59,7 @@ def _batch(store: Store) -> int:
 def _runs(store: Store) -> list[tuple[int, int]]:
     """(records, bytes) of every checked run."""
     return [
-        (len(ev), int(ev.columns.sizes.sum()))
+        (len(ev), int(ev.columns.store_size.sum()))
         for _, ev in store.scan(policy=scan.WalkPolicy.FORENSIC)
         if isinstance(ev, scan.CheckedRun)
     ]

@@ -53,7 +53,7 @@ def _cpu() -> float:
 
 def _record_bytes(store: Store) -> int:
     return sum(
-        int(ev.columns.sizes.sum())
+        int(ev.columns.store_size.sum())
         for _, ev in store.scan(policy=scan.WalkPolicy.FORENSIC)
         if isinstance(ev, scan.CheckedRun)
     )

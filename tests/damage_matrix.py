@@ -48,7 +48,7 @@ def records(root: Path) -> list[Record]:
             if isinstance(event, CheckedRun):
                 cols = event.columns
                 for i in range(len(cols)):
-                    at, size = int(cols.positions[i]), int(cols.sizes[i])
+                    at, size = int(cols.positions[i]), int(cols.store_size[i])
                     out.append(Record(f.start + at, size, bytes(cols.buf[at : at + size])))
     return out
 

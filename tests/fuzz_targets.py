@@ -90,7 +90,7 @@ def commitlog_check(data: bytes) -> None:
     r = cl.check_message(buf, pos, 1 << 20, opts)
     assert r.size == -1 or r.size >= 0
     if r.is_message:
-        assert r.record is not None and r.size == r.total_size and pos + r.size <= len(buf)
+        assert r.record is not None and r.size == r.store_size and pos + r.size <= len(buf)
     try:
         rec = cl.decode_message(buf, pos, 1 << 20, with_body=opts.read_body)
     except DecodeError:

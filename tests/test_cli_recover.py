@@ -53,7 +53,7 @@ LOST_MESSAGE_FIELDS = [
     "queue_id",
     "queue_offset",
     "physical_offset",
-    "size",
+    "store_size",
     "msg_id",
     "uniq_key",
     "keys",

@@ -90,7 +90,7 @@ def test_record_head_dtype_reads_the_encoded_record(hosts: int) -> None:
     head = np.frombuffer(data, dtype, 1)[0]
     for name in (*cl.FIXED_FIELDS[1:], *cl.MID_FIELDS, "store_timestamp"):
         assert int(head[name]) == getattr(rec, name), name
-    assert int(head["total_size"]) == rec.store_size == len(data)
+    assert int(head["store_size"]) == rec.store_size == len(data)
     assert bytes(head["born_host"]) == rec.born_host.encode()
     assert bytes(head["store_host"]) == rec.store_host.encode()
 
@@ -152,10 +152,10 @@ def test_record_running_past_file_end() -> None:
         cl.decode_message(data[:-5], 0)
 
 
-@pytest.mark.parametrize("total_size", [-1, 0, 10, 2**31 - 1])
-def test_hostile_total_size_never_raises(total_size: int) -> None:
+@pytest.mark.parametrize("store_size", [-1, 0, 10, 2**31 - 1])
+def test_hostile_total_size_never_raises(store_size: int) -> None:
     data = bytearray(record())
-    struct.pack_into(">i", data, 0, total_size)
+    struct.pack_into(">i", data, 0, store_size)
     for profile in Profile:
         r = cl.check_message(bytes(data), 0, options=cl.CheckOptions(profile=profile))
         assert not r.success

@@ -57,7 +57,7 @@ def _prescan(store_dir: Path, profile: Profile, meta: dict[str, Any]) -> list[di
                 row: dict[str, Any] = {"file": f.name, "offset": f.start + event.end}
                 if r.is_blank:
                     row.update(
-                        kind="blank", totalSize=r.total_size, magic=cl.magic_name(r.magic or 0)
+                        kind="blank", totalSize=r.store_size, magic=cl.magic_name(r.magic or 0)
                     )
                 else:
                     row.update(kind="stop", reason=r.reason.value)

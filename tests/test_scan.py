@@ -101,7 +101,7 @@ def assert_agrees(
         for i in range(len(run)):
             assert int(cols.positions[i]) == pos
             r = cl.check_message(buf, pos, START, opts)
-            assert r.is_message and r.size == int(cols.sizes[i]), (pos, r.reason, r.detail)
+            assert r.is_message and r.size == int(cols.store_size[i]), (pos, r.reason, r.detail)
             assert cols.record(i, with_body=opts.read_body) == r.record
             assert run.tags_code(i) == r.tags_code
             pos += r.size
@@ -228,7 +228,7 @@ def test_the_fast_path_decides_clean_records_alone(
         assert "DELAY" in run.stop.detail
         assert calls == [run.end]
         calls.clear()
-        after = scan.check_run(buf, run.end + run.stop.total_size, START, opts)  # type: ignore[operator]
+        after = scan.check_run(buf, run.end + run.stop.store_size, START, opts)  # type: ignore[operator]
         twice = int(after.columns.positions[0])
         assert after.columns.topic(0) == SCHEDULE
         if speedups.compiled():
@@ -244,7 +244,7 @@ def test_walk_follows_sizes_and_says_why_it_stopped() -> None:
         prepared_transaction_offset=0, body=b"b", properties=b"",
     )  # fmt: skip
     w = columns.walk(rec * 2 + encode.encode_blank(8))
-    assert (w.positions.tolist(), w.sizes.tolist()) == ([0, len(rec)], [len(rec)] * 2)
+    assert (w.positions.tolist(), w.store_size.tolist()) == ([0, len(rec)], [len(rec)] * 2)
     assert (w.end, w.stop) == (2 * len(rec), columns.WalkStop.BLANK)
     assert columns.walk(rec + bytes(8)).stop is columns.WalkStop.BAD_MAGIC
     assert columns.walk(rec[:-1]).stop is columns.WalkStop.BAD_SIZE

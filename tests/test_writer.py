@@ -88,7 +88,7 @@ def walk(root: Path, profile: Profile, *, prop_crc: bool = False) -> Walked:
         while pos < len(data):
             result = check_message(data, pos, start, options)
             if result.is_blank:
-                assert result.total_size == len(data) - pos  # BLANK reaches the file end
+                assert result.store_size == len(data) - pos  # BLANK reaches the file end
                 out.blanks.append(start + pos)
                 break
             if not result.is_message:

@@ -186,7 +186,7 @@ def _run(
         extra.setdefault(i, []).append(check)
     failed: list[Failures] = [()] * len(cols)
     for i, checks in extra.items():
-        accepted = cl.CheckResult(int(cols.sizes[i]), True, cl.CheckReason.OK)
+        accepted = cl.CheckResult(int(cols.store_size[i]), True, cl.CheckReason.OK)
         found = record_failures(buf, int(cols.positions[i]), f.start, accepted, ctx)
         failed[i] = tuple(dict.fromkeys(found + checks))
     intact = np.array([not x for x in failed], bool)

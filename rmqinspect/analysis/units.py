@@ -289,7 +289,7 @@ def _found(
             return found, magic
         uniq, inverse = np.unique(rel[fits], return_inverse=True)
         cols = gather(buf, uniq, f.start)
-        formed = headers_plausible(buf, uniq, cols.sizes, accept_v2) & cols.well_formed
+        formed = headers_plausible(buf, uniq, cols.store_size, accept_v2) & cols.well_formed
         same = _same_topic(cols, formed, topic)
         lmq = _lmq_offsets(cols, formed & ~same, topic)
         topic_ok, id_ok, offset = _placements(
@@ -298,7 +298,7 @@ def _found(
         ok = formed & topic_ok & id_ok
         found[fits] = (
             ok[inverse]
-            & (cols.sizes[inverse] == size[fits])
+            & (cols.store_size[inverse] == size[fits])
             & (offset[inverse] == queue_offsets[fits])
         )
         magic[fits] = cols.magic[inverse]
@@ -390,8 +390,8 @@ def _header_size(store: Store, phy: int, accept_v2: bool) -> int:
         pos = phy - f.start
         if pos > len(buf) - cl.MIN_RECORD_SIZE:
             return -1
-        total_size, magic = _HEAD.unpack_from(buf, pos)
+        store_size, magic = _HEAD.unpack_from(buf, pos)
     finally:
         buf.release()
     is_message = magic == cl.MESSAGE_MAGIC_CODE or (accept_v2 and magic == cl.MESSAGE_MAGIC_CODE_V2)
-    return int(total_size) if is_message else -1
+    return int(store_size) if is_message else -1

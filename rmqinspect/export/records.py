@@ -112,4 +112,4 @@ def _run(cols: RecordColumns, decode: bool, end: int, ledger: bool) -> RecordRun
 
 
 def _crc32c(cols: RecordColumns) -> npt.NDArray[np.int64]:
-    return crc32c_many(cols.buf, cols.positions, cols.sizes)
+    return crc32c_many(cols.buf, cols.positions, cols.store_size)

@@ -547,7 +547,7 @@ enum {
     F_PROPERTIES_AT, F_PROPERTIES_LENGTH, F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
-    "positions", "sizes", "magic", "body_crc", "queue_id", "flag", "queue_offset",
+    "positions", "store_size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
     "physical_offset_field", "sys_flag", "born_timestamp", "born_host_at", "born_port",
     "store_timestamp", "store_host_at", "store_port", "reconsume_times",
     "prepared_transaction_offset", "body_at", "body_length", "topic_at", "topic_length",
@@ -1474,7 +1474,7 @@ enum {
 /* gather's rows by RecordColumns' names (exported as GATHER_COLUMNS): rmqinspect.format.columns
  * fills its columns by these names and refuses to import a build whose names are not its own. */
 static const char *const gather_names[C_COUNT] = {
-    "sizes", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset_field",
+    "store_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset_field",
     "sys_flag", "born_timestamp", "born_host_at", "born_port", "store_timestamp",
     "store_host_at", "store_port", "reconsume_times", "prepared_transaction_offset", "body_at",
     "body_length", "topic_at", "topic_length", "properties_at", "properties_length",

@@ -136,7 +136,7 @@ def decode_batch(
     store_ip = np.where(cols.sys_flag & cl.STOREHOSTADDRESS_V6_FLAG, v6, v4)
     columns = [
         pa.array(cols.positions + cols.file_start, pa.int64()),
-        pa.array(cols.sizes, pa.int32()),
+        pa.array(cols.store_size, pa.int32()),
         pa.array(cols.version, pa.int8()),
         pa.array(cols.body_crc, pa.int32()),
         pa.array((cols.body_crcs() if body_crcs is None else body_crcs) == cols.body_crc),

@@ -110,7 +110,7 @@ class Walk:
     """Record starts of a run and their TOTALSIZE, and where and why the run ended."""
 
     positions: I64
-    sizes: I64
+    store_size: I64
     end: int  # buffer position after the last record of the run
     stop: WalkStop
 
@@ -184,7 +184,7 @@ class RecordColumns:
     buf: Buffer
     file_start: int
     positions: I64
-    sizes: I64  # TOTALSIZE
+    store_size: I64  # TOTALSIZE
     magic: I64
     body_crc: I64
     queue_id: I64
@@ -213,12 +213,12 @@ class RecordColumns:
 
     @property
     def ends(self) -> I64:
-        return self.positions + self.sizes
+        return self.positions + self.store_size
 
     @property
     def end(self) -> int:
         """Buffer position after the last record (0 for no record)."""
-        return int(self.positions[-1] + self.sizes[-1]) if len(self) else 0
+        return int(self.positions[-1] + self.store_size[-1]) if len(self) else 0
 
     @property
     def version(self) -> I64:
@@ -291,11 +291,11 @@ class RecordColumns:
         ``check_message`` builds (``with_body`` is its ``read_body``)."""
         properties_raw = self.properties_raw(i) if self.properties_length[i] > 0 else b""
         properties = self.properties(i)
-        position, size = int(self.positions[i]), int(self.sizes[i])
+        position, size = int(self.positions[i]), int(self.store_size[i])
         prop_crc = cl.record_prop_crc(self.buf, position, size, properties) if with_body else None
         return cl.MessageRecord(
             position=self.file_start + int(self.positions[i]),
-            store_size=int(self.sizes[i]),
+            store_size=int(self.store_size[i]),
             magic=int(self.magic[i]),
             body_crc=int(self.body_crc[i]),
             queue_id=int(self.queue_id[i]),
@@ -521,7 +521,7 @@ def py_gather(buf: Buffer, p: I64, file_start: int = 0) -> RecordColumns:
     """:func:`gather` with numpy gathers (the C loop's twin)."""
     data = np.frombuffer(buf, np.uint8)
     head = zero_filled_windows(data, p, _HEAD_DTYPE.itemsize).view(_HEAD_DTYPE).reshape(-1)
-    sizes = head["total_size"].astype(np.int64)
+    sizes = head["store_size"].astype(np.int64)
     ends = p + sizes
     sys_flag = head["sys_flag"].astype(np.int64)
     magic = head["magic"].astype(np.int64)
@@ -568,7 +568,7 @@ def py_gather(buf: Buffer, p: I64, file_start: int = 0) -> RecordColumns:
         buf,
         file_start,
         positions=p,
-        sizes=sizes,
+        store_size=sizes,
         magic=magic,
         body_crc=head["body_crc"].astype(np.int64),
         queue_id=head["queue_id"].astype(np.int64),

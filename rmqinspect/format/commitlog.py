@@ -59,7 +59,7 @@ DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30  # mappedFileSizeCommitLog
 # Hosts are 4 (IPv4) or 16 (IPv6) address bytes plus an i32 port, chosen by sysFlag bits.
 FIXED_HEAD = struct.Struct(">iiiiiqqiq")
 FIXED_FIELDS = (
-    "total_size",
+    "store_size",
     "magic",
     "body_crc",
     "queue_id",
@@ -83,7 +83,7 @@ def _positions(fmt: str, names: tuple[str, ...]) -> dict[str, int]:
 
 
 FIXED_POS = _positions(FIXED_HEAD.format, FIXED_FIELDS)
-TOTALSIZE_POS = FIXED_POS["total_size"]  # 0
+TOTALSIZE_POS = FIXED_POS["store_size"]  # 0
 MAGIC_POS = FIXED_POS["magic"]  # 4
 BODYCRC_POS = FIXED_POS["body_crc"]  # 8
 QUEUEID_POS = FIXED_POS["queue_id"]  # 12
@@ -373,7 +373,7 @@ class CheckResult:
     size: int
     success: bool
     reason: CheckReason
-    total_size: int | None = None
+    store_size: int | None = None
     magic: int | None = None
     record: MessageRecord | None = None
     tags_code: int = 0
@@ -431,20 +431,20 @@ def check_message(
         return CheckResult(-1, False, CheckReason.OUT_OF_BOUNDS, detail="4 bytes or fewer left")
     if remaining < 4:
         return CheckResult(-1, False, CheckReason.PARSE_EXCEPTION, detail="no TOTALSIZE")
-    total_size = _I32.unpack_from(buf, pos)[0]
-    if opts.profile.has_bounds_checks and remaining - 4 < total_size - 4:
+    store_size = _I32.unpack_from(buf, pos)[0]
+    if opts.profile.has_bounds_checks and remaining - 4 < store_size - 4:
         return CheckResult(
             -1,
             False,
             CheckReason.OUT_OF_BOUNDS,
-            total_size,
-            detail=f"TOTALSIZE {total_size} exceeds the {remaining} bytes left in the file",
+            store_size,
+            detail=f"TOTALSIZE {store_size} exceeds the {remaining} bytes left in the file",
         )
     if remaining < 8:
-        return CheckResult(-1, False, CheckReason.PARSE_EXCEPTION, total_size, detail="no magic")
+        return CheckResult(-1, False, CheckReason.PARSE_EXCEPTION, store_size, detail="no magic")
     magic = _I32.unpack_from(buf, pos + 4)[0]
     if magic == BLANK_MAGIC_CODE:
-        return CheckResult(0, True, CheckReason.BLANK, total_size, magic)
+        return CheckResult(0, True, CheckReason.BLANK, store_size, magic)
     if magic != MESSAGE_MAGIC_CODE and not (
         magic == MESSAGE_MAGIC_CODE_V2 and opts.profile.accepts_v2_magic
     ):
@@ -452,14 +452,14 @@ def check_message(
             -1,
             False,
             CheckReason.BAD_MAGIC,
-            total_size,
+            store_size,
             magic,
             detail=f"magic code {magic_name(magic)}",
         )
-    parsed = _parse(buf, pos, limit, file_start, total_size, magic, opts.read_body)
+    parsed = _parse(buf, pos, limit, file_start, store_size, magic, opts.read_body)
     rec = parsed.record
     if parsed.body_stop is not None:
-        return _failed(total_size, magic, CheckReason.PARSE_EXCEPTION, parsed.body_stop)
+        return _failed(store_size, magic, CheckReason.PARSE_EXCEPTION, parsed.body_stop)
     if (
         opts.check_crc
         and opts.read_body
@@ -470,14 +470,14 @@ def check_message(
         computed = body_crc(rec.body)
         if computed != rec.body_crc:
             return _failed(
-                total_size,
+                store_size,
                 magic,
                 CheckReason.BODY_CRC_MISMATCH,
                 f"body CRC is {computed}, BODYCRC field says {rec.body_crc}",
                 rec,
             )
     if parsed.tail_stop is not None:
-        return _failed(total_size, magic, CheckReason.PARSE_EXCEPTION, parsed.tail_stop, rec)
+        return _failed(store_size, magic, CheckReason.PARSE_EXCEPTION, parsed.tail_stop, rec)
 
     tags_code = 0
     if parsed.properties_length > 0:
@@ -491,7 +491,7 @@ def check_message(
         )
         if code is None:
             return _failed(
-                total_size,
+                store_size,
                 magic,
                 CheckReason.PARSE_EXCEPTION,
                 f"DELAY property {p[props.DELAY]!r} is not an integer",
@@ -500,45 +500,45 @@ def check_message(
         tags_code = code
     if opts.check_dup_info and not dup_info_valid(rec.properties):
         dup = rec.properties.get(props.DUP_INFO)
-        return _failed(total_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec)
+        return _failed(store_size, magic, CheckReason.DUP_INFO_INVALID, f"DUP_INFO {dup!r}", rec)
     if opts.check_crc and opts.force_verify_prop_crc:
-        crc = rec.prop_crc or record_prop_crc(buf, pos, total_size, rec.properties)
+        crc = rec.prop_crc or record_prop_crc(buf, pos, store_size, rec.properties)
         if crc is None:
             return _failed(
-                total_size, magic, CheckReason.PROP_CRC_MISSING, "no __CRC32# property", rec
+                store_size, magic, CheckReason.PROP_CRC_MISSING, "no __CRC32# property", rec
             )
         if not crc.match:
             return _failed(
-                total_size,
+                store_size,
                 magic,
                 CheckReason.PROP_CRC_MISMATCH,
                 f"__CRC32# {crc.raw!r}, computed {crc.computed}",
                 rec,
             )
-    mismatch = parsed.length_mismatch(total_size)
+    mismatch = parsed.length_mismatch(store_size)
     if mismatch is not None:
         return CheckResult(
-            total_size,
+            store_size,
             False,
             CheckReason.TOTAL_SIZE_MISMATCH,
-            total_size,
+            store_size,
             magic,
             rec,
             tags_code,
             mismatch,
             parsed.expected_length,
         )
-    return CheckResult(total_size, True, CheckReason.OK, total_size, magic, rec, tags_code)
+    return CheckResult(store_size, True, CheckReason.OK, store_size, magic, rec, tags_code)
 
 
 def _failed(
-    total_size: int,
+    store_size: int,
     magic: int,
     reason: CheckReason,
     detail: str,
     record: MessageRecord | None = None,
 ) -> CheckResult:
-    return CheckResult(-1, False, reason, total_size, magic, record, 0, detail)
+    return CheckResult(-1, False, reason, store_size, magic, record, 0, detail)
 
 
 @dataclass(slots=True)
@@ -561,14 +561,14 @@ class _Parsed:
             topic_length_size(rec.magic),
         )
 
-    def length_mismatch(self, total_size: int) -> str | None:
-        """Why ``total_size`` is not the length the fields add up to, or None when it is: the
+    def length_mismatch(self, store_size: int) -> str | None:
+        """Why ``store_size`` is not the length the fields add up to, or None when it is: the
         one home of the rule (:func:`~rmqinspect.format.columns.gather` is its vectorised
         form)."""
         expected = self.expected_length
-        if expected == total_size:
+        if expected == store_size:
             return None
-        return f"TOTALSIZE {total_size} but the fields add up to {expected}"
+        return f"TOTALSIZE {store_size} but the fields add up to {expected}"
 
 
 def _parse(
@@ -576,7 +576,7 @@ def _parse(
     pos: int,
     limit: int,
     file_start: int,
-    total_size: int,
+    store_size: int,
     magic: int,
     read_body: bool,
 ) -> _Parsed:
@@ -587,7 +587,7 @@ def _parse(
     """
     rec = MessageRecord(
         position=file_start + pos,
-        store_size=total_size,
+        store_size=store_size,
         magic=magic,
         body_crc=0,
         queue_id=0,
@@ -609,8 +609,8 @@ def _parse(
     parsed = _Parsed(rec)
     r = _Reader(buf, pos, limit)
     try:
-        if total_size < 0:
-            raise _Stop(f"negative TOTALSIZE {total_size}")
+        if store_size < 0:
+            raise _Stop(f"negative TOTALSIZE {store_size}")
         start = r.take(FIXED_HEAD.size, "fixed header")
         (
             _,
@@ -624,11 +624,11 @@ def _parse(
             rec.born_timestamp,
         ) = FIXED_HEAD.unpack_from(buf, start)
         born_len = born_host_size(rec.sys_flag)
-        _fits_scratch(born_len, total_size, "born host")
+        _fits_scratch(born_len, store_size, "born host")
         rec.born_host = _decode_host(buf, r.take(born_len, "born host"), born_len == IPV6_HOST_SIZE)
         rec.store_timestamp = _I64.unpack_from(buf, r.take(8, "store timestamp"))[0]
         store_len = store_host_size(rec.sys_flag)
-        _fits_scratch(store_len, total_size, "store host")
+        _fits_scratch(store_len, store_size, "store host")
         rec.store_host = _decode_host(
             buf, r.take(store_len, "store host"), store_len == IPV6_HOST_SIZE
         )
@@ -639,7 +639,7 @@ def _parse(
         )
         if rec.body_length > 0:
             if read_body:
-                _fits_scratch(rec.body_length, total_size, "body")
+                _fits_scratch(rec.body_length, store_size, "body")
                 at = r.take(rec.body_length, "body")
                 rec.body = bytes(buf[at : at + rec.body_length])
             else:
@@ -655,26 +655,26 @@ def _parse(
         else:
             topic_length = _I8.unpack_from(buf, r.take(1, "topic length"))[0]
         parsed.topic_length = topic_length
-        _fits_scratch(topic_length, total_size, "topic")
+        _fits_scratch(topic_length, store_size, "topic")
         at = r.take(topic_length, "topic")
         rec.topic = bytes(buf[at : at + topic_length]).decode("utf-8", "replace")
         properties_length = _I16.unpack_from(buf, r.take(2, "properties length"))[0]
         parsed.properties_length = properties_length
         if properties_length > 0:
-            _fits_scratch(properties_length, total_size, "properties")
+            _fits_scratch(properties_length, store_size, "properties")
             at = r.take(properties_length, "properties")
             rec.properties_raw = bytes(buf[at : at + properties_length])
             rec.properties = props.parse_properties(rec.properties_raw.decode("utf-8", "replace"))
             if read_body:
-                rec.prop_crc = record_prop_crc(buf, pos, total_size, rec.properties)
+                rec.prop_crc = record_prop_crc(buf, pos, store_size, rec.properties)
     except _Stop as stop:
         parsed.tail_stop = str(stop)
     return parsed
 
 
-def _fits_scratch(n: int, total_size: int, what: str) -> None:
-    if n < 0 or n > total_size:
-        raise _Stop(f"{what} length {n} does not fit the TOTALSIZE {total_size} scratch buffer")
+def _fits_scratch(n: int, store_size: int, what: str) -> None:
+    if n < 0 or n > store_size:
+        raise _Stop(f"{what} length {n} does not fit the TOTALSIZE {store_size} scratch buffer")
 
 
 def magic_problem(magic: int, accept_v2: bool = True) -> str | None:
@@ -703,15 +703,15 @@ def decode_message(
     """
     if len(buf) - pos < 8:
         raise DecodeError("truncated record: fewer than 8 bytes left", pos)
-    total_size, magic = struct.unpack_from(">ii", buf, pos)
+    store_size, magic = struct.unpack_from(">ii", buf, pos)
     problem = magic_problem(magic, accept_v2)
     if problem is not None:
         raise DecodeError(problem, pos if magic == BLANK_MAGIC_CODE else pos + 4)
-    parsed = _parse(buf, pos, len(buf), file_start, total_size, magic, with_body)
+    parsed = _parse(buf, pos, len(buf), file_start, store_size, magic, with_body)
     stop = parsed.body_stop or parsed.tail_stop
     if stop is not None:
         raise DecodeError(f"corrupt record: {stop}", pos)
-    mismatch = parsed.length_mismatch(total_size)
+    mismatch = parsed.length_mismatch(store_size)
     if mismatch is not None:
         raise DecodeError(mismatch, pos)
     return parsed.record
@@ -728,11 +728,11 @@ def decode_prop_crc_digits(text: str) -> int | None:
     return int(text[::-1])
 
 
-def prop_crc_computed(buf: bytes | memoryview, pos: int, total_size: int) -> int | None:
+def prop_crc_computed(buf: bytes | memoryview, pos: int, store_size: int) -> int | None:
     """Masked CRC32 over the record minus its 20-byte CRC tail; None if it does not fit."""
-    if total_size < CRC32_RESERVED_LEN or pos + total_size > len(buf):
+    if store_size < CRC32_RESERVED_LEN or pos + store_size > len(buf):
         return None
-    return body_crc(buf[pos : pos + total_size - CRC32_RESERVED_LEN])
+    return body_crc(buf[pos : pos + store_size - CRC32_RESERVED_LEN])
 
 
 @dataclass(frozen=True, slots=True)
@@ -750,26 +750,26 @@ class PropCrc:
 
 
 def record_prop_crc(
-    buf: bytes | memoryview, pos: int, total_size: int, properties: Mapping[str, str]
+    buf: bytes | memoryview, pos: int, store_size: int, properties: Mapping[str, str]
 ) -> PropCrc | None:
     """The property CRC as ``forceVerifyPropCRC`` checks it: the ``__CRC32#`` property's digits
     against the CRC of the record minus its 20-byte tail; None without the property."""
     raw = properties.get(props.CRC32)
     if raw is None:
         return None
-    return PropCrc(raw, decode_prop_crc_digits(raw), prop_crc_computed(buf, pos, total_size))
+    return PropCrc(raw, decode_prop_crc_digits(raw), prop_crc_computed(buf, pos, store_size))
 
 
 CRC_TAIL_PREFIX = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()
 
 
-def read_prop_crc(buf: bytes | memoryview, pos: int, total_size: int) -> PropCrc | None:
+def read_prop_crc(buf: bytes | memoryview, pos: int, store_size: int) -> PropCrc | None:
     """Return the property CRC of the record at ``pos`` when its last 20 bytes hold one."""
-    if total_size < CRC32_RESERVED_LEN or pos + total_size > len(buf):
+    if store_size < CRC32_RESERVED_LEN or pos + store_size > len(buf):
         return None
-    tail = bytes(buf[pos + total_size - CRC32_RESERVED_LEN : pos + total_size])
+    tail = bytes(buf[pos + store_size - CRC32_RESERVED_LEN : pos + store_size])
     if not tail.startswith(CRC_TAIL_PREFIX) or tail[-1:] != b"\x02":
         return None
     raw = tail[len(CRC_TAIL_PREFIX) : -1].decode("ascii", "replace")
-    computed = body_crc(buf[pos : pos + total_size - CRC32_RESERVED_LEN])
+    computed = body_crc(buf[pos : pos + store_size - CRC32_RESERVED_LEN])
     return PropCrc(raw, decode_prop_crc_digits(raw), computed)

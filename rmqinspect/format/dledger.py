@@ -332,7 +332,7 @@ def check_messages(
     ``check_message`` accepts, and its verdict on each one it rejects (by entry number)."""
     cols = gather(buf, walk.positions + BODY_OFFSET, file_start)
     # An entry's size says nothing of the record it holds: its header is checked as a walk does.
-    sure = headers_plausible(buf, cols.positions, cols.sizes, options.profile.accepts_v2_magic)
+    sure = headers_plausible(buf, cols.positions, cols.store_size, options.profile.accepts_v2_magic)
     rows = np.flatnonzero(sure)
     ok = np.zeros(len(cols), np.bool_)
     ok[rows] = certain_mask(cols.select(rows), options)

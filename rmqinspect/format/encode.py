@@ -85,10 +85,10 @@ def reserve_prop_crc(properties: bytes) -> bytes:
     return properties + CRC_TAIL_PREFIX + b"0" * 10 + _SEPARATOR
 
 
-def fill_prop_crc(buf: bytearray | memoryview, pos: int, total_size: int) -> None:
+def fill_prop_crc(buf: bytearray | memoryview, pos: int, store_size: int) -> None:
     """Write the digits of the tail :func:`reserve_prop_crc` left in the record at ``pos``: the
     masked CRC32 of the record minus its tail, least significant digit first."""
-    end = pos + total_size
+    end = pos + store_size
     digits = encode_prop_crc_digits(body_crc(buf[pos : end - CRC32_RESERVED_LEN]))
     buf[end - 11 : end - 1] = digits.encode("ascii")
 

@@ -305,7 +305,7 @@ def resync(
             return None
         cand = m.start() - cl.MAGIC_POS
         r = cl.check_message(buf, cand, file_start, opts)
-        if r.is_blank and r.total_size == len(buf) - cand:
+        if r.is_blank and r.store_size == len(buf) - cand:
             return cand
         if (
             r.is_message

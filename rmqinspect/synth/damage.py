@@ -139,7 +139,7 @@ def _file_messages(path: Path) -> list[_Located]:
             walk = columns.walk(data, pos)
             found += [
                 _Located(path, start, p, n)
-                for p, n in zip(walk.positions.tolist(), walk.sizes.tolist(), strict=True)
+                for p, n in zip(walk.positions.tolist(), walk.store_size.tolist(), strict=True)
             ]
             if walk.stop is not columns.WalkStop.LIMIT:
                 return found

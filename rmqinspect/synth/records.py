@@ -146,7 +146,7 @@ def heads(
             continue
         dtype = record_head_dtype(BORNHOST_V6_FLAG * b6 | STOREHOSTADDRESS_V6_FLAG * s6)
         arr = np.empty(rows.size, dtype=dtype)
-        arr["total_size"] = length[rows]
+        arr["store_size"] = length[rows]
         arr["magic"] = magic[rows]
         arr["body_crc"] = crcs[rows]
         arr["queue_id"] = np.asarray(c.queue_id)[rows]

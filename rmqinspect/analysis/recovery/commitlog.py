@@ -98,7 +98,7 @@ def _record_info(run: CheckedRun, i: int, f: CommitlogFile) -> RecordInfo:
     cols = run.columns
     return RecordInfo(
         f.start + int(cols.positions[i]),
-        int(cols.sizes[i]),
+        int(cols.store_size[i]),
         f.name,
         cols.topic(i),
         int(cols.queue_id[i]),
@@ -176,7 +176,7 @@ def scan(
             pos,
             result.reason.value,
             result.detail,
-            result.total_size,
+            result.store_size,
             cl.magic_name(result.magic) if result.magic is not None else None,
         )
     return ScanOutcome(end, reason, info, bad, scanned)

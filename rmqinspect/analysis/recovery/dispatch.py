@@ -69,7 +69,7 @@ class Dispatcher:
         cols = run.columns
         codes = run.tags_codes(rows, (tids, names)).tolist()
         phys = cols.physical_offset_field[rows].tolist()
-        sizes = cols.sizes[rows].tolist()
+        sizes = cols.store_size[rows].tolist()
         qids = cols.queue_id[rows].tolist()
         qoffs = cols.queue_offset[rows].tolist()
         for n, i in enumerate(rows.tolist()):
@@ -107,7 +107,7 @@ class Dispatcher:
             for key in uniq.tolist()
         ]
         maxp = np.array([-1 if q is None else q.max_physic for q in known], np.int64)[inverse]
-        units = np.flatnonzero(sel & cq_type & (phys + cols.sizes > maxp))
+        units = np.flatnonzero(sel & cq_type & (phys + cols.store_size > maxp))
         indexed = np.zeros(0, np.int64)
         if self.index is not None:
             need = sel & (phys >= self.index.skip_below())
@@ -167,12 +167,12 @@ def reput(state: BrokerState, dispatcher: Dispatcher, start: int) -> ReputReport
                 taken = len(run)
                 if bounded and taken:
                     # 5.x stops before a record that would pass the confirm offset.
-                    ends = reput_at + np.cumsum(run.columns.sizes)
+                    ends = reput_at + np.cumsum(run.columns.store_size)
                     taken = int(np.searchsorted(ends, end, side="right"))
                     stuck = taken < len(run)
                 dispatcher.dispatch_rows(run, np.arange(taken, dtype=np.int64), "start")
                 state.store.maps.release(f.disk, bpos, run.end)  # memory stays flat
-                size = int(run.columns.sizes[:taken].sum())
+                size = int(run.columns.store_size[:taken].sum())
                 dispatched += taken
                 reput_at += size
                 read += size

@@ -455,7 +455,7 @@ def _dispatch_run(
     if not len(walk):
         return 0, 0
     cols = gather(region, walk.positions + dl.BODY_OFFSET, f.start)
-    ok = certain_mask(cols, state.checks.reput) & (cols.sizes + dl.BODY_OFFSET == walk.sizes)
+    ok = certain_mask(cols, state.checks.reput) & (cols.store_size + dl.BODY_OFFSET == walk.sizes)
     ok &= walk.positions < read_end
     k = first_false(ok)
     if not k:

@@ -129,7 +129,7 @@ class RangeJudge:
         ``topic_ids()`` when the reader has them."""
         if self.walked or self.kept is None:
             return
-        inside = cols.positions + cols.sizes <= self.kept.wrote  # the kept part of the file
+        inside = cols.positions + cols.store_size <= self.kept.wrote  # the kept part of the file
         if not inside.all():
             cols, topics = cols.select(np.flatnonzero(inside)), None
         judged = self.check.unserved(cols.buf, cols.file_start, cols, topics)

@@ -233,7 +233,7 @@ def _bad_record(r: cl.CheckResult, offset: int, name: str, position: int) -> Bad
         position,
         r.reason.value,
         r.detail,
-        r.total_size,
+        r.store_size,
         cl.magic_name(r.magic) if r.magic is not None else None,
     )
 

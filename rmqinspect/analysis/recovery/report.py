@@ -57,7 +57,7 @@ class StartFile:
 @dataclass
 class RecordInfo:
     offset: int
-    size: int
+    store_size: int
     file: str
     topic: str
     queue_id: int
@@ -72,7 +72,7 @@ class BadRecord:
     position: int  # inside the file
     reason: str  # cl.CheckReason value
     detail: str
-    total_size: int | None
+    store_size: int | None
     magic: str | None
 
 
@@ -191,7 +191,7 @@ class LostMessage:
     queue_id: int
     queue_offset: int
     physical_offset: int
-    size: int
+    store_size: int
     msg_id: str
     uniq_key: str | None
     keys: list[str]

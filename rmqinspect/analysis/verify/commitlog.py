@@ -97,7 +97,7 @@ def _broker_check(buf: Buffer, pos: int, result: cl.CheckResult) -> str:
     """The check id a rejected record falls under: no magic, an impossible TOTALSIZE, else the
     check's own reason (fields that do not add up count as ``total_size`` whichever part the
     broker tripped on first)."""
-    size = result.total_size
+    size = result.store_size
     if result.magic not in _MESSAGE_MAGICS:
         return "commitlog.magic"
     if size is None or size < cl.MIN_RECORD_SIZE or size > len(buf) - pos:
@@ -239,7 +239,7 @@ def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
             continue
         cols = event.columns
         if entries is not None:
-            entries.entries(cols.positions - dl.BODY_OFFSET, cols.sizes)
+            entries.entries(cols.positions - dl.BODY_OFFSET, cols.store_size)
         if len(cols):
             last_ts = _run(ctx, f, buf, event, out, last_ts, damage_at is not None)
             if damage_at is not None:
@@ -273,11 +273,11 @@ def _run(
     cols = run.columns
     findings = out.findings
     out.records += len(cols)
-    out.bytes += int(cols.sizes.sum())
+    out.bytes += int(cols.store_size.sum())
     tids, topics = cols.topic_ids()
     names = [decode_text(t) for t in topics]
     counts = np.bincount(tids, minlength=len(topics))
-    sizes = np.bincount(tids, weights=cols.sizes, minlength=len(topics))
+    sizes = np.bincount(tids, weights=cols.store_size, minlength=len(topics))
     for name, n, b in zip(names, counts.tolist(), sizes.tolist(), strict=True):
         t = out.topics.setdefault(name, TopicCount())
         t.records += n
@@ -334,7 +334,7 @@ def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: 
     if stop.is_blank:
         out.end, out.end_position = "blank", run.end
         # A DLedger blank is magic -1 then the remaining length; a plain one TOTALSIZE first.
-        size = blank_length(buf, run.end) if ctx.store.dledger else stop.total_size
+        size = blank_length(buf, run.end) if ctx.store.dledger else stop.store_size
         if size != len(buf) - run.end:
             _bad_record(
                 ctx,
