@@ -72,6 +72,7 @@ _COMMANDS = {
     "verify": "verify",
     "salvage": "salvage",
     "synth": "synth",
+    "transactions": "transactions",
 }
 
 
