@@ -1,0 +1,273 @@
+"""``rmqinspect transactions``: half messages by state, written the way the broker writes them
+(``TransactionalMessageBridge``, ``EndTransactionProcessor``), and the real-broker corpora."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqinspect.format import properties as props
+from rmqinspect.format.commitlog import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from rmqinspect.synth.writer import MessageSpec, StoreWriter
+from tests.cli_helpers import SMALL_LAYOUT, build_store, orders, run, run_json
+from tests.corpus import expected, input_store, jsonl
+
+HALF = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+GIVEN_UP = "TRANS_CHECK_MAX_TIME_TOPIC"
+CHECK = "RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS"
+T0 = 1_700_000_000_000
+
+
+def _half(uniq: str, at: int, checks: int | None = None, qid: int = 1) -> MessageSpec:
+    """``parseHalfMessageInner``: the real topic/queue in properties, sysFlag reset to NOT."""
+    p = {props.REAL_TOPIC: "TopicTx", props.REAL_QID: str(qid), props.PGROUP: "PID_TX"}
+    p[props.TRAN_MSG] = "true"
+    if checks is not None:  # renewHalfMessageInner: a check's copy carries its count
+        p["TRANSACTION_CHECK_TIMES"] = str(checks)
+    return MessageSpec(topic=HALF, uniq_key=uniq, properties=p, body=b"tx", store_timestamp=at)
+
+
+def _commit(uniq: str, half_at: int, at: int, qid: int = 1, topic: str = "TopicTx") -> MessageSpec:
+    """``endMessageTransaction``: the real topic, COMMIT type, preparedTransactionOffset back
+    at the half."""
+    p = {props.REAL_TOPIC: "TopicTx", props.REAL_QID: str(qid), props.PGROUP: "PID_TX"}
+    return MessageSpec(
+        topic=topic,
+        queue_id=qid,
+        uniq_key=uniq,
+        properties=p,
+        body=b"tx",
+        sys_flag=TRANSACTION_COMMIT_TYPE,
+        prepared_transaction_offset=half_at,
+        store_timestamp=at,
+    )
+
+
+def _op(body: bytes, at: int, tags: str = "d") -> MessageSpec:
+    """``putOpMessage``: tag d, the half-queue offset(s) as text."""
+    return MessageSpec(topic=OP, tags=tags, body=body, store_timestamp=at)
+
+
+def _broker_store(root: Path, *, pending_age_ms: int = 1_000) -> tuple[Path, dict[str, int]]:
+    """Committed (U1), rolled back (U2), pending with one check copy (U3), given up after 15
+    checks (U4), and a 5.x batched op resolving a rollback (U5)."""
+    at: dict[str, int] = {}
+    with StoreWriter(root, SMALL_LAYOUT) as w:
+        t = T0
+        at["U1"] = w.put(_half("U1", t)).physical_offset  # queue offset 0
+        at["U2"] = w.put(_half("U2", t + 1)).physical_offset  # 1
+        at["U3"] = w.put(_half("U3", t + 2)).physical_offset  # 2
+        at["U4"] = w.put(_half("U4", t + 3)).physical_offset  # 3
+        at["U5"] = w.put(_half("U5", t + 4)).physical_offset  # 4
+        at["commit"] = w.put(_commit("U1", at["U1"], t + 5)).physical_offset
+        at["op1"] = w.put(_op(b"0", t + 6)).physical_offset  # 4.9: one decimal
+        at["op2"] = w.put(_op(b"1", t + 7)).physical_offset  # rollback: the op alone
+        at["U3copy"] = w.put(_half("U3", t + 8, checks=1)).physical_offset  # 5
+        at["U4copy"] = w.put(_half("U4", t + 9, checks=15)).physical_offset  # 6
+        # resolveDiscardMsg: the half's properties, in TRANS_CHECK_MAX_TIME_TOPIC queue 0.
+        given_up = replace(_half("U4", t + 10, checks=15), topic=GIVEN_UP)
+        at["given_up"] = w.put(given_up).physical_offset
+        at["op3"] = w.put(_op(b"4,", t + 11)).physical_offset  # 5.x: comma-separated
+        w.put(MessageSpec(topic="Other", body=b"x", store_timestamp=t + pending_age_ms))
+        # The check has passed the first five halves (their copies are further on).
+        w.set_consumer_offsets({CHECK: {0: 5}})
+    return root, at
+
+
+def _by_key(doc: dict[str, Any]) -> dict[str | None, dict[str, Any]]:
+    return {t["uniq_key"]: t for t in doc["transactions"]}
+
+
+def test_states_as_the_broker_writes_them(tmp_path: Path) -> None:
+    store, at = _broker_store(tmp_path / "s")
+    doc = run_json("transactions", store, expect=0)
+    assert doc["source"] == "commitlog scan"
+    assert doc["records"] == {
+        "half": 7,
+        "op": 3,
+        "commit": 1,
+        "rollback": 0,
+        "given_up": 1,
+        "prepared_outside_half_topic": 0,
+    }
+    assert doc["check_offset"] == 5
+    assert doc["counts"] == {"committed": 1, "rolled_back": 2, "pending": 1, "given_up": 1}
+    assert doc["findings"] == []
+    tx = _by_key(doc)
+    assert tx["U1"]["state"] == "committed"
+    assert tx["U1"]["commit_positions"] == [at["commit"]]
+    assert tx["U1"]["op_positions"] == [at["op1"]]
+    assert (tx["U1"]["real_topic"], tx["U1"]["real_queue_id"]) == ("TopicTx", 1)
+    assert tx["U1"]["producer_group"] == "PID_TX"
+    assert tx["U2"]["state"] == "rolled_back"
+    assert (tx["U2"]["op_positions"], tx["U2"]["commit_positions"]) == ([at["op2"]], [])
+    assert tx["U5"]["state"] == "rolled_back"
+    assert tx["U5"]["op_positions"] == [at["op3"]]
+    # The pending one: both copies, the check count of the newer, not yet passed by the check.
+    u3 = tx["U3"]
+    assert u3["state"] == "pending"
+    assert [(h["position"], h["queue_offset"], h["check_times"]) for h in u3["halves"]] == [
+        (at["U3"], 2, 0),
+        (at["U3copy"], 5, 1),
+    ]
+    assert u3["check_times"] == 1
+    assert u3["checked_past"] is False
+    assert u3["first_store_timestamp"] == T0 + 2
+    assert u3["age_ms"] == 1_000 - 2  # to the newest record of the commitlog
+    assert doc["oldest_pending"]["uniq_key"] == "U3"
+    assert tx["U4"]["state"] == "given_up"
+    assert tx["U4"]["given_up_position"] == at["given_up"]
+    assert tx["U4"]["check_times"] == 15
+    table = run("transactions", store, "--format", "table")
+    assert table.exit_code == 0
+    assert "1 committed, 2 rolled back, 1 pending, 1 given up" in table.stdout
+    assert "oldest pending: U3 for TopicTx" in table.stdout
+
+
+def test_pending_past_the_threshold_exits_1(tmp_path: Path) -> None:
+    store, at = _broker_store(tmp_path / "s", pending_age_ms=20 * 60_000)
+    doc = run_json("transactions", store, expect=1)  # the default: 15 checks x 60 s
+    (stuck,) = doc["findings"]
+    assert (stuck["kind"], stuck["uniq_key"], stuck["position"]) == ("stuck", "U3", at["U3copy"])
+    assert run_json("transactions", store, "--stuck-after", "1201", expect=0)["findings"] == []
+    assert run_json("transactions", store, "--stuck-after", "1199", expect=1)["findings"]
+    bad = run("transactions", store, "--stuck-after", "-1")
+    assert bad.exit_code == 2 and bad.stdout == ""
+
+
+def test_hostile_op_and_commit_records_are_findings(tmp_path: Path) -> None:
+    at: dict[str, int] = {}
+    with StoreWriter(tmp_path / "s", SMALL_LAYOUT) as w:
+        at["U1"] = w.put(_half("U1", T0)).physical_offset  # queue offset 0
+        at["U2"] = w.put(_half("U2", T0 + 1)).physical_offset  # 1
+        at["U3"] = w.put(_half("U3", T0 + 2)).physical_offset  # 2
+        # Committed, then the broker died before the op record (EndTransactionProcessor writes
+        # the real-topic record first): the check will ask the producer again.
+        at["c1"] = w.put(_commit("U1", at["U1"], T0 + 3)).physical_offset
+        # Committed into another queue than REAL_QID says, and twice.
+        at["c2"] = w.put(_commit("U2", at["U2"], T0 + 4, qid=3)).physical_offset
+        at["c2b"] = w.put(_commit("U2", at["U2"], T0 + 5)).physical_offset
+        at["c3"] = w.put(_commit("UX", 12345, T0 + 6)).physical_offset  # names no half
+        at["op"] = w.put(_op(b"1", T0 + 7)).physical_offset
+        at["bad"] = w.put(_op(b"12abc,\xff\xfe", T0 + 8)).physical_offset
+        at["far"] = w.put(_op(b"999", T0 + 9)).physical_offset
+        at["tag"] = w.put(_op(b"2", T0 + 10, tags="x")).physical_offset
+        # A pre-4.3 broker's ROLLBACK-type record for a half that was committed too.
+        rollback = MessageSpec(
+            topic="TopicTx",
+            sys_flag=TRANSACTION_ROLLBACK_TYPE,
+            prepared_transaction_offset=at["U2"],
+            store_timestamp=T0 + 11,
+        )
+        at["rb"] = w.put(rollback).physical_offset
+        w.put(
+            MessageSpec(
+                topic="TopicTx", sys_flag=TRANSACTION_PREPARED_TYPE, store_timestamp=T0 + 12
+            )
+        )
+    doc = run_json("transactions", tmp_path / "s", expect=1)
+    found = sorted((f["kind"], f["position"]) for f in doc["findings"])
+    assert found == sorted(
+        [
+            ("commit_without_op", at["c1"]),
+            ("commit_elsewhere", at["c2"]),
+            ("commit_repeated", at["c2b"]),
+            ("rollback_and_commit", at["rb"]),
+            ("commit_without_half", at["c3"]),
+            ("op_not_number", at["bad"]),
+            ("op_not_number", at["bad"]),
+            ("op_points_nowhere", at["far"]),
+            ("op_other_tag", at["tag"]),
+        ]
+    )
+    tx = _by_key(doc)
+    assert tx["U1"]["state"] == "committed"  # the commit record decides, op or not
+    assert tx["U2"]["state"] == "committed"
+    assert tx["U3"]["state"] == "pending"  # the other-tag op does not resolve it
+    assert doc["records"]["rollback"] == 1
+    assert doc["records"]["prepared_outside_half_topic"] == 1
+    nowhere = next(f for f in doc["findings"] if f["kind"] == "op_points_nowhere")
+    assert "offset 999" in nowhere["detail"] and "[0, 2]" in nowhere["detail"]
+    table = run("transactions", tmp_path / "s", "--format", "table")
+    assert table.exit_code == 1
+    assert "op_not_number" in table.stdout
+
+
+def test_store_without_transactions(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(6))
+    table = run("transactions", store, "--format", "table")
+    assert (table.exit_code, table.stdout) == (0, "no transactional messages\n")
+    doc = run_json("transactions", store, expect=0)
+    assert doc["transactions"] == [] and doc["findings"] == []
+    assert doc["counts"] == {"committed": 0, "rolled_back": 0, "pending": 0, "given_up": 0}
+    missing = run("transactions", tmp_path / "nope")
+    assert missing.exit_code == 2
+    assert missing.stderr.startswith("rmqinspect: error: ")
+
+
+@pytest.mark.parametrize(
+    ("corpus_fixture", "scenario"),
+    [("conformance_dir", "clean"), ("conformance5_dir", "clean5")],
+)
+def test_real_broker_half_messages(
+    corpus_fixture: str, scenario: str, request: pytest.FixtureRequest
+) -> None:
+    """The 4.9.8 and 5.3.3 corpora hold half messages (no op records, no check copies) and
+    COMMIT/PREPARED records put straight into TopicTx with preparedTransactionOffset 0: every
+    half is pending, every commit record names no half, and the check offset is the file's."""
+    corpus = request.getfixturevalue(corpus_fixture)
+    exp = expected(corpus, scenario)
+    records = list(jsonl(corpus, scenario, "messages"))
+    halves = [r for r in records if r["topic"] == HALF]
+    commits = [
+        r for r in records if r["sysFlag"] & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
+    ]
+    # PREPARED records never enter a queue: the broker's own walk of the log (prescan) has them.
+    prepared = [
+        r
+        for r in jsonl(corpus, scenario, "prescan")
+        if r.get("sysFlag", 0) & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE  # BLANKs: none
+    ]
+    assert len(halves) == exp["summary"]["consumeQueues"][f"{HALF}/0"]["maxOffsetAfterLoad"]
+    doc = run_json("transactions", input_store(corpus, scenario), expect=1)
+    assert doc["records"] == {
+        "half": len(halves),
+        "op": 0,
+        "commit": len(commits),
+        "rollback": 0,
+        "given_up": 0,
+        "prepared_outside_half_topic": len(prepared),
+    }
+    assert doc["check_offset"] == exp["configFilesSemantics"]["consumerOffset.json"][CHECK]["0"]
+    assert doc["counts"]["pending"] == len(halves)
+    got = sorted(
+        (h["position"], h["queue_offset"], h["store_timestamp"], t["uniq_key"], t["real_topic"])
+        for t in doc["transactions"]
+        for h in t["halves"]
+    )
+    want = sorted(
+        (
+            r["commitLogOffset"],
+            r["queueOffset"],
+            r["storeTimestamp"],
+            r["properties"].get("UNIQ_KEY"),
+            r["properties"]["REAL_TOPIC"],
+        )
+        for r in halves
+    )
+    assert got == want
+    without_half = sorted(
+        f["position"] for f in doc["findings"] if f["kind"] == "commit_without_half"
+    )
+    assert without_half == sorted(r["commitLogOffset"] for r in commits)
+    oldest = min(halves, key=lambda r: r["storeTimestamp"])
+    assert doc["oldest_pending"]["halves"][0]["position"] == oldest["commitLogOffset"]
