@@ -202,6 +202,20 @@ def test_hostile_op_and_commit_records_are_findings(tmp_path: Path) -> None:
     assert "op_not_number" in table.stdout
 
 
+def test_half_the_check_passed_over(tmp_path: Path) -> None:
+    """The check moved past the only copy, yet wrote no op, copy or given-up record for it: a
+    finding that does not fail the gate (nothing on disk contradicts another record)."""
+    with StoreWriter(tmp_path / "s", SMALL_LAYOUT) as w:
+        at = w.put(_half("U1", T0)).physical_offset
+        w.set_consumer_offsets({CHECK: {0: 1}})
+    doc = run_json("transactions", tmp_path / "s", expect=0)
+    assert [(f["kind"], f["position"], f["uniq_key"]) for f in doc["findings"]] == [
+        ("passed_by_check", at, "U1")
+    ]
+    (tx,) = doc["transactions"]
+    assert (tx["state"], tx["checked_past"]) == ("pending", True)
+
+
 def test_store_without_transactions(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(6))
     table = run("transactions", store, "--format", "table")
@@ -269,5 +283,7 @@ def test_real_broker_half_messages(
         f["position"] for f in doc["findings"] if f["kind"] == "commit_without_half"
     )
     assert without_half == sorted(r["commitLogOffset"] for r in commits)
+    passed = sorted(f["position"] for f in doc["findings"] if f["kind"] == "passed_by_check")
+    assert passed == sorted(r["commitLogOffset"] for r in halves)  # the check offset is past all
     oldest = min(halves, key=lambda r: r["storeTimestamp"])
     assert doc["oldest_pending"]["halves"][0]["position"] == oldest["commitLogOffset"]

@@ -11,9 +11,10 @@ The rules, from RocketMQ's broker (4.9.8 and 5.3.3 agree unless noted):
   producer is asked about the *new* copy. The check's progress through the half queue is
   group ``CID_RMQ_SYS_TRANS`` in ``consumerOffset.json``
   (``TransactionalMessageUtil.buildConsumerGroup``).
-- ``TransactionalMessageServiceImpl.needDiscard``: past ``transactionCheckMax`` (15) checks the
-  half is given up: ``DefaultTransactionalMessageCheckListener.resolveDiscardMsg`` stores it in
-  ``TRANS_CHECK_MAX_TIME_TOPIC`` (properties copied).
+- ``TransactionalMessageServiceImpl.check`` (``needDiscard || needSkip``): past
+  ``transactionCheckMax`` (15) checks, or older than ``fileReservedTime``, the half is given up:
+  ``DefaultTransactionalMessageCheckListener.resolveDiscardMsg`` stores it in
+  ``TRANS_CHECK_MAX_TIME_TOPIC`` queue 0 (properties copied) and the check moves past it.
 - ``EndTransactionProcessor.processRequest`` / ``endMessageTransaction``: a commit stores a record
   in the real topic/queue with the COMMIT transaction type and ``preparedTransactionOffset`` =
   the half's physical offset, then ``deletePrepareMessage``; a rollback only calls
@@ -477,7 +478,8 @@ def _judge(
                 tx.uniq_key,
                 f"the check offset ({check_offset}) is past its newest copy "
                 f"(offset {newest_copy.queue_offset}) with no op record, newer copy or "
-                f"{GIVEN_UP_TOPIC} record: the check will not look at it again",
+                f"{GIVEN_UP_TOPIC} record (the check writes one of these for every half it "
+                "passes): the check will not look at it again",
             )
         )
     if tx.age_ms is not None and tx.age_ms > stuck_after_ms:
