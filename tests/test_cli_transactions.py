@@ -174,6 +174,11 @@ def test_hostile_op_and_commit_records_are_findings(tmp_path: Path) -> None:
                 topic="TopicTx", sys_flag=TRANSACTION_PREPARED_TYPE, store_timestamp=T0 + 12
             )
         )
+        # Hostile half properties: no REAL_TOPIC, a REAL_QID and a check count that are no numbers.
+        odd = {props.REAL_QID: "x\x1b[2J", "TRANSACTION_CHECK_TIMES": "many"}
+        at["odd"] = w.put(
+            MessageSpec(topic=HALF, uniq_key="U9", properties=odd, store_timestamp=T0 + 13)
+        ).physical_offset
     doc = run_json("transactions", tmp_path / "s", expect=1)
     found = sorted((f["kind"], f["position"]) for f in doc["findings"])
     assert found == sorted(
@@ -187,16 +192,19 @@ def test_hostile_op_and_commit_records_are_findings(tmp_path: Path) -> None:
             ("op_not_number", at["bad"]),
             ("op_points_nowhere", at["far"]),
             ("op_other_tag", at["tag"]),
+            ("half_without_real_topic", at["odd"]),
         ]
     )
     tx = _by_key(doc)
     assert tx["U1"]["state"] == "committed"  # the commit record decides, op or not
     assert tx["U2"]["state"] == "committed"
     assert tx["U3"]["state"] == "pending"  # the other-tag op does not resolve it
+    u9 = tx["U9"]
+    assert (u9["real_topic"], u9["real_queue_id"], u9["check_times"]) == (None, None, 0)
     assert doc["records"]["rollback"] == 1
     assert doc["records"]["prepared_outside_half_topic"] == 1
     nowhere = next(f for f in doc["findings"] if f["kind"] == "op_points_nowhere")
-    assert "offset 999" in nowhere["detail"] and "[0, 2]" in nowhere["detail"]
+    assert "offset 999" in nowhere["detail"] and "[0, 3]" in nowhere["detail"]
     table = run("transactions", tmp_path / "s", "--format", "table")
     assert table.exit_code == 1
     assert "op_not_number" in table.stdout

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from rmqinspect.analysis.transactions import CHECK_GROUP, Transaction, TransactionsReport, TxState
+from rmqinspect.analysis.transactions import CHECK_GROUP, Transaction, TransactionsReport
 from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
 from rmqinspect.render.values import time_cell, with_times
 
@@ -71,6 +71,18 @@ def render_transactions(report: TransactionsReport, fmt: OutputFormat) -> None:
             f"oldest pending: {oldest.uniq_key or '(no UNIQ_KEY)'} for {oldest.real_topic}, "
             f"stored {time_cell(oldest.first_store_timestamp)}, {oldest.check_times} check(s)"
         )
+    if report.transactions:
+        _transactions_table(report)
+    if report.findings:
+        f = Table(title="Findings", title_justify="left")
+        for col in ("kind", "at", "UNIQ_KEY", "detail"):
+            f.add_column(col, justify="right" if col == "at" else "left")
+        for x in report.findings:
+            f.add_row(x.kind.value, str(x.position), x.uniq_key or "", x.detail)
+        print_table(f)
+
+
+def _transactions_table(report: TransactionsReport) -> None:
     t = Table(title="Transactions", title_justify="left")
     for col in (
         "UNIQ_KEY",
@@ -87,7 +99,7 @@ def render_transactions(report: TransactionsReport, fmt: OutputFormat) -> None:
         t.add_row(
             tx.uniq_key or "",
             f"{tx.real_topic}:{tx.real_queue_id}",
-            tx.state.value if tx.state is not TxState.GIVEN_UP else "given up",
+            tx.state.value.replace("_", " "),
             str(len(tx.halves)),
             str(tx.check_times),
             time_cell(tx.first_store_timestamp),
@@ -95,10 +107,3 @@ def render_transactions(report: TransactionsReport, fmt: OutputFormat) -> None:
             ",".join(map(str, tx.commit_positions)),
         )
     print_table(t)
-    if report.findings:
-        f = Table(title="Findings", title_justify="left")
-        for col in ("kind", "at", "UNIQ_KEY", "detail"):
-            f.add_column(col, justify="right" if col == "at" else "left")
-        for x in report.findings:
-            f.add_row(x.kind.value, str(x.position), x.uniq_key or "", x.detail)
-        print_table(f)
