@@ -260,7 +260,8 @@ def _summary(report: RecoveryReport) -> Table:
             rows.append(
                 (
                     "last valid record",
-                    f"{r.offset} ({r.store_size} B, {r.topic}/{r.queue_id} offset {r.queue_offset})",
+                    f"{r.offset} ({r.store_size} B, {r.topic}/{r.queue_id} "
+                    f"offset {r.queue_offset})",
                 )
             )
         if c.first_bad_record is not None:
