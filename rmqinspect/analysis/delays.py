@@ -1,0 +1,202 @@
+"""``delays``: each delay level's progress through ``SCHEDULE_TOPIC_XXXX`` as the broker resumes it.
+
+The rules, from ``ScheduleMessageService`` (store/.../schedule/ in 4.9.8, broker/.../schedule/ in
+5.3.3; the same in both):
+
+- level L lives in schedule queue L - 1 (``delayLevel2QueueId``); a unit's tagsCode is its
+  deliver time, the store time plus the level's delay (``computeDeliverTimestamp``), the delays
+  coming from ``messageDelayLevel`` (``parseDelayLevel``: :attr:`Store.delay_table`);
+- ``delayOffset.json`` holds per level the next queue offset to deliver: the units from it to the
+  queue's max are pending (``DeliverDelayedMessageTimerTask.executeOnTimeup`` walks them in order
+  and stops at the first one not yet due, so the unit at the offset is the next due);
+- ``load`` -> ``correctDelayOffset`` (from 4.9.2) clamps an offset below the queue's min up to
+  it and one above its max down to it; a level without an entry starts at 0 (``start``), which
+  ``executeOnTimeup`` moves up to the min when no unit is there. Before 4.9.2 an offset past the
+  max stays put: the level delivers nothing until the queue grows past it (#1472, #4226);
+- levels past the last of ``messageDelayLevel`` get no timer (``start`` schedules one per
+  ``delayLevelTable`` entry): their messages are never delivered;
+- the table is persisted every ``flushDelayOffsetInterval`` (10 s, ``start``'s fixed-rate task)
+  and on a clean ``shutdown``: after a crash up to 10 s of deliveries are made again.
+
+"Overdue" needs a clock: by default the store's newest store time (the broker's clock when it
+stopped writing), else the caller's. A unit due more than one flush interval before it and not
+delivered is overdue; one due within that interval may have been delivered without the offset
+being persisted yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rmqinspect.analysis.inventory import commitlog_summary
+from rmqinspect.analysis.offsets import FileUse, file_use
+from rmqinspect.analysis.queues import all_queue_bounds, iter_unit_chunks, queue_bounds
+from rmqinspect.format.commitlog import SCHEDULE_TOPIC
+from rmqinspect.format.config import (
+    DelayOffsetTable,
+    delay_level_to_queue_id,
+    queue_id_to_delay_level,
+)
+from rmqinspect.store.configfiles import load_config_file
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
+
+FLUSH_DELAY_OFFSET_INTERVAL_MS = 10_000
+"""``MessageStoreConfig.flushDelayOffsetInterval``'s default: how stale ``delayOffset.json`` is."""
+
+
+@dataclass(frozen=True, slots=True)
+class DelayLevel:
+    level: int
+    queue_id: int  # in SCHEDULE_TOPIC_XXXX
+    delay_ms: int | None  # None: past the last level of messageDelayLevel (never delivered)
+    offset: int | None  # delayOffset.json as the broker loads it; None: no entry
+    min_offset: int | None  # the queue on disk; None: no queue
+    max_offset: int | None
+    offset_at_load: int | None  # where delivery resumes (correctDelayOffset, from 4.9.2)
+    out_of_range: str | None  # "below_min", "above_max" or None
+    pending: int  # units from offset_at_load to max: stored, not delivered
+    next_due_timestamp: int | None  # deliver time (tagsCode) of the unit at offset_at_load
+    last_due_timestamp: int | None  # deliver time of the newest pending unit
+    oldest_store_timestamp: int | None  # store time of the unit at offset_at_load (due - delay)
+    overdue: int  # pending units due more than one flush interval before the reference time
+    recently_due: int  # pending units due within the flush interval before the reference time
+    notes: tuple[str, ...] = ()
+
+    @property
+    def flagged(self) -> bool:
+        """What ``delays`` exits 1 for: the #1472/#4226 signatures and undeliverable levels."""
+        return (
+            self.overdue > 0
+            or self.out_of_range is not None
+            or (self.delay_ms is None and self.pending > 0)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DelaysReport:
+    file: FileUse | None  # None: neither delayOffset.json nor its .bak exists
+    reference_timestamp: int | None  # None: no record to take the broker's clock from
+    reference_basis: str  # "--now", "the store's newest store time" or why there is none
+    levels: tuple[DelayLevel, ...]
+    problems: tuple[str, ...]  # the file's oddities the broker accepts (a level below 1 ...)
+
+    @property
+    def flagged(self) -> bool:
+        return any(level.flagged for level in self.levels) or (
+            self.file is not None and bool(self.file.errors)
+        )
+
+
+def delays_report(store: Store, now: int | None = None) -> DelaysReport:
+    r = load_config_file(store.config_dir, "delayOffset.json")
+    absent = r.main_state == "missing" and r.bak_state == "missing"
+    table = r.value if isinstance(r.value, DelayOffsetTable) else None
+    offsets = dict(table.offset_table) if table is not None else {}
+    problems = list(table.problems) if table is not None else []
+    delays = dict(store.delay_table)
+    on_disk = {
+        queue_id_to_delay_level(q.queue_id) for q in store.queue_dirs if q.topic == SCHEDULE_TOPIC
+    }
+    # A level is in use when its queue exists or the file moved it off 0; the broker writes
+    # every level of messageDelayLevel, used or not, once it persists.
+    levels = sorted(on_disk | {lv for lv, off in offsets.items() if lv >= 1 and off != 0})
+    reference: int | None
+    if now is not None:
+        reference, basis = now, "--now"
+    elif levels:
+        reference, basis = _newest_store_time(store)
+    else:
+        reference, basis = None, "not needed"
+    rows = tuple(_level(store, lv, delays.get(lv), offsets.get(lv), reference) for lv in levels)
+    return DelaysReport(None if absent else file_use(r), reference, basis, rows, tuple(problems))
+
+
+def _newest_store_time(store: Store) -> tuple[int | None, str]:
+    summary = commitlog_summary(store, all_queue_bounds(store))
+    if summary.last_store_timestamp is None:
+        return None, "no record in the commitlog: pass --now to judge overdue messages"
+    return summary.last_store_timestamp, "the store's newest store time"
+
+
+def _level(
+    store: Store, level: int, delay_ms: int | None, offset: int | None, reference: int | None
+) -> DelayLevel:
+    qid = QueueId(SCHEDULE_TOPIC, delay_level_to_queue_id(level))
+    notes: list[str] = []
+    if delay_ms is None:
+        notes.append(
+            f"level {level} is past the last of messageDelayLevel: the broker never delivers it"
+        )
+    if qid in store.queue_dirs:
+        b = queue_bounds(store, qid)
+        lo, hi = b.min_offset, b.max_offset
+    else:
+        # findConsumeQueue creates a missing queue empty: min = max = 0 to correctDelayOffset.
+        lo = hi = 0
+        notes.append("no schedule queue on disk: the broker creates it empty")
+    start = 0 if offset is None else offset  # ScheduleMessageService.start: no entry -> 0
+    out_of_range = None
+    if offset is not None and offset < lo:
+        out_of_range = "below_min"
+        notes.append(
+            f"offset {offset} is below the queue's min {lo}: load moves it to {lo} "
+            f"(correctDelayOffset); the {lo - max(offset, 0)} unit(s) between were deleted"
+        )
+    elif offset is not None and offset > hi:
+        out_of_range = "above_max"
+        notes.append(
+            f"offset {offset} is past the queue's max {hi}: from 4.9.2 load moves it to {hi} "
+            f"(correctDelayOffset); an older broker delivers nothing on this level until "
+            f"{offset - hi} more message(s) arrive, and never delivers those"
+        )
+    at_load = min(max(start, lo), hi)
+    pending = hi - at_load
+    next_due_timestamp = last_due_timestamp = oldest = None
+    overdue = recently = 0
+    if pending > 0:
+        due = np.concatenate(
+            [
+                c.units["tags_code"].astype(np.int64)
+                for c in iter_unit_chunks(store, SCHEDULE_TOPIC, qid.queue_id, at_load, pending)
+            ]
+        )
+        if len(due):
+            next_due_timestamp, last_due_timestamp = int(due[0]), int(due[-1])
+            oldest = None if delay_ms is None else next_due_timestamp - delay_ms
+            if reference is not None and delay_ms is not None:
+                cutoff = reference - FLUSH_DELAY_OFFSET_INTERVAL_MS
+                overdue = int(np.count_nonzero(due < cutoff))
+                recently = int(np.count_nonzero((due >= cutoff) & (due <= reference)))
+        if len(due) < pending:
+            notes.append(f"only {len(due)} of the {pending} pending units are in the queue files")
+    if overdue:
+        notes.append(
+            f"{overdue} message(s) were due more than {FLUSH_DELAY_OFFSET_INTERVAL_MS // 1000} s "
+            "before the reference time and not delivered: the level is stuck"
+        )
+    if recently:
+        notes.append(
+            f"{recently} message(s) fell due within the last "
+            f"{FLUSH_DELAY_OFFSET_INTERVAL_MS // 1000} s: after a crash they may be delivered "
+            "twice (delayOffset.json is persisted every 10 s)"
+        )
+    return DelayLevel(
+        level,
+        qid.queue_id,
+        delay_ms,
+        offset,
+        lo,
+        hi,
+        at_load,
+        out_of_range,
+        pending,
+        next_due_timestamp,
+        last_due_timestamp,
+        oldest,
+        overdue,
+        recently,
+        tuple(notes),
+    )
