@@ -1,0 +1,92 @@
+"""Rendering of ``delays``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from rmqinspect.analysis.delays import DelayLevel, DelaysReport
+from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
+from rmqinspect.render.values import time_cell, with_times
+
+NO_LEVELS = "no delay levels in use"
+
+
+def delays_json(report: DelaysReport) -> dict[str, Any]:
+    return with_times(
+        {
+            "file": to_jsonable(report.file),
+            "reference_timestamp": report.reference_timestamp,
+            "reference_basis": report.reference_basis,
+            "problems": list(report.problems),
+            "levels": [
+                with_times({**to_jsonable(lv), "flagged": lv.flagged}) for lv in report.levels
+            ],
+        }
+    )
+
+
+def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
+    f = report.file
+    if f is not None:
+        if f.source == "bak":
+            warn(f"{f.name}: the main file is {f.main_state}; the broker loads the .bak")
+        elif f.source == "none":
+            warn(f"{f.name}: neither file loads; every level starts at its queue's min")
+        if not f.broker_starts:
+            warn(f"{f.name}: the .bak cannot be decoded: the broker refuses to start")
+        for e in f.errors:
+            warn(e)
+    for p in report.problems:
+        warn(f"delayOffset.json: {p}")
+    if print_document(delays_json(report), fmt):
+        return
+    if not report.levels:
+        print(NO_LEVELS)
+        return
+    basis = report.reference_basis
+    when = (
+        time_cell(report.reference_timestamp) if report.reference_timestamp is not None else "none"
+    )
+    t = Table(
+        title=f"Delay levels (SCHEDULE_TOPIC_XXXX); overdue against {when} ({basis})",
+        title_justify="left",
+    )
+    for col in (
+        "level",
+        "delay",
+        "offset",
+        "queue",
+        "at load",
+        "pending",
+        "oldest stored",
+        "next due",
+        "last due",
+        "overdue",
+        "notes",
+    ):
+        t.add_column(col, justify="right" if col in ("level", "offset", "pending") else "left")
+    for lv in report.levels:
+        t.add_row(
+            str(lv.level),
+            "never" if lv.delay_ms is None else f"{lv.delay_ms / 1000:g}s",
+            "" if lv.offset is None else str(lv.offset),
+            f"{lv.min_offset}..{lv.max_offset}",
+            _at_load(lv),
+            str(lv.pending),
+            time_cell(lv.oldest_store_timestamp) if lv.oldest_store_timestamp is not None else "",
+            time_cell(lv.next_due_timestamp) if lv.next_due_timestamp is not None else "",
+            time_cell(lv.last_due_timestamp) if lv.last_due_timestamp is not None else "",
+            Text(str(lv.overdue), style="bold red" if lv.overdue else ""),
+            "; ".join(lv.notes),
+        )
+    print_table(t)
+
+
+def _at_load(lv: DelayLevel) -> Text:
+    text = "" if lv.offset_at_load is None else str(lv.offset_at_load)
+    if lv.out_of_range is None:
+        return Text(text)
+    return Text(f"{text} ({lv.out_of_range})", style="bold red")
