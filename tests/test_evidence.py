@@ -99,6 +99,7 @@ INVOCATIONS: dict[str, list[Invocation]] = {
     "index": [lambda s, m, d: ("index", s, "--entries")],
     "checkpoint": [lambda s, m, d: ("checkpoint", s)],
     "offsets": [lambda s, m, d: ("offsets", s)],
+    "delays": [lambda s, m, d: ("delays", s)],
     "lookup": [
         lambda s, m, d: ("lookup", s, "--msg-id", m["msg_id"]),
         lambda s, m, d: ("lookup", s, "--key", "ORDER-35", "--topic", "Orders"),
