@@ -278,3 +278,23 @@ def test_bad_now_exits_2(tmp_path: Path) -> None:
     result = run("delays", store, "--now", "yesterday")
     assert result.exit_code == 2
     assert result.stderr.startswith("rmqinspect: error: --now: 'yesterday'")
+
+
+def test_a_due_time_beyond_the_delay_is_delivered_at_once(tmp_path: Path) -> None:
+    """A reference time 60 s before level 3's units were stored (a clock that went back): they
+    are due more than the level's 10 s after it, which correctDeliverTimestamp treats as now."""
+    store = delay_store(tmp_path / "s", {1: 4, 2: 3, 3: 0})
+    row = levels(delays(store, "--now", str(T0 + 35_000), expect=0))[3]
+    assert (row["pending"], row["overdue"], row["recently_due"]) == (2, 0, 0)
+    assert any("delivers them at once" in n and n.startswith("2 unit(s)") for n in row["notes"])
+
+
+def test_table_shows_each_level(tmp_path: Path, wide_console: None) -> None:
+    store = delay_store(tmp_path / "s", {1: 10, 2: 1, 3: 0})
+    result = run("delays", store, "--delay-levels", LEVELS, "--format", "table")
+    assert result.exit_code == 1, result.stderr
+    lines = result.stdout.splitlines()
+    one = next(line for line in lines if "│     1 │" in line)
+    assert "1s" in one and "0..4" in one and "4 (above_max)" in one
+    two = next(line for line in lines if "│     2 │" in line)
+    assert "5s" in two and "stuck" in two

@@ -170,6 +170,15 @@ def _level(
                 cutoff = reference - FLUSH_DELAY_OFFSET_INTERVAL_MS
                 overdue = int(np.count_nonzero(due < cutoff))
                 recently = int(np.count_nonzero((due >= cutoff) & (due <= reference)))
+                # DeliverDelayedMessageTimerTask.correctDeliverTimestamp: a deliver time past
+                # now + the level's delay is taken as now, so such a unit goes out at once.
+                skewed = int(np.count_nonzero(due > reference + delay_ms))
+                if skewed:
+                    notes.append(
+                        f"{skewed} unit(s) are due more than the level's delay after the "
+                        "reference time (a clock that went back, or a tagsCode that is not a "
+                        "time): the broker delivers them at once"
+                    )
         if len(due) < pending:
             notes.append(f"only {len(due)} of the {pending} pending units are in the queue files")
     if overdue:

@@ -71,7 +71,7 @@ def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
     for lv in report.levels:
         t.add_row(
             str(lv.level),
-            "never" if lv.delay_ms is None else f"{lv.delay_ms / 1000:g}s",
+            _delay(lv.delay_ms),
             "" if lv.offset is None else str(lv.offset),
             f"{lv.min_offset}..{lv.max_offset}",
             _at_load(lv),
@@ -83,6 +83,16 @@ def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
             "; ".join(lv.notes),
         )
     print_table(t)
+
+
+def _delay(ms: int | None) -> str:
+    """A delay as messageDelayLevel writes it (``1s``, ``2m``, ``2h``, ``1d``)."""
+    if ms is None:
+        return "never"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
 
 
 def _at_load(lv: DelayLevel) -> Text:
