@@ -298,3 +298,65 @@ def test_table_shows_each_level(tmp_path: Path, wide_console: None) -> None:
     assert "1s" in one and "0..4" in one and "4 (above_max)" in one
     two = next(line for line in lines if "│     2 │" in line)
     assert "5s" in two and "stuck" in two
+
+
+def crashed_store(root: Path, offsets: dict[int, int]) -> Path:
+    """A killed broker's store: level 1 holds 4 messages (due T0+1 s..T0+4 s) of which the
+    reput dispatched only the first 2, so its queue on disk ends at 2 and the commitlog at 4."""
+    with StoreWriter(root, LAYOUT, crash=True) as w:
+        for i in range(4):
+            w.put(replace(_delayed(1, T0 + i * 1000), dispatch=i < 2))
+        w.put(
+            MessageSpec(topic="Orders", body=b"last", store_timestamp=T0 + 100_000, dispatch=False)
+        )
+        w.set_delay_offsets(offsets)
+    return root
+
+
+def test_crash_offset_past_the_queue_on_disk_is_judged_at_load(tmp_path: Path) -> None:
+    """correctDelayOffset runs after the recovery, whose load-time dispatch restores units 2
+    and 3: offset 4 is then in range, not clamped to the 2 on disk (which would deliver the
+    two messages again)."""
+    store = crashed_store(tmp_path / "s", {1: 4})
+    doc = delays(store, expect=0)
+    assert doc["restart"] == {"broker_starts": True, "recovery_path": "abnormal", "refusal": None}
+    row = levels(doc)[1]
+    assert (row["min_offset"], row["max_offset"]) == (0, 2)
+    assert (row["min_offset_at_load"], row["max_offset_at_load"]) == (0, 4)
+    assert row["max_offset_after_dispatch"] == 4
+    assert (row["offset_at_load"], row["out_of_range"], row["pending"]) == (4, None, 0)
+    assert row["flagged"] is False
+
+
+def test_crash_pending_units_not_yet_in_the_queue_files(tmp_path: Path) -> None:
+    store = crashed_store(tmp_path / "s", {1: 1})
+    row = levels(delays(store, expect=1))[1]
+    # Units 1..3 are pending; only unit 1 is in the files on disk, due T0+2 s: overdue.
+    assert (row["offset_at_load"], row["pending"], row["overdue"]) == (1, 3, 1)
+    assert (row["next_due_timestamp"], row["last_due_timestamp"]) == (T0 + 2000, T0 + 2000)
+    assert any(n.startswith("2 pending unit(s) are not in the queue files") for n in row["notes"])
+
+
+def test_no_delay_offset_file_starts_every_level_at_its_min(tmp_path: Path) -> None:
+    store = delay_store(tmp_path / "s", {1: 4, 2: 3, 3: 2})
+    for name in ("delayOffset.json", "delayOffset.json.bak"):
+        (store / "config" / name).unlink()
+    doc = delays(store, expect=1)
+    assert doc["file"] is None
+    got = levels(doc)
+    assert [(lv, got[lv]["offset"], got[lv]["pending"]) for lv in (1, 2, 3)] == [
+        (1, None, 4),
+        (2, None, 3),
+        (3, None, 2),
+    ]
+    assert (got[1]["overdue"], got[2]["overdue"], got[3]["overdue"]) == (4, 3, 0)
+
+
+def test_level_below_1_is_a_problem_not_a_level(tmp_path: Path) -> None:
+    store = _hostile(tmp_path, '{"offsetTable":{0:5,-3:1,1:4,2:3,3:2}}')
+    result = run("delays", store, "--delay-levels", LEVELS, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [lv["level"] for lv in doc["levels"]] == [1, 2, 3]
+    assert len(doc["problems"]) == 2 and all("below 1" in p for p in doc["problems"])
+    assert result.stderr.count("delay level below 1") == 2

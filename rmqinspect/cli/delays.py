@@ -11,13 +11,14 @@ from rmqinspect.cli.common import EXIT_FINDINGS, handle_errors
 from rmqinspect.cli.options import (
     FormatOpt,
     StoreArg,
+    commitlog_progress,
     open_store,
     parse_optional_time,
     with_store_options,
 )
 from rmqinspect.render.delays import render_delays
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.layout import StorePart
+from rmqinspect.store.layout import ALL_PARTS
 from rmqinspect.store.model import StoreOptions
 
 
@@ -48,10 +49,12 @@ def delays(
     """
     fmt = resolve_format(format)
     reference = parse_optional_time(now, "--now")
-    # The schedule queues and, for the reference time, the commitlog's newest record.
-    reads = StorePart.CONSUME_QUEUES | StorePart.COMMITLOG
-    with open_store(store, store_options, "delays", reads) as st:
-        report = delays_report(st, reference)
+    # correctDelayOffset judges the queues as the restart recovers them, which reads every part.
+    with (
+        open_store(store, store_options, "delays", ALL_PARTS) as st,
+        commitlog_progress(st, "recovering the queues as the restart does", fmt) as advance,
+    ):
+        report = delays_report(st, reference, advance)
     render_delays(report, fmt)
     if report.flagged:
         raise typer.Exit(EXIT_FINDINGS)

@@ -20,6 +20,7 @@ def delays_json(report: DelaysReport) -> dict[str, Any]:
             "file": to_jsonable(report.file),
             "reference_timestamp": report.reference_timestamp,
             "reference_basis": report.reference_basis,
+            "restart": to_jsonable(report.restart),
             "problems": list(report.problems),
             "levels": [
                 with_times({**to_jsonable(lv), "flagged": lv.flagged}) for lv in report.levels
@@ -39,6 +40,8 @@ def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
             warn(f"{f.name}: the .bak cannot be decoded: the broker refuses to start")
         for e in f.errors:
             warn(e)
+    if report.restart is not None and report.restart.refusal is not None:
+        warn(f"offsets judged against the queues on disk: {report.restart.refusal}")
     for p in report.problems:
         warn(f"delayOffset.json: {p}")
     if print_document(delays_json(report), fmt):
@@ -73,7 +76,7 @@ def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
             str(lv.level),
             _delay(lv.delay_ms),
             "" if lv.offset is None else str(lv.offset),
-            f"{lv.min_offset}..{lv.max_offset}",
+            _queue(lv),
             _at_load(lv),
             str(lv.pending),
             time_cell(lv.oldest_store_timestamp) if lv.oldest_store_timestamp is not None else "",
@@ -83,6 +86,18 @@ def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
             "; ".join(lv.notes),
         )
     print_table(t)
+
+
+def _queue(lv: DelayLevel) -> str:
+    """The queue on disk, and at load when the restart's recovery changes it."""
+    disk = f"{lv.min_offset}..{lv.max_offset}"
+    if lv.min_offset_at_load is None or lv.max_offset_at_load is None:
+        return disk
+    load = f"{lv.min_offset_at_load}..{lv.max_offset_at_load}"
+    after = lv.max_offset_after_dispatch
+    if load == disk and after == lv.max_offset:
+        return disk
+    return f"{disk} (at load {load}, after dispatch ..{after})"
 
 
 def _delay(ms: int | None) -> str:
