@@ -87,6 +87,9 @@ def test_conformance_levels_fact_by_fact(conformance_consume_dir: Path) -> None:
         assert row["min_offset"] == 0  # the commitlog's first file is still there
         assert row["max_offset"] == maxima[queue] == units[queue]["units"]
         assert row["offset_at_load"] == offset
+        # A clean shutdown: the restart loads the queues as they are.
+        assert (row["min_offset_at_load"], row["max_offset_at_load"]) == (0, maxima[queue])
+        assert row["max_offset_after_dispatch"] == maxima[queue]
         # Every delayed copy was delivered before the clean shutdown persisted the table.
         assert row["pending"] == maxima[queue] - offset == 0
         assert (row["overdue"], row["out_of_range"], row["flagged"]) == (0, None, False)
@@ -100,6 +103,7 @@ def test_conformance_levels_fact_by_fact(conformance_consume_dir: Path) -> None:
     assert doc["reference_timestamp"] == max(r["storeTimestamp"] for r in disk)
     assert doc["reference_basis"] == "the store's newest store time"
     assert doc["file"]["source"] == "main" and doc["file"]["errors"] == []
+    assert doc["restart"] == {"broker_starts": True, "recovery_path": "normal", "refusal": None}
 
 
 def test_conformance_rewound_level_shows_the_brokers_due_times(
@@ -271,6 +275,7 @@ def test_offset_beyond_a_long_and_both_files_bad(tmp_path: Path) -> None:
         (3, None, 2),
     ]
     assert "refuses to start" in result.stderr and "Traceback" not in result.stderr
+    assert "every level starts" not in result.stderr
 
 
 def test_bad_now_exits_2(tmp_path: Path) -> None:

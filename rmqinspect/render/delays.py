@@ -32,12 +32,13 @@ def delays_json(report: DelaysReport) -> dict[str, Any]:
 def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
     f = report.file
     if f is not None:
-        if f.source == "bak":
+        if not f.broker_starts:
+            # ConfigManager.load fails, so ScheduleMessageService.load does: no broker at all.
+            warn(f"{f.name}: the .bak cannot be decoded: the broker refuses to start")
+        elif f.source == "bak":
             warn(f"{f.name}: the main file is {f.main_state}; the broker loads the .bak")
         elif f.source == "none":
             warn(f"{f.name}: neither file loads; every level starts at its queue's min")
-        if not f.broker_starts:
-            warn(f"{f.name}: the .bak cannot be decoded: the broker refuses to start")
         for e in f.errors:
             warn(e)
     if report.restart is not None and report.restart.refusal is not None:
