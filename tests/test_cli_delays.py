@@ -365,3 +365,21 @@ def test_level_below_1_is_a_problem_not_a_level(tmp_path: Path) -> None:
     assert [lv["level"] for lv in doc["levels"]] == [1, 2, 3]
     assert len(doc["problems"]) == 2 and all("below 1" in p for p in doc["problems"])
     assert result.stderr.count("delay level below 1") == 2
+
+
+def test_a_broker_that_would_not_start_is_judged_on_disk(tmp_path: Path) -> None:
+    store = delay_store(tmp_path / "s", {1: 10, 2: 3, 3: 2})
+    (first,) = sorted((store / "commitlog").iterdir())[:1]
+    with open(first, "r+b") as fh:
+        fh.truncate(first.stat().st_size // 2)  # a wrong-size file: load() fails
+    result = run(
+        "delays", store, "--delay-levels", LEVELS, "--commitlog-file-size", "65536", "-F", "json"
+    )
+    assert result.exit_code == 1, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["restart"]["broker_starts"] is False
+    assert "refuses to start" in doc["restart"]["refusal"]
+    row = levels(doc)[1]
+    assert (row["min_offset_at_load"], row["max_offset_at_load"]) == (None, None)
+    assert (row["out_of_range"], row["offset_at_load"]) == ("above_max", 4)  # the queue on disk
+    assert "offsets judged against the queues on disk: the broker refuses" in result.stderr
