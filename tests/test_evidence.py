@@ -100,6 +100,7 @@ INVOCATIONS: dict[str, list[Invocation]] = {
     "checkpoint": [lambda s, m, d: ("checkpoint", s)],
     "offsets": [lambda s, m, d: ("offsets", s)],
     "transactions": [lambda s, m, d: ("transactions", s)],
+    "delays": [lambda s, m, d: ("delays", s)],
     "lookup": [
         lambda s, m, d: ("lookup", s, "--msg-id", m["msg_id"]),
         lambda s, m, d: ("lookup", s, "--key", "ORDER-35", "--topic", "Orders"),

@@ -99,11 +99,11 @@ def offsets_report(
         r = load_config_file(store.config_dir, name)
         if r.main_state == "missing" and r.bak_state == "missing":
             continue
-        files.append(_file_use(r))
+        files.append(file_use(r))
         rows.extend(_consumer_rows(store, r, group, topic, cache, groups))
     delay = load_config_file(store.config_dir, "delayOffset.json")
     if not (delay.main_state == "missing" and delay.bak_state == "missing"):
-        files.append(_file_use(delay))
+        files.append(file_use(delay))
         if group is None and topic in (None, SCHEDULE_TOPIC):
             rows.extend(_delay_rows(store, delay, cache))
     restart = None
@@ -140,7 +140,7 @@ def _after_restart(
     return view, out
 
 
-def _file_use(r: ConfigFileResult) -> FileUse:
+def file_use(r: ConfigFileResult) -> FileUse:
     errors = tuple(e for e in (r.main_error, r.bak_error) if e)
     return FileUse(
         r.name, r.source, r.main_state, r.bak_state, r.bak_differs, r.broker_starts, errors

@@ -65,6 +65,7 @@ _COMMANDS = {
     "index": "index",
     "checkpoint": "checkpoint",
     "offsets": "offsets",
+    "delays": "delays",
     "lookup": "lookup",
     "decode-id": "decode_id",
     "recover": "recover",
