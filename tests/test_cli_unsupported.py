@@ -36,6 +36,8 @@ COMMANDS: dict[str, list[str]] = {
     "lookup --time": ["lookup", "{store}", "--time", "..", "--topic", "Orders"],
     "lookup --time --scan": ["lookup", "{store}", "--time", "..", "--topic", "Orders", "--scan"],
     "recover": ["recover", "{store}"],
+    "delays": ["delays", "{store}"],
+    "transactions": ["transactions", "{store}"],
 }
 REFUSED_BY_QUEUE_LAYOUTS = {
     "consumequeue",
@@ -44,6 +46,7 @@ REFUSED_BY_QUEUE_LAYOUTS = {
     "lookup --queue-offset",
     "lookup --time",
     "recover",
+    "delays",  # the schedule queues, judged as the restart's recovery leaves them
 }
 
 
