@@ -19,6 +19,7 @@ import multiprocessing
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -103,9 +104,14 @@ _OPENED: RunCache[tuple[str, StoreOptions, VerifyOptions], Context] = RunCache(
 )
 
 
-def _open_in_worker(root: str, store_options: StoreOptions, options: VerifyOptions) -> None:
+def _open_in_worker(
+    root: str,
+    store_options: StoreOptions,
+    options: VerifyOptions,
+    queue_dirs: dict[QueueId, Path],
+) -> None:
     global _CONTEXT
-    _CONTEXT = Context(Store.open(root, store_options), options)
+    _CONTEXT = Context(Store.open(root, store_options, queue_dirs=queue_dirs), options)
 
 
 @mapguard.checked
@@ -116,8 +122,11 @@ def _in_worker(work: Callable[[Context, A], T], arg: A) -> T:
 
 def worker_settings(store: Store) -> StoreOptions:
     """The store options workers open the store with: the profile as detected here, so that
-    every process judges records by the same rules."""
-    return dataclasses.replace(store.options, profile=store.profile.profile)
+    every process judges records by the same rules, and the consume-queue file size inferred
+    here (inferring it lists every queue directory: each worker did, with 100,000 queues)."""
+    return dataclasses.replace(
+        store.options, profile=store.profile.profile, cq_file_size=store.cq_file_size
+    )
 
 
 @mapguard.checked
@@ -173,7 +182,8 @@ class Verifier:
                 self.jobs,
                 mp_context=multiprocessing.get_context("fork") if fork else None,
                 initializer=_open_in_worker,
-                initargs=(str(self.store.root), settings, self.options),
+                # The queue directories as found here: each worker listed every topic again.
+                initargs=(str(self.store.root), settings, self.options, self.store.queue_dirs),
             )
             self._pool.submit(int).result()  # fork them all now
         return self
