@@ -195,21 +195,37 @@ def plan_index(store: Store, slice_entries: int = SLICE_ENTRIES) -> list[IndexSl
     return slices
 
 
-def source_files(root: Path) -> Iterator[tuple[str, int]]:
-    """Every regular file under the store (relative path, size), in path order."""
-    for directory, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            path = Path(directory, name)
-            if path.is_file() and not path.is_symlink():
-                yield path.relative_to(root).as_posix(), path.stat().st_size
+def source_files(root: Path) -> Iterator[tuple[str, int, int]]:
+    """Every regular file under the store (relative path, size, mtime in ns), in path order
+    (a directory's files, then its subdirectories); links are not followed. One ``lstat`` a
+    file from its directory entry, no paths built: a store of 100,000 queue directories is
+    walked three times by an export (its files before, to hash, and after)."""
+    pending = [(os.fspath(root), "")]
+    while pending:
+        directory, prefix = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue  # as os.walk: what cannot be listed holds nothing to hash
+        subdirectories = []
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                subdirectories.append((e.path, f"{prefix}{e.name}/"))
+            elif e.is_file(follow_symlinks=False):
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone since the listing
+                yield prefix + e.name, st.st_size, st.st_mtime_ns
+        pending.extend(reversed(subdirectories))
 
 
 def plan_hashes(root: Path, group_bytes: int = HASH_GROUP_BYTES) -> list[FileGroup]:
     groups: list[FileGroup] = []
     paths: list[str] = []
     size = 0
-    for path, length in source_files(root):
+    for path, length, _ in source_files(root):
         paths.append(path)
         size += length
         if size >= group_bytes:
