@@ -26,6 +26,7 @@ from rmqinspect.store.model import Store, StoreOptions
 
 SPLIT_BYTES = 128 << 20  # commitlog bytes per range
 SLICE_UNITS = 250_000  # consume-queue units per slice (each unit is checked against its record)
+GROUP_QUEUES = 1000  # small queues per slice: enough slices that every core has some
 SLICE_ENTRIES = 2_000_000  # index entries per slice
 HASH_GROUP_BYTES = 1 << 30  # source-file bytes hashed per task
 
@@ -80,22 +81,34 @@ class CommitlogRange:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueSlice:
+class QueueRange:
     """Queue offsets ``[start, stop)`` of one consume queue."""
 
-    number: int
     topic: str
     queue_id: int
     start: int
     stop: int
 
+
+@dataclass(frozen=True, slots=True)
+class QueueSlice:
+    """Consume-queue units one task exports: a slice of one queue, or several small queues
+    whole (a part and a Parquet file for every one of 100,000 one-unit queues cost more than
+    their units)."""
+
+    number: int
+    ranges: tuple[QueueRange, ...]
+
     @property
     def nbytes(self) -> int:
-        return (self.stop - self.start) * CQ_STORE_UNIT_SIZE
+        return sum(r.stop - r.start for r in self.ranges) * CQ_STORE_UNIT_SIZE
 
     @property
     def source(self) -> str:
-        return f"consumequeue/{self.topic}/{self.queue_id}"
+        if len(self.ranges) > 1:
+            return "consumequeue"
+        r = self.ranges[0]
+        return f"consumequeue/{r.topic}/{r.queue_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +188,32 @@ def plan_commitlog(store: Store, split_bytes: int = SPLIT_BYTES) -> list[Commitl
     return ranges
 
 
-def plan_queues(store: Store, slice_units: int = SLICE_UNITS) -> list[QueueSlice]:
-    """Each queue's units from the first on disk up to the broker's max offset."""
+def plan_queues(
+    store: Store, slice_units: int = SLICE_UNITS, group_queues: int = GROUP_QUEUES
+) -> list[QueueSlice]:
+    """Each queue's units from the first on disk up to the broker's max offset: a queue of
+    ``slice_units`` or more in slices of its own, smaller ones whole, up to ``group_queues``
+    of them and ``slice_units`` units together in one slice."""
     slices: list[QueueSlice] = []
+    group: list[QueueRange] = []
+    units = 0
     for b in all_queue_bounds(store):
-        for start in range(b.first_unit, b.max_offset, slice_units):
-            stop = min(start + slice_units, b.max_offset)
-            slices.append(QueueSlice(len(slices), b.topic, b.queue_id, start, stop))
+        count = b.max_offset - b.first_unit
+        if count <= 0:
+            continue
+        if count >= slice_units:
+            for start in range(b.first_unit, b.max_offset, slice_units):
+                stop = min(start + slice_units, b.max_offset)
+                queue = QueueRange(b.topic, b.queue_id, start, stop)
+                slices.append(QueueSlice(len(slices), (queue,)))
+            continue
+        if group and (units + count > slice_units or len(group) >= group_queues):
+            slices.append(QueueSlice(len(slices), tuple(group)))
+            group, units = [], 0
+        group.append(QueueRange(b.topic, b.queue_id, b.first_unit, b.max_offset))
+        units += count
+    if group:
+        slices.append(QueueSlice(len(slices), tuple(group)))
     return slices
 
 
