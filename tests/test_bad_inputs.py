@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -778,6 +779,10 @@ def shrinking(store: Path, case: str, *hook: str) -> tuple[int, str, str]:
 def test_a_file_truncated_while_mapped_is_one_line(store: Path, case: str, locked: bool) -> None:
     """A copy in progress or a second process truncates a file rmqinspect has mapped: reading
     past the new end used to kill the process with SIGBUS and no message (rc -7)."""
+    if case == "consumequeue-file":
+        # A file of a page or less is read whole, never mapped, and cannot fault: the queue
+        # file as a broker preallocates it (sparse).
+        os.truncate(store / SHRINKS[case][0], 6_000_000)
     with open(store / "lock", "r+b") as lock:
         if locked:
             fcntl.lockf(lock, fcntl.LOCK_EX)  # as a running broker holds it
@@ -1073,3 +1078,31 @@ def test_queues_in_preallocated_files_cost_their_units(
         # up to a file-system block per queue and step (the data's extent), never a 1.25 MiB
         # chunk of zeros
         assert queue_bytes_read["bytes"] <= queues * 64 * 1024, (args, queue_bytes_read)
+
+
+def test_small_queue_files_are_opened_once_per_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store of many small queues: each queue file is read once (one open, one ``pread``) and
+    its bytes kept, however many steps read it; mapped, with only 32 maps open at once, each was
+    mapped and unmapped several times (about 1 ms a queue with 100,000 queues)."""
+    from rmqinspect.store.files import MappedFiles
+
+    queues = 40  # more than MappedFiles keeps mapped
+    specs = [MessageSpec(topic=f"T{i}", body=b"x") for i in range(queues)]
+    root = build_store(tmp_path / "store", specs, SMALL_LAYOUT)
+    opened: list[Path] = []
+    original = MappedFiles._open
+
+    def counted(self: MappedFiles, path: Path) -> int:
+        opened.append(path)
+        return original(self, path)
+
+    monkeypatch.setattr(MappedFiles, "_open", counted)
+    for args in (("verify", root, "--jobs", "1"), ("recover", root), ("offsets", root)):
+        opened.clear()
+        result = cli(*args, "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        queue_files = Counter(p for p in opened if "consumequeue" in p.parts)
+        assert len(queue_files) == queues, args
+        assert max(queue_files.values()) == 1, (args, queue_files.most_common(3))

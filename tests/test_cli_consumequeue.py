@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from rmqinspect.analysis.units import UnitView
 from rmqinspect.synth.writer import MessageSpec, StoreWriter
 from tests.cli_helpers import SMALL_LAYOUT, build_store, orders, run, run_json, run_jsonl
 
@@ -85,3 +90,47 @@ def test_unknown_queue_is_a_usage_error(tmp_path: Path) -> None:
     assert "Nope" in result.stderr
     table = run("consumequeue", store, "Orders", "0", "--format", "table")
     assert table.exit_code == 0 and "Consume queue Orders/0" in table.stdout
+
+
+def test_a_run_of_zero_units_is_one_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Units that are all zeros (zeroed units, or files of zeros: preallocated, sparse,
+    300,000 units each) are one row that says how many: a broker range over many such files
+    listed each unit, billions of rows. Zeros past a file's data are not even read."""
+    from rmqinspect.analysis import queues, units
+
+    resolved = 0
+    original = units.resolve_unit
+
+    def counted(*args: Any, **kwargs: Any) -> UnitView:
+        nonlocal resolved
+        resolved += 1
+        assert resolved <= 100, "a row per unit"
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(queues, "resolve_unit", counted)
+    layout = replace(SMALL_LAYOUT, cq_file_size=6_000_000)
+    store = build_store(tmp_path / "s", orders(12, queues=1), layout)
+    directory = store / "consumequeue" / "Orders" / "0"
+    cq = directory / "00000000000000000000"
+    with open(cq, "r+b") as fh:
+        fh.seek(40)
+        fh.write(bytes(60))  # units 2, 3 and 4
+    rows = run_jsonl("consumequeue", store, "Orders", "0", "--all", expect=0)
+    assert [(u["queue_offset"], u["status"], u["repeat"]) for u in rows] == [
+        (0, "found", 1),
+        (1, "found", 1),
+        (2, "invalid", 3),
+        *[(i, "found", 1) for i in range(5, 12)],
+    ]
+    # Sparse files of zeros before the queue's own: the broker trusts every file but the last
+    # three, so its range covers their units, 6 million of them.
+    cq.rename(directory / f"{22 * 6_000_000:020d}")
+    for i in range(22):
+        with open(directory / f"{i * 6_000_000:020d}", "wb") as empty:
+            empty.truncate(6_000_000)
+    resolved = 0
+    doc = run_json("consumequeue", store, "Orders", "0", expect=0)
+    assert doc["queue"]["max_offset"] == 20 * 300_000
+    assert [(u["queue_offset"], u["status"], u["repeat"]) for u in doc["units"]] == [
+        (0, "invalid", 20 * 300_000)
+    ]

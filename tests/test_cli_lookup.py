@@ -8,6 +8,9 @@ import shutil
 import struct
 import tracemalloc
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from rmqinspect.analysis.lookup import KeyQuery, lookup_key
 from rmqinspect.format.host import HostAddress
@@ -287,3 +290,39 @@ def test_max_num_is_honoured_and_a_cut_answer_says_so(tmp_path: Path) -> None:
     )
     assert len(whole["messages"]) == 32 and whole["truncated"] is False
     assert whole["warnings"] == []
+
+
+def test_time_lookup_passes_a_queue_range_of_zeros_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker range over preallocated files of zeros (it trusts all but the last three
+    files): the search and the walk resolved each zero unit, minutes for a million of them.
+    A run of zeros is one gap now, walked in the commitlog once."""
+    from dataclasses import replace
+
+    from rmqinspect.analysis import units
+    from rmqinspect.analysis.lookup import direct
+    from tests.cli_helpers import SMALL_LAYOUT
+
+    resolved = 0
+    original = units.resolve_unit
+
+    def counted(*args: Any, **kwargs: Any) -> units.UnitView:
+        nonlocal resolved
+        resolved += 1
+        assert resolved <= 100, "a unit resolved one at a time"
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(direct, "resolve_unit", counted)
+    store = build_store(
+        tmp_path / "s", orders(8, queues=1), replace(SMALL_LAYOUT, cq_file_size=6_000_000)
+    )
+    directory = store / "consumequeue" / "Orders" / "0"
+    (directory / f"{0:020d}").rename(directory / f"{22 * 6_000_000:020d}")
+    for i in range(22):
+        with open(directory / f"{i * 6_000_000:020d}", "wb") as empty:
+            empty.truncate(6_000_000)
+    result = run("lookup", store, "--time", "0..9999999999999", "-t", "Orders", "-F", "json")
+    assert result.exit_code == 0, result.stderr
+    assert "queue offsets 0..5999999 do not lead to a message" in result.stderr
+    assert len(json.loads(result.stdout)["messages"]) == 8  # found by the walk of the gap

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.cli_helpers import build_store, orders, run, run_json, run_jsonl
 from tests.corpus import expected, input_store
@@ -139,3 +142,31 @@ def test_a_broker_that_would_not_start_has_no_lag_after_restart(tmp_path: Path) 
     (row,) = doc["offsets"][:1]
     assert (row["lag_after_restart"], row["status_after_restart"]) == (None, None)
     assert "no lag after the restart: the broker refuses to start" in result.stderr
+
+
+def test_report_rows_are_converted_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report of 800,000 offsets spent most of its time converting rows for JSON: a call per
+    field of each row, then a walk of the converted document again. One call per row now."""
+    from rmqinspect.render import offsets, output
+
+    groups = 50
+    store = build_store(
+        tmp_path / "s",
+        orders(10),
+        consumer_offsets={f"Orders@g{i}": {0: 3, 1: 4} for i in range(groups)},
+    )
+    calls = 0
+    original = output.to_jsonable
+
+    def counted(value: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return original(value)
+
+    monkeypatch.setattr(output, "to_jsonable", counted)
+    monkeypatch.setattr(offsets, "to_jsonable", counted)
+    doc = run_json("offsets", store, expect=0)
+    rows = len(doc["offsets"])
+    assert rows >= 2 * groups
+    assert all(r["status"] == r["status_after_restart"] == "ok" for r in doc["offsets"])
+    assert calls <= rows + 10, calls  # the files and the restart view: a few calls each

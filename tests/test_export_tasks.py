@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rmqinspect.analysis.verify import verify_store
-from rmqinspect.export import tasks
+from rmqinspect.export import plan, tasks
 from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter, is_part_file, part_file_name
 from rmqinspect.export.plan import StoreRef
 from rmqinspect.export.schema import Table
@@ -149,3 +149,54 @@ def test_an_attempt_that_fails_part_way_leaves_no_partial_file(
     with pytest.raises(OSError, match="disk went away"):
         run_part(ref, str(tmp_path / "out"), part, TABLES, keeps, "failing")
     assert _files(tmp_path / "out") == {}
+
+
+def test_small_queues_share_a_part_and_a_file(tmp_path: Path) -> None:
+    """20,000 one-message topics made 20,000 parts, each a task and a Parquet file of one
+    row: small queues are planned whole, many to a part; a big queue keeps slices of its
+    own."""
+    from rmqinspect.export.plan import QueueRange, plan_queues
+    from rmqinspect.synth.writer import MessageSpec, StoreWriter
+
+    topics = 40
+    with StoreWriter(tmp_path / "store") as w:
+        w.put_many(MessageSpec(topic=f"T{i:02d}", body=b"x") for i in range(topics))
+        w.put_many(MessageSpec(topic="Big", body=b"y") for _ in range(30))
+    with Store.open(tmp_path / "store") as store:
+        small = [QueueRange(f"T{i:02d}", 0, 0, 1) for i in range(topics)]
+        assert plan_queues(store, slice_units=20, group_queues=16) == [
+            plan.QueueSlice(0, (QueueRange("Big", 0, 0, 20),)),
+            plan.QueueSlice(1, (QueueRange("Big", 0, 20, 30),)),
+            plan.QueueSlice(2, tuple(small[:16])),
+            plan.QueueSlice(3, tuple(small[16:32])),
+            plan.QueueSlice(4, tuple(small[32:])),
+        ]
+        parts = plan_queues(store)
+        assert len(parts) == 1 and parts[0].nbytes == (topics + 30) * 20
+        ref = StoreRef.of(store)
+        result = run_part(ref, str(tmp_path / "out"), parts[0], (Table.CONSUME_QUEUE,), None)
+    assert result.rows == {Table.CONSUME_QUEUE: topics + 30}
+    assert len(result.files) == 1
+    rows = pq.read_table(tmp_path / "out" / result.files[0]).to_pylist()
+    assert sorted((r["topic"], r["queue_offset"]) for r in rows) == sorted(
+        [("Big", i) for i in range(30)] + [(f"T{i:02d}", 0) for i in range(topics)]
+    )
+
+
+def test_small_files_are_not_compressed(tmp_path: Path) -> None:
+    """A zstd context for each column cost a millisecond a file: with one file per topic,
+    most of an export of 20,000 one-message topics. A file that starts with a small row group
+    is stored uncompressed; a large one is zstd-compressed."""
+    from rmqinspect.export.parquet import COMPRESS_FROM_BYTES
+
+    rows = COMPRESS_FROM_BYTES // 8  # int64: the large table is just over the threshold
+    schema = pa.schema([("n", pa.int64())])
+    codecs = {}
+    for name, n in (("small", 10), ("large", rows + 1)):
+        writer = TableWriter(tmp_path / name, Table.CONSUMER_OFFSETS, 0)
+        writer.schema = schema
+        writer.write(pa.RecordBatch.from_arrays([pa.array(range(n), pa.int64())], schema=schema))
+        writer.close()
+        (path,) = writer.files
+        codecs[name] = pq.ParquetFile(path).metadata.row_group(0).column(0).compression
+    assert codecs == {"small": "UNCOMPRESSED", "large": "ZSTD"}

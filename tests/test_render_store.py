@@ -198,6 +198,7 @@ def test_consume_queue(store: Store, capsys: pytest.CaptureFixture[str]) -> None
         "status",
         "detail",
         "message",
+        "repeat",
     ]
     assert docs[0]["message"]["keys"] == ["K0", *MARKUP_KEYS]
     assert assert_time_siblings(docs) == 2 * len(docs)  # born and store time of each message

@@ -173,7 +173,8 @@ def _invalid_unit(root: Path) -> None:
     with StoreWriter(root, layout) as w:
         for i in range(40):
             w.put(MessageSpec("TopicA", b"m%d" % i))
-    patch(cq_file(root), 2 * CQ_STORE_UNIT_SIZE, bytes(CQ_STORE_UNIT_SIZE))
+    # three units in a row: one finding names them all
+    patch(cq_file(root), 2 * CQ_STORE_UNIT_SIZE, bytes(3 * CQ_STORE_UNIT_SIZE))
 
 
 def _fresh(build: Recipe) -> Recipe:
@@ -466,7 +467,11 @@ FIRES: dict[str, dict[str, Places | int]] = {
     },
     "consumequeue.invalid_unit": {
         "consumequeue.invalid_unit": [("consumequeue/TopicA/0/00000000000000000000", 40)],
-        "consumequeue.missing_unit": [("commitlog/00000000000000000000", 198)],
+        "consumequeue.missing_unit": [
+            ("commitlog/00000000000000000000", 198),
+            ("commitlog/00000000000000000000", 297),
+            ("commitlog/00000000000000000000", 396),
+        ],
     },
     "consumequeue.lagging": {
         "consumequeue.lagging": [
@@ -678,6 +683,15 @@ def test_unit_findings_name_the_unit(tmp_path: Path) -> None:
     assert (f.topic, f.queue_id, f.queue_offset) == ("TopicA", 0, 2)
     assert f.file == "consumequeue/TopicA/0/00000000000000000000"
     assert f.file_position == 2 * CQ_STORE_UNIT_SIZE
+
+
+def test_a_run_of_invalid_units_is_one_finding(tmp_path: Path) -> None:
+    """A queue range over zeros (all-zero files under the broker's max offset) would give a
+    finding per unit, millions of them: a run of consecutive invalid units is one, naming the
+    first unit and how many follow it."""
+    (f,) = _broken(tmp_path, "consumequeue.invalid_unit")
+    assert (f.queue_offset, f.file_position) == (2, 2 * CQ_STORE_UNIT_SIZE)
+    assert f.detail.startswith("3 consecutive units, queue offsets 2 to 4, the first (0, 0, 0)")
 
 
 def test_index_findings_name_the_entry(tmp_path: Path) -> None:

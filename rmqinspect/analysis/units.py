@@ -70,6 +70,9 @@ class UnitView:
     detail: str = ""
     message: cl.MessageRecord | None = field(default=None, compare=False)
     expected_tags_code: int | None = None  # what dispatch computes from the record, if checked
+    # Consecutive units this row stands for: more than 1 for a run of all-zero units (a queue
+    # range over files of zeros would list each one, billions in sparse files).
+    repeat: int = 1
 
     @property
     def tags_code_ok(self) -> bool | None:

@@ -23,6 +23,10 @@ import pyarrow.parquet as pq
 from rmqinspect.export.schema import PARTITION_COLUMN, Table, file_schema
 
 COMPRESSION = "zstd"
+# A file whose first row group is smaller is written uncompressed: a zstd context for each of
+# its columns cost a millisecond a file, most of the export of 20,000 one-message topics (one
+# file per topic), and compressing a few hundred bytes saves nothing.
+COMPRESS_FROM_BYTES = 64 << 10
 ROW_GROUP_BYTES = 32 << 20  # buffered rows of one partition value become a row group
 BUFFERED_BYTES = 96 << 20  # beyond this the largest buffer is written out early
 OPEN_FILES = 32  # files open at once per task; a value met again later starts a new file
@@ -136,9 +140,11 @@ class TableWriter:
         batches = self._buffers.pop(value, [])
         self._sizes.pop(value, None)
         if batches:
-            self._file(value).write_table(pa.Table.from_batches(batches, self.schema))
+            table = pa.Table.from_batches(batches, self.schema)
+            self._file(value, compress=table.nbytes >= COMPRESS_FROM_BYTES).write_table(table)
 
-    def _file(self, value: str) -> ParquetFile:
+    def _file(self, value: str, *, compress: bool) -> ParquetFile:
+        """The open file of ``value``, or a new one (compressed or not: ``compress``)."""
         if value in self._files:
             self._files.move_to_end(value)
             return self._files[value][0]
@@ -149,7 +155,7 @@ class TableWriter:
         self._sequence += 1
         path = directory / part_file_name(self.number, self._sequence)
         temporary = temporary_name(path)
-        f = ParquetFile(temporary, self.schema)
+        f = ParquetFile(temporary, self.schema, COMPRESSION if compress else "none")
         self._files[value] = (f, temporary, path)
         return f
 
@@ -169,14 +175,14 @@ class ParquetFile:
     as UTF-8 text, and OUT may be named by any bytes. Closing it closes the file too (a writer
     leaves a file it was given open)."""
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, compression: str = COMPRESSION) -> None:
         names = set(schema.names)
         self._file = pa.OSFile(os.fsencode(path), "w")
         try:
             self._writer = pq.ParquetWriter(
                 self._file,
                 schema,
-                compression=COMPRESSION,
+                compression=compression,
                 use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names],
                 write_statistics=[c for c in schema.names if c not in NO_STATISTICS],
             )

@@ -26,6 +26,7 @@ from rmqinspect.store.model import Store, StoreOptions
 
 SPLIT_BYTES = 128 << 20  # commitlog bytes per range
 SLICE_UNITS = 250_000  # consume-queue units per slice (each unit is checked against its record)
+GROUP_QUEUES = 1000  # small queues per slice: enough slices that every core has some
 SLICE_ENTRIES = 2_000_000  # index entries per slice
 HASH_GROUP_BYTES = 1 << 30  # source-file bytes hashed per task
 
@@ -80,22 +81,34 @@ class CommitlogRange:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueSlice:
+class QueueRange:
     """Queue offsets ``[start, stop)`` of one consume queue."""
 
-    number: int
     topic: str
     queue_id: int
     start: int
     stop: int
 
+
+@dataclass(frozen=True, slots=True)
+class QueueSlice:
+    """Consume-queue units one task exports: a slice of one queue, or several small queues
+    whole (a part and a Parquet file for every one of 100,000 one-unit queues cost more than
+    their units)."""
+
+    number: int
+    ranges: tuple[QueueRange, ...]
+
     @property
     def nbytes(self) -> int:
-        return (self.stop - self.start) * CQ_STORE_UNIT_SIZE
+        return sum(r.stop - r.start for r in self.ranges) * CQ_STORE_UNIT_SIZE
 
     @property
     def source(self) -> str:
-        return f"consumequeue/{self.topic}/{self.queue_id}"
+        if len(self.ranges) > 1:
+            return "consumequeue"
+        r = self.ranges[0]
+        return f"consumequeue/{r.topic}/{r.queue_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +188,32 @@ def plan_commitlog(store: Store, split_bytes: int = SPLIT_BYTES) -> list[Commitl
     return ranges
 
 
-def plan_queues(store: Store, slice_units: int = SLICE_UNITS) -> list[QueueSlice]:
-    """Each queue's units from the first on disk up to the broker's max offset."""
+def plan_queues(
+    store: Store, slice_units: int = SLICE_UNITS, group_queues: int = GROUP_QUEUES
+) -> list[QueueSlice]:
+    """Each queue's units from the first on disk up to the broker's max offset: a queue of
+    ``slice_units`` or more in slices of its own, smaller ones whole, up to ``group_queues``
+    of them and ``slice_units`` units together in one slice."""
     slices: list[QueueSlice] = []
+    group: list[QueueRange] = []
+    units = 0
     for b in all_queue_bounds(store):
-        for start in range(b.first_unit, b.max_offset, slice_units):
-            stop = min(start + slice_units, b.max_offset)
-            slices.append(QueueSlice(len(slices), b.topic, b.queue_id, start, stop))
+        count = b.max_offset - b.first_unit
+        if count <= 0:
+            continue
+        if count >= slice_units:
+            for start in range(b.first_unit, b.max_offset, slice_units):
+                stop = min(start + slice_units, b.max_offset)
+                queue = QueueRange(b.topic, b.queue_id, start, stop)
+                slices.append(QueueSlice(len(slices), (queue,)))
+            continue
+        if group and (units + count > slice_units or len(group) >= group_queues):
+            slices.append(QueueSlice(len(slices), tuple(group)))
+            group, units = [], 0
+        group.append(QueueRange(b.topic, b.queue_id, b.first_unit, b.max_offset))
+        units += count
+    if group:
+        slices.append(QueueSlice(len(slices), tuple(group)))
     return slices
 
 
@@ -195,21 +227,37 @@ def plan_index(store: Store, slice_entries: int = SLICE_ENTRIES) -> list[IndexSl
     return slices
 
 
-def source_files(root: Path) -> Iterator[tuple[str, int]]:
-    """Every regular file under the store (relative path, size), in path order."""
-    for directory, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            path = Path(directory, name)
-            if path.is_file() and not path.is_symlink():
-                yield path.relative_to(root).as_posix(), path.stat().st_size
+def source_files(root: Path) -> Iterator[tuple[str, int, int]]:
+    """Every regular file under the store (relative path, size, mtime in ns), in path order
+    (a directory's files, then its subdirectories); links are not followed. One ``lstat`` a
+    file from its directory entry, no paths built: a store of 100,000 queue directories is
+    walked three times by an export (its files before, to hash, and after)."""
+    pending = [(os.fspath(root), "")]
+    while pending:
+        directory, prefix = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue  # as os.walk: what cannot be listed holds nothing to hash
+        subdirectories = []
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                subdirectories.append((e.path, f"{prefix}{e.name}/"))
+            elif e.is_file(follow_symlinks=False):
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone since the listing
+                yield prefix + e.name, st.st_size, st.st_mtime_ns
+        pending.extend(reversed(subdirectories))
 
 
 def plan_hashes(root: Path, group_bytes: int = HASH_GROUP_BYTES) -> list[FileGroup]:
     groups: list[FileGroup] = []
     paths: list[str] = []
     size = 0
-    for path, length in source_files(root):
+    for path, length, _ in source_files(root):
         paths.append(path)
         size += length
         if size >= group_bytes:

@@ -163,11 +163,7 @@ def earlier_export(out: Path) -> frozenset[str]:
 
 
 def _stat_files(root: Path) -> list[tuple[str, tuple[int, int]]]:
-    out = []
-    for path, _ in source_files(root):
-        st = (root / path).stat()
-        out.append((path, (st.st_size, st.st_mtime_ns)))
-    return out
+    return [(path, (size, mtime)) for path, size, mtime in source_files(root)]
 
 
 def write_manifest(out: Path, manifest: dict[str, Any]) -> None:

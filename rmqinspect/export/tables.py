@@ -25,6 +25,7 @@ from rmqinspect.export.plan import (
     IndexSlice,
     OffsetsPart,
     Part,
+    QueueRange,
     QueueSlice,
     commitlog_file,
 )
@@ -246,8 +247,13 @@ def findings_batch(findings: Sequence[Finding]) -> pa.RecordBatch:
 
 
 def consume_queue_batches(store: Store, part: QueueSlice) -> Iterator[pa.RecordBatch]:
-    """Every unit of the slice with what it points to (:func:`resolve_units`), a chunk of
-    units at a time."""
+    """Every unit of the slice's queues with what it points to (:func:`resolve_units`), a
+    chunk of units at a time."""
+    for queue in part.ranges:
+        yield from _queue_batches(store, queue)
+
+
+def _queue_batches(store: Store, part: QueueRange) -> Iterator[pa.RecordBatch]:
     qdir = store.queue_dirs[QueueId(part.topic, part.queue_id)]
     # Names from directory listings: Arrow strings are UTF-8 (see ``encodable``).
     topic = encodable(part.topic)

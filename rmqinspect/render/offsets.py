@@ -10,8 +10,8 @@ from rich.text import Text
 from rmqinspect.analysis.offsets import OffsetsReport, OffsetStatus
 from rmqinspect.render.output import (
     OutputFormat,
-    print_json,
     print_jsonl,
+    print_plain_json,
     print_table,
     to_jsonable,
     warn,
@@ -48,7 +48,7 @@ def render_offsets(report: OffsetsReport, fmt: OutputFormat) -> None:
     if after:
         warn(f"{len(after)} offset(s) outside their queue's [min, max] after the restart")
     if fmt is OutputFormat.JSON:
-        print_json(offsets_json(report))
+        print_plain_json(offsets_json(report))  # plain already: not walked a second time
         return
     if fmt is OutputFormat.JSONL:
         print_jsonl(report.rows)

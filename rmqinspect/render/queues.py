@@ -36,6 +36,7 @@ def unit_json(u: UnitView, body: BodyFormat) -> dict[str, Any]:
         "status": u.status.value,
         "detail": u.detail or None,
         "message": None if u.message is None else message_json(u.message, body),
+        "repeat": u.repeat,
     }
 
 
@@ -55,7 +56,7 @@ def render_queue_listing(
         nonlocal bad
         for u in units:
             if u.status not in (UnitStatus.FOUND, UnitStatus.PRE_BLANK):
-                bad += 1
+                bad += u.repeat
             yield u
 
     if fmt is OutputFormat.JSONL:
@@ -97,7 +98,9 @@ def _units_table(units: list[UnitView], with_title: bool) -> Table:
             what = f"{iso_ms(m.store_timestamp)} keys={' '.join(m.keys)} {preview}"
         else:
             what = u.detail
-        table.add_row(
-            str(u.queue_offset), str(u.phy_offset), str(u.size), tags, u.status.value, what
-        )
+        offset = str(u.queue_offset)
+        if u.repeat > 1:
+            offset += f"..{u.queue_offset + u.repeat - 1}"
+            what = f"{u.repeat} zero units: {what}"
+        table.add_row(offset, str(u.phy_offset), str(u.size), tags, u.status.value, what)
     return table

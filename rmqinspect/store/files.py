@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 # The last commitlog file is copied rather than mapped up to this size (see MappedFiles).
 SNAPSHOT_MAX_BYTES = 1 << 30
+# Files up to this size are read whole with one pread and kept (see MappedFiles), up to
+# COPIES_MAX_BYTES of them at once.
+COPY_MAX_BYTES = 4096  # a page: mapping a smaller file costs a page and four system calls
+COPIES_MAX_BYTES = 64 << 20
 _READ_CHUNK = 1 << 20
 
 
@@ -498,11 +502,19 @@ class MappedFiles:
     other map is guarded (:mod:`rmqinspect.store.mapguard`): a file that shrinks while mapped
     reads as zeros past its new end, and the next :meth:`view`, :meth:`read` or
     :meth:`release` raises :class:`StoreError` naming it.
+
+    A file of at most :data:`COPY_MAX_BYTES` (a small consume-queue file) is not mapped: it is
+    read with one ``pread`` when first viewed and the bytes are kept, up to
+    :data:`COPIES_MAX_BYTES` of such copies, the least recently used dropped first. A store of
+    100,000 small queues then costs one open and one read per file, not a map and an unmap per
+    step that reads it (only :attr:`max_open` maps stay open); a copy cannot fault.
     """
 
     def __init__(self, max_open: int = 32) -> None:
         self._max_open = max_open
         self._maps: OrderedDict[Path, mmap.mmap] = OrderedDict()
+        self._copies: OrderedDict[Path, bytes] = OrderedDict()
+        self._copied_bytes = 0
         self._guards: dict[Path, Guard] = {}
         self._since = mapguard.mark()  # faults before this instance are not its own
         self._pinned: dict[Path, mmap.mmap | None] = {}
@@ -513,7 +525,9 @@ class MappedFiles:
         """A read-only memoryview of the whole file; release it (``with``) before the file is
         closed."""
         m = self._map(file.path)
-        return memoryview(m).toreadonly() if m is not None else memoryview(b"")
+        if m is None:
+            return memoryview(b"")
+        return memoryview(m) if isinstance(m, bytes) else memoryview(m).toreadonly()
 
     def check(self) -> None:
         """Raise :class:`StoreError` naming a file that shrank while one of these maps (or any
@@ -555,6 +569,9 @@ class MappedFiles:
         """Where the file's data ends: only zeros (holes) lie past it. Scans for the end of a
         zero tail start here, so a sparse 100 GiB file costs nothing."""
         end = self._data_ends.get(file.path)
+        if end is None and 0 < file.length <= COPY_MAX_BYTES:
+            self._map(file.path)  # a small file: its copy is taken with its data end
+            end = self._data_ends.get(file.path)
         if end is None:
             fd = self._open(file.path)
             try:
@@ -570,10 +587,14 @@ class MappedFiles:
         except (FileNotFoundError, NotADirectoryError):
             raise StoreError("vanished since the store was listed", str(path)) from None
 
-    def _map(self, path: Path) -> mmap.mmap | None:
+    def _map(self, path: Path) -> mmap.mmap | bytes | None:
         if path in self._pinned:
             return self._pinned[path]
         mapguard.check(self._since)
+        kept = self._copies.get(path)
+        if kept is not None:
+            self._copies.move_to_end(path)
+            return kept
         m = self._maps.get(path)
         if m is not None:
             self._guards[path].recheck()
@@ -582,6 +603,8 @@ class MappedFiles:
         fd = self._open(path)
         try:
             size = os.fstat(fd).st_size
+            if 0 < size <= COPY_MAX_BYTES and path not in self.snapshot_paths:
+                return self._copy(path, fd, size)
             if path in self.snapshot_paths and size <= SNAPSHOT_MAX_BYTES:
                 copy: mmap.mmap | None = None
                 self._data_ends[path] = 0
@@ -605,7 +628,20 @@ class MappedFiles:
         self._guards[path].recheck()
         return m
 
+    def _copy(self, path: Path, fd: int, size: int) -> bytes:
+        """Read a small file whole (holes read as zeros) and keep it; its data end with it."""
+        data = os.pread(fd, size, 0)
+        self._data_ends.setdefault(path, last_data_end(fd, len(data)))
+        self._copies[path] = data
+        self._copied_bytes += len(data)
+        while self._copied_bytes > COPIES_MAX_BYTES:
+            _, old = self._copies.popitem(last=False)
+            self._copied_bytes -= len(old)
+        return data
+
     def close(self) -> None:
+        self._copies.clear()
+        self._copied_bytes = 0
         while self._maps:
             _, m = self._maps.popitem()
             _close(m)

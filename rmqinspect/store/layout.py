@@ -7,6 +7,7 @@ files, and the layouts rmqinspect recognises but does not read (each takes over 
 from __future__ import annotations
 
 import enum
+import operator
 import os
 import stat
 from dataclasses import dataclass
@@ -136,19 +137,24 @@ class QueueId:
         return f"{self.topic}/{self.queue_id}"
 
 
-def _subdirectories(directory: Path, what: str, problems: list[LayoutProblem]) -> list[Path]:
+def _subdirectories(
+    directory: str, what: str, problems: list[LayoutProblem]
+) -> list[os.DirEntry[str]]:
     """Real subdirectories (symlinks are not followed), by name; what cannot be listed is a
-    problem."""
+    problem. Entries, not paths: a store of 100,000 queues spent seconds building paths."""
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        entries = sorted(os.scandir(directory), key=_entry_name)
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as err:
         problems.append(
-            LayoutProblem("unreadable", str(directory), f"cannot list {what}: {err.strerror}")
+            LayoutProblem("unreadable", directory, f"cannot list {what}: {err.strerror}")
         )
         return []
-    return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    return [e for e in entries if e.is_dir(follow_symlinks=False)]
+
+
+_entry_name = operator.attrgetter("name")
 
 
 def discover_queues(directory: Path, problems: list[LayoutProblem]) -> dict[QueueId, Path]:
@@ -157,22 +163,24 @@ def discover_queues(directory: Path, problems: list[LayoutProblem]) -> dict[Queu
     topics (RocksDB's). The broker then reads a queue from ``<topic>/<queueId>`` rebuilt from the
     parsed int, so a directory named otherwise ("02", "+2", "２") is listed but not read."""
     queues: dict[QueueId, Path] = {}
-    for topic in _subdirectories(directory, "consumequeue/", problems):
-        for qdir in _subdirectories(topic, f"topic {topic.name!r}", problems):
+    for topic in _subdirectories(str(directory), "consumequeue/", problems):
+        topic_dir: Path | None = None
+        for qdir in _subdirectories(topic.path, f"topic {topic.name!r}", problems):
             queue_id = java_parse_int(qdir.name)
             if queue_id is None:
                 continue
-            read_from = topic / str(queue_id)
-            if qdir != read_from:
+            if topic_dir is None:
+                topic_dir = Path(topic.path)
+            name = str(queue_id)
+            if qdir.name != name:
                 problems.append(
                     LayoutProblem(
                         "queue_name",
-                        str(qdir),
-                        f"the broker reads queue {queue_id} from {read_from.name!r}, "
-                        "not from this directory",
+                        qdir.path,
+                        f"the broker reads queue {queue_id} from {name!r}, not from this directory",
                     )
                 )
-            queues[QueueId(topic.name, queue_id)] = read_from
+            queues[QueueId(topic.name, queue_id)] = topic_dir / name
     return dict(sorted(queues.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id)))
 
 

@@ -108,7 +108,16 @@ class Store:
     # --- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str], options: StoreOptions | None = None) -> Store:
+    def open(
+        cls,
+        root: str | os.PathLike[str],
+        options: StoreOptions | None = None,
+        *,
+        queue_dirs: dict[QueueId, Path] | None = None,
+    ) -> Store:
+        """Open the store at ``root``. ``queue_dirs``: the consume queues another opening of
+        the same store found (a worker process of its run), which are then not looked for
+        again; the layout problems met looking for them are that opening's to report."""
         opts = options or StoreOptions()
         path = Path(root)
         try:
@@ -144,7 +153,8 @@ class Store:
         if opts.commitlog_files is not None:
             commitlog.files = [f for f in commitlog.files if f.name in opts.commitlog_files]
         problems = list(plain.problems if not use_ledger or ledger is None else ledger.problems)
-        queue_dirs = discover_queues(path / "consumequeue", problems)
+        if queue_dirs is None:
+            queue_dirs = discover_queues(path / "consumequeue", problems)
         index_files = list_index(path / "index", problems)
         store = cls(
             root=path,

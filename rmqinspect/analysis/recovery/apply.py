@@ -184,22 +184,36 @@ def _paths_deleted(outcome: RecoveryOutcome, data_dir: Path, store: Path) -> set
 
 
 def _copy_store(store: Path, dest: Path, skip: set[Path], applied: ApplyReport) -> None:
-    for dirpath, dirnames, filenames in os.walk(store):
-        dirnames.sort()
-        rel_dir = Path(dirpath).relative_to(store)
-        (dest / rel_dir).mkdir(parents=True, exist_ok=True)
-        for name in sorted(filenames):
-            rel = rel_dir / name
-            src = Path(dirpath) / name
-            if rel in skip:
-                if rel != Path("abort") or src.exists():
-                    applied.deleted_files.append(str(rel))
+    """Copy the store's regular files (links not followed) but ``skip`` into ``dest``, from
+    directory entries: a store of 100,000 queue directories spent seconds building paths."""
+    skipped = {p.as_posix() for p in skip}
+    pending = [(os.fspath(store), "")]
+    while pending:
+        directory, prefix = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue  # as os.walk: a directory that cannot be listed has nothing to copy
+        os.makedirs(os.path.join(dest, prefix), exist_ok=True)
+        subdirectories = []
+        for e in entries:
+            rel = prefix + e.name
+            if e.is_dir():  # a link to a directory too, as os.walk sorts them, not entered
+                if not e.is_symlink():
+                    subdirectories.append((e.path, rel + "/"))
                 continue
-            if src.is_symlink() or not src.is_file():
+            if rel in skipped:
+                if rel != "abort" or os.path.exists(e.path):
+                    applied.deleted_files.append(rel)
                 continue
-            applied.copied_bytes += output.copy_sparse(src, dest / rel)
+            if not e.is_file(follow_symlinks=False):
+                continue
+            target = dest / rel
+            applied.copied_bytes += output.copy_sparse(Path(e.path), target)
             applied.copied_files += 1
-            shutil.copymode(src, dest / rel)
+            shutil.copymode(e.path, target)
+        pending.extend(reversed(subdirectories))
 
 
 def _apply_ledger(home: Path, ledger: DLedgerReport, applied: ApplyReport) -> None:

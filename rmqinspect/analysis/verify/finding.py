@@ -108,7 +108,8 @@ CHECKS = _checks(
         "consumequeue.invalid_unit",
         E,
         "a unit inside the queue's range that is not valid "
-        "(offset < 0 or size <= 0) and not a pre-blank placeholder",
+        "(offset < 0 or size <= 0) and not a pre-blank placeholder; "
+        "consecutive ones in a file are one finding",
     ),
     ("consumequeue.points_past_end", E, "a unit pointing at or past the end of the commitlog"),
     ("consumequeue.no_record", E, "no message record where a unit points"),

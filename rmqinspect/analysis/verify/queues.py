@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from rmqinspect.analysis.recovery import RecoveryReport
 from rmqinspect.analysis.units import (
@@ -304,9 +305,14 @@ def check_queue_file(
         units = units_array(buf)
         first = lo // CQ_STORE_UNIT_SIZE
         last = max(first, hi // CQ_STORE_UNIT_SIZE)
+        invalid: _InvalidRun | None = None
         for a in range(first, last, _CHUNK):
             b = min(a + _CHUNK, last)
-            _check_units(ctx, qid, file, f.start, units[a:b], a, data_end, findings)
+            invalid = _check_units(
+                ctx, qid, file, f.start, units[a:b], a, data_end, findings, invalid
+            )
+        if invalid is not None:
+            invalid.report(qid, file, f.start, findings)
         # Past the end of the file's data only holes remain: a sparse-extended file costs
         # nothing, and the units are looked at a chunk at a time.
         stop = min(len(units), -(-ctx.store.maps.data_end(f) // CQ_STORE_UNIT_SIZE))
@@ -345,6 +351,63 @@ def _non_zero_units(units: np.ndarray, begin: int, stop: int) -> tuple[int, int]
     return count, first
 
 
+@dataclass
+class _InvalidRun:
+    """Consecutive invalid units of one file, reported as one finding: a queue whose range
+    covers a file of zeros (all-zero files under a broker's max offset) would otherwise give
+    one finding per unit, millions of them."""
+
+    first: int  # the first unit's position in units from the file start
+    count: int
+    unit: tuple[int, int, int]  # the first unit's fields
+
+    def report(self, qid: QueueId, file: str, file_start: int, findings: Findings) -> None:
+        phy, size, tags = self.unit
+        offset = file_start // CQ_STORE_UNIT_SIZE + self.first
+        if self.count == 1:
+            detail = f"unit ({phy}, {size}, {tags}): not a valid unit inside the queue's range"
+        else:
+            detail = (
+                f"{self.count} consecutive units, queue offsets {offset} to "
+                f"{offset + self.count - 1}, the first ({phy}, {size}, {tags}): not valid "
+                "units inside the queue's range"
+            )
+        findings.add(
+            "consumequeue.invalid_unit",
+            file,
+            detail,
+            file_position=self.first * CQ_STORE_UNIT_SIZE,
+            physical_offset=phy,
+            topic=qid.topic,
+            queue_id=qid.queue_id,
+            queue_offset=offset,
+        )
+
+
+def _invalid_runs(
+    units: np.ndarray, at: npt.NDArray[np.int64], run: _InvalidRun | None
+) -> tuple[list[_InvalidRun], _InvalidRun | None]:
+    """The runs of consecutive positions in ``at`` (invalid units at those positions, in
+    order), the first joined to ``run`` where it goes on from it: (the finished runs, the
+    last one, which the next chunk may go on)."""
+    done: list[_InvalidRun] = []
+    if not len(at):
+        return done, run
+    breaks = np.flatnonzero(np.diff(at) != 1) + 1
+    starts = np.concatenate(([0], breaks)).tolist()
+    ends = [*breaks.tolist(), len(at)]
+    for a, b in zip(starts, ends, strict=True):
+        first = int(at[a])
+        if run is not None and run.first + run.count == first:
+            run.count += b - a
+            continue
+        if run is not None:
+            done.append(run)
+        u = units[a]
+        run = _InvalidRun(first, b - a, (int(u["phy_offset"]), int(u["size"]), int(u["tags_code"])))
+    return done, run
+
+
 def _check_units(
     ctx: Context,
     qid: QueueId,
@@ -354,13 +417,20 @@ def _check_units(
     first: int,
     data_end: int,
     findings: Findings,
-) -> None:
+    invalid: _InvalidRun | None,
+) -> _InvalidRun | None:
     """Units ``first..`` of one file (positions in units from the file start): what
-    :func:`~rmqinspect.analysis.units.resolve_units` says each leads to, as findings."""
+    :func:`~rmqinspect.analysis.units.resolve_units` says each leads to, as findings.
+    Consecutive invalid units make one finding: ``invalid`` is the run the chunk before
+    ended with, and the run this one ends with is returned, not yet reported."""
     index = np.arange(first, first + len(units), dtype=np.int64)
     queue_offsets = file_start // CQ_STORE_UNIT_SIZE + index
     res = resolve_units(ctx.store, qid.topic, qid.queue_id, queue_offsets, units, data_end=data_end)
-    quiet = (res.codes == _CODE_FOUND) | (res.codes == _CODE_PRE_BLANK)
+    bad = res.codes == _CODE_INVALID
+    done, invalid = _invalid_runs(units[bad], index[bad], invalid)
+    for run in done:
+        run.report(qid, file, file_start, findings)
+    quiet = (res.codes == _CODE_FOUND) | (res.codes == _CODE_PRE_BLANK) | bad
     heard = np.flatnonzero(~quiet)
     fields = (units[name][heard].tolist() for name in ("phy_offset", "size", "tags_code"))
     for i, phy, size, tags in zip(heard.tolist(), *fields, strict=True):
@@ -381,20 +451,20 @@ def _check_units(
             queue_id=qid.queue_id,
             queue_offset=int(queue_offsets[i]),
         )
+    return invalid
 
 
 _CODE_FOUND = STATUSES.index(UnitStatus.FOUND)
 _CODE_PRE_BLANK = STATUSES.index(UnitStatus.PRE_BLANK)
+_CODE_INVALID = STATUSES.index(UnitStatus.INVALID)
 
 
 def _finding(
     res: UnitResolution, i: int, size: int, qid: QueueId, data_end: int
 ) -> tuple[str, str] | None:
-    """The check id and detail of unit ``i`` (of ``size``), which is neither found nor a
+    """The check id and detail of unit ``i`` (of ``size``), which is neither found, invalid nor a
     placeholder; None when the unit itself is not at fault."""
     status = res.status(i)
-    if status is UnitStatus.INVALID:
-        return "consumequeue.invalid_unit", "not a valid unit inside the queue's range"
     if status is UnitStatus.BEYOND_COMMITLOG:
         return "consumequeue.points_past_end", f"the commitlog's data ends at {data_end}"
     if status is UnitStatus.BELOW_COMMITLOG:

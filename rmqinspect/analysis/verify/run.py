@@ -7,8 +7,9 @@ processes (``--jobs``), and the findings merged in file order whatever the numbe
    store also :func:`.dledger.check_ledger`: entries across files, the index, the checkpoint),
    and the restart prediction for records without units (:func:`.queues.classify_lagging`),
    only when there are such records;
-3. every consume-queue file and every index file, against the commitlog's data end from 1;
-4. the checkpoint, config files, offsets and unsupported layouts.
+3. every consume-queue file and every index file, against the commitlog's data end from 1,
+   and meanwhile, in this process, the checkpoint, config files, offsets and unsupported
+   layouts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import multiprocessing
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -103,9 +105,14 @@ _OPENED: RunCache[tuple[str, StoreOptions, VerifyOptions], Context] = RunCache(
 )
 
 
-def _open_in_worker(root: str, store_options: StoreOptions, options: VerifyOptions) -> None:
+def _open_in_worker(
+    root: str,
+    store_options: StoreOptions,
+    options: VerifyOptions,
+    queue_dirs: dict[QueueId, Path],
+) -> None:
     global _CONTEXT
-    _CONTEXT = Context(Store.open(root, store_options), options)
+    _CONTEXT = Context(Store.open(root, store_options, queue_dirs=queue_dirs), options)
 
 
 @mapguard.checked
@@ -116,8 +123,11 @@ def _in_worker(work: Callable[[Context, A], T], arg: A) -> T:
 
 def worker_settings(store: Store) -> StoreOptions:
     """The store options workers open the store with: the profile as detected here, so that
-    every process judges records by the same rules."""
-    return dataclasses.replace(store.options, profile=store.profile.profile)
+    every process judges records by the same rules, and the consume-queue file size inferred
+    here (inferring it lists every queue directory: each worker did, with 100,000 queues)."""
+    return dataclasses.replace(
+        store.options, profile=store.profile.profile, cq_file_size=store.cq_file_size
+    )
 
 
 @mapguard.checked
@@ -173,7 +183,8 @@ class Verifier:
                 self.jobs,
                 mp_context=multiprocessing.get_context("fork") if fork else None,
                 initializer=_open_in_worker,
-                initargs=(str(self.store.root), settings, self.options),
+                # The queue directories as found here: each worker listed every topic again.
+                initargs=(str(self.store.root), settings, self.options, self.store.queue_dirs),
             )
             self._pool.submit(int).result()  # fork them all now
         return self
@@ -229,15 +240,10 @@ class Verifier:
             for i in range(len(store.consume_queue_files(qid.topic, qid.queue_id).files))
         ]
         index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
-        units = _merge(self._map(_queue_unit, queue_args), findings)
-        entries = 0
-        parts: dict[int, list[IndexPart]] = {}
-        for (k, _, _, _), part in zip(index_args, self._map(_index_unit, index_args), strict=True):
-            findings.extend(part.findings)
-            entries += part.entries
-            parts.setdefault(k, []).append(part)
-        for k, file_parts in parts.items():
-            finish_index_file(ctx, k, file_parts, findings)
+        queue_parts = self._map(_queue_unit, queue_args)
+        index_results = self._map(_index_unit, index_args)
+        # Workers check the files meanwhile: the offsets' restart emulation took as long as
+        # the queue files with 100,000 queues, and this process only waited for them.
         max_ts = max(
             (r.max_store_timestamp for r in results if r.max_store_timestamp is not None),
             default=None,
@@ -246,6 +252,15 @@ class Verifier:
         check_config(ctx, findings)
         check_offsets(ctx, restart, findings)
         check_unsupported(ctx, findings)
+        units = _merge(queue_parts, findings)
+        entries = 0
+        parts: dict[int, list[IndexPart]] = {}
+        for (k, _, _, _), part in zip(index_args, index_results, strict=True):
+            findings.extend(part.findings)
+            entries += part.entries
+            parts.setdefault(k, []).append(part)
+        for k, file_parts in parts.items():
+            finish_index_file(ctx, k, file_parts, findings)
         summary = summarize(
             str(store.root),
             ctx.profile.value,
