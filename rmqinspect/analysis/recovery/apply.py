@@ -199,9 +199,9 @@ def _copy_store(store: Path, dest: Path, skip: set[Path], applied: ApplyReport) 
         subdirectories = []
         for e in entries:
             rel = prefix + e.name
-            if e.is_dir():  # a link to a directory too, as os.walk sorts them, not entered
-                if not e.is_symlink():
-                    subdirectories.append((e.path, rel + "/"))
+            # Links are neither entered nor copied, nor resolved: a link loop is just a link.
+            if e.is_dir(follow_symlinks=False):
+                subdirectories.append((e.path, rel + "/"))
                 continue
             if rel in skipped:
                 if rel != "abort" or os.path.exists(e.path):
