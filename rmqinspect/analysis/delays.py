@@ -130,7 +130,7 @@ def delays_report(
     if now is not None:
         reference, basis = now, "--now"
     elif levels:
-        reference, basis = _newest_store_time(store)
+        reference, basis = newest_store_time(store)
     else:
         reference, basis = None, "not needed"
     restart: LoadView | None = None
@@ -172,7 +172,7 @@ def _at_load(store: Store, progress: Progress | None) -> tuple[LoadView, dict[in
     return LoadView(True, report.recovery_path, None), bounds
 
 
-def _newest_store_time(store: Store) -> tuple[int | None, str]:
+def newest_store_time(store: Store) -> tuple[int | None, str]:
     summary = commitlog_summary(store, all_queue_bounds(store))
     if summary.last_store_timestamp is None:
         return None, "no record in the commitlog: pass --now to judge overdue messages"

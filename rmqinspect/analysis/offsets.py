@@ -9,7 +9,8 @@ Lag and offsets outside ``[min, max]`` show at once; a different ``.bak`` value 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from rmqinspect.analysis import Progress
@@ -79,6 +80,74 @@ class OffsetRow:
         )
 
 
+BrokerVersion = tuple[int, int, int]
+
+_VERSION = re.compile(
+    r"(?:rocketmq-all-)?([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?(?:-SNAPSHOT)?"
+)
+RESET_TO_MAX_SINCE: BrokerVersion = (4, 9, 4)
+"""apache/rocketmq#4215 (PR #4219, merged 2022-04-30, after 4.9.3): before it an offset past a
+queue whose min is 0 was reset to 0, a full replay; from 4.9.4 (and in every 5.x) to the max."""
+MOVED_EVENT_BEFORE: BrokerVersion = (5, 0, 0)
+"""4.x ``PullMessageProcessor`` stores each reset as an ``OFFSET_MOVED_EVENT`` record; 5.x only
+logs it."""
+
+
+def parse_broker_version(text: str) -> BrokerVersion:
+    """``4.9.3``, ``5.3`` (patch 0), ``rocketmq-all-4.9.8``; ValueError for anything else."""
+    m = _VERSION.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"not a RocketMQ version: {text!r} (expected e.g. 4.9.3 or 5.3.3)")
+    return int(m[1]), int(m[2]), int(m[3] or 0)
+
+
+class PullStatus(StrEnum):
+    """``GetMessageStatus`` of the first pull at a committed offset (the cases that decide it)."""
+
+    FOUND = "FOUND"  # min <= offset < max: consumption goes on from the offset
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # offset == max: caught up, nothing new
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # below min: the messages were deleted
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # past max
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"  # max == 0: an empty (or missing) queue
+
+
+@dataclass(frozen=True, slots=True)
+class NextPull:
+    """What the broker answers the first pull at a committed offset, and what it costs."""
+
+    status: PullStatus
+    next_offset: int  # nextBeginOffset: where the consumer goes on
+    moved: bool  # PULL_OFFSET_MOVED: the client adopts next_offset and commits it
+    replayed: int  # messages below the committed offset delivered again
+    skipped: int  # messages from the committed offset on that are never delivered (deleted)
+
+
+def next_pull(offset: int, min_offset: int, max_offset: int, version: BrokerVersion) -> NextPull:
+    """The rule of ``DefaultMessageStore.getMessage`` (4.9.8 and 5.3.3 alike but for the
+    overflow reset; ``nextOffsetCorrection`` on a master, or a slave with offsetCheckInSlave)
+    and ``PullMessageProcessor.processRequest`` (which statuses answer PULL_OFFSET_MOVED):
+
+    - max == 0: NO_MESSAGE_IN_QUEUE, next 0; moved when the offset is not 0 (a missing queue
+      is created empty by ``findConsumeQueue``, so it answers the same);
+    - offset < min: OFFSET_TOO_SMALL, next min: the ``min - offset`` messages between were
+      deleted before the group read them;
+    - offset == max: OFFSET_OVERFLOW_ONE, PULL_NOT_FOUND: nothing new, the offset stays;
+    - offset > max: OFFSET_OVERFLOW_BADLY, next max; before 4.9.4 next 0 when min is 0, which
+      delivers the whole queue again (#4215).
+    """
+    if max_offset == 0:
+        return NextPull(PullStatus.NO_MESSAGE_IN_QUEUE, 0, offset != 0, 0, 0)
+    if offset < min_offset:
+        return NextPull(PullStatus.OFFSET_TOO_SMALL, min_offset, True, 0, min_offset - offset)
+    if offset == max_offset:
+        return NextPull(PullStatus.OFFSET_OVERFLOW_ONE, offset, False, 0, 0)
+    if offset > max_offset:
+        if version < RESET_TO_MAX_SINCE and min_offset == 0:
+            return NextPull(PullStatus.OFFSET_OVERFLOW_BADLY, 0, True, max_offset, 0)
+        return NextPull(PullStatus.OFFSET_OVERFLOW_BADLY, max_offset, True, 0, 0)
+    return NextPull(PullStatus.FOUND, offset, False, 0, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class FileUse:
     """Which copy of a config file the rows come from, as ``ConfigManager.load`` decides."""
@@ -107,6 +176,8 @@ class OffsetsReport:
     rows: tuple[OffsetRow, ...]
     restart: RestartView | None = None  # None: no row to judge, no restart emulated
     groups: tuple[str, ...] = ()  # every group the loaded offset tables name, unfiltered
+    # (min, max) of every queue as the restart rebuilds it; empty unless the broker starts.
+    queues_after_restart: dict[QueueId, tuple[int, int]] = field(default_factory=dict)
 
 
 def offsets_report(
@@ -114,7 +185,11 @@ def offsets_report(
     group: str | None = None,
     topic: str | None = None,
     progress: Progress | None = None,
+    *,
+    restart: bool | None = None,
 ) -> OffsetsReport:
+    """``restart``: emulate the restart always (True), never (False), or when there is a row
+    to judge (None)."""
     cache: dict[QueueId, QueueBounds] = {}
     rows: list[OffsetRow] = []
     files = []
@@ -130,20 +205,22 @@ def offsets_report(
         files.append(file_use(delay))
         if group is None and topic in (None, SCHEDULE_TOPIC):
             rows.extend(_delay_rows(store, delay, cache))
-    restart = None
-    if rows:  # the emulation costs a recovery scan: not for nothing to judge
-        restart, rows = _after_restart(store, rows, progress)
-    return OffsetsReport(tuple(files), tuple(rows), restart, tuple(sorted(groups)))
+    view = None
+    after: dict[QueueId, tuple[int, int]] = {}
+    # The emulation costs a recovery scan: not for nothing to judge.
+    if restart or (restart is None and rows):
+        view, after, rows = _after_restart(store, rows, progress)
+    return OffsetsReport(tuple(files), tuple(rows), view, tuple(sorted(groups)), after)
 
 
 def _after_restart(
     store: Store, rows: list[OffsetRow], progress: Progress | None
-) -> tuple[RestartView, list[OffsetRow]]:
+) -> tuple[RestartView, dict[QueueId, tuple[int, int]], list[OffsetRow]]:
     """Each row judged again against the queues the restart rebuilds. Only the queue bounds are
     wanted, so the emulation runs without its loss search."""
     report = run_recovery(store, RecoverOptions(lost_limit=0, find_lost=False), progress).report
     if not report.broker_starts:
-        return RestartView(False, report.recovery_path, report.verdict_reason), rows
+        return RestartView(False, report.recovery_path, report.verdict_reason), {}, rows
     view = RestartView(True, report.recovery_path, None)
     after = {
         QueueId(q.topic, q.queue_id): (q.min_offset_after_start, q.max_offset_after_dispatch)
@@ -151,9 +228,9 @@ def _after_restart(
     }
     out = []
     for row in rows:
-        status, lo, hi, lag = _judge(after.get(QueueId(row.topic, row.queue_id)), row.offset)
+        status, lo, hi, lag = judge(after.get(QueueId(row.topic, row.queue_id)), row.offset)
         out.append(row.after_restart(lo, hi, lag, status))
-    return view, out
+    return view, after, out
 
 
 def file_use(r: ConfigFileResult) -> FileUse:
@@ -163,7 +240,9 @@ def file_use(r: ConfigFileResult) -> FileUse:
     )
 
 
-def _bounds(store: Store, qid: QueueId, cache: dict[QueueId, QueueBounds]) -> QueueBounds | None:
+def bounds_on_disk(
+    store: Store, qid: QueueId, cache: dict[QueueId, QueueBounds]
+) -> QueueBounds | None:
     if qid not in store.queue_dirs:
         return None
     if qid not in cache:
@@ -183,14 +262,14 @@ def _row(
     bak_note: str | None,
     delay_level: int | None = None,
 ) -> OffsetRow:
-    b = _bounds(store, QueueId(topic, queue_id), cache)
-    status, lo, hi, lag = _judge(None if b is None else (b.min_offset, b.max_offset), offset)
+    b = bounds_on_disk(store, QueueId(topic, queue_id), cache)
+    status, lo, hi, lag = judge(None if b is None else (b.min_offset, b.max_offset), offset)
     return OffsetRow(
         table, group, topic, queue_id, offset, bak, bak_note, lo, hi, lag, status, delay_level
     )
 
 
-def _judge(
+def judge(
     bounds: tuple[int, int] | None, offset: int
 ) -> tuple[OffsetStatus, int | None, int | None, int | None]:
     """(status, min, max, lag) of a committed offset against a queue's ``(min, max)``."""

@@ -65,6 +65,7 @@ _COMMANDS = {
     "index": "index",
     "checkpoint": "checkpoint",
     "offsets": "offsets",
+    "groups": "groups",
     "delays": "delays",
     "lookup": "lookup",
     "decode-id": "decode_id",

@@ -171,6 +171,20 @@ class SubscriptionGroupTable:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetMovedEvent:
+    """The body of a 4.9 ``OFFSET_MOVED_EVENT`` record (``OffsetMovedEvent``, written by
+    ``PullMessageProcessor.generateOffsetMovedEvent`` through fastjson): a pull the broker
+    answered ``PULL_OFFSET_MOVED``, from ``offset_request`` to ``offset_new``."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    broker_name: str | None
+    offset_request: int
+    offset_new: int
+
+
+@dataclass(frozen=True, slots=True)
 class UntypedConfig:
     """A recognised config file this package does not model (e.g. ``consumerFilter.json``)."""
 
@@ -186,6 +200,33 @@ def split_topic_group(key: str) -> tuple[str, str] | None:
     if len(parts) != 2 or not parts[0] or not parts[1]:
         return None
     return parts[0], parts[1]
+
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+# KeyBuilder.buildPopRetryTopicV1 / V2 (5.x): a POP consumer's retry topic is
+# %RETRY%<group>_<topic>, or %RETRY%<group>+<topic> with enableRetryTopicV2.
+POP_RETRY_SEPARATORS = ("_", "+")
+
+
+def retry_topic(group: str) -> str:
+    """``MixAll.getRetryTopic``: where a push consumer's failed messages come back."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """``MixAll.getDLQTopic``: where a message goes after ``retryMaxTimes`` failures (queue 0)."""
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def retry_topic_kind(topic: str, group: str) -> str | None:
+    """``"retry"`` for ``group``'s ``%RETRY%`` topic, ``"pop_retry"`` for one of its 5.x POP
+    retry topics (``KeyBuilder.buildPopRetryTopic``), None for any other topic."""
+    own = retry_topic(group)
+    if topic == own:
+        return "retry"
+    pop = len(topic) > len(own) + 1 and topic[len(own)] in POP_RETRY_SEPARATORS
+    return "pop_retry" if pop and topic.startswith(own) else None
 
 
 def delay_level_to_queue_id(level: int) -> int:
@@ -362,6 +403,29 @@ def parse_subscription_groups(obj: Any) -> SubscriptionGroupTable:
                 for topic, flags in _object(topics, path).items()
             }
     return SubscriptionGroupTable(table, forbidden, _data_version_of(doc), tuple(problems))
+
+
+def parse_offset_moved_event(obj: Any) -> OffsetMovedEvent:
+    """An ``OFFSET_MOVED_EVENT`` body as :func:`fastjson.loads` returns it; DecodeError names
+    the field that is missing or of the wrong kind."""
+    doc = _object(obj, ())
+    queue = _object(_required(doc, "messageQueue", ()), ("messageQueue",))
+    broker = _opt(queue, "brokerName", ("messageQueue",), _string)
+    return OffsetMovedEvent(
+        consumer_group=_string(_required(doc, "consumerGroup", ()), ("consumerGroup",)),
+        topic=_string(_required(queue, "topic", ("messageQueue",)), ("messageQueue", "topic")),
+        queue_id=_int(_required(queue, "queueId", ("messageQueue",)), ("messageQueue", "queueId")),
+        broker_name=broker,
+        offset_request=_long(_required(doc, "offsetRequest", ()), ("offsetRequest",)),
+        offset_new=_long(_required(doc, "offsetNew", ()), ("offsetNew",)),
+    )
+
+
+def _required(cfg: dict[Any, Any], name: str, path: _Path) -> Any:
+    value = cfg.get(name)
+    if value is None:
+        raise DecodeError(f"{_fmt_path((*path, name))}: missing")
+    return value
 
 
 def parse_untyped(obj: Any) -> UntypedConfig:

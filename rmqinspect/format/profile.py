@@ -17,6 +17,12 @@ class Profile(StrEnum):
     V5_3 = "5.3"
 
     @property
+    def checked_against(self) -> str:
+        """The release this line's rules were checked against: the broker version assumed when
+        a rule that changed inside a line (``getMessage``'s reset in 4.9.4) must be applied."""
+        return {Profile.V4_9: "4.9.8", Profile.V5_1: "5.1.4", Profile.V5_3: "5.3.3"}[self]
+
+    @property
     def accepts_v2_magic(self) -> bool:
         return self is not Profile.V4_9
 

@@ -1,0 +1,531 @@
+"""``groups``: every consumer group's backlog, and what its next pull does to each queue.
+
+Built on :func:`offsets_report` (its rows, config loading and restart view): a row per committed
+offset, plus the queues a group reads without one (its ``%RETRY%`` and 5.x POP retry queues, the
+other queues of a topic it commits for). Each is judged by :func:`next_pull`, the broker's
+``getMessage`` rule, against the queues on disk or, with ``after_restart``, as the restart
+rebuilds them: a reset that replays or skips messages is a finding, and so is a ``.bak`` that
+disagrees with the offset the broker loads. Beside it: the store time of the last consumed
+message (mqadmin's ``lastTimestamp``: ``AdminBrokerProcessor.getConsumeStats`` reads the message at
+committed offset - 1), the ``%DLQ%`` queue, the ``subscriptionGroup.json`` settings, and the 4.9
+``OFFSET_MOVED_EVENT`` records (``PullMessageProcessor.generateOffsetMovedEvent``), read through
+their consume queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rmqinspect.analysis import Progress
+from rmqinspect.analysis.delays import newest_store_time
+from rmqinspect.analysis.offsets import (
+    MOVED_EVENT_BEFORE,
+    BrokerVersion,
+    FileUse,
+    NextPull,
+    OffsetRow,
+    OffsetsReport,
+    RestartView,
+    file_use,
+    next_pull,
+    offsets_report,
+)
+from rmqinspect.analysis.queues import iter_unit_chunks, queue_bounds, unit_at
+from rmqinspect.errors import DecodeError, StoreError
+from rmqinspect.format.config import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    OffsetMovedEvent,
+    SubscriptionGroupConfig,
+    SubscriptionGroupTable,
+    dlq_topic,
+    parse_offset_moved_event,
+    retry_topic_kind,
+)
+from rmqinspect.format.fastjson import loads
+from rmqinspect.store.configfiles import load_config_file
+from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
+
+OFFSET_MOVED_EVENT_TOPIC = "OFFSET_MOVED_EVENT"  # TopicValidator.RMQ_SYS_OFFSET_MOVED_EVENT
+DLQ_QUEUE_ID = 0  # SendMessageProcessor sends every dead letter to queue 0
+
+_Bounds = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """The ``subscriptionGroup.json`` settings that decide a group's retries and pulls."""
+
+    retry_max_times: int
+    consume_enable: bool
+    consume_broadcast_enable: bool
+    consume_from_min_enable: bool
+    retry_queue_nums: int
+    broker_id: int
+    which_broker_when_consume_slowly: int
+    consume_message_orderly: bool | None  # 5.x only
+    group_retry_policy: dict[Any, Any] | None  # 5.x only
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    group: str
+    topic: str
+    queue_id: int
+    kind: str  # topic, retry (%RETRY%<group>), pop_retry (%RETRY%<group>_<topic>/+<topic>), lmq
+    offset: int | None  # committed; None: no committed offset
+    bak_offset: int | None  # the .bak's value when it differs
+    bak_note: str | None
+    min_offset: int  # the queue on disk (0, 0: no queue, which the broker creates empty)
+    max_offset: int
+    lag: int | None  # max - offset on disk
+    last_consumed_store_timestamp: int | None  # the message at offset - 1 (mqadmin lastTimestamp)
+    next_pull: NextPull | None  # against the queue on disk; None: the start is not known
+    # With --after-restart, the queue as the restart rebuilds it (None otherwise, or when the
+    # broker would not start).
+    min_offset_after_restart: int | None
+    max_offset_after_restart: int | None
+    lag_after_restart: int | None
+    next_pull_after_restart: NextPull | None
+    pending: int | None  # messages the group still gets from the next pull on (judged view)
+    notes: tuple[str, ...]
+    flagged: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MovedEvent:
+    """One ``OFFSET_MOVED_EVENT`` record: where it lies and what its body says."""
+
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_timestamp: int
+    event: OffsetMovedEvent | None  # None: the body does not decode (see ``problem``)
+    problem: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    group: str
+    subscription: Subscription | None  # None: not in subscriptionGroup.json
+    queues: tuple[QueueRow, ...]
+    lag: int  # pending messages in the group's topic queues (judged view)
+    retry_backlog: int  # pending messages in its %RETRY% and POP retry queues
+    replayed: int  # messages the next pulls deliver again
+    skipped: int  # messages the next pulls jump over (deleted before they were read)
+    dlq_size: int | None  # messages in %DLQ%<group> queue 0; None: no such queue
+    dlq_oldest_store_timestamp: int | None
+    dlq_oldest_age_ms: int | None  # against the reference time
+    moved_events: tuple[MovedEvent, ...]
+    findings: tuple[str, ...]
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.findings)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsReport:
+    broker_version: str
+    version_basis: str  # "--broker-version" or the profile it was assumed from
+    view: str  # "disk" or "after restart": what the findings and totals are judged against
+    files: tuple[FileUse, ...]
+    restart: RestartView | None  # None: not emulated (no --after-restart)
+    reference_timestamp: int | None  # the DLQ ages' clock
+    reference_basis: str
+    groups: tuple[Group, ...]
+    known_groups: tuple[str, ...]  # every group found, unfiltered
+    moved_event_source: str | None  # how the OFFSET_MOVED_EVENT records were read; None: none
+    problems: tuple[str, ...]  # findings outside any group (malformed event bodies, files)
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.problems) or any(g.flagged for g in self.groups)
+
+
+def groups_report(
+    store: Store,
+    version: BrokerVersion,
+    version_text: str,
+    version_basis: str,
+    *,
+    group: str | None = None,
+    after_restart: bool = False,
+    now: int | None = None,
+    progress: Progress | None = None,
+) -> GroupsReport:
+    offsets = offsets_report(store, group, None, progress, restart=after_restart)
+    after = offsets.queues_after_restart if after_restart else None
+    restarted = after_restart and offsets.restart is not None and offsets.restart.broker_starts
+    subs_file = load_config_file(store.config_dir, "subscriptionGroup.json")
+    files = list(offsets.files)
+    problems: list[str] = []
+    subs: dict[str, SubscriptionGroupConfig] = {}
+    if not (subs_file.main_state == "missing" and subs_file.bak_state == "missing"):
+        files.append(file_use(subs_file))
+        if isinstance(subs_file.value, SubscriptionGroupTable):
+            subs = subs_file.value.subscription_group_table
+    for f in files:
+        problems.extend(f.errors)
+    events, source, event_problems = _moved_events(store)
+    problems.extend(event_problems)
+    by_group = _rows_by_group(offsets)
+    known = set(offsets.groups) | _groups_on_disk(store, offsets.groups)
+    names = sorted(known if group is None else known & {group})
+    judged: list[Group] = []
+    reference: int | None = now
+    basis = "--now" if now is not None else "not needed"
+    for name in names:
+        rows = _queue_rows(
+            store, name, by_group.get(name, []), version, after if restarted else None
+        )
+        dlq = _dlq(store, name, after if restarted else None)
+        if dlq is not None and dlq[1] is not None and reference is None:
+            reference, basis = newest_store_time(store)
+        judged.append(
+            _group(
+                name,
+                subs.get(name),
+                rows,
+                dlq,
+                reference,
+                tuple(e for e in events if e.event and e.event.consumer_group == name),
+            )
+        )
+    return GroupsReport(
+        version_text,
+        version_basis,
+        "after restart" if restarted else "disk",
+        tuple(files),
+        offsets.restart if after_restart else None,
+        reference,
+        basis,
+        tuple(judged),
+        tuple(sorted(known)),
+        source,
+        tuple(problems),
+    )
+
+
+# --- rows -----------------------------------------------------------------------------------------
+
+
+def _rows_by_group(offsets: OffsetsReport) -> dict[str, list[OffsetRow]]:
+    out: dict[str, list[OffsetRow]] = {}
+    for row in offsets.rows:
+        if row.group is not None:  # delay rows have none
+            out.setdefault(row.group, []).append(row)
+    return out
+
+
+def _groups_on_disk(store: Store, with_offsets: tuple[str, ...]) -> set[str]:
+    """Groups named only by their %RETRY% or %DLQ% queues (a crash before the first persist of
+    consumerOffset.json leaves no other trace); a POP retry topic of a known group is its own."""
+    found = set()
+    for qid in store.queue_dirs:
+        for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+            if qid.topic.startswith(prefix) and len(qid.topic) > len(prefix):
+                name = qid.topic[len(prefix) :]
+                if not any(retry_topic_kind(qid.topic, g) == "pop_retry" for g in with_offsets):
+                    found.add(name)
+    return found
+
+
+def _queue_rows(
+    store: Store,
+    group: str,
+    rows: list[OffsetRow],
+    version: BrokerVersion,
+    after: dict[QueueId, _Bounds] | None,
+) -> list[QueueRow]:
+    out = [_committed(store, group, r, version, after) for r in rows]
+    seen = {QueueId(r.topic, r.queue_id) for r in rows}
+    topics = {r.topic for r in rows if r.table == "consumer"}
+    for qid in sorted(store.queue_dirs, key=lambda q: (q.topic, q.queue_id)):
+        if qid in seen:
+            continue
+        kind = retry_topic_kind(qid.topic, group)
+        if kind is not None or qid.topic in topics:
+            out.append(_uncommitted(store, group, qid, kind or "topic", version, after))
+    return out
+
+
+def _committed(
+    store: Store,
+    group: str,
+    r: OffsetRow,
+    version: BrokerVersion,
+    after: dict[QueueId, _Bounds] | None,
+) -> QueueRow:
+    kind = "lmq" if r.table == "lmq" else retry_topic_kind(r.topic, group) or "topic"
+    # A missing queue is created empty by findConsumeQueue: min = max = 0 to getMessage.
+    lo, hi = (r.min_offset or 0, r.max_offset or 0)
+    notes: list[str] = []
+    findings: list[str] = []
+    if r.offset < 0:
+        # ConsumerManageProcessor.queryConsumerOffset answers only an offset >= 0: a negative
+        # one is no committed offset to the client.
+        notes.append(f"committed offset {r.offset} is negative: the broker treats it as none")
+        pull = pull_after = None
+    else:
+        pull = next_pull(r.offset, lo, hi, version)
+        pull_after = None
+        if after is not None:
+            a_lo, a_hi = after.get(QueueId(r.topic, r.queue_id), (0, 0))
+            pull_after = next_pull(r.offset, a_lo, a_hi, version)
+    judged = pull_after if after is not None else pull
+    judged_hi = after.get(QueueId(r.topic, r.queue_id), (0, 0))[1] if after is not None else hi
+    if judged is not None:
+        findings.extend(_reset_findings(r.offset, judged, version))
+    if r.bak_note is not None:
+        findings.append(f"consumerOffset.json.bak disagrees: {r.bak_note}")
+    last = _last_consumed(store, r.topic, r.queue_id, r.offset, lo, hi, notes)
+    a_bounds = None if after is None else after.get(QueueId(r.topic, r.queue_id), (0, 0))
+    return QueueRow(
+        group,
+        r.topic,
+        r.queue_id,
+        kind,
+        r.offset,
+        r.bak_offset,
+        r.bak_note,
+        lo,
+        hi,
+        hi - r.offset,
+        last,
+        pull,
+        None if a_bounds is None else a_bounds[0],
+        None if a_bounds is None else a_bounds[1],
+        None if a_bounds is None else a_bounds[1] - r.offset,
+        pull_after,
+        None if judged is None else max(judged_hi - judged.next_offset, 0),
+        tuple(notes + findings),
+        bool(findings),
+    )
+
+
+def _uncommitted(
+    store: Store,
+    group: str,
+    qid: QueueId,
+    kind: str,
+    version: BrokerVersion,
+    after: dict[QueueId, _Bounds] | None,
+) -> QueueRow:
+    b = queue_bounds(store, qid)
+    lo, hi = b.min_offset, b.max_offset
+    a_bounds = None if after is None else after.get(qid, (0, 0))
+    j_hi = hi if a_bounds is None else a_bounds[1]
+    notes: list[str] = []
+    findings: list[str] = []
+    pull = pull_after = None
+    pending = None
+    if kind in ("retry", "pop_retry"):
+        # RebalancePushImpl.computePullFromWhere: a retry topic without a committed offset
+        # starts at 0 (CONSUME_FROM_LAST_OFFSET, the default, and FIRST_OFFSET; TIMESTAMP takes
+        # the max); getMessage then moves 0 up to the min.
+        pull = next_pull(0, lo, hi, version)
+        if a_bounds is not None:
+            pull_after = next_pull(0, a_bounds[0], a_bounds[1], version)
+        judged = pull if a_bounds is None else pull_after
+        assert judged is not None
+        pending = max(j_hi - judged.next_offset, 0)
+        if pending:
+            findings.append(
+                f"no committed offset: the group reads {qid.topic}/{qid.queue_id} from "
+                f"{judged.next_offset} and gets its {pending} message(s) again if it consumed "
+                "them before (the retry queue starts at 0)"
+            )
+    else:
+        notes.append(
+            "no committed offset: the broker answers 0 while the queue's min is 0 and its first "
+            "message is in memory (queryConsumerOffset), else the client's ConsumeFromWhere "
+            f"decides (FIRST: from {lo}, {hi - lo} message(s); LAST: from {hi}); not known offline"
+        )
+    return QueueRow(
+        group,
+        qid.topic,
+        qid.queue_id,
+        kind,
+        None,
+        None,
+        None,
+        lo,
+        hi,
+        None,
+        None,
+        pull,
+        None if a_bounds is None else a_bounds[0],
+        None if a_bounds is None else a_bounds[1],
+        None,
+        pull_after,
+        pending,
+        tuple(notes + findings),
+        bool(findings),
+    )
+
+
+def _reset_findings(offset: int, p: NextPull, version: BrokerVersion) -> list[str]:
+    if not p.moved:
+        return []
+    event = (
+        "; the broker stores an OFFSET_MOVED_EVENT record"
+        if version < MOVED_EVENT_BEFORE
+        else "; the broker only logs it"
+    )
+    if p.replayed:
+        what = (
+            f"{p.replayed} message(s) delivered again (before 4.9.4 a queue whose min is 0 "
+            "resets to 0, #4215)"
+        )
+    elif p.skipped:
+        what = f"{p.skipped} message(s) deleted before the group read them are skipped"
+    else:
+        what = "nothing replayed or skipped"
+    return [f"{p.status.value}: offset {offset} reset to {p.next_offset}: {what}{event}"]
+
+
+def _last_consumed(
+    store: Store, topic: str, queue_id: int, offset: int, lo: int, hi: int, notes: list[str]
+) -> int | None:
+    """``getMessageStoreTimeStamp(topic, queueId, offset - 1)``: the unit's record's store time;
+    none when that unit is outside the queue on disk."""
+    at = offset - 1
+    if not lo <= at < hi:
+        return None
+    try:
+        phy, _size, _tags = unit_at(store, topic, queue_id, at)
+        return store.read_message(phy, with_body=False).store_timestamp
+    except StoreError as err:
+        notes.append(f"the last consumed message (queue offset {at}) cannot be read: {err}")
+        return None
+
+
+# --- group totals, DLQ ----------------------------------------------------------------------------
+
+
+def _dlq(
+    store: Store, group: str, after: dict[QueueId, _Bounds] | None
+) -> tuple[int, int | None] | None:
+    """(messages, store time of the oldest) of ``%DLQ%<group>`` queue 0; None without one."""
+    qid = QueueId(dlq_topic(group), DLQ_QUEUE_ID)
+    if qid not in store.queue_dirs and (after is None or qid not in after):
+        return None
+    if after is not None:
+        lo, hi = after.get(qid, (0, 0))
+    else:
+        b = queue_bounds(store, qid)
+        lo, hi = b.min_offset, b.max_offset
+    if hi <= lo:
+        return 0, None
+    try:
+        phy, _size, _tags = unit_at(store, qid.topic, qid.queue_id, lo)
+        return hi - lo, store.read_message(phy, with_body=False).store_timestamp
+    except StoreError:
+        return hi - lo, None  # the unit is not on disk yet (the restart dispatches it)
+
+
+def _group(
+    name: str,
+    sub: SubscriptionGroupConfig | None,
+    rows: list[QueueRow],
+    dlq: tuple[int, int | None] | None,
+    reference: int | None,
+    events: tuple[MovedEvent, ...],
+) -> Group:
+    findings = [f"{r.topic}/{r.queue_id}: {n}" for r in rows if r.flagged for n in r.notes]
+
+    def judged(r: QueueRow) -> NextPull | None:
+        return r.next_pull_after_restart if r.min_offset_after_restart is not None else r.next_pull
+
+    # A queue without a committed offset skips nothing: the group never read below its start.
+    pulls = [p for r in rows if r.offset is not None and (p := judged(r)) is not None]
+    lag = sum(r.pending or 0 for r in rows if r.kind in ("topic", "lmq"))
+    retry = sum(r.pending or 0 for r in rows if r.kind in ("retry", "pop_retry"))
+    replayed = sum(p.replayed for p in pulls)
+    replayed += sum(r.pending or 0 for r in rows if r.offset is None and r.flagged)
+    skipped = sum(p.skipped for p in pulls)
+    oldest = None if dlq is None else dlq[1]
+    age = None if oldest is None or reference is None else reference - oldest
+    subscription = None if sub is None else _subscription(sub)
+    return Group(
+        name,
+        subscription,
+        tuple(rows),
+        lag,
+        retry,
+        replayed,
+        skipped,
+        None if dlq is None else dlq[0],
+        oldest,
+        age,
+        events,
+        tuple(findings),
+    )
+
+
+def _subscription(s: SubscriptionGroupConfig) -> Subscription:
+    return Subscription(
+        s.retry_max_times,
+        s.consume_enable,
+        s.consume_broadcast_enable,
+        s.consume_from_min_enable,
+        s.retry_queue_nums,
+        s.broker_id,
+        s.which_broker_when_consume_slowly,
+        s.consume_message_orderly,
+        s.group_retry_policy,
+    )
+
+
+# --- OFFSET_MOVED_EVENT ---------------------------------------------------------------------------
+
+
+def _moved_events(store: Store) -> tuple[list[MovedEvent], str | None, list[str]]:
+    queues = sorted(
+        (q for q in store.queue_dirs if q.topic == OFFSET_MOVED_EVENT_TOPIC),
+        key=lambda q: q.queue_id,
+    )
+    if not queues:
+        return [], None, []
+    events: list[MovedEvent] = []
+    problems: list[str] = []
+    for qid in queues:
+        b = queue_bounds(store, qid)
+        if b.max_offset <= b.min_offset:
+            continue
+        for chunk in iter_unit_chunks(
+            store, qid.topic, qid.queue_id, b.min_offset, b.message_count
+        ):
+            for q_off, unit in zip(chunk.queue_offsets.tolist(), chunk.units, strict=True):
+                event = _moved_event(store, qid.queue_id, q_off, int(unit["phy_offset"]))
+                events.append(event)
+                if event.problem is not None:
+                    problems.append(
+                        f"{OFFSET_MOVED_EVENT_TOPIC}/{qid.queue_id} queue offset {q_off} "
+                        f"(physical offset {event.physical_offset}): {event.problem}"
+                    )
+    return events, "its consume queue on disk", problems
+
+
+def _moved_event(
+    store: Store, queue_id: int, queue_offset: int, physical_offset: int
+) -> MovedEvent:
+    try:
+        record = store.read_message(physical_offset)
+    except StoreError as err:
+        return MovedEvent(queue_id, queue_offset, physical_offset, 0, None, f"unreadable: {err}")
+    try:
+        event = parse_offset_moved_event(loads(record.body or b""))
+    except DecodeError as err:
+        return MovedEvent(
+            queue_id,
+            queue_offset,
+            physical_offset,
+            record.store_timestamp,
+            None,
+            f"the body is not an OffsetMovedEvent: {err.message}",
+        )
+    return MovedEvent(queue_id, queue_offset, physical_offset, record.store_timestamp, event, None)
