@@ -19,6 +19,7 @@ COMMANDS: dict[str, list[str]] = {
     "consumequeue": ["consumequeue", "{store}", "Orders", "0"],
     "index": ["index", "{store}"],
     "offsets": ["offsets", "{store}"],
+    "groups": ["groups", "{store}", "--after-restart"],
     "lookup --msg-id": ["lookup", "{store}", "--msg-id", "{msg_id}"],
     "lookup --phy-offset": ["lookup", "{store}", "--phy-offset", "{phy}"],
     "lookup --key": ["lookup", "{store}", "--key", "ORDER-1", "--topic", "Orders"],
@@ -42,6 +43,7 @@ COMMANDS: dict[str, list[str]] = {
 REFUSED_BY_QUEUE_LAYOUTS = {
     "consumequeue",
     "offsets",
+    "groups",  # the queues' bounds, and as the restart's recovery rebuilds them
     "lookup --key --as-recovered",
     "lookup --queue-offset",
     "lookup --time",

@@ -99,6 +99,7 @@ INVOCATIONS: dict[str, list[Invocation]] = {
     "index": [lambda s, m, d: ("index", s, "--entries")],
     "checkpoint": [lambda s, m, d: ("checkpoint", s)],
     "offsets": [lambda s, m, d: ("offsets", s)],
+    "groups": [lambda s, m, d: ("groups", s, "--after-restart")],
     "transactions": [lambda s, m, d: ("transactions", s)],
     "delays": [lambda s, m, d: ("delays", s)],
     "lookup": [

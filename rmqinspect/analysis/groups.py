@@ -160,7 +160,7 @@ def groups_report(
     after = offsets.queues_after_restart if after_restart else None
     restarted = after_restart and offsets.restart is not None and offsets.restart.broker_starts
     subs_file = load_config_file(store.config_dir, "subscriptionGroup.json")
-    files = list(offsets.files)
+    files = [f for f in offsets.files if f.name != "delayOffset.json"]  # `delays` judges it
     problems: list[str] = []
     subs: dict[str, SubscriptionGroupConfig] = {}
     if not (subs_file.main_state == "missing" and subs_file.bak_state == "missing"):
