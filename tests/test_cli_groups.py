@@ -198,6 +198,10 @@ def test_offset_moved_events_are_listed_per_group(tmp_path: Path) -> None:
         "offset_new": 2,
     }
     assert event["store_timestamp"] > 0 and event["store_time"].endswith("Z")
+    # A group named only by an event record is listed with it: its history is the evidence.
+    (other,) = groups(doc)["other"]["moved_events"]
+    assert (other["event"]["offset_request"], other["event"]["offset_new"]) == (9, 0)
+    assert groups(doc)["other"]["queues"] == []
 
 
 def test_a_malformed_event_body_is_a_finding(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from rmqinspect.format.config import (
     SubscriptionGroupTable,
     dlq_topic,
     parse_offset_moved_event,
+    retry_topic,
     retry_topic_kind,
 )
 from rmqinspect.format.fastjson import loads
@@ -91,7 +92,11 @@ class QueueRow:
     next_pull_after_restart: NextPull | None
     pending: int | None  # messages the group still gets from the next pull on (judged view)
     notes: tuple[str, ...]
-    flagged: bool
+    findings: tuple[str, ...]  # what makes the row (and its group) flagged
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.findings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +178,7 @@ def groups_report(
     problems.extend(event_problems)
     by_group = _rows_by_group(offsets)
     known = set(offsets.groups) | _groups_on_disk(store, offsets.groups)
+    known |= {e.event.consumer_group for e in events if e.event is not None}
     names = sorted(known if group is None else known & {group})
     judged: list[Group] = []
     reference: int | None = now
@@ -223,14 +229,17 @@ def _rows_by_group(offsets: OffsetsReport) -> dict[str, list[OffsetRow]]:
 def _groups_on_disk(store: Store, with_offsets: tuple[str, ...]) -> set[str]:
     """Groups named only by their %RETRY% or %DLQ% queues (a crash before the first persist of
     consumerOffset.json leaves no other trace); a POP retry topic of a known group is its own."""
-    found = set()
+    names = set()
     for qid in store.queue_dirs:
         for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
             if qid.topic.startswith(prefix) and len(qid.topic) > len(prefix):
-                name = qid.topic[len(prefix) :]
-                if not any(retry_topic_kind(qid.topic, g) == "pop_retry" for g in with_offsets):
-                    found.add(name)
-    return found
+                names.add(qid.topic[len(prefix) :])
+    groups = names | set(with_offsets)
+    return {
+        n
+        for n in names
+        if not any(retry_topic_kind(retry_topic(n), g) == "pop_retry" for g in groups)
+    }
 
 
 def _queue_rows(
@@ -262,6 +271,8 @@ def _committed(
     kind = "lmq" if r.table == "lmq" else retry_topic_kind(r.topic, group) or "topic"
     # A missing queue is created empty by findConsumeQueue: min = max = 0 to getMessage.
     lo, hi = (r.min_offset or 0, r.max_offset or 0)
+    # A queue the restart does not rebuild is as missing to it: empty.
+    a_bounds = None if after is None else after.get(QueueId(r.topic, r.queue_id), (0, 0))
     notes: list[str] = []
     findings: list[str] = []
     if r.offset < 0:
@@ -271,18 +282,14 @@ def _committed(
         pull = pull_after = None
     else:
         pull = next_pull(r.offset, lo, hi, version)
-        pull_after = None
-        if after is not None:
-            a_lo, a_hi = after.get(QueueId(r.topic, r.queue_id), (0, 0))
-            pull_after = next_pull(r.offset, a_lo, a_hi, version)
-    judged = pull_after if after is not None else pull
-    judged_hi = after.get(QueueId(r.topic, r.queue_id), (0, 0))[1] if after is not None else hi
+        pull_after = None if a_bounds is None else next_pull(r.offset, *a_bounds, version)
+    judged = pull if a_bounds is None else pull_after
+    judged_hi = hi if a_bounds is None else a_bounds[1]
     if judged is not None:
         findings.extend(_reset_findings(r.offset, judged, version))
     if r.bak_note is not None:
         findings.append(f"consumerOffset.json.bak disagrees: {r.bak_note}")
     last = _last_consumed(store, r.topic, r.queue_id, r.offset, lo, hi, notes)
-    a_bounds = None if after is None else after.get(QueueId(r.topic, r.queue_id), (0, 0))
     return QueueRow(
         group,
         r.topic,
@@ -301,8 +308,8 @@ def _committed(
         None if a_bounds is None else a_bounds[1] - r.offset,
         pull_after,
         None if judged is None else max(judged_hi - judged.next_offset, 0),
-        tuple(notes + findings),
-        bool(findings),
+        tuple(notes),
+        tuple(findings),
     )
 
 
@@ -362,8 +369,8 @@ def _uncommitted(
         None,
         pull_after,
         pending,
-        tuple(notes + findings),
-        bool(findings),
+        tuple(notes),
+        tuple(findings),
     )
 
 
@@ -435,7 +442,7 @@ def _group(
     reference: int | None,
     events: tuple[MovedEvent, ...],
 ) -> Group:
-    findings = [f"{r.topic}/{r.queue_id}: {n}" for r in rows if r.flagged for n in r.notes]
+    findings = [f"{r.topic}/{r.queue_id}: {f}" for r in rows for f in r.findings]
 
     def judged(r: QueueRow) -> NextPull | None:
         return r.next_pull_after_restart if r.min_offset_after_restart is not None else r.next_pull

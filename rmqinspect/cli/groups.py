@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from typing import Annotated
 
 import typer
@@ -81,7 +82,12 @@ def groups(
             version = parse_broker_version(version_text)
         except ValueError as err:
             raise fail(f"--broker-version: {err}") from None
-        with commitlog_progress(st, "rebuilding the queues as the restart does", fmt) as advance:
+        # Only the restart emulation walks the commitlog long enough to want a progress bar.
+        with (
+            commitlog_progress(st, "rebuilding the queues as the restart does", fmt)
+            if after_restart
+            else nullcontext(None)
+        ) as advance:
             report = groups_report(
                 st,
                 version,
@@ -90,7 +96,7 @@ def groups(
                 group=group,
                 after_restart=after_restart,
                 now=reference,
-                progress=advance if after_restart else None,
+                progress=advance,
             )
     render_groups(report, fmt)
     if group is not None and group not in report.known_groups:

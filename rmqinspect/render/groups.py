@@ -34,7 +34,7 @@ def groups_json(report: GroupsReport) -> dict[str, Any]:
 
 def _group_json(g: Group) -> dict[str, Any]:
     doc = with_times({**to_jsonable(g), "flagged": g.flagged})
-    doc["queues"] = [with_times(to_jsonable(r)) for r in g.queues]
+    doc["queues"] = [with_times({**to_jsonable(r), "flagged": r.flagged}) for r in g.queues]
     doc["moved_events"] = [with_times(to_jsonable(e)) for e in g.moved_events]
     return doc
 
@@ -85,7 +85,16 @@ def _group_table(g: Group, report: GroupsReport) -> Table:
         title=f"{g.group} ({report.view}): " + "; ".join(summary),
         title_justify="left",
     )
-    for col in ("topic", "queue", "kind", "offset", "queue", "lag", "last consumed", "next pull"):
+    for col in (
+        "topic",
+        "queue",
+        "kind",
+        "offset",
+        "min..max",
+        "lag",
+        "last consumed",
+        "next pull",
+    ):
         t.add_column(col, justify="right" if col in ("offset", "lag") else "left")
     t.add_column("notes")
     for r in g.queues:
@@ -102,7 +111,7 @@ def _group_table(g: Group, report: GroupsReport) -> Table:
             _pull(
                 r.next_pull_after_restart if r.min_offset_after_restart is not None else r.next_pull
             ),
-            Text("; ".join(r.notes), style="bold red" if r.flagged else ""),
+            Text("; ".join((*r.findings, *r.notes)), style="bold red" if r.flagged else ""),
         )
     for e in g.moved_events:
         t.add_row(*_event_cells(e))
