@@ -11,8 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rmqinspect.export.schema import Table
 from rmqinspect.synth.writer import MessageSpec, StoreWriter
 from tests.cli_helpers import SMALL_LAYOUT, build_store, orders, run, run_json
+from tests.export_helpers import read_table
 
 GROUPS = ("groupOK", "groupRetry")
 
@@ -362,3 +364,55 @@ def test_table_names_the_reset(tmp_path: Path, wide_console: None) -> None:
     assert result.exit_code == 1
     assert "OFFSET_OVERFLOW_BADLY -> 0" in result.stdout
     assert "g (disk)" in result.stdout
+
+
+# --- export ---------------------------------------------------------------------------------------
+
+
+def test_group_offsets_export_has_the_commands_rows(tmp_path: Path) -> None:
+    """The crash store above, exported: one row per queue of ``groups --after-restart``, the
+    next pull on disk and after the restart, for the profile's release (4.9.8)."""
+    specs = [MessageSpec(topic="%RETRY%g", body=b"again", reconsume_times=1), *orders(20)]
+    for spec in specs[13:]:
+        spec.dispatch = False
+    store = build_store(
+        tmp_path / "s", specs, crash=True, consumer_offsets={"Orders@g": {0: 10, 1: 7}}
+    )
+    result = run(
+        "export", store, tmp_path / "out", "--engine", "arrow", "--tables", "group_offsets"
+    )
+    assert result.exit_code == 0, result.stderr
+    table = read_table(tmp_path / "out", Table.GROUP_OFFSETS)
+    got = {(r["group"], r["topic"], r["queue_id"]): r for r in table.to_pylist()}
+    doc = run_json("groups", store, "--after-restart", expect=1)
+    want = {(q["group"], q["topic"], q["queue_id"]): q for q in groups(doc)["g"]["queues"]}
+    assert (
+        sorted(got)
+        == sorted(want)
+        == [("g", "%RETRY%g", 0), ("g", "Orders", 0), ("g", "Orders", 1)]
+    )
+    for key, q in want.items():
+        row = got[key]
+        for name in ("kind", "offset", "bak_offset", "min_offset", "max_offset", "lag"):
+            assert row[name] == q[name], (key, name)
+        for suffix, pull in (
+            ("", q["next_pull"]),
+            ("_after_restart", q["next_pull_after_restart"]),
+        ):
+            assert row[f"next_pull_status{suffix}"] == pull["status"]
+            for name in ("next_offset", "moved", "replayed", "skipped"):
+                assert row[f"{name}{suffix}"] == pull[name], (key, name, suffix)
+        for name in ("min_offset_after_restart", "max_offset_after_restart", "lag_after_restart"):
+            assert row[name] == q[name], (key, name)
+        stamp = row["last_consumed_store_timestamp"]
+        millis = None if stamp is None else int(stamp.timestamp() * 1000)
+        assert millis == q["last_consumed_store_timestamp"]
+        assert row["broker_version"] == "4.9.8"
+    q0 = got[("g", "Orders", 0)]
+    assert (q0["next_pull_status"], q0["next_offset"], q0["moved"]) == (
+        "OFFSET_OVERFLOW_BADLY",
+        6,
+        True,
+    )
+    assert q0["next_pull_status_after_restart"] == "OFFSET_OVERFLOW_ONE"
+    assert got[("g", "%RETRY%g", 0)]["offset"] is None

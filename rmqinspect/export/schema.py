@@ -22,6 +22,7 @@ class Table(StrEnum):
     CONSUME_QUEUE = "consume_queue"
     INDEX_ENTRIES = "index_entries"
     CONSUMER_OFFSETS = "consumer_offsets"
+    GROUP_OFFSETS = "group_offsets"
     FINDINGS = "findings"
 
 
@@ -111,6 +112,36 @@ CONSUMER_OFFSETS = pa.schema(
     ]
 )
 
+# ``groups``' queue rows: the next pull at each committed offset, on disk and after the restart.
+GROUP_OFFSETS = pa.schema(
+    [
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("kind", pa.string()),
+        ("offset", pa.int64()),
+        ("bak_offset", pa.int64()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("lag", pa.int64()),
+        ("last_consumed_store_timestamp", MS_UTC),
+        ("next_pull_status", pa.string()),
+        ("next_offset", pa.int64()),
+        ("moved", pa.bool_()),
+        ("replayed", pa.int64()),
+        ("skipped", pa.int64()),
+        ("min_offset_after_restart", pa.int64()),
+        ("max_offset_after_restart", pa.int64()),
+        ("lag_after_restart", pa.int64()),
+        ("next_pull_status_after_restart", pa.string()),
+        ("next_offset_after_restart", pa.int64()),
+        ("moved_after_restart", pa.bool_()),
+        ("replayed_after_restart", pa.int64()),
+        ("skipped_after_restart", pa.int64()),
+        ("broker_version", pa.string()),
+    ]
+)
+
 # Shaped for ``verify``'s findings: one row per problem, located by file and offset.
 FINDINGS = pa.schema(
     [
@@ -131,6 +162,7 @@ SCHEMAS: dict[Table, pa.Schema] = {
     Table.CONSUME_QUEUE: CONSUME_QUEUE,
     Table.INDEX_ENTRIES: INDEX_ENTRIES,
     Table.CONSUMER_OFFSETS: CONSUMER_OFFSETS,
+    Table.GROUP_OFFSETS: GROUP_OFFSETS,
     Table.FINDINGS: FINDINGS,
 }
 

@@ -13,8 +13,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rmqinspect.analysis.groups import groups_report
 from rmqinspect.analysis.indexes import entry_blocks, open_index_files
-from rmqinspect.analysis.offsets import offsets_report
+from rmqinspect.analysis.offsets import offsets_report, parse_broker_version
 from rmqinspect.analysis.queues import iter_unit_chunks
 from rmqinspect.analysis.recovery.keeps import RangeJudge, RestartKeeps
 from rmqinspect.analysis.units import STATUSES, resolve_units
@@ -34,6 +35,7 @@ from rmqinspect.export.schema import (
     CONSUME_QUEUE,
     CONSUMER_OFFSETS,
     FINDINGS,
+    GROUP_OFFSETS,
     INDEX_ENTRIES,
     MESSAGES,
     MS_UTC,
@@ -63,8 +65,11 @@ def read_part(
         yield from ((Table.CONSUME_QUEUE, b) for b in consume_queue_batches(store, part))
     elif isinstance(part, IndexSlice) and Table.INDEX_ENTRIES in tables:
         yield from ((Table.INDEX_ENTRIES, b) for b in index_entry_batches(store, part))
-    elif isinstance(part, OffsetsPart) and Table.CONSUMER_OFFSETS in tables:
-        yield Table.CONSUMER_OFFSETS, consumer_offsets_batch(store)
+    elif isinstance(part, OffsetsPart):
+        if Table.CONSUMER_OFFSETS in tables:
+            yield Table.CONSUMER_OFFSETS, consumer_offsets_batch(store)
+        if Table.GROUP_OFFSETS in tables:
+            yield Table.GROUP_OFFSETS, group_offsets_batch(store)
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -306,7 +311,8 @@ def index_entry_batches(store: Store, part: IndexSlice) -> Iterator[pa.RecordBat
 
 
 def consumer_offsets_batch(store: Store) -> pa.RecordBatch:
-    rows = offsets_report(store).rows
+    # The columns are those judged on disk: no restart emulation (group_offsets has it).
+    rows = offsets_report(store, restart=False).rows
     return pa.RecordBatch.from_pylist(
         [
             {
@@ -327,6 +333,48 @@ def consumer_offsets_batch(store: Store) -> pa.RecordBatch:
         ],
         schema=CONSUMER_OFFSETS,
     )
+
+
+def group_offsets_batch(store: Store) -> pa.RecordBatch:
+    """``groups --after-restart``'s queue rows, for a broker of the release the store's profile
+    was checked against (the export takes no --broker-version)."""
+    version = store.profile.profile.checked_against
+    report = groups_report(
+        store, parse_broker_version(version), version, "the store's profile", after_restart=True
+    )
+    rows = []
+    for g in report.groups:
+        for r in g.queues:
+            disk, after = r.next_pull, r.next_pull_after_restart
+            rows.append(
+                {
+                    "group": encodable(r.group),
+                    "topic": encodable(r.topic),
+                    "queue_id": r.queue_id,
+                    "kind": r.kind,
+                    "offset": r.offset,
+                    "bak_offset": r.bak_offset,
+                    "min_offset": r.min_offset,
+                    "max_offset": r.max_offset,
+                    "lag": r.lag,
+                    "last_consumed_store_timestamp": r.last_consumed_store_timestamp,
+                    "next_pull_status": None if disk is None else disk.status.value,
+                    "next_offset": None if disk is None else disk.next_offset,
+                    "moved": None if disk is None else disk.moved,
+                    "replayed": None if disk is None else disk.replayed,
+                    "skipped": None if disk is None else disk.skipped,
+                    "min_offset_after_restart": r.min_offset_after_restart,
+                    "max_offset_after_restart": r.max_offset_after_restart,
+                    "lag_after_restart": r.lag_after_restart,
+                    "next_pull_status_after_restart": None if after is None else after.status.value,
+                    "next_offset_after_restart": None if after is None else after.next_offset,
+                    "moved_after_restart": None if after is None else after.moved,
+                    "replayed_after_restart": None if after is None else after.replayed,
+                    "skipped_after_restart": None if after is None else after.skipped,
+                    "broker_version": version,
+                }
+            )
+    return pa.RecordBatch.from_pylist(rows, schema=GROUP_OFFSETS)
 
 
 # --- source files -------------------------------------------------------------------------------

@@ -69,8 +69,8 @@ def plan_parts(store: Store, tables: Sequence[Table], hashes: bool = True) -> li
         parts += plan_queues(store)
     if Table.INDEX_ENTRIES in tables:
         parts += plan_index(store)
-    if Table.CONSUMER_OFFSETS in tables:
-        parts.append(OffsetsPart())
+    if Table.CONSUMER_OFFSETS in tables or Table.GROUP_OFFSETS in tables:
+        parts.append(OffsetsPart())  # one small task reads the config files for both
     if hashes:
         parts += plan_hashes(store.root)
     return parts
