@@ -14,6 +14,9 @@ their consume queue.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +38,7 @@ from rmqinspect.analysis.queues import iter_unit_chunks, queue_bounds, unit_at
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format.config import (
     DLQ_GROUP_TOPIC_PREFIX,
+    POP_RETRY_SEPARATORS,
     RETRY_GROUP_TOPIC_PREFIX,
     OffsetMovedEvent,
     SubscriptionGroupConfig,
@@ -178,14 +182,19 @@ def groups_report(
     problems.extend(event_problems)
     by_group = _rows_by_group(offsets)
     known = set(offsets.groups) | _groups_on_disk(store, offsets.groups)
-    known |= {e.event.consumer_group for e in events if e.event is not None}
+    events_of: dict[str, list[MovedEvent]] = {}
+    for e in events:
+        if e.event is not None:
+            events_of.setdefault(e.event.consumer_group, []).append(e)
+    known |= set(events_of)
+    on_disk = _Queues(store)
     names = sorted(known if group is None else known & {group})
     judged: list[Group] = []
     reference: int | None = now
     basis = "--now" if now is not None else "not needed"
     for name in names:
         rows = _queue_rows(
-            store, name, by_group.get(name, []), version, after if restarted else None
+            store, on_disk, name, by_group.get(name, []), version, after if restarted else None
         )
         dlq = _dlq(store, name, after if restarted else None)
         if dlq is not None and dlq[1] is not None and reference is None:
@@ -197,7 +206,7 @@ def groups_report(
                 rows,
                 dlq,
                 reference,
-                tuple(e for e in events if e.event and e.event.consumer_group == name),
+                tuple(events_of.get(name, ())),
             )
         )
     return GroupsReport(
@@ -235,15 +244,41 @@ def _groups_on_disk(store: Store, with_offsets: tuple[str, ...]) -> set[str]:
             if qid.topic.startswith(prefix) and len(qid.topic) > len(prefix):
                 names.add(qid.topic[len(prefix) :])
     groups = names | set(with_offsets)
+    # "<g>_<topic>" is g's POP retry topic when g is a group: tried at each separator.
     return {
         n
         for n in names
-        if not any(retry_topic_kind(retry_topic(n), g) == "pop_retry" for g in groups)
+        if not any(c in POP_RETRY_SEPARATORS and n[:i] in groups for i, c in enumerate(n) if i)
     }
+
+
+class _Queues:
+    """The queues on disk by topic, and the retry topics in order (a group's own and its POP
+    retry topics share a prefix): each group's queues found without a walk of every queue."""
+
+    def __init__(self, store: Store) -> None:
+        self.by_topic: dict[str, list[QueueId]] = {}
+        for qid in sorted(store.queue_dirs, key=lambda q: (q.topic, q.queue_id)):
+            self.by_topic.setdefault(qid.topic, []).append(qid)
+        self.retry = sorted(t for t in self.by_topic if t.startswith(RETRY_GROUP_TOPIC_PREFIX))
+
+    def of(self, group: str, topics: set[str]) -> Iterator[tuple[QueueId, str]]:
+        """(queue, kind) of the group's topics and retry topics, in topic order."""
+        own = retry_topic(group)
+        start = bisect.bisect_left(self.retry, own)
+        wanted = {t: "topic" for t in topics}
+        for t in itertools.takewhile(lambda t: t.startswith(own), self.retry[start:]):
+            kind = retry_topic_kind(t, group)
+            if kind is not None:
+                wanted[t] = kind
+        for topic in sorted(wanted):
+            for qid in self.by_topic.get(topic, ()):
+                yield qid, wanted[topic]
 
 
 def _queue_rows(
     store: Store,
+    queues: _Queues,
     group: str,
     rows: list[OffsetRow],
     version: BrokerVersion,
@@ -252,12 +287,9 @@ def _queue_rows(
     out = [_committed(store, group, r, version, after) for r in rows]
     seen = {QueueId(r.topic, r.queue_id) for r in rows}
     topics = {r.topic for r in rows if r.table == "consumer"}
-    for qid in sorted(store.queue_dirs, key=lambda q: (q.topic, q.queue_id)):
-        if qid in seen:
-            continue
-        kind = retry_topic_kind(qid.topic, group)
-        if kind is not None or qid.topic in topics:
-            out.append(_uncommitted(store, group, qid, kind or "topic", version, after))
+    for qid, kind in queues.of(group, topics):
+        if qid not in seen:
+            out.append(_uncommitted(store, group, qid, kind, version, after))
     return out
 
 
