@@ -141,6 +141,8 @@ def test_offsets_past_the_max_reset_as_the_real_broker_did(
             max_offset,
         )
     assert (old["groupOK"]["replayed"], old["groupRetry"]["replayed"]) == (150, 126)
+    said = run("groups", store, "--broker-version", "4.9.3", "--format", "json").stderr
+    assert "groupOK: the next pulls deliver 150 message(s) again and skip 0 (disk)" in said
     # 5.x resets to the max too, and stores no event record.
     five = groups(run_json("groups", store, "--broker-version", "5.3.3", expect=1))
     assert queues(five["groupOK"])[("TopicA", 0)]["next_pull"]["next_offset"] == 75

@@ -53,6 +53,12 @@ def render_groups(report: GroupsReport, fmt: OutputFormat) -> None:
         warn(f"judged against the queues on disk: {report.restart.refusal}")
     if report.version_basis != "--broker-version":
         warn(f"resets predicted for a {report.broker_version} broker ({report.version_basis})")
+    for g in report.groups:
+        if g.replayed or g.skipped:
+            warn(
+                f"{g.group}: the next pulls deliver {g.replayed} message(s) again and skip "
+                f"{g.skipped} ({report.view})"
+            )
     if print_document(groups_json(report), fmt):
         return
     if not report.groups:
