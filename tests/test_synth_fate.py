@@ -5,6 +5,9 @@ rules the real 4.9.8 broker followed (``conformance-consume`` README, "What the 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
+import shlex
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -214,21 +217,34 @@ def test_the_offset_beyond_max_and_the_groups(clean: tuple[Path, FateSummary, li
 def test_a_crash_while_retries_and_delays_are_in_flight(tmp_path: Path) -> None:
     root = tmp_path / "s"
     summary = write_workload(
-        root, WorkloadConfig(messages=5000, body_size=100, seed=7, crash=True, fate=True), LAYOUT
+        root, WorkloadConfig(messages=5000, body_size=100, seed=8, crash=True, fate=True), LAYOUT
     )
     fate = summary.fate
     assert fate is not None and summary.crashed
     assert summary.dispatched < summary.messages  # copies past the consume queues
     assert fate.retry_schedule > fate.retry  # sent back, not delivered yet
-    uniq = fate.examples["consumed_past_commit"]
-    assert uniq is not None
     records = run_jsonl("messages", root, "--body", "none", expect=0)
     report = run_json("offsets", root, expect=0)
     committed = {(r["group"], r["topic"], r["queue_id"]): r["offset"] for r in report["offsets"]}
-    copies = [r for r in records if r["uniq_key"] == uniq and r["topic"] in (RETRY, "TopicA")]
-    # The copy it took after the last persisted offset lies at or past it.
+    # A retry copy groupRetry took after its last persisted offset: at or past that offset,
+    # so the restart hands it over again.
+    uniq = fate.examples["consumed_past_commit"]
+    retried = [r["queue_offset"] for r in records if r["uniq_key"] == uniq and r["topic"] == RETRY]
+    assert retried and max(retried) >= committed[("groupRetry", RETRY, 0)]
+    # A schedule unit delivered after the last persisted delayOffset: at or past it, and its
+    # delivered copy is on disk (the restart delivers it a second time).
+    uniq = fate.examples["delivered_past_delay_offset"]
+    units = [r for r in records if r["uniq_key"] == uniq and r["topic"] == SCHEDULE]
+    levels = {lv["level"]: lv["offset"] for lv in run_json("delays", root, expect=0)["levels"]}
+    last = units[-1]
+    assert last["queue_offset"] >= levels[int(last["properties"]["DELAY"])]
+    real = last["properties"]["REAL_TOPIC"]
     assert any(
-        r["queue_offset"] >= committed[("groupRetry", r["topic"], r["queue_id"])] for r in copies
+        r["uniq_key"] == uniq
+        and r["topic"] == real
+        and r["physical_offset"] > last["physical_offset"]
+        and r["properties"]["DELAY"] == last["properties"]["DELAY"]
+        for r in records
     )
 
 
@@ -269,3 +285,40 @@ def test_same_seed_same_bytes_and_no_fate_no_change(tmp_path: Path) -> None:
     assert _digest(tmp_path / "off") == (
         "2ad74ca16ce22db277929ae4fb9c04076aaff8cf6a328d2970aa1ee532320296"
     )
+
+
+def _demo_args(name: str) -> list[str]:
+    """What ``make demo`` passes to ``rmqinspect NAME`` after the store (and the exit it wants)."""
+    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text(encoding="utf-8")
+    match = re.search(rf"rmqinspect {name} \$\(DEMO_STORE\)([^;\n]*)", makefile)
+    assert match is not None, f"make demo lost its {name} step"
+    return shlex.split(match.group(1))
+
+
+def test_make_demo_holds_the_cases_the_readme_walks_through(tmp_path: Path) -> None:
+    """The demo store's cases, by UNIQ_KEY (the README's worked investigation names them)."""
+    store = tmp_path / "store"
+    made = run("synth", store, *_demo_args("synth"), "--json")
+    assert made.exit_code == 0, made.stderr
+    fate = json.loads(made.stdout)["fate"]
+    assert fate["examples"] == {
+        "dlq": "0A0000024A8BAF266A9500000057002E",
+        "pending_transaction": "0A0000024A8BAF266A950000079D00EB",
+        "pending_delay": "FD0000000000000000000000000000024A8BAF266A950000000F0001",
+        "retried_then_consumed": "FD0000000000000000000000000000024A8BAF266A95000000E40014",
+        "consumed_past_commit": "0A0000024A8BAF266A9500001C580291",
+        "delivered_past_delay_offset": "0A0000024A8BAF266A9500002B1D0437",
+    }
+    assert fate["offset_ahead"] == {
+        "group": "groupOK",
+        "topic": "TopicA",
+        "queue_id": 1,
+        "offset": 1381,
+        "max_offset": 381,
+    }
+    # The exits the Makefile asserts: the cut at the zeroed block leaves delayOffset.json past
+    # levels 2-5's queues (flagged); the transactions read back whole.
+    assert run("delays", store, *_demo_args("delays")).exit_code == 1
+    assert run("transactions", store, *_demo_args("transactions")).exit_code == 0
+    report = run_json("transactions", store, expect=0)
+    assert report["counts"] == fate["transactions"]

@@ -222,7 +222,6 @@ class FateSimulator:
         self.event_seq = 0
         self.last_ts = start_ms
         self.stop_at = _INF  # set by finish(): the crash or the clean shutdown
-        self.class_of: dict[int, str] = {}  # workload row position -> groupRetry class
         self.counts = dict.fromkeys(
             ("schedule", "scheduled_delivery", "retry_schedule", "retry", "dlq", "pop_retry"), 0
         )
@@ -234,8 +233,8 @@ class FateSimulator:
         self.op_batch: list[int] = []
         self.check_tick_scheduled = False
         self.examples: dict[str, str | None] = {"dlq": None}
-        # Deliveries of copies with a UNIQ_KEY, groupRetry's and any of a scheduled or retry
-        # copy: (time, copy, succeeded)
+        # Deliveries of copies with a UNIQ_KEY and KEYS, groupRetry's and any of a scheduled or
+        # retry copy: (time, copy, succeeded)
         self.deliveries: list[tuple[int, _Copy, bool]] = []
         # Schedule units: (level, offset) -> (UNIQ_KEY, whether a retry's)
         self.units: dict[tuple[int, int], tuple[str | None, bool]] = {}
@@ -408,7 +407,12 @@ class FateSimulator:
             if fails > copy.reconsume_times:
                 self._at(at, functools.partial(self._failed, group, copy))
             p = copy.properties
-            if props.UNIQ_KEY in p and (group == GROUP_RETRY or props.REAL_TOPIC in p):
+            # (examples for a reader: with a UNIQ_KEY and KEYS to look them up by)
+            if (
+                props.UNIQ_KEY in p
+                and props.KEYS in p
+                and (group == GROUP_RETRY or props.REAL_TOPIC in p)
+            ):
                 self.deliveries.append((at, copy, fails <= copy.reconsume_times))
 
     def _fails(self, group: str, copy: _Copy) -> int:
@@ -454,7 +458,7 @@ class FateSimulator:
                 self._derived(copy, DLQ_PREFIX + group, 0, back, copy.reconsume_times + 1), now
             )
             self.counts["dlq"] += 1
-            if self.examples["dlq"] is None:
+            if self.examples["dlq"] is None and props.KEYS in p:
                 self.examples["dlq"] = dlq.properties.get(props.UNIQ_KEY)
             return
         level = 3 + copy.reconsume_times  # asyncConsumerSendMsgBack: delayLevel 0 -> 3 + times
