@@ -218,6 +218,7 @@ class FateSimulator:
         # (group, topic, queue) -> [consume time per queue offset] (_INF: not consumed)
         self.consumed: dict[tuple[str, str, int], list[int]] = {}
         self.delivered: dict[int, list[int]] = {}  # delay level -> [delivery time per offset]
+        self.level_last: dict[int, int] = {}  # delay level -> its latest delivery time
         self.heap: list[_Event] = []
         self.event_seq = 0
         self.last_ts = start_ms
@@ -285,7 +286,7 @@ class FateSimulator:
         self.writer = writer
         self.stop_at = self.last_ts + (CRASH_AFTER_MS if self.crash else CLEAN_HORIZON_MS)
         self._run_before(self.stop_at + 1)
-        if self.op_batch:
+        if self.op_batch and not self.crash:  # a clean shutdown writes the batch; a kill loses it
             self._flush_ops(self.last_ts)
 
     # --- writing ----------------------------------------------------------------------------------
@@ -294,7 +295,6 @@ class FateSimulator:
         self,
         copy: _Copy,
         at: int,
-        tags: str | None = None,
         delay: str | None = None,
         prepared: int = 0,
     ) -> _Copy:
@@ -308,7 +308,7 @@ class FateSimulator:
             copy.topic,
             copy.queue_id,
             props.encode_properties_map(p, self.trailing),
-            p.get(props.TAGS) if tags is None else tags,
+            p.get(props.TAGS),
             delay,
             props.index_key_values(p.get(props.UNIQ_KEY), p.get(props.KEYS)),
             copy.body,
@@ -492,8 +492,8 @@ class FateSimulator:
             return
         due = copy.store_timestamp + self.delay_table[level]
         # The level's timer delivers its queue in order, polling every 100 ms.
-        earlier = [t for t in times[: copy.queue_offset] if t != _INF]
-        at = max(due + self._word() % _SCHEDULE_POLL_MS, max(earlier, default=0))
+        at = max(due + self._word() % _SCHEDULE_POLL_MS, self.level_last.get(level, 0))
+        self.level_last[level] = at
         times[copy.queue_offset] = at
         self._at(at, lambda now: self._deliver(copy, level, now))
 
@@ -530,7 +530,6 @@ class FateSimulator:
             p = half.properties
             commit = self._derived(half, p[props.REAL_TOPIC], int(p[props.REAL_QID]), dict(p), 0)
             commit.sys_flag = half.sys_flag | TRANSACTION_COMMIT_TYPE
-            commit.store_host = half.store_host
             self.commit_records += 1
             self._put(commit, now, prepared=half.physical_offset)
         if self.v5:
