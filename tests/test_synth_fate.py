@@ -124,6 +124,8 @@ def test_every_dlq_chain_is_the_real_broker_s(clean: tuple[Path, FateSummary, li
             for name in ("UNIQ_KEY", "KEYS", "TAGS", "seq"):
                 assert p.get(name) == first["properties"].get(name)
             assert r["body_crc"] == first["body_crc"]
+            # A send-back is stored by the broker; the schedule delivery copies its unit's host.
+            assert r["store_host"] == "10.0.0.1:10911"
             assert r["born_timestamp"] == first["born_timestamp"]
             level = 3 + n // 2
             if r["topic"] == SCHEDULE:
@@ -162,6 +164,7 @@ def test_delayed_sends_and_the_delays_command(
         elif copy is not None:
             assert (copy["topic"], copy["queue_id"]) == (p["REAL_TOPIC"], int(p["REAL_QID"]))
             assert copy["properties"] == p
+            assert copy["store_host"] == s["store_host"] and copy["body_crc"] == s["body_crc"]
             assert copy["store_timestamp"] >= s["store_timestamp"] + DELAYS[int(p["DELAY"])]
     assert pending > 0
     assert fate.examples["pending_delay"] in {s["uniq_key"] for s in originals}

@@ -337,7 +337,11 @@ class FateSimulator:
         queue_id: int,
         properties: dict[str, str],
         reconsume_times: int,
+        keep_store_host: bool = False,
     ) -> _Copy:
+        """A copy of ``src``: body, flags and born fields kept; the store host is the broker's
+        (a send-back, a POP revive) or, where the broker copies the record as it is (the
+        schedule delivery, the transaction end and check), ``src``'s."""
         return _Copy(
             topic,
             queue_id,
@@ -345,7 +349,7 @@ class FateSimulator:
             src.body,
             src.born_timestamp,
             src.born_host,
-            self.broker_host,
+            src.store_host if keep_store_host else self.broker_host,
             src.sys_flag,
             src.flag,
             reconsume_times,
@@ -501,7 +505,7 @@ class FateSimulator:
         p = copy.properties
         real_topic = p[props.REAL_TOPIC]
         delivered = self._derived(
-            copy, real_topic, int(p[props.REAL_QID]), dict(p), copy.reconsume_times
+            copy, real_topic, int(p[props.REAL_QID]), dict(p), copy.reconsume_times, True
         )
         self.delivered[level][copy.queue_offset] = max(now, self.last_ts)
         role = "retry" if real_topic.startswith(RETRY_PREFIX) else "scheduled_delivery"
@@ -528,7 +532,11 @@ class FateSimulator:
         tx.done = True
         if tx.fate == "committed":
             p = half.properties
-            commit = self._derived(half, p[props.REAL_TOPIC], int(p[props.REAL_QID]), dict(p), 0)
+            # endMessageTransaction keeps the half's properties string (REAL_TOPIC, REAL_QID
+            # and TRAN_MSG are cleared from the map after it is built).
+            commit = self._derived(
+                half, p[props.REAL_TOPIC], int(p[props.REAL_QID]), dict(p), 0, True
+            )
             commit.sys_flag = half.sys_flag | TRANSACTION_COMMIT_TYPE
             self.commit_records += 1
             self._put(commit, now, prepared=half.physical_offset)
@@ -580,13 +588,13 @@ class FateSimulator:
                 continue
             if tx.checks >= TRANSACTION_CHECK_MAX:
                 tx.done, tx.fate = True, "given_up"
-                given_up = self._derived(half, GIVEN_UP_TOPIC, 0, dict(half.properties), 0)
+                given_up = self._derived(half, GIVEN_UP_TOPIC, 0, dict(half.properties), 0, True)
                 self._put(given_up, now)
                 continue
             tx.checks += 1
             renewed = dict(half.properties)
             renewed[CHECK_TIMES] = str(tx.checks)
-            copy = self._derived(half, HALF_TOPIC, half.queue_id, renewed, 0)
+            copy = self._derived(half, HALF_TOPIC, half.queue_id, renewed, 0, True)
             self.half_checks += 1
             tx.half = self._put(copy, now)
             waiting = True
