@@ -179,6 +179,24 @@ def test_delayed_sends_and_the_delays_command(
     assert sum(level["pending"] for level in report["levels"]) == fate.pending_delays
 
 
+def test_schedule_units_carry_their_deliver_time(
+    clean: tuple[Path, FateSummary, list[Any]],
+) -> None:
+    """tagsCode of a SCHEDULE_TOPIC_XXXX unit = store time + the level's delay, for delayed
+    sends and send-backs alike."""
+    root, _, _ = clean
+    seen = set()
+    for level in (2, 3, 4, 5, 17, 18):
+        units = run_jsonl("consumequeue", root, SCHEDULE, str(level - 1), expect=0)
+        for u in units:
+            m = u["message"]
+            assert u["tags_code"] == m["store_timestamp"] + DELAYS[level]
+            assert m["properties"]["DELAY"] == str(level)
+            seen.add((level, "RETRY_TOPIC" in m["properties"]))
+    # Levels 3-5 hold send-backs, levels 2, 3, 5, 17 and 18 delayed sends.
+    assert {(3, True), (4, True), (5, True), (2, False), (17, False), (18, False)} <= seen
+
+
 def test_transactions_by_state(clean: tuple[Path, FateSummary, list[Any]]) -> None:
     root, fate, records = clean
     report = run_json("transactions", root, expect=0)
