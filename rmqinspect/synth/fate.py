@@ -22,6 +22,7 @@ interleave with the workload in store-time order.
   after its invisible time through ``PopReviveService.reviveRetry`` as a copy in
   ``KeyBuilder.buildPopRetryTopic`` (``%RETRY%<group>_<topic>``; ``+`` instead of ``_`` with
   ``enableRetryTopicV2``, which the 5.3 profile imitates), reconsumeTimes + 1, ``1ST_POP_TIME``.
+  Its listener fails messages once or twice only (no POP dead-lettering is written).
 - Transactions (``EndTransactionProcessor``, ``TransactionalMessageServiceImpl.check``): a half
   is committed (real-topic COMMIT record with ``preparedTransactionOffset``, then the op record)
   or rolled back (op record only) by its producer, or left unknown: each check run
