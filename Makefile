@@ -22,13 +22,20 @@ $(VENV)/.installed-fuzz: $(VENV)/.installed-dev
 
 demo: $(VENV)/.installed bytecode
 	rm -rf .demo
-	$(VENV)/bin/rmqinspect synth $(DEMO_STORE) --messages 5000 --topics 3 --queues 4 --crash --seed 7 --damage zero-region
+	# --fate: consumer groups with retry, delay and DLQ chains, transactions, committed offsets
+	# (one past its queue's max), a crash while retries and delayed messages are in flight
+	$(VENV)/bin/rmqinspect synth $(DEMO_STORE) --messages 5000 --topics 3 --queues 4 --crash --seed 7 --fate --damage zero-region
 	$(VENV)/bin/rmqinspect info $(DEMO_STORE)
 	# verify reports the zeroed block in the last data file at its offset (exit 1: findings)
 	$(VENV)/bin/rmqinspect verify $(DEMO_STORE); test $$? -eq 1
 	# a zeroed block in the last data file: the restart cuts there and discards the intact
 	# messages after it, which recover names; its exit 1 ("data is lost") is what the demo shows
 	$(VENV)/bin/rmqinspect recover $(DEMO_STORE); test $$? -eq 1
+	# the restart cuts at the zeroed block: delayOffset.json is then past levels 2-5's queues,
+	# which load clamps (exit 1: flagged); levels 17 and 18 still wait
+	$(VENV)/bin/rmqinspect delays $(DEMO_STORE); test $$? -eq 1
+	# committed, rolled back and pending transactions, read from the half, op and commit records
+	$(VENV)/bin/rmqinspect transactions $(DEMO_STORE); test $$? -eq 0
 	$(VENV)/bin/rmqinspect export $(DEMO_STORE) .demo/export
 
 lint: $(VENV)/.installed-dev

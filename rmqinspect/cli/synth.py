@@ -104,6 +104,15 @@ def synth(
             "--plain", help="Only plain messages: no delay, transaction, retry, IPv6 or V2."
         ),
     ] = False,
+    fate: Annotated[
+        bool,
+        typer.Option(
+            "--fate",
+            help="Run consumer groups, the schedule service and the transaction check over "
+            "the messages: retry, delay and DLQ chains, POP retries (5.x), resolved and pending "
+            "transactions, consumer and delay offsets (one past its queue's max).",
+        ),
+    ] = False,
     prop_crc: Annotated[
         bool, typer.Option("--prop-crc", help="enabledAppendPropCRC (profile 5.3 only).")
     ] = False,
@@ -169,6 +178,7 @@ def synth(
             special=not plain,
             compress_type=compress_type,
             compress_over=compress_over,
+            fate=fate,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None

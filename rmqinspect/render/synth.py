@@ -9,6 +9,7 @@ from rich.table import Table
 
 from rmqinspect.render.output import json_text, print_table
 from rmqinspect.synth import damage
+from rmqinspect.synth.layout import FateSummary
 from rmqinspect.synth.writer import StoreSummary
 
 
@@ -48,6 +49,7 @@ def synth_json(summary: StoreSummary, seconds: float, damages: list[damage.Damag
             "term": summary.dledger.term,
             "committed_index": summary.dledger.committed_index,
         },
+        "fate": None if summary.fate is None else fate_json(summary.fate),
         "damage": [
             {
                 "kind": d.kind,
@@ -59,6 +61,34 @@ def synth_json(summary: StoreSummary, seconds: float, damages: list[damage.Damag
             for d in damages
         ],
         "seconds": round(seconds, 3),
+    }
+
+
+def fate_json(fate: FateSummary) -> Any:
+    group, topic, queue_id, committed, max_offset = fate.offset_ahead
+    return {
+        "chains": fate.chains,
+        "copies": {
+            "schedule": fate.schedule,
+            "scheduled_delivery": fate.scheduled_delivery,
+            "retry_schedule": fate.retry_schedule,
+            "retry": fate.retry,
+            "dlq": fate.dlq,
+            "pop_retry": fate.pop_retry,
+        },
+        "pending_delays": fate.pending_delays,
+        "transactions": dict(fate.transactions),
+        "half_checks": fate.half_checks,
+        "op_records": fate.op_records,
+        "commit_records": fate.commit_records,
+        "offset_ahead": {
+            "group": group,
+            "topic": topic,
+            "queue_id": queue_id,
+            "offset": committed,
+            "max_offset": max_offset,
+        },
+        "examples": dict(fate.examples),
     }
 
 
@@ -92,6 +122,21 @@ def synth_table(summary: StoreSummary, seconds: float, damages: list[damage.Dama
         f"index {cp.index_msg_timestamp}",
     )
     table.add_row("shutdown", "crash (abort left)" if summary.crashed else "clean")
+    fate = summary.fate
+    if fate is not None:
+        table.add_row(
+            "fate",
+            f"{fate.chains} retried messages: {fate.retry_schedule} retry schedule copies, "
+            f"{fate.retry} retry copies, {fate.dlq} DLQ, {fate.pop_retry} POP retry; "
+            f"{fate.schedule} delayed sends, {fate.scheduled_delivery} delivered, "
+            f"{fate.pending_delays} schedule units pending",
+        )
+        states = ", ".join(f"{n} {state}" for state, n in fate.transactions.items())
+        table.add_row("transactions", f"{states}; {fate.half_checks} check copies")
+        group, topic, queue_id, committed, max_offset = fate.offset_ahead
+        table.add_row(
+            "offset ahead", f"{topic}@{group} queue {queue_id}: {committed} > max {max_offset}"
+        )
     for d in damages:
         table.add_row("damage", d.description)
     table.add_row("time", f"{seconds:.2f} s ({rate:.0f} MiB/s)")

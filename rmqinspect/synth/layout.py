@@ -130,6 +130,27 @@ class LedgerSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class FateSummary:
+    """What ``--fate`` wrote: copies by role, transactions by state, and one example of each
+    case a reader will look for (UNIQ_KEY, or ``None`` where the run had none)."""
+
+    chains: int  # messages a group failed at least once
+    schedule: int  # delayed sends stored in SCHEDULE_TOPIC_XXXX
+    scheduled_delivery: int  # their copies in the real topic
+    retry_schedule: int  # send-back copies through SCHEDULE_TOPIC_XXXX
+    retry: int  # copies in %RETRY%<group>
+    dlq: int
+    pop_retry: int
+    pending_delays: int  # schedule units not delivered at the end (either kind)
+    transactions: dict[str, int]
+    half_checks: int  # half copies stored again by a check
+    op_records: int
+    commit_records: int
+    offset_ahead: tuple[str, str, int, int, int]  # group, topic, queue, committed, max
+    examples: dict[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
 class StoreSummary:
     """What :meth:`StoreWriter.close` left on disk."""
 
@@ -146,6 +167,7 @@ class StoreSummary:
     checkpoint: Checkpoint
     crashed: bool
     dledger: LedgerSummary | None = None  # set when the commitlog is DLedger's
+    fate: FateSummary | None = None  # set by the workload's --fate
 
 
 @dataclass(slots=True)

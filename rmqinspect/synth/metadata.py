@@ -66,6 +66,7 @@ class ConfigTables:
         self.delay_offsets: tuple[dict[int, int], dict[int, int]] | None = None
         self.topic_configs: dict[str, TopicConfig] = {}
         self.groups: list[str] = []
+        self.retry_max_times: dict[str, int] = {}  # groups whose retryMaxTimes is not 16
         self.used_queues: set[tuple[str, int]] = set()
         self.multi_tag_topics: set[str] = set()
 
@@ -95,6 +96,11 @@ class ConfigTables:
     def declare_topic(self, config: TopicConfig) -> None:
         """Write this config for the topic in ``topics.json`` instead of a derived one."""
         self.topic_configs[config.topic_name] = config
+
+    def set_retry_max_times(self, table: Mapping[str, int]) -> None:
+        """``retryMaxTimes`` of these groups in ``subscriptionGroup.json`` (default 16)."""
+        self.retry_max_times.update(table)
+        self.groups += [group for group in table if group not in self.groups]
 
     def write(self, config: Path, last_store_timestamp: int) -> None:
         """The JSON files of ``config/`` (created here)."""
@@ -159,6 +165,7 @@ class ConfigTables:
         return {
             name: SubscriptionGroupConfig(
                 group_name=name,
+                retry_max_times=self.retry_max_times.get(name, 16),
                 consume_message_orderly=False if v5 else None,
                 consume_timeout_minute=15 if v5 else None,
                 group_retry_policy={"type": "CUSTOMIZED"} if v5 else None,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -41,6 +41,7 @@ from rmqinspect.format.index_build import IndexNamer
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.properties import encode_properties_map, properties_template
+from rmqinspect.synth.fate import FATE_DELAY_LEVELS, FateSimulator
 from rmqinspect.synth.writer import (
     DEFAULT_CLOCK_START_MS,
     MessageColumns,
@@ -73,13 +74,19 @@ _KIND_THRESHOLDS = (
 )
 
 
-def _kind_table(special: bool, v2: bool) -> bytes:
+# With --fate, retries come from the consumers and every transaction starts as a half; the
+# standalone kinds' rolls stay plain messages.
+_NOT_WITH_FATE = frozenset((_RETRY, _PREPARED, _COMMIT, _ROLLBACK))
+
+
+def _kind_table(special: bool, v2: bool, fate: bool = False) -> bytes:
     """Message kind for each 16-bit roll (a lookup instead of a search per message)."""
     table = bytearray(65536)
     if special:
         low = 0
         for kind, threshold in _KIND_THRESHOLDS:
-            if kind != _V2 or v2:  # without V2 topics those rolls stay plain messages
+            # without V2 topics those rolls stay plain messages
+            if (kind != _V2 or v2) and not (fate and kind in _NOT_WITH_FATE):
                 table[low:threshold] = bytes([kind]) * (threshold - low)
             low = threshold
     return bytes(table)
@@ -112,7 +119,9 @@ _SHAPE_NAMES = [
 class WorkloadConfig:
     """What to generate. ``special=False`` writes only plain messages to ``TopicA``...;
     ``crash`` stops dispatch before the last burst and leaves the store as a killed broker
-    does (``abort``, a lagging checkpoint, the pre-allocated next commitlog file)."""
+    does (``abort``, a lagging checkpoint, the pre-allocated next commitlog file). ``fate``
+    runs consumer groups, the schedule service and the transaction check over the messages
+    (:mod:`rmqinspect.synth.fate`); a crash then comes while their copies are in flight."""
 
     messages: int = 2000
     body_size: int = 512
@@ -130,6 +139,7 @@ class WorkloadConfig:
     # 4.x, whose producers know no other codec).
     compress_type: Codec = Codec.ZLIB
     compress_over: int = COMPRESS_OVER
+    fate: bool = False
 
     def __post_init__(self) -> None:
         if self.messages < 0 or self.body_size < 0 or self.compress_over < 0:
@@ -285,7 +295,18 @@ class _Generator:
         ]
         self.body_flags = np.array([flags if c else 0 for c in compressed], np.int64)
         self.pool_size = len(pools[0])
-        self.kinds = _kind_table(config.special, self.v2_enabled)
+        self.kinds = _kind_table(config.special, self.v2_enabled, config.fate)
+        self.fate: FateSimulator | None = None
+        if config.fate:
+            self.fate = FateSimulator(
+                config.seed,
+                layout.profile,
+                self.topics,
+                parse_delay_levels(layout.delay_levels),
+                layout.store_host,
+                config.start_ms,
+                config.crash,
+            )
         self.templates: dict[int, tuple[str, Callable[[Sequence[str]], tuple[str, ...]]]] = {}
         self.recent = _Recent()
         self.half_offsets: list[int] = []
@@ -294,16 +315,24 @@ class _Generator:
     def write(self, writer: StoreWriter) -> None:
         config = self.config
         total = config.messages
-        undispatched_from = total - min(config.burst, total // 10) if config.crash else total
+        fate = self.fate
+        # With fate the crash comes later, its undispatched tail is the fate's last records.
+        crashed = config.crash and fate is None
+        undispatched_from = total - min(config.burst, total // 10) if crashed else total
         base = 0
         batch = _FIRST_BATCH
         while base < total:
             count = min(batch, total - base)
             columns, normal_rows = self._batch(base, count, undispatched_from)
-            placed = writer.put_columns(columns)
-            self._remember(columns, placed.physical_offset, normal_rows)
+            if fate is None:
+                offsets = writer.put_columns(columns).physical_offset
+            else:
+                offsets = fate.put_batch(writer, columns)
+            self._remember(columns, offsets, normal_rows)
             base += count
             batch = min(batch * 2, _BATCH)
+        if fate is not None:
+            fate.finish(writer)
 
     def _remember(
         self,
@@ -373,6 +402,7 @@ class _Generator:
         normal_rows: list[tuple[int, tuple[str, ...], list[str]]] = []
         trailing = self.trailing
         templates = self.templates
+        fate = self.fate is not None
         for k in range(count):
             seq = base + k
             letter = topics[topic_of[k]][5:]
@@ -409,7 +439,8 @@ class _Generator:
                 shape |= 16
             values.append(str(seq))
             uniq_roll = uniq_rolls[k]
-            if not special or uniq_roll >= 52:
+            # With fate a transaction always has a UNIQ_KEY (its copies are linked by it).
+            if not special or uniq_roll >= 52 or (fate and kind_of[k] == _HALF):
                 uniq = producers[0].next_id(born_of[k])
             elif uniq_roll >= 26:
                 uniq = producers[1].next_id(born_of[k])
@@ -482,7 +513,11 @@ class _Generator:
         """Turn message ``k`` into a special kind; returns its ``DELAY`` if it has one."""
         ids = self.topic_ids
         if kind == _DELAY:
-            level = str(_DELAY_LEVELS[word & 1])
+            if self.fate is None:
+                level = str(_DELAY_LEVELS[word & 1])
+            else:  # levels delivered within the run, and ones still pending at its end
+                level = str(FATE_DELAY_LEVELS[(word >> 1) % len(FATE_DELAY_LEVELS)])
+                user[props.WAIT] = "true"  # the Message constructor's default
             user["DELAY"] = level
             name = self.topic_table[int(topic[k])]
             new_topic, new_queue = rewrite_delay(
@@ -579,6 +614,12 @@ def write_workload(
         flush_lag_ms=config.checkpoint_lag_ms,
     ) as writer:
         generator.write(writer)
-        current, previous = _consumer_offsets(writer, config, generator.draws)
-        writer.set_consumer_offsets(current, previous)
-        return writer.close()
+        fate = generator.fate
+        if fate is None:
+            current, previous = _consumer_offsets(writer, config, generator.draws)
+            writer.set_consumer_offsets(current, previous)
+            return writer.close()
+        writer.set_consumer_offsets(*fate.consumer_offsets(generator.topics))
+        writer.set_delay_offsets(*fate.delay_offsets())
+        writer.set_retry_max_times(fate.retry_max_times())
+        return replace(writer.close(), fate=fate.summary(generator.topics))

@@ -221,6 +221,10 @@ class StoreWriter:
         """``delayOffset.json`` content (delay level -> next offset)."""
         self._config.set_delay_offsets(table, previous)
 
+    def set_retry_max_times(self, table: Mapping[str, int]) -> None:
+        """See :meth:`ConfigTables.set_retry_max_times`."""
+        self._config.set_retry_max_times(table)
+
     def declare_topic(self, config: TopicConfig) -> None:
         """Write this config for the topic in ``topics.json`` instead of a derived one."""
         self._config.declare_topic(config)
