@@ -74,6 +74,7 @@ _COMMANDS = {
     "salvage": "salvage",
     "synth": "synth",
     "transactions": "transactions",
+    "trace": "trace",
 }
 
 
