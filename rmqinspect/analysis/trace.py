@@ -34,6 +34,7 @@ from rmqinspect.analysis.lookup.offset import lookup_msg_id
 from rmqinspect.analysis.messages import SkippedRange, skipped_range
 from rmqinspect.analysis.offsets import OffsetsReport, offsets_report
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
+from rmqinspect.analysis.transactions import FindingKind as TxFindingKind
 from rmqinspect.analysis.transactions import TransactionsReport, transactions_report
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
@@ -473,6 +474,7 @@ def _copy(
     ctx: _Context,
     trace_topics: tuple[str, ...],
     findings: list[Finding],
+    traces: tuple[TraceRecord, ...],
 ) -> Copy:
     p = rec.properties
     role = role_of(rec.topic, p, rec.sys_flag, trace_topics)
@@ -527,6 +529,7 @@ def _copy(
         prepared,
         groups,
         _restart(store, ctx, rec.position),
+        traces,
     )
 
 
@@ -649,22 +652,25 @@ def _chain(
         findings += [
             Finding(FindingKind.TRANSACTION, f.position, f"{f.kind.value}: {f.detail}")
             for f in txs.findings
-            if f.uniq_key in keys or f.position in mine or f.kind.value == "op_not_number"
+            if f.uniq_key in keys or f.position in mine or f.kind is TxFindingKind.OP_NOT_NUMBER
         ]
-    traces: dict[str, list[TraceRecord]] = {}
+    traces: dict[int, tuple[TraceRecord, ...]] = {}
     for rec in pool.trace_bodies:
         if not keys.intersection(props.split_keys(rec.properties.get(props.KEYS))):
             continue
         decoded, problems = decode_trace_data(rec.body or b"")
         findings += [_trace_finding(rec.position, p) for p in problems]
-        for t in decoded:
-            if t.msg_id in keys or (t.offset_msg_id or "").upper() in ids:
-                traces.setdefault(t.msg_id, []).append(t)
+        traces[rec.position] = tuple(
+            t for t in decoded if t.msg_id in keys or (t.offset_msg_id or "").upper() in ids
+        )
         extra.append((rec, "trace_keys"))
     all_records = sorted(
         [(r, pool.linked_by[r.position]) for r in records] + extra, key=lambda x: x[0].position
     )
-    copies = [_copy(store, r, how, ctx, q.trace_topics, findings) for r, how in all_records]
+    copies = [
+        _copy(store, r, how, ctx, q.trace_topics, findings, traces.get(r.position, ()))
+        for r, how in all_records
+    ]
     _origin_findings(store, records, pool, findings)
     base = _base_topic(copies)
     groups = sorted(
