@@ -101,6 +101,10 @@ INVOCATIONS: dict[str, list[Invocation]] = {
     "offsets": [lambda s, m, d: ("offsets", s)],
     "transactions": [lambda s, m, d: ("transactions", s)],
     "delays": [lambda s, m, d: ("delays", s)],
+    "trace": [
+        lambda s, m, d: ("trace", s, "--msg-id", m["msg_id"], *SMALL_OPTS),
+        lambda s, m, d: ("trace", s, "--key", "ORDER-35", "--topic", "Orders", *SMALL_OPTS),
+    ],
     "lookup": [
         lambda s, m, d: ("lookup", s, "--msg-id", m["msg_id"]),
         lambda s, m, d: ("lookup", s, "--key", "ORDER-35", "--topic", "Orders"),

@@ -462,7 +462,8 @@ def _restart(store: Store, ctx: _Context, position: int) -> Restart:
     offsets = np.array([position], np.int64)
     if f is not None and bool(keeps.keeps(f.name, offsets)[0]):
         return Restart.KEPT
-    if position < keeps.end and position in set(keeps.unserved.tolist()):
+    at = int(np.searchsorted(keeps.unserved, position))  # sorted physical offsets
+    if at < len(keeps.unserved) and int(keeps.unserved[at]) == position:
         return Restart.QUEUE_ENTRY_LOST
     return Restart.CUT
 

@@ -7,8 +7,9 @@ from typing import Any
 from rich.table import Table
 
 from rmqinspect.analysis.trace import Chain, Copy, TraceReport
+from rmqinspect.format.times import iso_ms
 from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
-from rmqinspect.render.values import time_cell, with_times
+from rmqinspect.render.values import with_times
 
 NOT_FOUND = "no message matches"
 
@@ -44,8 +45,8 @@ def _delay_cell(c: Copy) -> str:
         return ""
     if c.due_timestamp is None:
         return str(c.delay_level)
-    state = {True: "delivered", False: "pending", None: "?"}[c.delivered]
-    return f"{c.delay_level}, due {time_cell(c.due_timestamp)}, {state}"
+    state = {True: "delivered", False: "pending", None: "no delayOffset.json entry"}[c.delivered]
+    return f"{c.delay_level}: due {iso_ms(c.due_timestamp) or c.due_timestamp}, {state}"
 
 
 def _groups_cell(c: Copy) -> str:
@@ -64,7 +65,7 @@ def _chain_table(chain: Chain) -> Table:
             f"{c.topic}:{c.queue_id}",
             str(c.queue_offset),
             str(c.physical_offset),
-            time_cell(c.store_timestamp),
+            iso_ms(c.store_timestamp) or str(c.store_timestamp),
             str(c.reconsume_times),
             _delay_cell(c),
             _groups_cell(c),
