@@ -571,3 +571,44 @@ def test_hostile_origin_ids(tmp_path: Path) -> None:
     ]
     cycle = next(f for f in doc["findings"] if f["kind"] == "origin_cycle")
     assert cycle["detail"] == f"ORIGIN_MESSAGE_ID cycle: {at[1]} -> {at[2]} -> {at[1]}"
+
+
+def test_copies_without_uniq_key_link_by_origin(tmp_path: Path) -> None:
+    """A copy without UNIQ_KEY joins by ORIGIN_MESSAGE_ID, the offsetMsgId of the original or
+    (the client's fallback path) its UNIQ_KEY; an ORIGIN_MESSAGE_ID naming another message's
+    record is a finding, and that message stays out of the chain."""
+    uniq = "0A000001000000000000000000000001"
+    with StoreWriter(tmp_path / "s", SMALL_LAYOUT) as w:
+        first = w.put(MessageSpec(topic="T", uniq_key=uniq, body=b"m")).physical_offset
+        other = w.put(MessageSpec(topic="T", uniq_key="OTHER", body=b"m")).physical_offset
+        first_id = encode_offset_msg_id(DEFAULT_STORE_HOST, first)
+        by_id = w.put(
+            MessageSpec(topic="%RETRY%g", properties={props.ORIGIN_MESSAGE_ID: first_id})
+        ).physical_offset
+        by_uniq = w.put(
+            MessageSpec(topic="%RETRY%g", properties={props.ORIGIN_MESSAGE_ID: uniq})
+        ).physical_offset
+        stray = {props.ORIGIN_MESSAGE_ID: encode_offset_msg_id(DEFAULT_STORE_HOST, other)}
+        wrong = w.put(MessageSpec(topic="%DLQ%g", uniq_key=uniq, properties=stray)).physical_offset
+    doc = run_json("trace", tmp_path / "s", "--msg-id", first_id, *SMALL_OPTS, expect=0)
+    (chain,) = doc["chains"]
+    assert [(c["physical_offset"], c["linked_by"]) for c in chain["copies"]] == [
+        (first, "seed"),
+        (by_id, "origin_message_id"),
+        (by_uniq, "origin_message_id"),
+        (wrong, "uniq_key"),
+    ]
+    assert [(f["kind"], f["physical_offset"]) for f in doc["findings"]] == [
+        ("origin_other_message", wrong)
+    ]
+    # Seeded at the copy, the original is found by following its ORIGIN_MESSAGE_ID back.
+    back = run_json(
+        "trace", tmp_path / "s", "--msg-id", encode_offset_msg_id(DEFAULT_STORE_HOST, by_id),
+        *SMALL_OPTS, expect=0,
+    )  # fmt: skip
+    assert [c["physical_offset"] for c in back["chains"][0]["copies"]] == [
+        first,
+        by_id,
+        by_uniq,
+        wrong,
+    ]

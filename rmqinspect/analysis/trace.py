@@ -281,11 +281,19 @@ def _follow_origins(store: Store, pool: _Pool) -> None:
         if origin is None or origin in pool.uniq_keys or origin.upper() in pool.ids:
             continue
         target = _read_origin(store, origin)
-        if isinstance(target, cl.MessageRecord) and target.position not in pool.records:
-            pool.add(target, props.ORIGIN_MESSAGE_ID.lower())
-            todo.append(target)
+        if isinstance(target, cl.MessageRecord):
+            # A record of another message is a finding (:func:`_origin_findings`), no link.
+            if target.position not in pool.records and _same_message(rec, target):
+                pool.add(target, props.ORIGIN_MESSAGE_ID.lower())
+                todo.append(target)
         elif not isinstance(target, cl.MessageRecord) and _is_uniq_key(origin):
             pool.uniq_keys.add(origin)  # the client's fallback path: the original's UNIQ_KEY
+
+
+def _same_message(a: cl.MessageRecord, b: cl.MessageRecord) -> bool:
+    """Copies keep the original's UNIQ_KEY (the properties are copied): two records with
+    different ones are different messages, whatever an ORIGIN_MESSAGE_ID says."""
+    return a.uniq_key is None or b.uniq_key is None or a.uniq_key == b.uniq_key
 
 
 def _read_origin(store: Store, origin: str) -> cl.MessageRecord | str:
@@ -315,29 +323,19 @@ def _walk(
         rows = np.arange(len(cols), dtype=np.int64)
         uniq = cols.property_values(props.UNIQ_KEY, rows)
         origin = cols.property_values(props.ORIGIN_MESSAGE_ID, rows)
-        trace_rows = set(np.flatnonzero(cols.topic_mask(list(trace_topics))).tolist())
-        keys = (
-            dict(
-                zip(
-                    sorted(trace_rows),
-                    cols.property_values(props.KEYS, np.array(sorted(trace_rows), np.int64)),
-                    strict=True,
-                )
-            )
-            if trace_rows
-            else {}
-        )
+        trace_at = np.flatnonzero(cols.topic_mask(list(trace_topics)))
+        keys = dict(zip(trace_at.tolist(), cols.property_values(props.KEYS, trace_at), strict=True))
         for i in range(len(cols)):
             u, o = uniq[i], origin[i]
             how = None
-            if i in trace_rows:
+            if i in keys:
                 if pool.uniq_keys.intersection(props.split_keys(keys[i])):
                     pool.trace_bodies.append(store.with_entry(cols.record(i, with_body=True)))
                 continue
             if u is not None and u in pool.uniq_keys:
                 how = "uniq_key"
-            elif o is not None and (o in pool.uniq_keys or o.upper() in pool.ids):
-                how = "origin_message_id"
+            elif u is None and o is not None and (o in pool.uniq_keys or o.upper() in pool.ids):
+                how = "origin_message_id"  # a copy without UNIQ_KEY (see _same_message)
             if how is not None:
                 pool.add(store.with_entry(cols.record(i, with_body=False)), how)
         end = f.start + event.end
@@ -373,7 +371,7 @@ def _components(pool: _Pool) -> list[list[cl.MessageRecord]]:
         target = pool.ids.get(o.upper())
         if target is None and o in by_uniq:
             target = by_uniq[o]
-        if target is not None:
+        if target is not None and _same_message(rec, pool.records[target]):
             union(p, target)
     groups: dict[int, list[cl.MessageRecord]] = {}
     for p in sorted(pool.records):
