@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rmqinspect.analysis.trace import TraceQuery, trace_report
+from rmqinspect.export.schema import Table
 from rmqinspect.format import properties as props
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE
 from rmqinspect.format.encode import encode_trace_data
@@ -29,6 +30,7 @@ from rmqinspect.synth.damage import flip_body_byte
 from rmqinspect.synth.layout import DEFAULT_STORE_HOST
 from rmqinspect.synth.writer import MessageSpec, StoreWriter
 from tests.cli_helpers import SMALL_LAYOUT, SMALL_OPTS, build_store, orders, run, run_json
+from tests.export_helpers import read_table
 
 CONSUME_LEVELS = "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 10s 20s"  # the corpus broker's
 LEVEL_MS = {i + 1: 1000 for i in range(16)} | {17: 10_000, 18: 20_000}
@@ -612,3 +614,65 @@ def test_copies_without_uniq_key_link_by_origin(tmp_path: Path) -> None:
         by_uniq,
         wrong,
     ]
+
+
+# --- the export's message_copies table ----------------------------------------------------------
+
+
+def test_message_copies_table_is_every_corpus_edge(
+    conformance_consume_dir: Path, tmp_path: Path
+) -> None:
+    """One edge per copy the real broker stored: from the message's first record (the original,
+    or a delayed message's schedule record) to each later one, with trace's roles."""
+    store, doc = _corpus(conformance_consume_dir)
+    out = tmp_path / "out"
+    done = run(
+        "export", store, out, "--engine", "arrow", "--tables", "message_copies", "--jobs", "1"
+    )
+    assert done.exit_code == 0, done.stderr
+    rows = read_table(out, Table.MESSAGE_COPIES).to_pylist()
+    got = {(r["from_physical_offset"], r["to_physical_offset"]): r for r in rows}
+    want = {}
+    for chain in doc["chains"]:
+        first = chain["copies"][0]
+        for copy in chain["copies"][1:]:
+            want[(first["commitLogOffset"], copy["commitLogOffset"])] = (chain, copy)
+    assert len(rows) == len(got) == len(want) == 591 - 300
+    assert set(got) == set(want)
+    for key, (chain, copy) in want.items():
+        row = got[key]
+        assert row["role"] == EXPECTED_ROLE[copy["role"]]
+        assert row["uniq_key"] == chain["uniqKey"]
+        assert (row["topic"], row["queue_id"], row["queue_offset"]) == (
+            copy["topic"],
+            copy["queueId"],
+            copy["queueOffset"],
+        )
+        assert row["reconsume_times"] == copy["reconsumeTimes"]
+        assert int(row["store_timestamp"].timestamp() * 1000) == copy["storeTimestamp"]
+        assert row["group"] == ("groupRetry" if copy["role"] in ("retry", "dlq") else None)
+        assert row["linked_by"] == "uniq_key"
+
+
+def test_message_copies_links_a_copy_without_uniq_key(tmp_path: Path) -> None:
+    with StoreWriter(tmp_path / "s", SMALL_LAYOUT) as w:
+        first = w.put(MessageSpec(topic="T", uniq_key="U1", body=b"m")).physical_offset
+        origin = encode_offset_msg_id(DEFAULT_STORE_HOST, first)
+        p = {props.ORIGIN_MESSAGE_ID: origin, props.RETRY_TOPIC: "T"}
+        pop = w.put(
+            MessageSpec(topic="%RETRY%cg_T", properties=p, reconsume_times=1)
+        ).physical_offset
+        junk = {props.ORIGIN_MESSAGE_ID: "junk"}
+        w.put(MessageSpec(topic="%RETRY%cg", properties=junk, reconsume_times=1))
+        w.set_consumer_offsets({"%RETRY%cg_T@cg": {0: 0}})
+    out = tmp_path / "out"
+    done = run(
+        "export", tmp_path / "s", out, "--engine", "arrow", "--tables", "message_copies",
+        "--jobs", "1", *SMALL_OPTS,
+    )  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    rows = read_table(out, Table.MESSAGE_COPIES).to_pylist()
+    assert [
+        (r["from_physical_offset"], r["to_physical_offset"], r["role"], r["group"], r["linked_by"])
+        for r in rows
+    ] == [(first, pop, "retry", "cg", "origin_message_id")]  # the junk id names nothing

@@ -13,6 +13,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rmqinspect.analysis.copies import copy_edges
 from rmqinspect.analysis.indexes import entry_blocks, open_index_files
 from rmqinspect.analysis.offsets import offsets_report
 from rmqinspect.analysis.queues import iter_unit_chunks
@@ -21,6 +22,7 @@ from rmqinspect.analysis.units import STATUSES, resolve_units
 from rmqinspect.analysis.verify import Finding
 from rmqinspect.export.plan import (
     CommitlogRange,
+    CopiesPart,
     FileGroup,
     IndexSlice,
     OffsetsPart,
@@ -35,6 +37,7 @@ from rmqinspect.export.schema import (
     CONSUMER_OFFSETS,
     FINDINGS,
     INDEX_ENTRIES,
+    MESSAGE_COPIES,
     MESSAGES,
     MS_UTC,
     Table,
@@ -65,6 +68,8 @@ def read_part(
         yield from ((Table.INDEX_ENTRIES, b) for b in index_entry_batches(store, part))
     elif isinstance(part, OffsetsPart) and Table.CONSUMER_OFFSETS in tables:
         yield Table.CONSUMER_OFFSETS, consumer_offsets_batch(store)
+    elif isinstance(part, CopiesPart) and Table.MESSAGE_COPIES in tables:
+        yield Table.MESSAGE_COPIES, message_copies_batch(store)
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -326,6 +331,28 @@ def consumer_offsets_batch(store: Store) -> pa.RecordBatch:
             for r in rows
         ],
         schema=CONSUMER_OFFSETS,
+    )
+
+
+def message_copies_batch(store: Store) -> pa.RecordBatch:
+    """The edges of :func:`copy_edges`; the consumer groups the offset tables name split the
+    5.x POP retry topics ``%RETRY%<group>_<topic>``."""
+    edges = copy_edges(store, known_groups=offsets_report(store).groups)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([e.from_physical_offset for e in edges], pa.int64()),
+            pa.array([e.to_physical_offset for e in edges], pa.int64()),
+            pa.array([_text(e.uniq_key) for e in edges], pa.string()),
+            pa.array([e.role.value for e in edges], pa.string()),
+            pa.array([_text(e.group) for e in edges], pa.string()),
+            pa.array([e.reconsume_times for e in edges], pa.int32()),
+            pa.array([encodable(e.topic) for e in edges], pa.string()),
+            pa.array([e.queue_id for e in edges], pa.int32()),
+            pa.array([e.queue_offset for e in edges], pa.int64()),
+            _timestamps(pa.array([e.store_timestamp for e in edges], pa.int64())),
+            pa.array([e.linked_by for e in edges], pa.string()),
+        ],
+        schema=MESSAGE_COPIES,
     )
 
 
