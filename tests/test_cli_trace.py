@@ -154,6 +154,8 @@ def test_corpus_sample_through_the_cli(conformance_consume_dir: Path) -> None:
                 "trace", store, "--msg-id", msg_id, "--delay-levels", CONSUME_LEVELS, expect=0
             )
             assert _unseeded(by_id["chains"]) == _unseeded(by_key["chains"])
+            read_as_offset = msg_id == want["sendResult"]["offsetMsgId"]
+            assert by_id["search"] == ("physical_offset" if read_as_offset else "index")
     # A retry copy's own offsetMsgId leads to the same chain.
     dlq = next(c for c in doc["chains"] if c["class"] == "dlq")
     retry = next(c for c in dlq["copies"] if c["role"] == "retry")

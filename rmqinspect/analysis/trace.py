@@ -205,12 +205,13 @@ def _seeds(store: Store, q: TraceQuery, progress: Progress | None) -> _Seeds:
             out.search = Search.PHYSICAL_OFFSET
             out.records.append(result.hits[0].record)
             return out
+        out.search = Search.PHYSICAL_OFFSET
+        if result is not None and result.rejected:
+            out.notes.append(f"as an offsetMsgId: {result.rejected[0].reason}")
         if not _is_uniq_key(text):
-            why = result.rejected[0].reason if result is not None and result.rejected else ""
-            out.search = Search.PHYSICAL_OFFSET
-            out.notes.append(f"no message at the offset the id names: {why}")
             return out
         # MessageClientExt.getMsgId: the id a client shows is the UNIQ_KEY.
+        out.search = Search.INDEX
         out.notes.append("the msg id is read as a UNIQ_KEY (the client's msgId)")
         return _by_keys(store, (text,), None, None, out, progress)
     if q.key is not None:
