@@ -485,6 +485,11 @@ def test_transaction_chains(tmp_path: Path) -> None:
     assert x1["copies"][1]["prepared_transaction_offset"] == at["X1"]
     assert x1["copies"][2]["linked_by"] == "op_record"
     assert x1["transaction_state"] == "committed"
+    assert x1["summary"] == [
+        "no consumer group has a committed offset on TopicTx",
+        "transaction committed",
+        "no retry copies",
+    ]
     x2 = _chain(store, "X2")
     assert [c["role"] for c in x2["copies"]] == ["half", "op"]
     assert x2["transaction_state"] == "rolled_back"
@@ -678,3 +683,31 @@ def test_message_copies_links_a_copy_without_uniq_key(tmp_path: Path) -> None:
         (r["from_physical_offset"], r["to_physical_offset"], r["role"], r["group"], r["linked_by"])
         for r in rows
     ] == [(first, pop, "retry", "cg", "origin_message_id")]  # the junk id names nothing
+
+
+def test_a_delayed_message_not_yet_delivered(tmp_path: Path) -> None:
+    """The original's schedule copy waits (delayOffset.json is at it): every group, and a store
+    without groups, is told when it is due."""
+    with StoreWriter(tmp_path / "s", SMALL_LAYOUT) as w:
+        spec = MessageSpec(topic="T", uniq_key="D1", delay_level=2, store_timestamp=T0)
+        w.put(spec)
+        w.set_delay_offsets({2: 0})
+    store = tmp_path / "s"
+    lone = _chain(store, "D1")
+    (copy,) = lone["copies"]
+    assert (copy["role"], copy["real_topic"], copy["delivered"]) == ("schedule", "T", False)
+    assert copy["due_timestamp"] == T0 + 5_000  # level 2 of the default table
+    assert lone["topic"] == "T"
+    assert lone["summary"] == [
+        "no consumer group has a committed offset on T",
+        "the message waits in delay level 2 until 2023-11-14T22:13:25.000Z",
+        "no retry copies",
+    ]
+    with_group = tmp_path / "g"
+    with StoreWriter(with_group, SMALL_LAYOUT) as w:
+        w.put(spec)
+        w.set_delay_offsets({2: 0})
+        w.set_consumer_offsets({"T@cg": {0: 0}})
+    assert _fates(_chain(with_group, "D1")) == {
+        "cg": "the message waits in delay level 2 until 2023-11-14T22:13:25.000Z"
+    }

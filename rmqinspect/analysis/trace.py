@@ -563,32 +563,14 @@ def _group_fate(group: str, base: str | None, copies: list[Copy]) -> GroupFate:
         if (c.topic == base and c.role in (Role.ORIGINAL, Role.SCHEDULED_DELIVERY, Role.COMMIT))
         or (c.role is Role.RETRY and c.group == group)
     ]
-    waiting = [
-        c
-        for c in copies
-        if c.role is Role.SCHEDULE
-        and c.real_topic in (retry, base)
-        and c.delivered is not True
-        and not any(
-            d.physical_offset > c.physical_offset and d.reconsume_times == c.reconsume_times
-            for d in delivered
-        )
-    ]
-    if waiting:
-        w = waiting[-1]
-        what = "the retry copy" if w.real_topic == retry else "the message"
-        due = (
-            ""
-            if w.due_timestamp is None
-            else f" until {iso_ms(w.due_timestamp) or w.due_timestamp}"
-        )
-        lost = _restart_words(w, group)
+    w = _waiting(copies, (retry, base), delivered)
+    if w is not None:
         return GroupFate(
             group,
             "in_delay",
             w.reconsume_times,
             w.reconsume_times,
-            f"{what} waits in delay level {w.delay_level}{due}" + lost,
+            _wait_words(w, retry) + _restart_words(w, group),
         )
     if not delivered:
         return GroupFate(group, "not_delivered", 0, 0, f"no copy for {group} on disk")
@@ -616,6 +598,32 @@ def _group_fate(group: str, base: str | None, copies: list[Copy]) -> GroupFate:
         retries + 1,
         f"pending for {group} at {where} (committed offset {state.committed_offset})" + lost,
     )
+
+
+def _waiting(
+    copies: list[Copy], real_topics: tuple[str | None, ...], delivered: list[Copy]
+) -> Copy | None:
+    """The newest schedule copy bound for one of ``real_topics`` that the schedule service has
+    not delivered: delayOffset.json is not past it and no later copy with its reconsume count
+    was stored."""
+    waiting = [
+        c
+        for c in copies
+        if c.role is Role.SCHEDULE
+        and c.real_topic in real_topics
+        and c.delivered is not True
+        and not any(
+            d.physical_offset > c.physical_offset and d.reconsume_times == c.reconsume_times
+            for d in delivered
+        )
+    ]
+    return waiting[-1] if waiting else None
+
+
+def _wait_words(w: Copy, retry: str | None) -> str:
+    what = "the retry copy" if retry is not None and w.real_topic == retry else "the message"
+    due = "" if w.due_timestamp is None else f" until {iso_ms(w.due_timestamp) or w.due_timestamp}"
+    return f"{what} waits in delay level {w.delay_level}{due}"
 
 
 def _restart_words(c: Copy, group: str) -> str:
@@ -681,6 +689,12 @@ def _chain(
     summary = [f.summary for f in fates]
     if not fates:
         summary.append("no consumer group has a committed offset on " + (base or "its topic"))
+        delivered = [c for c in copies if c.topic == base and c.role is not Role.SCHEDULE]
+        w = _waiting(copies, (base,), delivered)
+        if w is not None:
+            summary.append(_wait_words(w, None))
+    if state is not None:
+        summary.append(f"transaction {state.replace('_', ' ')}")
     if not any(c.role in (Role.RETRY, Role.DLQ) for c in copies):
         summary.append("no retry copies")
     uniq = next(iter(sorted(keys)), None)
