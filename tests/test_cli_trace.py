@@ -73,6 +73,7 @@ def _check_copy(want: dict[str, Any], got: dict[str, Any]) -> None:
     # Every delivery the consumers logged is of a copy their committed offset has passed.
     for delivery in want["consumedBy"]:
         assert groups[delivery["group"]]["consumed"] is True, (want, delivery)
+    assert all(g["status_after_restart"] == "ok" for g in groups.values())
     if got["role"] == "retry":
         assert set(groups) == {"groupRetry"} and got["group"] == "groupRetry"
     if got["role"] == "schedule":
@@ -282,18 +283,27 @@ def _send_back(
 
 def test_a_store_without_retries_says_so_in_one_line(tmp_path: Path) -> None:
     specs = orders(4)
-    store = build_store(tmp_path / "s", specs, consumer_offsets={"Orders@cg": {0: 2, 1: 0}})
+    offsets = {"Orders@cg": {0: 2, 1: 0}, "Orders@ahead": {0: 9}}
+    store = build_store(tmp_path / "s", specs, consumer_offsets=offsets)
     doc = run_json("trace", store, "--key", "ORDER-0", "--topic", "Orders", *SMALL_OPTS, expect=0)
     (chain,) = doc["chains"]
-    assert chain["summary"] == ["consumed by cg", "no retry copies"]
+    assert chain["summary"] == ["consumed by ahead", "consumed by cg", "no retry copies"]
     (copy,) = chain["copies"]
+    # Past the queue's max: the restart finds it OFFSET_OVERFLOW_BADLY (the groups command
+    # predicts the reset); the copy itself is behind it.
+    assert [g.pop("status_after_restart") for g in copy["groups"]] == ["above_max", "ok"]
     assert (copy["role"], copy["linked_by"], copy["groups"]) == (
         "original",
         "seed",
-        [{"group": "cg", "committed_offset": 2, "consumed": True}],
+        [
+            {"group": "ahead", "committed_offset": 9, "consumed": True},
+            {"group": "cg", "committed_offset": 2, "consumed": True},
+        ],
     )
     pending = run_json("trace", store, "--uniq-key", specs[1].uniq_key or "", *SMALL_OPTS, expect=0)
     assert pending["chains"][0]["summary"] == [
+        "ahead has no committed offset on Orders:1: the copy at Orders:1 offset 0 is not known "
+        "to be consumed",
         "pending for cg at Orders:1 offset 0 (committed offset 0)",
         "no retry copies",
     ]
@@ -435,8 +445,8 @@ def test_retry_delay_dlq_and_pop_chains(tmp_path: Path) -> None:
         ("%RETRY%pop_T", "pop", "T"),
     ]
     assert [c["groups"] for c in pops] == [
-        [{"group": "pop", "committed_offset": 1, "consumed": True}],
-        [{"group": "pop", "committed_offset": 0, "consumed": False}],
+        [{"group": "pop", "committed_offset": 1, "consumed": True, "status_after_restart": "ok"}],
+        [{"group": "pop", "committed_offset": 0, "consumed": False, "status_after_restart": "ok"}],
     ]
     assert _fates(u4)["pop"] == "pending for pop at %RETRY%pop_T:0 offset 0 (committed offset 0)"
 

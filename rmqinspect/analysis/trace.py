@@ -92,6 +92,9 @@ class GroupState:
     group: str
     committed_offset: int
     consumed: bool  # the offset is past the copy's queue offset
+    # The offset against the queue the restart rebuilds (offsets' status_after_restart: ok,
+    # below_min, above_max, no_queue; None when the broker would not start).
+    status_after_restart: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,7 +436,8 @@ def _origin_findings(
 
 @dataclass(frozen=True, slots=True)
 class _Context:
-    consumer: dict[tuple[str, int], list[tuple[str, int]]]  # (topic, queue) -> (group, offset)
+    # (topic, queue) -> (group, offset, status after restart)
+    consumer: dict[tuple[str, int], list[tuple[str, int, str | None]]]
     delay: dict[int, int]  # schedule queue id -> delayOffset.json offset
     keeps: RestartKeeps | None
     delays: dict[int, int]
@@ -442,11 +446,14 @@ class _Context:
 
 def _context(store: Store, progress: Progress | None) -> _Context:
     report: OffsetsReport = offsets_report(store, progress=progress)
-    consumer: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    consumer: dict[tuple[str, int], list[tuple[str, int, str | None]]] = {}
     delay: dict[int, int] = {}
     for row in report.rows:
         if row.table == "consumer" and row.group is not None:
-            consumer.setdefault((row.topic, row.queue_id), []).append((row.group, row.offset))
+            after = row.status_after_restart
+            consumer.setdefault((row.topic, row.queue_id), []).append(
+                (row.group, row.offset, None if after is None else after.value)
+            )
         elif row.table == "delay":
             delay[row.queue_id] = row.offset
     keeps = predict_keeps(store) if store.commitlog.files else None
@@ -493,8 +500,8 @@ def _copy(
         offset = ctx.delay.get(rec.queue_id)
         delivered = None if offset is None else offset > rec.queue_offset
     groups = tuple(
-        GroupState(g, off, off > rec.queue_offset)
-        for g, off in sorted(ctx.consumer.get((rec.topic, rec.queue_id), []))
+        GroupState(g, off, off > rec.queue_offset, after)
+        for g, off, after in sorted(ctx.consumer.get((rec.topic, rec.queue_id), []))
         if role not in (Role.RETRY, Role.DLQ) or g == links.group
     )
     tx = rec.sys_flag & cl.TRANSACTION_TYPE_MASK
@@ -682,7 +689,7 @@ def _chain(
     _origin_findings(store, records, pool, findings)
     base = _base_topic(copies)
     groups = sorted(
-        {g for (t, _), rows in ctx.consumer.items() if t == base for g, _ in rows}
+        {g for (t, _), rows in ctx.consumer.items() if t == base for g, _, _ in rows}
         | {c.group for c in copies if c.group is not None}
     )
     fates = tuple(_group_fate(g, base, copies) for g in groups)
