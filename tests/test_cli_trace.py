@@ -721,3 +721,16 @@ def test_a_delayed_message_not_yet_delivered(tmp_path: Path) -> None:
     assert _fates(_chain(with_group, "D1")) == {
         "cg": "the message waits in delay level 2 until 2023-11-14T22:13:25.000Z"
     }
+
+
+def test_store_text_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    group = "g\x1b[2J\u202e"
+    with StoreWriter(tmp_path / "s", SMALL_LAYOUT) as w:
+        w.put(MessageSpec(topic="T", uniq_key="E1", body=b"m"))
+        w.put(MessageSpec(topic=f"%DLQ%{group}", uniq_key="E1", reconsume_times=3))
+    shown = run("trace", tmp_path / "s", "--uniq-key", "E1", *SMALL_OPTS, "-F", "table")
+    assert shown.exit_code == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\u202e" not in shown.stdout
+    assert "  - moved to %DLQ%g\\x1b[2J\\u202e after 3 attempts" in shown.stdout
+    doc = run_json("trace", tmp_path / "s", "--uniq-key", "E1", *SMALL_OPTS, expect=0)
+    assert doc["chains"][0]["groups"][0]["group"] == group  # JSON keeps the name exactly

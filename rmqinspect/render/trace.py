@@ -9,7 +9,7 @@ from rich.table import Table
 from rmqinspect.analysis.trace import Chain, Copy, TraceReport
 from rmqinspect.format.times import iso_ms
 from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
-from rmqinspect.render.values import with_times
+from rmqinspect.render.values import printable, with_times
 
 NOT_FOUND = "no message matches"
 
@@ -87,10 +87,10 @@ def render_trace(report: TraceReport, fmt: OutputFormat) -> None:
         return
     print(f"found by {report.search.value}; {len(report.chains)} message(s)")
     for chain in report.chains:
-        state = f", transaction {chain.transaction_state}" if chain.transaction_state else ""
-        print(f"{chain.uniq_key or '(no UNIQ_KEY)'} sent to {chain.topic or '?'}{state}:")
+        # Store data (topics, keys, group names) cannot drive the terminal.
+        print(printable(f"{chain.uniq_key or '(no UNIQ_KEY)'} sent to {chain.topic or '?'}:"))
         for line in chain.summary:
-            print(f"  - {line}")
+            print(printable(f"  - {line}"))
         print_table(_chain_table(chain))
     if report.findings:
         f = Table(title="Findings", title_justify="left")
