@@ -39,6 +39,7 @@ COMMANDS: dict[str, list[str]] = {
     "recover": ["recover", "{store}"],
     "delays": ["delays", "{store}"],
     "transactions": ["transactions", "{store}"],
+    "trace": ["trace", "{store}", "--msg-id", "{msg_id}"],
 }
 REFUSED_BY_QUEUE_LAYOUTS = {
     "consumequeue",
@@ -49,6 +50,7 @@ REFUSED_BY_QUEUE_LAYOUTS = {
     "lookup --time",
     "recover",
     "delays",  # the schedule queues, judged as the restart's recovery leaves them
+    "trace",  # committed offsets against each copy's queue, and the restart's keeps
 }
 
 

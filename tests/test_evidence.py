@@ -102,6 +102,10 @@ INVOCATIONS: dict[str, list[Invocation]] = {
     "groups": [lambda s, m, d: ("groups", s, "--after-restart")],
     "transactions": [lambda s, m, d: ("transactions", s)],
     "delays": [lambda s, m, d: ("delays", s)],
+    "trace": [
+        lambda s, m, d: ("trace", s, "--msg-id", m["msg_id"], *SMALL_OPTS),
+        lambda s, m, d: ("trace", s, "--key", "ORDER-35", "--topic", "Orders", *SMALL_OPTS),
+    ],
     "lookup": [
         lambda s, m, d: ("lookup", s, "--msg-id", m["msg_id"]),
         lambda s, m, d: ("lookup", s, "--key", "ORDER-35", "--topic", "Orders"),

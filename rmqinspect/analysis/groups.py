@@ -37,23 +37,25 @@ from rmqinspect.analysis.offsets import (
 from rmqinspect.analysis.queues import iter_unit_chunks, queue_bounds, unit_at
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format.config import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    POP_RETRY_SEPARATORS,
-    RETRY_GROUP_TOPIC_PREFIX,
     OffsetMovedEvent,
     SubscriptionGroupConfig,
     SubscriptionGroupTable,
-    dlq_topic,
     parse_offset_moved_event,
+)
+from rmqinspect.format.fastjson import loads
+from rmqinspect.format.fate import (
+    DLQ_PREFIX,
+    OFFSET_MOVED_EVENT,
+    POP_RETRY_SEPARATORS,
+    RETRY_PREFIX,
+    dlq_topic,
     retry_topic,
     retry_topic_kind,
 )
-from rmqinspect.format.fastjson import loads
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
 
-OFFSET_MOVED_EVENT_TOPIC = "OFFSET_MOVED_EVENT"  # TopicValidator.RMQ_SYS_OFFSET_MOVED_EVENT
 DLQ_QUEUE_ID = 0  # SendMessageProcessor sends every dead letter to queue 0
 
 _Bounds = tuple[int, int]
@@ -240,7 +242,7 @@ def _groups_on_disk(store: Store, with_offsets: tuple[str, ...]) -> set[str]:
     consumerOffset.json leaves no other trace); a POP retry topic of a known group is its own."""
     names = set()
     for qid in store.queue_dirs:
-        for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        for prefix in (RETRY_PREFIX, DLQ_PREFIX):
             if qid.topic.startswith(prefix) and len(qid.topic) > len(prefix):
                 names.add(qid.topic[len(prefix) :])
     groups = names | set(with_offsets)
@@ -260,7 +262,7 @@ class _Queues:
         self.by_topic: dict[str, list[QueueId]] = {}
         for qid in sorted(store.queue_dirs, key=lambda q: (q.topic, q.queue_id)):
             self.by_topic.setdefault(qid.topic, []).append(qid)
-        self.retry = sorted(t for t in self.by_topic if t.startswith(RETRY_GROUP_TOPIC_PREFIX))
+        self.retry = sorted(t for t in self.by_topic if t.startswith(RETRY_PREFIX))
 
     def of(self, group: str, topics: set[str]) -> Iterator[tuple[QueueId, str]]:
         """(queue, kind) of the group's topics and retry topics, in topic order."""
@@ -524,7 +526,7 @@ def _subscription(s: SubscriptionGroupConfig) -> Subscription:
 
 def _moved_events(store: Store) -> tuple[list[MovedEvent], str | None, list[str]]:
     queues = sorted(
-        (q for q in store.queue_dirs if q.topic == OFFSET_MOVED_EVENT_TOPIC),
+        (q for q in store.queue_dirs if q.topic == OFFSET_MOVED_EVENT),
         key=lambda q: q.queue_id,
     )
     if not queues:
@@ -543,7 +545,7 @@ def _moved_events(store: Store) -> tuple[list[MovedEvent], str | None, list[str]
                 events.append(event)
                 if event.problem is not None:
                     problems.append(
-                        f"{OFFSET_MOVED_EVENT_TOPIC}/{qid.queue_id} queue offset {q_off} "
+                        f"{OFFSET_MOVED_EVENT}/{qid.queue_id} queue offset {q_off} "
                         f"(physical offset {event.physical_offset}): {event.problem}"
                     )
     return events, "its consume queue on disk", problems

@@ -43,17 +43,20 @@ from rmqinspect.analysis.messages import SkippedRange, skipped_range
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.config import ConsumerOffsetTable
+from rmqinspect.format.fate import (
+    CHECK_GROUP,
+    CHECK_TIMES,
+    GIVEN_UP_TOPIC,
+    HALF_TOPIC,
+    OP_TOPIC,
+    REMOVE_TAG,
+    TRANSACTION_CHECK_MAX,
+    op_offsets,
+)
 from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.model import Store
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"  # TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC
-GIVEN_UP_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"  # TopicValidator.RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC
-CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # MixAll.CID_SYS_RMQ_TRANS
-REMOVE_TAG = "d"  # TransactionalMessageUtil.REMOVE_TAG (REMOVETAG in 4.9)
-CHECK_TIMES = "TRANSACTION_CHECK_TIMES"  # MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES
-TRANSACTION_CHECK_MAX = 15  # BrokerConfig.transactionCheckMax
 # BrokerConfig.transactionCheckInterval (60 s) x transactionCheckMax: a half still pending after
 # the check service's whole budget is stuck (apache/rocketmq#1517, #2133).
 DEFAULT_STUCK_AFTER_MS = TRANSACTION_CHECK_MAX * 60_000
@@ -312,22 +315,17 @@ def _apply_ops(
                 )
             )
             continue
-        text = (op.body or b"").decode("utf-8", "replace")
-        # 5.x batches offsets with a trailing separator; empty tokens are no offsets.
-        for token in (t.strip() for t in text.split(",")):
-            if not token:
-                continue
-            offset = int(token) if token.isdecimal() and token.isascii() else None
-            if offset is None:
-                findings.append(
-                    TxFinding(
-                        FindingKind.OP_NOT_NUMBER,
-                        op.position,
-                        None,
-                        f"op body token {token[:40]!r} is not a half-queue offset",
-                    )
+        offsets, bad = op_offsets(op.body)
+        for token in bad:
+            findings.append(
+                TxFinding(
+                    FindingKind.OP_NOT_NUMBER,
+                    op.position,
+                    None,
+                    f"op body token {token[:40]!r} is not a half-queue offset",
                 )
-                continue
+            )
+        for offset in offsets:
             tx = by_queue_offset.get((op.queue_id, offset))
             if tx is None:
                 findings.append(

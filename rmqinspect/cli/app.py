@@ -75,6 +75,7 @@ _COMMANDS = {
     "salvage": "salvage",
     "synth": "synth",
     "transactions": "transactions",
+    "trace": "trace",
 }
 
 

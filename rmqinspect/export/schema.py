@@ -24,6 +24,7 @@ class Table(StrEnum):
     CONSUMER_OFFSETS = "consumer_offsets"
     GROUP_OFFSETS = "group_offsets"
     FINDINGS = "findings"
+    MESSAGE_COPIES = "message_copies"
 
 
 MESSAGES = pa.schema(
@@ -157,6 +158,23 @@ FINDINGS = pa.schema(
     ]
 )
 
+# Original -> copy edges (analysis/copies.py): one row per copy the broker stored of a message.
+MESSAGE_COPIES = pa.schema(
+    [
+        ("from_physical_offset", pa.int64()),
+        ("to_physical_offset", pa.int64()),
+        ("uniq_key", pa.string()),
+        ("role", pa.string()),
+        ("group", pa.string()),
+        ("reconsume_times", pa.int32()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("store_timestamp", MS_UTC),
+        ("linked_by", pa.string()),
+    ]
+)
+
 SCHEMAS: dict[Table, pa.Schema] = {
     Table.MESSAGES: MESSAGES,
     Table.CONSUME_QUEUE: CONSUME_QUEUE,
@@ -164,6 +182,7 @@ SCHEMAS: dict[Table, pa.Schema] = {
     Table.CONSUMER_OFFSETS: CONSUMER_OFFSETS,
     Table.GROUP_OFFSETS: GROUP_OFFSETS,
     Table.FINDINGS: FINDINGS,
+    Table.MESSAGE_COPIES: MESSAGE_COPIES,
 }
 
 PARTITION_COLUMN: dict[Table, str | None] = {t: None for t in Table} | {

@@ -13,6 +13,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rmqinspect.analysis.copies import copy_edges
 from rmqinspect.analysis.groups import groups_report
 from rmqinspect.analysis.indexes import entry_blocks, open_index_files
 from rmqinspect.analysis.offsets import offsets_report, parse_broker_version
@@ -22,6 +23,7 @@ from rmqinspect.analysis.units import STATUSES, resolve_units
 from rmqinspect.analysis.verify import Finding
 from rmqinspect.export.plan import (
     CommitlogRange,
+    CopiesPart,
     FileGroup,
     IndexSlice,
     OffsetsPart,
@@ -37,6 +39,7 @@ from rmqinspect.export.schema import (
     FINDINGS,
     GROUP_OFFSETS,
     INDEX_ENTRIES,
+    MESSAGE_COPIES,
     MESSAGES,
     MS_UTC,
     Table,
@@ -70,6 +73,8 @@ def read_part(
             yield Table.CONSUMER_OFFSETS, consumer_offsets_batch(store)
         if Table.GROUP_OFFSETS in tables:
             yield Table.GROUP_OFFSETS, group_offsets_batch(store)
+    elif isinstance(part, CopiesPart) and Table.MESSAGE_COPIES in tables:
+        yield Table.MESSAGE_COPIES, message_copies_batch(store)
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -375,6 +380,28 @@ def group_offsets_batch(store: Store) -> pa.RecordBatch:
                 }
             )
     return pa.RecordBatch.from_pylist(rows, schema=GROUP_OFFSETS)
+
+
+def message_copies_batch(store: Store) -> pa.RecordBatch:
+    """The edges of :func:`copy_edges`; the consumer groups the offset tables name split the
+    5.x POP retry topics ``%RETRY%<group>_<topic>``."""
+    edges = copy_edges(store, known_groups=offsets_report(store).groups)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([e.from_physical_offset for e in edges], pa.int64()),
+            pa.array([e.to_physical_offset for e in edges], pa.int64()),
+            pa.array([_text(e.uniq_key) for e in edges], pa.string()),
+            pa.array([e.role.value for e in edges], pa.string()),
+            pa.array([_text(e.group) for e in edges], pa.string()),
+            pa.array([e.reconsume_times for e in edges], pa.int32()),
+            pa.array([encodable(e.topic) for e in edges], pa.string()),
+            pa.array([e.queue_id for e in edges], pa.int32()),
+            pa.array([e.queue_offset for e in edges], pa.int64()),
+            _timestamps(pa.array([e.store_timestamp for e in edges], pa.int64())),
+            pa.array([e.linked_by for e in edges], pa.string()),
+        ],
+        schema=MESSAGE_COPIES,
+    )
 
 
 # --- source files -------------------------------------------------------------------------------

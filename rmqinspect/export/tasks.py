@@ -17,6 +17,7 @@ from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter, is_part_file, wri
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
     CommitlogRange,
+    CopiesPart,
     FileGroup,
     OffsetsPart,
     Part,
@@ -71,6 +72,8 @@ def plan_parts(store: Store, tables: Sequence[Table], hashes: bool = True) -> li
         parts += plan_index(store)
     if Table.CONSUMER_OFFSETS in tables or Table.GROUP_OFFSETS in tables:
         parts.append(OffsetsPart())  # one small task reads the config files for both
+    if Table.MESSAGE_COPIES in tables:
+        parts.append(CopiesPart())
     if hashes:
         parts += plan_hashes(store.root)
     return parts

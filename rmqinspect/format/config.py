@@ -202,33 +202,6 @@ def split_topic_group(key: str) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-# KeyBuilder.buildPopRetryTopicV1 / V2 (5.x): a POP consumer's retry topic is
-# %RETRY%<group>_<topic>, or %RETRY%<group>+<topic> with enableRetryTopicV2.
-POP_RETRY_SEPARATORS = ("_", "+")
-
-
-def retry_topic(group: str) -> str:
-    """``MixAll.getRetryTopic``: where a push consumer's failed messages come back."""
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    """``MixAll.getDLQTopic``: where a message goes after ``retryMaxTimes`` failures (queue 0)."""
-    return DLQ_GROUP_TOPIC_PREFIX + group
-
-
-def retry_topic_kind(topic: str, group: str) -> str | None:
-    """``"retry"`` for ``group``'s ``%RETRY%`` topic, ``"pop_retry"`` for one of its 5.x POP
-    retry topics (``KeyBuilder.buildPopRetryTopic``), None for any other topic."""
-    own = retry_topic(group)
-    if topic == own:
-        return "retry"
-    pop = len(topic) > len(own) + 1 and topic[len(own)] in POP_RETRY_SEPARATORS
-    return "pop_retry" if pop and topic.startswith(own) else None
-
-
 def delay_level_to_queue_id(level: int) -> int:
     """``ScheduleMessageService.delayLevel2QueueId``: level L lives in schedule queue L - 1."""
     return level - 1

@@ -31,6 +31,7 @@ from rmqinspect.format.commitlog import (
 )
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javamath import java_parse_int
+from rmqinspect.format.trace_data import CONTENT_SPLITOR, FIELD_ORDER, FIELD_SPLITOR, TraceRecord
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -172,3 +173,24 @@ def encode_message(
 def encode_blank(remaining: int) -> bytes:
     """The 8 bytes a full file ends with: TOTALSIZE = all remaining space, then the BLANK magic."""
     return struct.pack(">ii", remaining, BLANK_MAGIC_CODE)
+
+
+def _trace_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"  # Java's String.valueOf(boolean)
+    return "null" if value is None else str(value)  # StringBuilder.append(null)
+
+
+def encode_trace_data(records: list[TraceRecord]) -> bytes:
+    """``encoderFromContextBean`` for each record (the 4.9.8 field lists), concatenated as
+    ``AsyncTraceDispatcher`` packs them. Values must not contain the separators."""
+    out = []
+    for r in records:
+        values = [
+            r.trace_type,
+            *(_trace_text(getattr(r, name)) for name in FIELD_ORDER[r.trace_type]),
+        ]
+        if any(CONTENT_SPLITOR in v or FIELD_SPLITOR in v for v in values):
+            raise ValueError("trace fields cannot contain 0x01 or 0x02")
+        out.append(CONTENT_SPLITOR.join(values) + FIELD_SPLITOR)
+    return "".join(out).encode("utf-8")

@@ -6,7 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
-from rmqinspect.analysis.transactions import CHECK_GROUP, Transaction, TransactionsReport
+from rmqinspect.analysis.transactions import Transaction, TransactionsReport
+from rmqinspect.format.fate import CHECK_GROUP
 from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
 from rmqinspect.render.values import time_cell, with_times
 

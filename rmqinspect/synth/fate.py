@@ -53,17 +53,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.analysis.transactions import (
+from rmqinspect.format import properties as props
+from rmqinspect.format.commitlog import SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE
+from rmqinspect.format.fate import (
     CHECK_GROUP,
     CHECK_TIMES,
+    DLQ_PREFIX,
     GIVEN_UP_TOPIC,
     HALF_TOPIC,
     OP_TOPIC,
     REMOVE_TAG,
+    RETRY_PREFIX,
     TRANSACTION_CHECK_MAX,
+    pop_retry_topic,
 )
-from rmqinspect.format import properties as props
-from rmqinspect.format.commitlog import SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamap import java_map_order
@@ -75,8 +78,6 @@ from rmqinspect.synth.writer import StoreWriter
 GROUP_OK = "groupOK"
 GROUP_RETRY = "groupRetry"
 GROUP_POP = "groupPop"
-RETRY_PREFIX = "%RETRY%"  # MixAll.RETRY_GROUP_TOPIC_PREFIX
-DLQ_PREFIX = "%DLQ%"  # MixAll.DLQ_GROUP_TOPIC_PREFIX
 FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME
 MAX_RECONSUME_TIMES = 3  # groupRetry's DefaultMQPushConsumer.setMaxReconsumeTimes(3)
 CLEAN_HORIZON_MS = 150_000
@@ -143,11 +144,6 @@ class _Event:
     time: int
     seq: int
     action: Callable[[int], None] = field(compare=False)
-
-
-def pop_retry_topic(group: str, topic: str, v2: bool) -> str:
-    """``KeyBuilder.buildPopRetryTopic``: V1 ``%RETRY%<group>_<topic>``, V2 with ``+``."""
-    return f"{RETRY_PREFIX}{group}{'+' if v2 else '_'}{topic}"
 
 
 def slice_columns(c: MessageColumns, start: int, end: int) -> MessageColumns:

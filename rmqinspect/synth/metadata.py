@@ -22,12 +22,12 @@ from rmqinspect.format.config import (
     encode_topics,
     split_topic_group,
 )
+from rmqinspect.format.fate import RETRY_PREFIX
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.profile import Profile
 
 CHECKPOINT_NAME = "checkpoint"
 LOCK_CONTENT = b"lock"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 # System topics whose broker-created config has more queues than the store may show.
 _SYSTEM_TOPIC_QUEUES = {SCHEDULE_TOPIC: 18}
 
@@ -157,8 +157,8 @@ class ConfigTables:
     def _group_table(self) -> dict[str, SubscriptionGroupConfig]:
         groups = list(self.groups)
         for topic in sorted({topic for topic, _ in self.used_queues}):
-            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+            if topic.startswith(RETRY_PREFIX):
+                group = topic[len(RETRY_PREFIX) :]
                 if group not in groups:
                     groups.append(group)
         v5 = self.profile is not Profile.V4_9

@@ -35,6 +35,7 @@ from rmqinspect.format.commitlog import (
 )
 from rmqinspect.format.compression import COMPRESS_OVER, Codec, compress, compression_flags
 from rmqinspect.format.encode import rewrite_delay
+from rmqinspect.format.fate import CHECK_GROUP, HALF_TOPIC, RETRY_PREFIX
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.index_build import IndexNamer
@@ -50,10 +51,8 @@ from rmqinspect.synth.writer import (
     StoreWriter,
 )
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TX_TOPIC = "TopicTx"
 TX_PRODUCER_GROUP = "PID_TX"
-TX_CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 RETRY_GROUP = "groupX"
 DEFAULT_CRASH_FLUSH_LAG_MS = 4500
 _BATCH = 8192
@@ -269,7 +268,7 @@ class _Generator:
             *self.topics,
             HALF_TOPIC,
             TX_TOPIC,
-            f"%RETRY%{RETRY_GROUP}",
+            RETRY_PREFIX + RETRY_GROUP,
             SCHEDULE_TOPIC,
             *((_v2_topic(128), _v2_topic(200)) if self.v2_enabled else ()),
         ]
@@ -546,7 +545,7 @@ class _Generator:
                     prepared[k] = halves[(word >> 8) % len(halves)]
         elif kind == _RETRY:
             recent = self.recent
-            topic[k], queue_id[k] = ids[f"%RETRY%{RETRY_GROUP}"], 0
+            topic[k], queue_id[k] = ids[RETRY_PREFIX + RETRY_GROUP], 0
             reconsume[k] = 1 + (word & 3) % 3
             # A retry is a copy: the original's tags, keys and UNIQ_KEY travel with it.
             for name in _CARRIED:
@@ -575,10 +574,10 @@ def _consumer_offsets(
     for (topic, queue_id), end in sorted(ends.items()):
         if topic.startswith("Topic") and topic != TX_TOPIC and not topic.startswith("TopicV2"):
             group = "groupX" if (ord(topic[-1]) - ord("A")) % 2 == 0 else "groupY"
-        elif topic == f"%RETRY%{RETRY_GROUP}":
+        elif topic == RETRY_PREFIX + RETRY_GROUP:
             group = RETRY_GROUP
         elif topic == HALF_TOPIC:
-            group = TX_CHECK_GROUP
+            group = CHECK_GROUP
         else:
             continue
         subscriptions.setdefault(f"{topic}@{group}", {})[queue_id] = end
