@@ -101,7 +101,7 @@ def _check_chain(want: dict[str, Any], got: dict[str, Any]) -> None:
         if outcome["successAtReconsumeTimes"]:
             (retries,) = outcome["successAtReconsumeTimes"]
             assert (fate["outcome"], fate["retries"]) == ("consumed", retries)
-            after = f" after {retries} retries" if retries else ""
+            after = {0: "", 1: " after 1 retry"}.get(retries, f" after {retries} retries")
             assert fate["summary"] == f"consumed by {group}{after}"
             assert fate["attempts"] == outcome["deliveries"]
         else:

@@ -23,7 +23,12 @@ def _ci_script(heading: str = "#### Verify recovery in CI") -> str:
 
 
 @pytest.mark.parametrize(
-    "heading", ["#### Verify recovery in CI", "#### Predict a DLedger restart"]
+    "heading",
+    [
+        "#### Verify recovery in CI",
+        "#### Predict a DLedger restart",
+        "#### Investigate duplicate consumption after a crash",
+    ],
 )
 def test_verify_recovery_in_ci_example(tmp_path: Path, heading: str) -> None:
     if shutil.which("jq") is None:

@@ -562,7 +562,7 @@ def _group_fate(group: str, base: str | None, copies: list[Copy]) -> GroupFate:
             "dlq",
             max(attempts - 1, 0),
             attempts,
-            f"moved to {dlq.topic} after {attempts} attempts",
+            f"moved to {dlq.topic} after {attempts} attempts" + _dlq_restart_words(dlq),
         )
     delivered = [
         c
@@ -595,7 +595,7 @@ def _group_fate(group: str, base: str | None, copies: list[Copy]) -> GroupFate:
             f"{where} is not known to be consumed" + _restart_words(last, group),
         )
     if state.consumed:
-        after = f" after {retries} retries" if retries else ""
+        after = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
         return GroupFate(group, "consumed", retries, retries + 1, f"consumed by {group}{after}")
     lost = _restart_words(last, group)
     return GroupFate(
@@ -642,6 +642,15 @@ def _restart_words(c: Copy, group: str) -> str:
             f"; the restart keeps the {name} but no queue entry serves it: "
             f"{group} will never see it"
         )
+    return ""
+
+
+def _dlq_restart_words(c: Copy) -> str:
+    """No group consumes a DLQ copy, so what its loss means is that the DLQ will not hold it."""
+    if c.restart is Restart.CUT:
+        return f"; the restart cuts the DLQ copy: {c.topic} will not hold it"
+    if c.restart is Restart.QUEUE_ENTRY_LOST:
+        return f"; the restart keeps the DLQ copy but no queue entry of {c.topic} serves it"
     return ""
 
 
