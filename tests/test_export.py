@@ -361,11 +361,38 @@ def test_spark_engine_without_java_17_says_so_in_one_line(
     if java is not None:
         _fake_java(home, java)
     monkeypatch.setenv("JAVA_HOME", str(home))
-    result = run("export", STORES / "clean49", tmp_path / "out")
-    assert result.exit_code == 2
+    for chooses_spark in (["--engine", "spark"], ["--master", "spark://127.0.0.1:1"]):
+        result = run("export", STORES / "clean49", tmp_path / "out", *chooses_spark)
+        assert result.exit_code == 2
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0] and "--engine arrow" in lines[0]
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("java", "said"),
+    [(None, "no Java was found"), ('java version "1.8.0_292"', "Java 8 is too old")],
+)
+def test_default_engine_without_java_17_is_arrow_and_says_why(
+    java: str | None, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make demo`` on a machine without Java: the export is made by the arrow engine, with
+    one line saying why, and holds the same rows as one the arrow engine was asked for."""
+    home = tmp_path / "jdk"
+    if java is not None:
+        _fake_java(home, java)
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    result = run("export", STORES / "clean49", tmp_path / "out", "-F", "json", "-j", "1")
+    assert result.exit_code == 0, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and said in lines[0] and "--engine arrow" in lines[0]
-    assert not (tmp_path / "out").exists()
+    assert len(lines) == 1 and said in lines[0] and "the arrow engine writes the tables" in lines[0]
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    asked = export_arrow(STORES / "clean49", tmp_path / "arrow")
+    assert manifest["engine"] == "arrow"
+    assert {t: v["rows"] for t, v in manifest["tables"].items()} == {
+        t: v["rows"]  # type: ignore[index]
+        for t, v in asked["tables"].items()  # type: ignore[attr-defined]
+    }
 
 
 class _CountedFuture(Future[Any]):

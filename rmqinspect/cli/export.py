@@ -11,9 +11,9 @@ import typer
 from rmqinspect.cli.common import handle_errors
 from rmqinspect.cli.options import StoreArg, open_store, with_store_options
 from rmqinspect.export import Engine, ExportOptions, Table
-from rmqinspect.export.run import export_opened
+from rmqinspect.export.run import DEFAULT_MASTER, chosen_engine, export_opened
 from rmqinspect.render.export import ExportFormat, export_progress, render_export
-from rmqinspect.render.output import OutputFormat, resolve_format
+from rmqinspect.render.output import OutputFormat, resolve_format, warn
 from rmqinspect.store.layout import ALL_PARTS, StorePart
 from rmqinspect.store.model import StoreOptions
 
@@ -56,9 +56,10 @@ def export(
         typer.Option(
             "--engine",
             case_sensitive=False,
-            help="spark: a PySpark job (needs Java 17+); arrow: pyarrow only, this machine.",
+            help="spark: a PySpark job (needs Java 17+); arrow: pyarrow only, this machine; "
+            "auto: spark where Java 17+ is found or --master is given, else arrow.",
         ),
-    ] = Engine.SPARK,
+    ] = Engine.AUTO,
     tables: Annotated[
         str,
         typer.Option(
@@ -68,7 +69,7 @@ def export(
     ] = ",".join(t.value for t in Table),
     master: Annotated[
         str, typer.Option("--master", help="Spark master URL (spark engine).")
-    ] = "local[*]",
+    ] = DEFAULT_MASTER,
     conf: Annotated[
         list[str] | None,
         typer.Option("--conf", help="Extra Spark setting key=value (repeatable)."),
@@ -102,6 +103,9 @@ def export(
 
     Example: rmqinspect export /data/rocketmq/store /tmp/export --engine arrow
     """
+    engine, why = chosen_engine(engine, master)
+    if why is not None:
+        warn(why)
     options = ExportOptions(
         tables=_tables(tables),
         engine=engine,

@@ -22,7 +22,13 @@ from rmqinspect.export.arrow_engine import run_arrow
 from rmqinspect.export.plan import source_files
 from rmqinspect.export.progress import Reporter
 from rmqinspect.export.schema import PARTITION_COLUMN, Table
-from rmqinspect.export.spark_engine import SUBMITTED, require_java, run_spark
+from rmqinspect.export.spark_engine import (
+    MIN_JAVA,
+    SUBMITTED,
+    java_major,
+    require_java,
+    run_spark,
+)
 from rmqinspect.render.output import json_text
 from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.store.output import prepare_output_dir
@@ -33,15 +39,37 @@ TOOL_NAME = "rmqinspect"
 
 
 class Engine(StrEnum):
+    AUTO = "auto"  # spark where it can run, else arrow: see chosen_engine
     SPARK = "spark"
     ARROW = "arrow"
+
+
+DEFAULT_MASTER = "local[*]"
+
+
+def chosen_engine(engine: Engine, master: str) -> tuple[Engine, str | None]:
+    """The engine ``AUTO`` stands for, and why when it is not spark: spark under spark-submit,
+    for a master other than the local default, or where Java it can run is found; else arrow,
+    which writes the same tables on this machine (a demo or a CI host without Java)."""
+    if engine is not Engine.AUTO:
+        return engine, None
+    if SUBMITTED in os.environ or master != DEFAULT_MASTER:
+        return Engine.SPARK, None
+    major = java_major()
+    if major is not None and major >= MIN_JAVA:
+        return Engine.SPARK, None
+    found = "no Java was found (JAVA_HOME, PATH)" if major is None else f"Java {major} is too old"
+    return Engine.ARROW, (
+        f"{found}: the arrow engine writes the tables (the same rows); "
+        f"--engine spark needs Java {MIN_JAVA} or newer"
+    )
 
 
 @dataclass(frozen=True)
 class ExportOptions:
     tables: tuple[Table, ...] = tuple(Table)
     engine: Engine = Engine.SPARK
-    master: str = "local[*]"
+    master: str = DEFAULT_MASTER
     conf: tuple[tuple[str, str], ...] = ()
     jobs: int | None = None  # arrow engine: worker processes (default: one per CPU)
     overwrite: bool = False
@@ -76,16 +104,17 @@ def export_opened(
     """:func:`export_store` of a store already open (with ``options.store``), which the caller
     closes: the command keeps the store it checked open across the export, so that one store,
     the one open across every read, says whether it looked live."""
+    engine = chosen_engine(options.engine, options.master)[0]
     report = reporter or Reporter()
     started = _now()
-    if options.engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
+    if engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
         require_java()  # before OUT is touched
     prepare_output_dir(
         out, "OUT", store.root, removable=earlier_export if options.overwrite else None
     )
     before = dict(_stat_files(store.root))
     profile = store.profile
-    if options.engine is Engine.ARROW:
+    if engine is Engine.ARROW:
         result, master = run_arrow(store, out, options.tables, options.jobs, report), None
     else:
         result, master = run_spark(
@@ -102,7 +131,7 @@ def export_opened(
             "explicit": profile.explicit,
             "reasons": list(profile.reasons),
         },
-        "engine": options.engine.value,
+        "engine": engine.value,
         "master": master,
         "tables": {
             t.value: {"rows": rows[t], "path": t.value, "partitioned_by": PARTITION_COLUMN[t]}
