@@ -17,6 +17,7 @@ from rmqinspect.format import properties as props
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE
 from rmqinspect.format.encode import encode_trace_data
 from rmqinspect.format.fate import (
+    HALF_TOPIC,
     Role,
     link_keys,
     op_offsets,
@@ -636,11 +637,12 @@ def test_copies_without_uniq_key_link_by_origin(tmp_path: Path) -> None:
 # --- the export's message_copies table ----------------------------------------------------------
 
 
-def test_message_copies_table_is_every_corpus_edge(
+def test_message_copies_table_is_every_corpus_copy(
     conformance_consume_dir: Path, tmp_path: Path
 ) -> None:
-    """One edge per copy the real broker stored: from the message's first record (the original,
-    or a delayed message's schedule record) to each later one, with trace's roles."""
+    """One row per copy the real broker stored (every record of a chain but its send: the
+    original, or a delayed message's schedule record), with trace's roles; a copy that names its
+    source by ORIGIN_MESSAGE_ID points at a record of its own chain, the one its group consumed."""
     store, doc = _corpus(conformance_consume_dir)
     out = tmp_path / "out"
     done = run(
@@ -648,16 +650,17 @@ def test_message_copies_table_is_every_corpus_edge(
     )
     assert done.exit_code == 0, done.stderr
     rows = read_table(out, Table.MESSAGE_COPIES).to_pylist()
-    got = {(r["from_physical_offset"], r["to_physical_offset"]): r for r in rows}
-    want = {}
-    for chain in doc["chains"]:
-        first = chain["copies"][0]
-        for copy in chain["copies"][1:]:
-            want[(first["commitLogOffset"], copy["commitLogOffset"])] = (chain, copy)
+    got = {r["physical_offset"]: r for r in rows}
+    want = {
+        copy["commitLogOffset"]: (chain, copy)
+        for chain in doc["chains"]
+        for copy in chain["copies"][1:]
+    }
     assert len(rows) == len(got) == len(want) == 591 - 300
     assert set(got) == set(want)
-    for key, (chain, copy) in want.items():
-        row = got[key]
+    linked = 0
+    for at, (chain, copy) in want.items():
+        row = got[at]
         assert row["role"] == EXPECTED_ROLE[copy["role"]]
         assert row["uniq_key"] == chain["uniqKey"]
         assert (row["topic"], row["queue_id"], row["queue_offset"]) == (
@@ -668,10 +671,26 @@ def test_message_copies_table_is_every_corpus_edge(
         assert row["reconsume_times"] == copy["reconsumeTimes"]
         assert int(row["store_timestamp"].timestamp() * 1000) == copy["storeTimestamp"]
         assert row["group"] == ("groupRetry" if copy["role"] in ("retry", "dlq") else None)
-        assert row["linked_by"] == "uniq_key"
+        origin = copy["ORIGIN_MESSAGE_ID"]
+        assert row["origin_message_id"] == origin
+        if origin is None:
+            assert (row["from_physical_offset"], row["linked_by"]) == (None, "uniq_key")
+            continue
+        linked += 1
+        source = next(c for c in chain["copies"] if c["offsetMsgId"] == origin)
+        assert source["role"] in ("original", "scheduledDelivery")  # what groupRetry consumed
+        assert row["from_physical_offset"] == source["commitLogOffset"]
+        assert row["linked_by"] == "origin_message_id"
+    # Every retry, its schedule copies and the dead letters name their origin: the 72 + 42 + 12
+    # failures at reconsume times 0-2 each made a schedule and a retry copy, the 12 fourth
+    # failures a DLQ copy.
+    assert linked == 2 * (72 + 42 + 12) + 12
 
 
 def test_message_copies_links_a_copy_without_uniq_key(tmp_path: Path) -> None:
+    """A POP retry copy named by its origin's offsetMsgId (the group split against the one
+    consumerOffset.json names), a commit by its preparedTransactionOffset, and a copy whose
+    ORIGIN_MESSAGE_ID names nothing: a row, linked by nothing it stores."""
     with StoreWriter(tmp_path / "s", SMALL_LAYOUT) as w:
         first = w.put(MessageSpec(topic="T", uniq_key="U1", body=b"m")).physical_offset
         origin = encode_offset_msg_id(DEFAULT_STORE_HOST, first)
@@ -680,7 +699,18 @@ def test_message_copies_links_a_copy_without_uniq_key(tmp_path: Path) -> None:
             MessageSpec(topic="%RETRY%cg_T", properties=p, reconsume_times=1)
         ).physical_offset
         junk = {props.ORIGIN_MESSAGE_ID: "junk"}
-        w.put(MessageSpec(topic="%RETRY%cg", properties=junk, reconsume_times=1))
+        stray = w.put(
+            MessageSpec(topic="%RETRY%cg", properties=junk, reconsume_times=1)
+        ).physical_offset
+        half = w.put(MessageSpec(topic=HALF_TOPIC, uniq_key="X1", body=b"h")).physical_offset
+        commit = w.put(
+            MessageSpec(
+                topic="T",
+                uniq_key="X1",
+                sys_flag=TRANSACTION_COMMIT_TYPE,
+                prepared_transaction_offset=half,
+            )
+        ).physical_offset
         w.set_consumer_offsets({"%RETRY%cg_T@cg": {0: 0}})
     out = tmp_path / "out"
     done = run(
@@ -689,10 +719,14 @@ def test_message_copies_links_a_copy_without_uniq_key(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.exit_code == 0, done.stderr
     rows = read_table(out, Table.MESSAGE_COPIES).to_pylist()
-    assert [
-        (r["from_physical_offset"], r["to_physical_offset"], r["role"], r["group"], r["linked_by"])
+    assert sorted(
+        (r["physical_offset"], r["from_physical_offset"], r["role"], r["group"], r["linked_by"])
         for r in rows
-    ] == [(first, pop, "retry", "cg", "origin_message_id")]  # the junk id names nothing
+    ) == [
+        (pop, first, "retry", "cg", "origin_message_id"),
+        (stray, None, "retry", "cg", "uniq_key"),
+        (commit, half, "commit", None, "prepared_transaction_offset"),
+    ]
 
 
 def test_a_delayed_message_not_yet_delivered(tmp_path: Path) -> None:

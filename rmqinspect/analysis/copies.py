@@ -1,156 +1,148 @@
-"""Every copy the broker stored of a message, as original → copy edges, for the whole store (the
-``message_copies`` export table; ``trace`` follows one message with the same rules).
+"""The copies the broker stored of messages, one row per copy, read from each run of records on
+its own (the ``message_copies`` export table; ``trace`` follows one message with the same
+rules, :mod:`rmqinspect.format.fate`).
 
-A copy keeps its message's UNIQ_KEY (the properties are copied: retry, DLQ, schedule, scheduled
-delivery, half check copies, commit), so the message's first record (the lowest physical offset
-with that UNIQ_KEY: the original, or for a delayed message its schedule record) is the edge's
-origin and every later record with the key is a copy. A copy without UNIQ_KEY is linked by its
-``ORIGIN_MESSAGE_ID``: the original's UNIQ_KEY (the client's fallback path) or its offsetMsgId,
-whose physical offset is the origin. Roles are :func:`rmqinspect.format.fate.role_of`'s.
+A message's first record is an original send (its topic, or ``SCHEDULE_TOPIC_XXXX`` for a
+delayed send, or the half of a transaction); every other record that carries its properties is
+a copy: a retry or DLQ copy, a retry's schedule copy, a due delayed message stored again in its
+real topic, a half's check copy or given-up copy, a commit or rollback. Where the copy itself
+names its source, the row says where that is (``linked_by``):
 
-Two forensic walks, so memory follows the copies, not the messages: the first finds the copies
-(records whose role is not ``original``, or that carry ``ORIGIN_MESSAGE_ID``) and their keys,
-the second the first record of each of those keys.
+- ``origin_message_id``: a retry, DLQ or retry-schedule copy's ``ORIGIN_MESSAGE_ID`` is the
+  offsetMsgId of the copy its group consumed, so ``from_physical_offset`` is that record's
+  (``SendMessageProcessor.asyncConsumerSendMsgBack``); the client's fallback path stores the
+  UNIQ_KEY there instead, which names no position (join on ``uniq_key``);
+- ``prepared_transaction_offset``: a commit or rollback names its half
+  (``EndTransactionProcessor.endMessageTransaction``);
+- ``uniq_key``: nothing else (a due delayed message, a check copy): the message's records share
+  its UNIQ_KEY, the first of them (lowest physical offset) being the send.
+
+Each row needs only its own record, so the table is built range by range in parallel with the
+``messages`` table, no walk of its own (a retry storm's copies are most of a store).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
-from rmqinspect.analysis import Progress
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
 from rmqinspect.format.columns import RecordColumns, decode_text
-from rmqinspect.format.fate import TRACE_TOPIC, Role, link_keys, role_of
+from rmqinspect.format.commitlog import TRANSACTION_TYPE_MASK
+from rmqinspect.format.config import ConsumerOffsetTable, split_topic_group
+from rmqinspect.format.fate import CHECK_TIMES, TRACE_TOPIC, Role, link_keys, role_of
 from rmqinspect.format.ids import decode_offset_msg_id
-from rmqinspect.format.scan import Skipped, WalkPolicy
+from rmqinspect.format.properties_text import PropertiesText
+from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.model import Store
 
 # Records that are no copy of a message, whatever properties they carry.
-_NOT_COPIES = frozenset({Role.ORIGINAL, Role.TRACE, Role.OP, Role.OFFSET_MOVED_EVENT})
+_NOT_COPIES = frozenset({Role.TRACE, Role.OP, Role.OFFSET_MOVED_EVENT})
+# Roles a message's first record has; such a record is a copy only when it names a source.
+_SENDS = frozenset({Role.ORIGINAL, Role.SCHEDULE, Role.HALF})
 
 
 @dataclass(frozen=True, slots=True)
-class CopyEdge:
-    from_physical_offset: int  # the message's first record (or what ORIGIN_MESSAGE_ID names)
-    to_physical_offset: int  # the copy
-    uniq_key: str | None
-    role: Role  # the copy's
-    group: str | None  # the group a retry/DLQ topic names
-    reconsume_times: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    store_timestamp: int
-    linked_by: str  # uniq_key or origin_message_id
+class CopyRows:
+    """The copies among a run's records, as columns (``rows``: their indexes in the run)."""
+
+    rows: npt.NDArray[np.int64]
+    topics: list[str]
+    roles: list[Role]
+    groups: list[str | None]
+    uniq_keys: list[str | None]
+    origin_message_ids: list[str | None]
+    from_physical_offsets: list[int | None]
+    linked_by: list[str]
 
 
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    position: int
-    uniq_key: str | None
-    origin: str | None
-    role: Role
-    group: str | None
-    reconsume_times: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    store_timestamp: int
-
-
-def _walk(store: Store, progress: Progress | None) -> Iterator[RecordColumns]:
-    """The runs of a forensic walk (damage stepped over: what it held is no copy to list)."""
-    opts = store.check_options(check_crc=False, read_body=False)
-    last = max(store.commitlog.min_offset, 0)
-    for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
-        if isinstance(event, Skipped):
-            continue
-        yield event.columns
-        end = f.start + event.end
-        if progress is not None and end > last:
-            progress(end - last)
-            last = end
-
-
-def copy_edges(
-    store: Store,
-    trace_topics: tuple[str, ...] = (TRACE_TOPIC,),
+def copy_rows(
+    cols: RecordColumns,
     known_groups: tuple[str, ...] = (),
-    progress: Progress | None = None,
-) -> list[CopyEdge]:
-    candidates: list[_Candidate] = []
-    for cols in _walk(store, progress):
-        rows = np.arange(len(cols), dtype=np.int64)
-        uniq = cols.property_values(props.UNIQ_KEY, rows)
-        origin = cols.property_values(props.ORIGIN_MESSAGE_ID, rows)
-        real = cols.property_values(props.REAL_TOPIC, rows)
-        topic_ids, topic_bytes = cols.topic_ids()
-        topics = [decode_text(t) for t in topic_bytes]
-        for i in range(len(cols)):
-            topic = topics[topic_ids[i]]
-            p = {} if real[i] is None else {props.REAL_TOPIC: real[i] or ""}
-            role = role_of(topic, p, int(cols.sys_flag[i]), trace_topics)
-            if role in _NOT_COPIES and (role is not Role.ORIGINAL or origin[i] is None):
-                continue
-            candidates.append(
-                _Candidate(
-                    cols.file_start + int(cols.positions[i]),
-                    uniq[i],
-                    origin[i],
-                    role,
-                    link_keys(topic, {}, known_groups).group,
-                    int(cols.reconsume_times[i]),
-                    topic,
-                    int(cols.queue_id[i]),
-                    int(cols.queue_offset[i]),
-                    int(cols.store_timestamp[i]),
-                )
-            )
-    wanted = {c.uniq_key for c in candidates if c.uniq_key is not None}
-    wanted |= {c.origin for c in candidates if c.uniq_key is None and c.origin is not None}
-    first: dict[str, int] = {}
-    if wanted:
-        for cols in _walk(store, None):
-            rows = np.arange(len(cols), dtype=np.int64)
-            for i, u in enumerate(cols.property_values(props.UNIQ_KEY, rows)):
-                if u is not None and u in wanted and u not in first:
-                    first[u] = cols.file_start + int(cols.positions[i])
-    edges = []
-    for c in candidates:
-        edge = _edge(c, first)
-        if edge is not None:
-            edges.append(edge)
-    return edges
-
-
-def _edge(c: _Candidate, first: dict[str, int]) -> CopyEdge | None:
-    if c.uniq_key is not None:
-        source, how = first.get(c.uniq_key), "uniq_key"
-    elif c.origin is not None and c.origin in first:
-        source, how = first[c.origin], "origin_message_id"
-    elif c.origin is not None:
-        try:
-            source, how = decode_offset_msg_id(c.origin).physical_offset, "origin_message_id"
-        except DecodeError:
-            return None  # names nothing: trace reports it, the table has no edge to give
-    else:
-        return None
-    if source is None or source == c.position:
-        return None  # the message's first record is no copy of itself
-    return CopyEdge(
-        source,
-        c.position,
-        c.uniq_key,
-        c.role,
-        c.group,
-        c.reconsume_times,
-        c.topic,
-        c.queue_id,
-        c.queue_offset,
-        c.store_timestamp,
-        how,
+    trace_topics: tuple[str, ...] = (TRACE_TOPIC,),
+) -> CopyRows:
+    """The copies among ``cols``' records. Roles are decided once per (topic, whether
+    ``REAL_TOPIC`` is set, transaction type), not per record."""
+    everything = np.arange(len(cols), dtype=np.int64)
+    text = PropertiesText(cols, everything)
+    has = {
+        name: text.spans(name)[0] >= 0
+        for name in (props.REAL_TOPIC, props.ORIGIN_MESSAGE_ID, props.RETRY_TOPIC, CHECK_TIMES)
+    }
+    topic_ids, topic_bytes = cols.topic_ids()
+    topics = [decode_text(t) for t in topic_bytes]
+    tx = (cols.sys_flag.astype(np.int64) & TRANSACTION_TYPE_MASK) >> 2
+    kinds, inverse = np.unique(
+        (topic_ids * 2 + has[props.REAL_TOPIC]) * 4 + tx, return_inverse=True
     )
+    kind_roles = [
+        role_of(
+            topics[int(k) // 8],
+            {props.REAL_TOPIC: ""} if (int(k) // 4) % 2 else {},
+            int(k) % 4 << 2,
+            trace_topics,
+        )
+        for k in kinds
+    ]
+    every = list(Role)
+    role_ids = np.array([every.index(r) for r in kind_roles], np.int64)[inverse]
+    sends = np.isin(role_ids, [every.index(r) for r in _SENDS])
+    excluded = np.isin(role_ids, [every.index(r) for r in _NOT_COPIES])
+    # A send's record is a copy when it says whose: a retry's schedule copy names its origin
+    # (and RETRY_TOPIC), a check copy carries its check count.
+    names_source = has[props.ORIGIN_MESSAGE_ID] | has[props.RETRY_TOPIC] | has[CHECK_TIMES]
+    rows = np.flatnonzero(~excluded & (~sends | names_source)).astype(np.int64)
+    roles = [every[i] for i in role_ids[rows].tolist()]
+    group_of = [link_keys(t, {}, known_groups).group for t in topics]
+    groups = [group_of[int(i)] for i in topic_ids[rows]]
+    uniq = cols.property_values(props.UNIQ_KEY, rows)
+    origin = cols.property_values(props.ORIGIN_MESSAGE_ID, rows)
+    prepared = cols.prepared_transaction_offset[rows].tolist()
+    sources: list[int | None] = []
+    linked: list[str] = []
+    for role, o, p in zip(roles, origin, prepared, strict=True):
+        source, how = _source(role, o, p)
+        sources.append(source)
+        linked.append(how)
+    row_topics = [topics[i] for i in topic_ids[rows].tolist()]
+    return CopyRows(rows, row_topics, roles, groups, uniq, origin, sources, linked)
+
+
+def _source(role: Role, origin: str | None, prepared: int) -> tuple[int | None, str]:
+    if role in (Role.COMMIT, Role.ROLLBACK):
+        return prepared, "prepared_transaction_offset"
+    if origin is not None:
+        try:
+            return decode_offset_msg_id(origin).physical_offset, "origin_message_id"
+        except DecodeError:
+            pass  # the client's fallback path: the UNIQ_KEY (or an id naming nothing)
+    return None, "uniq_key"
+
+
+def known_groups(store: Store) -> tuple[str, ...]:
+    """The groups ``consumerOffset.json`` names: a 5.x POP retry topic
+    ``%RETRY%<group>_<topic>`` splits only against a known group (group names may hold ``_``).
+    Read once per process and file state: every commitlog range of an export asks."""
+    path = store.config_dir / "consumerOffset.json"
+    try:
+        st = path.stat()
+        state: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        state = None
+    return _groups(store.config_dir, state)
+
+
+@lru_cache(maxsize=8)
+def _groups(config_dir: Path, state: tuple[int, int] | None) -> tuple[str, ...]:
+    """``state`` (the file's mtime and size) is only part of the cache key: a changed file is
+    read again."""
+    loaded = load_config_file(config_dir, "consumerOffset.json").value
+    if not isinstance(loaded, ConsumerOffsetTable):
+        return ()
+    pairs = (split_topic_group(key) for key in loaded.offset_table)
+    return tuple(sorted({p[1] for p in pairs if p is not None}))

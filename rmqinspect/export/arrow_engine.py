@@ -98,6 +98,9 @@ def run_arrow(
         ranges = planned.result()
         tally = FileTally([*ranges, *parts])
         reporter.planned(tally.nbytes, tally.files)
+        if keeps is None:  # message_copies alone: its rows need no restart prediction
+            for r in ranges:
+                start(r, None)
         while running or keeps is not None:
             future = done.get()
             if future is keeps:

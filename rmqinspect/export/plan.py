@@ -139,16 +139,6 @@ class OffsetsPart:
 
 
 @dataclass(frozen=True, slots=True)
-class CopiesPart:
-    """The message_copies edges: two walks of the whole commitlog (a copy's original may lie in
-    any earlier range), one task."""
-
-    number: int = 0
-    nbytes: int = 0
-    source: str = "commitlog"
-
-
-@dataclass(frozen=True, slots=True)
 class FileGroup:
     """Store files (paths relative to the root) whose CRC32C one task computes."""
 
@@ -158,7 +148,7 @@ class FileGroup:
     source: str = ""  # hashing reads files the other parts count already
 
 
-Part = CommitlogRange | QueueSlice | IndexSlice | OffsetsPart | CopiesPart | FileGroup
+Part = CommitlogRange | QueueSlice | IndexSlice | OffsetsPart | FileGroup
 
 
 def commitlog_file(store: Store, name: str) -> StoreFile:

@@ -158,12 +158,15 @@ FINDINGS = pa.schema(
     ]
 )
 
-# Original -> copy edges (analysis/copies.py): one row per copy the broker stored of a message.
+# One row per copy the broker stored of a message (analysis/copies.py), with where the copy
+# says its source is: join on from_physical_offset, or on uniq_key where it is null.
 MESSAGE_COPIES = pa.schema(
     [
+        ("physical_offset", pa.int64()),
         ("from_physical_offset", pa.int64()),
-        ("to_physical_offset", pa.int64()),
+        ("linked_by", pa.string()),
         ("uniq_key", pa.string()),
+        ("origin_message_id", pa.string()),
         ("role", pa.string()),
         ("group", pa.string()),
         ("reconsume_times", pa.int32()),
@@ -171,7 +174,6 @@ MESSAGE_COPIES = pa.schema(
         ("queue_id", pa.int32()),
         ("queue_offset", pa.int64()),
         ("store_timestamp", MS_UTC),
-        ("linked_by", pa.string()),
     ]
 )
 

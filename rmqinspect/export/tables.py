@@ -13,7 +13,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqinspect.analysis.copies import copy_edges
+from rmqinspect.analysis.copies import copy_rows, known_groups
 from rmqinspect.analysis.groups import groups_report
 from rmqinspect.analysis.indexes import entry_blocks, open_index_files
 from rmqinspect.analysis.offsets import offsets_report, parse_broker_version
@@ -23,7 +23,6 @@ from rmqinspect.analysis.units import STATUSES, resolve_units
 from rmqinspect.analysis.verify import Finding
 from rmqinspect.export.plan import (
     CommitlogRange,
-    CopiesPart,
     FileGroup,
     IndexSlice,
     OffsetsPart,
@@ -49,6 +48,7 @@ from rmqinspect.format import batch
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.batch import host_text_column, offset_msg_id_column
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.consumequeue import TAGS_CODE_KINDS, tags_code_kinds
 from rmqinspect.format.times import MAX_ISO_MS, MIN_ISO_MS
 from rmqinspect.render.values import encodable
@@ -73,8 +73,6 @@ def read_part(
             yield Table.CONSUMER_OFFSETS, consumer_offsets_batch(store)
         if Table.GROUP_OFFSETS in tables:
             yield Table.GROUP_OFFSETS, group_offsets_batch(store)
-    elif isinstance(part, CopiesPart) and Table.MESSAGE_COPIES in tables:
-        yield Table.MESSAGE_COPIES, message_copies_batch(store)
 
 
 # --- messages -----------------------------------------------------------------------------------
@@ -83,24 +81,28 @@ def read_part(
 def _commitlog(
     store: Store, part: CommitlogRange, tables: Sequence[Table], keeps: RestartKeeps | None
 ) -> Iterator[tuple[Table, pa.RecordBatch]]:
-    if Table.MESSAGES not in tables:
+    messages, copies = Table.MESSAGES in tables, Table.MESSAGE_COPIES in tables
+    if not (messages or copies):
         return
-    if keeps is None:
+    if messages and keeps is None:
         raise ValueError("the messages table needs the restart prediction")
+    groups = known_groups(store) if copies else ()
     f = commitlog_file(store, part.file)
     source = part.source
     judge = None
-    if keeps.serving is not None:
+    if keeps is not None and keeps.serving is not None:
         # The emulation left the no_queue_unit losses to the ranges: judged on this walk.
         judge = RangeJudge(keeps, store, f.name, part.walk_from, part.begin, part.end)
     try:
-        for run in record_runs(store, f, part.begin, part.end):
+        for run in record_runs(store, f, part.begin, part.end, decode=messages):
+            if copies and run.columns is not None and len(run.columns):
+                yield Table.MESSAGE_COPIES, message_copies_batch(run.columns, f.start, groups)
             if judge is not None:
                 if run.columns is not None:
                     judge.run(run.columns, run.topic_ids)
                 elif run.damage_at is not None:
                     judge.damage(run.damage_at)
-            if run.records is not None and run.records.num_rows:
+            if keeps is not None and run.records is not None and run.records.num_rows:
                 unserved = None if judge is None else judge.unserved
                 for b in messages_batches(run, source, f.start, keeps, unserved):
                     yield Table.MESSAGES, b
@@ -382,23 +384,25 @@ def group_offsets_batch(store: Store) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=GROUP_OFFSETS)
 
 
-def message_copies_batch(store: Store) -> pa.RecordBatch:
-    """The edges of :func:`copy_edges`; the consumer groups the offset tables name split the
-    5.x POP retry topics ``%RETRY%<group>_<topic>``."""
-    edges = copy_edges(store, known_groups=offsets_report(store).groups)
+def message_copies_batch(
+    cols: RecordColumns, file_start: int, groups: tuple[str, ...]
+) -> pa.RecordBatch:
+    """The copies among a run's records (:func:`copy_rows`) as ``message_copies`` rows."""
+    c = copy_rows(cols, groups)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([e.from_physical_offset for e in edges], pa.int64()),
-            pa.array([e.to_physical_offset for e in edges], pa.int64()),
-            pa.array([_text(e.uniq_key) for e in edges], pa.string()),
-            pa.array([e.role.value for e in edges], pa.string()),
-            pa.array([_text(e.group) for e in edges], pa.string()),
-            pa.array([e.reconsume_times for e in edges], pa.int32()),
-            pa.array([encodable(e.topic) for e in edges], pa.string()),
-            pa.array([e.queue_id for e in edges], pa.int32()),
-            pa.array([e.queue_offset for e in edges], pa.int64()),
-            _timestamps(pa.array([e.store_timestamp for e in edges], pa.int64())),
-            pa.array([e.linked_by for e in edges], pa.string()),
+            pa.array(file_start + cols.positions[c.rows], pa.int64()),
+            pa.array(c.from_physical_offsets, pa.int64()),
+            pa.array(c.linked_by, pa.string()),
+            pa.array([_text(u) for u in c.uniq_keys], pa.string()),
+            pa.array([_text(o) for o in c.origin_message_ids], pa.string()),
+            pa.array([r.value for r in c.roles], pa.string()),
+            pa.array([_text(g) for g in c.groups], pa.string()),
+            pa.array(cols.reconsume_times[c.rows], pa.int32()),
+            pa.array([encodable(t) for t in c.topics], pa.string()),
+            pa.array(cols.queue_id[c.rows], pa.int32()),
+            pa.array(cols.queue_offset[c.rows], pa.int64()),
+            _timestamps(pa.array(cols.store_timestamp[c.rows], pa.int64())),
         ],
         schema=MESSAGE_COPIES,
     )

@@ -17,7 +17,6 @@ from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter, is_part_file, wri
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
     CommitlogRange,
-    CopiesPart,
     FileGroup,
     OffsetsPart,
     Part,
@@ -72,8 +71,6 @@ def plan_parts(store: Store, tables: Sequence[Table], hashes: bool = True) -> li
         parts += plan_index(store)
     if Table.CONSUMER_OFFSETS in tables or Table.GROUP_OFFSETS in tables:
         parts.append(OffsetsPart())  # one small task reads the config files for both
-    if Table.MESSAGE_COPIES in tables:
-        parts.append(CopiesPart())
     if hashes:
         parts += plan_hashes(store.root)
     return parts
@@ -82,8 +79,9 @@ def plan_parts(store: Store, tables: Sequence[Table], hashes: bool = True) -> li
 def plan_ranges(
     store: Store, tables: Sequence[Table], split_bytes: int = SPLIT_BYTES
 ) -> list[CommitlogRange]:
-    """The commitlog ranges, when ``messages`` is wanted (``findings`` come from verify)."""
-    if Table.MESSAGES in tables:
+    """The commitlog ranges, when ``messages`` or ``message_copies`` is wanted (``findings``
+    come from verify)."""
+    if Table.MESSAGES in tables or Table.MESSAGE_COPIES in tables:
         return plan_commitlog(store, split_bytes)
     return []
 

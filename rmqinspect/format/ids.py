@@ -33,6 +33,11 @@ MAX_MONTH_MS = 31 * 24 * 3600 * 1000
 
 def _hex_bytes(text: str, what: str) -> bytes:
     """Hex text to bytes; the offset of a DecodeError is the character position."""
+    if text.isascii() and text.isalnum():  # no whitespace, which fromhex would skip
+        try:
+            return bytes.fromhex(text)
+        except ValueError:
+            pass  # a letter past f: found below, with its position
     for pos, ch in enumerate(text):
         if ch not in _HEX_DIGITS:
             raise DecodeError(f"{what}: non-hex character {ch!r}", pos)
