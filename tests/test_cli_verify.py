@@ -50,7 +50,10 @@ def test_fail_on_warning_turns_a_crash_store_red() -> None:
     assert (
         run("verify", STORES / "crash49", "--format", "json", "--fail-on", "warning").exit_code == 1
     )
+    # An info finding never fails a run: --help offers only what the command takes.
     assert run("verify", STORES / "crash49", "--fail-on", "info").exit_code == 2
+    shown = run("verify", "--help").stdout
+    assert "<error|warning>" in shown and "info" not in shown.split("--fail-on", 1)[1][:120]
 
 
 def test_no_crc_skips_the_body_crc() -> None:

@@ -272,6 +272,7 @@ def test_export_never_writes_into_the_store_and_refuses_bad_outputs(tmp_path: Pa
         assert "OUT" in result.stderr and "Traceback" not in result.stderr
     again = run("export", store, out, "--engine", "arrow")
     assert again.exit_code == 2 and "new or empty" in again.stderr
+    assert "--overwrite replaces an earlier export there" in again.stderr
     assert (out / "_manifest.json").exists()  # the refused run left the earlier export alone
     export_arrow(store, out, *SMALL_OPTS, "--overwrite", "--tables", "findings")
     assert sorted(p.name for p in out.iterdir()) == ["_manifest.json", "findings"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -15,6 +16,13 @@ from rmqinspect.render.verify import render_verify
 from rmqinspect.store.model import Store, StoreOptions
 
 
+class FailOn(StrEnum):
+    """The severities ``--fail-on`` takes: an info finding never fails a run."""
+
+    ERROR = Severity.ERROR.value
+    WARNING = Severity.WARNING.value
+
+
 @handle_errors
 @with_store_options
 def verify(
@@ -23,13 +31,13 @@ def verify(
         bool, typer.Option("--no-crc", help="Skip BODYCRC and the 5.x property CRC (faster).")
     ] = False,
     fail_on: Annotated[
-        Severity,
+        FailOn,
         typer.Option(
             "--fail-on",
             case_sensitive=False,
-            help="Exit 1 when a finding of this severity or worse is found: error or warning.",
+            help="Exit 1 when a finding of this severity or worse is found.",
         ),
-    ] = Severity.ERROR,
+    ] = FailOn.ERROR,
     format: FormatOpt = None,
     hexdump: Annotated[
         bool, typer.Option("--hexdump", help="Show the bytes around each bad record.")
@@ -54,8 +62,6 @@ def verify(
 
     Example: rmqinspect verify /data/rocketmq/store --fail-on warning -F json
     """
-    if fail_on is Severity.INFO:
-        raise typer.BadParameter("choose error or warning", param_hint="--fail-on")
     options = VerifyOptions(check_crc=not no_crc, hexdump=hexdump)
     fmt = resolve_format(format)
     with (
@@ -65,7 +71,7 @@ def verify(
     ):
         report = verifier.run(advance)
     render_verify(report, fmt)
-    raise typer.Exit(EXIT_FINDINGS if report.failing(fail_on) else EXIT_OK)
+    raise typer.Exit(EXIT_FINDINGS if report.failing(Severity(fail_on.value)) else EXIT_OK)
 
 
 def register(app: typer.Typer) -> None:

@@ -110,7 +110,11 @@ def export_opened(
     if engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
         require_java()  # before OUT is touched
     prepare_output_dir(
-        out, "OUT", store.root, removable=earlier_export if options.overwrite else None
+        out,
+        "OUT",
+        store.root,
+        removable=earlier_export if options.overwrite else None,
+        hint=" (--overwrite replaces an earlier export there)",
     )
     before = dict(_stat_files(store.root))
     profile = store.profile

@@ -29,6 +29,7 @@ def prepare_output_dir(
     store: Path | None = None,
     *,
     removable: Callable[[Path], Collection[str]] | None = None,
+    hint: str = "",
 ) -> bool:
     """Make ``dest`` ready to receive output, before anything is created or deleted: refuse
     it when it is ``store`` or lies inside it, when it holds ``store``, when it is not a
@@ -37,7 +38,8 @@ def prepare_output_dir(
     Directories are compared by device and inode, not by name, so a symlink or a bind mount
     that reaches the store by another path is seen through. A non-empty ``dest`` is emptied
     only with ``removable``: it names the entries of ``dest`` that the caller's own earlier
-    output wrote (read from that output's manifest), and anything else there refuses."""
+    output wrote (read from that output's manifest), and anything else there refuses; ``hint``
+    ends the message that refuses a non-empty ``dest`` (how the caller's option would empty it)."""
     d = Path(os.path.abspath(dest))
     if store is not None:
         _refuse_store_overlap(d, store, option, str(dest))
@@ -45,7 +47,7 @@ def prepare_output_dir(
         raise StoreError(f"{option} is not a directory", str(dest))
     if d.exists() and any(d.iterdir()):
         if removable is None:
-            raise StoreError(f"{option} needs a new or empty directory", str(dest))
+            raise StoreError(f"{option} needs a new or empty directory{hint}", str(dest))
         _remove_own_output(d, removable(d), option, store)
     created = not d.exists()
     d.mkdir(parents=True, exist_ok=True)
