@@ -80,6 +80,10 @@ def test_table_ends_with_the_summary(wide_console: None) -> None:
         < out.index("Records per topic")
     )
     assert "Findings by check" in out and "Commitlog files" in out
+    # The dump's lines are lines, not one string with its newlines escaped.
+    assert "\\x0a" not in out
+    dump = out[out.index("commitlog.body_crc at commitlog/") :].splitlines()
+    assert all(re.match(r"\d{10}: [0-9a-f]{4} ", line) for line in dump[1:5])
 
 
 def test_jobs_do_not_change_the_output() -> None:

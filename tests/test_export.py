@@ -473,3 +473,13 @@ def test_arrow_engine_takes_each_finished_part_once(
     assert result.rows[Table.CONSUME_QUEUE] == queues
     parts = queues + 2  # the queues, the commitlog range and the file hashes
     assert _CountedFuture.looks <= 8 * parts, _CountedFuture.looks
+
+
+def test_table_summary_is_lines(tmp_path: Path, wide_console: None) -> None:
+    """The summary under the table is three lines, not one string whose newlines show as
+    ``\\x0a``."""
+    done = run("export", STORES / "clean49", tmp_path / "out", "--engine", "arrow", "-F", "table")
+    assert done.exit_code == 0, done.stderr
+    assert "\\x0a" not in done.stdout
+    tail = done.stdout.splitlines()[-3:]
+    assert [line.split(":", 1)[0] for line in tail] == ["engine", "source", "manifest"]

@@ -109,4 +109,6 @@ def render_export(manifest: dict[str, Any], out: Path, fmt: OutputFormat) -> Non
             f"warning: {len(manifest['changed_during_export'])} store files changed while they "
             "were read"
         )
-    stdout_console().print("\n".join(lines))
+    console = stdout_console()
+    for line in lines:  # one print a line: the console escapes a newline inside a string
+        console.print(line)

@@ -51,8 +51,10 @@ def render_verify(report: VerifyReport, fmt: OutputFormat) -> None:
         console = stdout_console()
         for f in report.findings:
             if f.hexdump:
-                console.print(f"\n{f.check} at {f.file} byte {f.file_position}:")
-                console.print("\n".join(f.hexdump))
+                console.print()
+                console.print(f"{f.check} at {f.file} byte {f.file_position}:")
+                for line in f.hexdump:  # the console escapes a newline inside a string
+                    console.print(line)
         for table in summary_tables(report.summary):
             print_table(table)
 
