@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -233,12 +234,16 @@ def test_broker_refusing_to_start_exits_1(clean: Path) -> None:
     assert not (clean.parent / "out").exists()
 
 
-def test_table_output(clean: Path) -> None:
+def test_table_output(clean: Path, wide_console: None) -> None:
     damage.flip_body_byte(clean)
     result = run("recover", clean, *SMALL_OPTS, "--format", "table")
     assert result.exit_code == 1
     assert "Restart recovery" in result.stdout
     assert "Messages the restart destroys" in result.stdout
+    # Flags read yes/no in a table, as the rest of it does (JSON keeps true/false).
+    assert "True" not in result.stdout and "False" not in result.stdout
+    assert re.search(r"last exit ok\s+│ (yes|no) \(", result.stdout)
+    assert re.search(r"consume queues truncated to the end\s+│ (yes|no) ", result.stdout)
 
 
 @pytest.mark.parametrize(

@@ -325,8 +325,18 @@ def key_value_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for key, value in rows:
-        table.add_row(key, "" if value is None else str(value))
+        table.add_row(key, cell_text(value))
     return table
+
+
+def cell_text(value: Any) -> str:
+    """A value as a table shows it: nothing for None, yes/no for a flag (JSON keeps
+    true/false), else its text."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from rmqinspect.analysis.recovery import ApplyReport, LostMessage, QueueReport, 
 from rmqinspect.analysis.recovery.report import DLedgerReport, LedgerState
 from rmqinspect.render.output import (
     OutputFormat,
+    cell_text,
     key_value_table,
     print_json,
     print_jsonl,
@@ -231,7 +232,7 @@ def _summary(report: RecoveryReport) -> Table:
         ("broker starts", "yes" if report.broker_starts else "NO"),
         (
             "last exit ok",
-            f"{report.last_exit_ok} ({report.last_exit_source}; abort file "
+            f"{cell_text(report.last_exit_ok)} ({report.last_exit_source}; abort file "
             f"{'present' if report.abort_present else 'absent'})",
         ),
         ("recovery path", report.recovery_path),

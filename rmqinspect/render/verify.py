@@ -103,7 +103,12 @@ def summary_tables(s: Summary) -> list[Table]:
             ("commitlog files", s.commitlog_files),
             ("consume queues / units checked", f"{s.consume_queues} / {s.units_checked}"),
             ("index files / entries checked", f"{s.index_files} / {s.index_entries_checked}"),
-            ("restart predicted", "yes" if s.restart_predicted else "no"),
+            (
+                "restart emulation",
+                "ran: it judged the records without units"
+                if s.restart_predicted
+                else "not needed: every record has its unit",
+            ),
             (
                 "findings",
                 ", ".join(f"{n} {sev}" for sev, n in s.findings_by_severity.items())
