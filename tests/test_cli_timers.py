@@ -1,0 +1,431 @@
+"""``rmqinspect timers``: the 5.x timer store, on a real 5.3.3 broker's store (``timer_clean``,
+fact by fact against its expected JSON) and on small timer stores written here the way
+``TimerMessageStore.doEnqueue`` writes them, one hostile variant at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqinspect.format import properties as props
+from rmqinspect.format import timer
+from rmqinspect.format.encode import encode_timer_slot, encode_timer_units, encode_timercheck
+from rmqinspect.format.profile import Profile
+from rmqinspect.render.timers import NO_TIMER_STORE
+from rmqinspect.synth.writer import MessageSpec, StoreWriter
+from tests.cli_helpers import SMALL_LAYOUT, build_store, orders, run, run_json
+from tests.conftest import restore_trimmed_store
+
+LAYOUT = replace(SMALL_LAYOUT, profile=Profile.V5_3)
+T0 = 1_800_000_000_000  # whole seconds: the writer's currWriteTimeMs
+DAY = 86_400_000
+
+
+# --- the real broker's store ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def timer_clean(conformance_timer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("timer") / "timer_clean"
+    return restore_trimmed_store(conformance_timer_dir, "timer_clean", dest)
+
+
+@pytest.fixture(scope="module")
+def expected(conformance_timer_dir: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(
+        (conformance_timer_dir / "expected/timer_clean.json").read_text("utf-8")
+    )
+    return doc
+
+
+_STATES = {"pending": "pending", "recalled": "recalled", "delivered": "delivered"}
+
+
+def test_conformance_entries_fact_by_fact(timer_clean: Path, expected: dict[str, Any]) -> None:
+    doc = run_json("timers", timer_clean, expect=0)
+    entries = {e["timerlog_offset"]: e for e in doc["entries"]}
+    recalls = {r["timerlog_offset"]: r for r in doc["recalls"]}
+    seen_entries: set[int] = set()
+    seen_recalls: set[int] = set()
+    for m in expected["messages"]:
+        for copy in m["copiesInInputStore"]:
+            for unit in copy.get("timerLogUnits", []):
+                at = unit["timerLogOffset"]
+                if copy["role"] == "deleteMarker":
+                    r = recalls[at]
+                    assert r["target"] == copy["TIMER_DEL_UNIQKEY"] == f"TopicT+{m['uniqKey']}"
+                    assert r["physical_offset"] == copy["commitLogOffset"]
+                    assert r["slot_timestamp"] == unit["slotTimeMs"]
+                    assert r["matched"] is True
+                    seen_recalls.add(at)
+                    continue
+                e = entries[at]
+                assert e["state"] == _STATES[m["stateInInputStore"]], m["key"]
+                assert e["uniq_key"] == m["uniqKey"]
+                assert e["real_topic"] == copy["REAL_TOPIC"] == "TopicT"
+                assert e["real_queue_id"] == int(copy["REAL_QID"])
+                assert e["fire_timestamp"] == int(copy["TIMER_OUT_MS"]) == m["fireTimeMs"]
+                assert e["physical_offset"] == copy["commitLogOffset"]
+                assert e["store_size"] == copy["storeSize"]
+                assert e["queue_offset"] == copy["queueOffset"]
+                assert e["magic"] == unit["magic"]
+                assert e["slot_timestamp"] == unit["slotTimeMs"]
+                assert e["write_timestamp"] == unit["currWriteTimeMs"]
+                assert e["late"] is None  # nothing due by the store's newest store time
+                seen_entries.add(at)
+    # Every unit of the timerlog is one of the expected copies' units.
+    assert seen_entries == set(entries) and seen_recalls == set(recalls)
+    summary = expected["summary"]["inputStore"]
+    assert doc["timerlog_units"] == summary["timerLogUnits"] == 183
+    assert doc["counts"] == {
+        "delivered": summary["stateByClass"]["short/delivered"],
+        "pending": summary["pendingTimers"],
+        "recalled": expected["summary"]["recalls"]["ok"],
+        "recall_markers": summary["commitlogRecordsByRole"]["deleteMarker"],
+    }
+    assert doc["findings"] == [] and doc["flagged"] is False
+
+
+def test_conformance_checkpoint_wheel_and_queue(
+    timer_clean: Path, expected: dict[str, Any]
+) -> None:
+    doc = run_json("timers", timer_clean, expect=0)
+    truth = expected["timercheckReadByRealTimerCheckpoint"]["input"]
+    cp = doc["timercheck"]
+    assert cp["last_read_timestamp"] == truth["lastReadTimeMs"]
+    assert cp["last_timer_log_flush_pos"] == truth["lastTimerLogFlushPos"] == doc["timerlog_end"]
+    assert cp["last_timer_queue_offset"] == truth["lastTimerQueueOffset"]
+    assert cp["master_timer_queue_offset"] == truth["masterTimerQueueOffset"]
+    assert cp["data_version_counter"] == truth["dataVersion"]["counter"]
+    assert cp["data_version_timestamp"] == truth["dataVersion"]["timestamp"]
+    assert doc["timerlog_end_kind"] == "zeros"
+    at_stop = expected["brokerTimerStateAtStop"]
+    assert doc["timer_queue_max_offset"] == at_stop["timerTopicMaxOffset"]
+    assert doc["not_enqueued"] == 0
+    slots = expected["wheelSlots"]["input"]
+    summary = expected["summary"]["inputStore"]
+    assert doc["wheel_slots_used"] == doc["wheel_slots_valid"] == len(slots)
+    assert sum(b["slots"] for b in doc["histogram"]) == summary["wheelSlotsNonEmpty"]
+    assert sum(b["units"] for b in doc["histogram"]) == summary["wheelSlotNumSum"]
+    last_read = cp["last_read_timestamp"]
+    behind = [s for s in slots if s["timeMs"] < last_read]
+    read_already = doc["histogram"][0]
+    assert read_already == {
+        "label": "read already",
+        "slots": len(behind),
+        "units": sum(s["num"] for s in behind),
+    }
+    [topic] = doc["topics"]
+    pending = [m for m in expected["messages"] if m["stateInInputStore"] == "pending"]
+    assert topic["real_topic"] == "TopicT"
+    assert topic["pending"] == len(pending)
+    assert topic["next_fire_timestamp"] == min(m["fireTimeMs"] for m in pending)
+    assert topic["last_fire_timestamp"] == max(m["fireTimeMs"] for m in pending)
+    assert topic["rolling"] == summary["stateByClass"]["roll/pending"]
+    assert topic["metrics_count"] == at_stop["timerMetricsTimingCount"]["TopicT"]
+
+
+def test_conformance_restart_delivers_what_was_due(
+    timer_clean: Path, expected: dict[str, Any]
+) -> None:
+    """At the real restart's end, the mid timers were due: the restart fired exactly those."""
+    restart = expected["summary"]["restart"]
+    doc = run_json("timers", timer_clean, "--now", str(restart["endWallMs"]), expect=0)
+    due = {e["uniq_key"] for e in doc["entries"] if e["late"] == "due"}
+    fired = {m["uniqKey"] for m in expected["messages"] if m["deliveriesAfterRestart"]}
+    assert due == fired and len(due) == restart["pendingFiredAfterRestart"] == 46
+    assert doc["counts"]["due"] == restart["pendingDueBeforeRestartEnd"]
+    assert doc["restart_read_timestamp"] == doc["timercheck"]["last_read_timestamp"]
+    # Down 8 days: the restart reads from now - 7 days + 60 s, past every pending slot.
+    late = restart["endWallMs"] + 8 * DAY
+    skipped = run_json("timers", timer_clean, "--now", str(late), expect=1)
+    floor = late // 1000 * 1000
+    assert skipped["restart_read_timestamp"] == floor - 7 * DAY + 60_000
+    assert skipped["counts"]["skipped_by_restart"] == restart["pendingInInputStore"]
+
+
+# --- small timer stores ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Unit:
+    fields: dict[str, int]
+    slot: int  # slot time (ms)
+
+
+class TimerStore:
+    """Writes a store with a timer store: each timer message's record in rmq_sys_wheel_timer,
+    its timerlog unit in its slot's chain (``doEnqueue``), the wheel and timercheck."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.w = StoreWriter(root, LAYOUT)
+        self.units: list[_Unit] = []
+
+    def add(
+        self,
+        uniq: str,
+        fire: int,
+        *,
+        slot: int | None = None,
+        rolls: bool = False,
+        roll_times: int | None = None,
+        recall: str | None = None,
+    ) -> int:
+        """A timer message (or, with ``recall``, a recall marker) and its unit; its offset."""
+        p = {props.REAL_TOPIC: "Orders", props.REAL_QID: "1", timer.TIMER_OUT_MS: str(fire)}
+        if roll_times is not None:
+            p[timer.TIMER_ROLL_TIMES] = str(roll_times)
+        if recall is not None:
+            p[timer.TIMER_DEL_UNIQKEY] = recall
+        put = self.w.put(
+            MessageSpec(topic=timer.TIMER_TOPIC, uniq_key=uniq, properties=p, store_timestamp=T0)
+        )
+        magic = timer.MAGIC_DEFAULT | (timer.MAGIC_ROLL if rolls else 0)
+        magic |= timer.MAGIC_DELETE if recall is not None else 0
+        at = fire if slot is None else slot
+        self.units.append(
+            _Unit(
+                {
+                    "magic": magic,
+                    "curr_write_time_ms": T0,
+                    "delayed_time_offset_ms": at - T0,
+                    "physical_offset": put.physical_offset,
+                    "store_size": put.size,
+                    "topic_hash": 0,
+                },
+                at,
+            )
+        )
+        return put.physical_offset
+
+    def deliver(self, uniq: str) -> None:
+        p = {timer.TIMER_ENQUEUE_MS: str(T0), timer.TIMER_DEQUEUE_MS: str(T0 + 1)}
+        self.w.put(MessageSpec(topic="Orders", queue_id=1, uniq_key=uniq, properties=p))
+
+    def close(
+        self,
+        last_read: int,
+        *,
+        units: Callable[[list[dict[str, int]]], None] | None = None,
+        slots: Callable[[dict[int, list[int]]], None] | None = None,
+        flush_pos: int | None = None,
+        padding: int = 4 * timer.UNIT_SIZE,
+    ) -> Path:
+        self.w.close()
+        wheel: dict[int, list[int]] = {}  # slot time -> [first, last, num, where it is written]
+        rows = []
+        for i, u in enumerate(self.units):
+            pos = i * timer.UNIT_SIZE
+            slot = wheel.setdefault(u.slot, [-1, -1, 0, timer.slot_index(u.slot)])
+            rows.append({**u.fields, "prev_pos": slot[1]})
+            slot[0] = pos if slot[0] == -1 else slot[0]
+            slot[1] = pos
+            slot[2] += -1 if u.fields["magic"] & timer.MAGIC_DELETE else 1
+        if units is not None:
+            units(rows)
+        if slots is not None:
+            slots(wheel)
+        (self.root / "timerlog").mkdir()
+        log = encode_timer_units(rows)
+        (self.root / "timerlog" / f"{0:020d}").write_bytes(log + bytes(padding))
+        with open(self.root / "timerwheel", "wb") as fh:
+            fh.truncate(timer.WHEEL_FILE_SIZE)
+            for time, (first, last, num, index) in wheel.items():
+                fh.seek(index * timer.SLOT_SIZE)
+                fh.write(encode_timer_slot(time, first, last, num))
+        cp = timer.TimerCheckpoint(
+            last_read, len(log) if flush_pos is None else flush_pos, 0, 0, 0, T0, 1
+        )
+        queue_max = sum(1 for _ in self.units)
+        cp = replace(cp, last_timer_queue_offset=queue_max, master_timer_queue_offset=queue_max)
+        (self.root / "config").mkdir(exist_ok=True)
+        (self.root / "config" / "timercheck").write_bytes(encode_timercheck(cp).ljust(4096, b"\0"))
+        return self.root
+
+
+def _basic(root: Path) -> TimerStore:
+    """pending (T0+60 s), delivered (T0+1 s), recalled (T0+2 h), rolled once (fires T0+3 days,
+    first unit at T0+1 day, its roll copy at the fire time)."""
+    s = TimerStore(root)
+    s.add("PENDING", T0 + 60_000)
+    s.add("DELIVERED", T0 + 1000)
+    s.add("RECALLED", T0 + 2 * 3_600_000)
+    s.add("ROLLED", T0 + 3 * DAY, slot=T0 + DAY, rolls=True)
+    s.add("RECALLED", T0 + 2 * 3_600_000, recall="Orders+RECALLED")
+    s.add("ROLLED", T0 + 3 * DAY, roll_times=1)
+    s.deliver("DELIVERED")
+    return s
+
+
+def _entries(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(e["uniq_key"], e["roll_times"]): e for e in doc["entries"]}
+
+
+def test_synth_states_fire_times_and_topics(tmp_path: Path) -> None:
+    store = _basic(tmp_path / "s").close(last_read=T0 + 5000)
+    doc = run_json("timers", store, "--now", str(T0 + 10_000), expect=0)
+    got = {k: (e["state"], e["late"], e["fire_timestamp"]) for k, e in _entries(doc).items()}
+    assert got == {
+        ("PENDING", 0): ("pending", None, T0 + 60_000),
+        ("DELIVERED", 0): ("delivered", None, T0 + 1000),
+        ("RECALLED", 0): ("recalled", None, T0 + 2 * 3_600_000),
+        ("ROLLED", 0): ("rolled", None, T0 + 3 * DAY),
+        ("ROLLED", 1): ("pending", None, T0 + 3 * DAY),
+    }
+    assert [(r["target"], r["matched"]) for r in doc["recalls"]] == [("Orders+RECALLED", True)]
+    [topic] = doc["topics"]
+    assert topic | {"next_fire_time": None, "last_fire_time": None} == {
+        "real_topic": "Orders",
+        "pending": 2,
+        "overdue": 0,
+        "skipped_by_restart": 0,
+        "due": 0,
+        "rolling": 0,
+        "next_fire_timestamp": T0 + 60_000,
+        "next_fire_time": None,
+        "last_fire_timestamp": T0 + 3 * DAY,
+        "last_fire_time": None,
+        "delivered": 1,
+        "recalled": 1,
+        "metrics_count": None,
+    }
+    assert doc["wheel_slots_used"] == doc["wheel_slots_valid"] == 5
+    # Slots against the read time (T0+5 s): +1 s (read already), +60 s, +2 h (a target and
+    # its recall marker: num 0), +1 day (the first roll unit), +3 days (the roll copy).
+    assert [(b["label"], b["slots"], b["units"]) for b in doc["histogram"]] == [
+        ("read already", 1, 1),
+        ("< 1 min", 1, 1),
+        ("< 1 h", 0, 0),
+        ("< 1 day", 2, 1),
+        ("< 2 days", 0, 0),
+        ("later", 1, 1),
+    ]
+    assert doc["findings"] == [] and doc["timerlog_end_kind"] == "zeros"
+
+
+def test_synth_table(tmp_path: Path, wide_console: None) -> None:
+    store = _basic(tmp_path / "s").close(last_read=T0 + 5000)
+    result = run("timers", store, "--now", str(T0 + 10_000), "--format", "table")
+    assert result.exit_code == 0, result.stderr
+    assert "Pending timers by real topic" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if "│ Orders" in line)
+    assert [c.strip() for c in row.split("│")[1:6]] == ["Orders", "2", "0", "0", "0"]
+
+
+def test_overdue_due_and_skipped_by_restart(tmp_path: Path) -> None:
+    s = TimerStore(tmp_path / "s")
+    s.add("BEHIND", T0 + 1000)  # before lastReadTimeMs, not delivered: overdue
+    s.add("AHEAD", T0 + 60_000)
+    store = s.close(last_read=T0 + 30_000)
+    doc = run_json("timers", store, "--now", str(T0 + 120_000), expect=1)
+    late = {e["uniq_key"]: e["late"] for e in doc["entries"]}
+    assert late == {"BEHIND": "overdue", "AHEAD": "due"}
+    assert doc["flagged"] is True and doc["findings"] == []
+    # Down 8 days: the restart reads from now - 7 days + 60 s, past AHEAD's slot.
+    down = run_json("timers", store, "--now", str(T0 + 8 * DAY), expect=1)
+    assert {e["uniq_key"]: e["late"] for e in down["entries"]} == {
+        "BEHIND": "overdue",
+        "AHEAD": "skipped_by_restart",
+    }
+    assert down["restart_read_timestamp"] == T0 + DAY + 60_000
+
+
+def _cycle(rows: list[dict[str, int]]) -> None:
+    rows[0]["prev_pos"] = timer.UNIT_SIZE  # slot's last unit (1) -> 0 -> 1 -> ...
+
+
+def _into_other_slot(rows: list[dict[str, int]]) -> None:
+    rows[1]["prev_pos"] = 2 * timer.UNIT_SIZE  # unit 2 is in another slot
+
+
+def _wrong_slot_time(slots: dict[int, list[int]]) -> None:
+    slots[T0 + 60_000][3] = timer.slot_index(T0 + 61_000)  # T0+60 s's slot, one slot on
+
+
+def _bad_magic(rows: list[dict[str, int]]) -> None:
+    rows[1]["magic"] = 0x10
+
+
+def _hostile(root: Path, variant: str) -> Path:
+    s = TimerStore(root)
+    other = s.w.put(MessageSpec(topic="Orders", queue_id=0, body=b"not a timer" * 40))
+    s.add("A", T0 + 60_000)
+    s.add("B", T0 + 60_000)
+    s.add("C", T0 + 90_000)
+    if variant == "cycle":
+        return s.close(T0, units=_cycle)
+    if variant == "chain_into_other_slot":
+        return s.close(T0, units=_into_other_slot)
+    if variant == "slot_time_mismatch":
+        return s.close(T0, slots=_wrong_slot_time)
+    if variant == "past_commitlog_end":
+        return s.close(T0, units=lambda rows: rows[2].update(physical_offset=10**9))
+    if variant == "not_timer_record":
+        # An Orders record where the unit's timer record was: a commitlog written again.
+        at = other.physical_offset
+        return s.close(T0, units=lambda rows: rows[2].update(physical_offset=at))
+    if variant == "truncated_flush":
+        return s.close(T0, flush_pos=10 * timer.UNIT_SIZE)
+    if variant == "truncated_file":
+        return s.close(T0, padding=0)
+    assert variant == "bad_unit"
+    return s.close(T0, units=_bad_magic, flush_pos=timer.UNIT_SIZE)
+
+
+@pytest.mark.parametrize(
+    ("variant", "kinds"),
+    [
+        ("cycle", ["timerlog.cycle"]),
+        ("chain_into_other_slot", ["timerlog.chain_into_other_slot"]),
+        ("slot_time_mismatch", ["wheel.slot_time_mismatch"]),
+        ("past_commitlog_end", ["timerlog.past_commitlog_end"]),
+        ("not_timer_record", ["timerlog.not_timer_record"]),
+        ("truncated_flush", ["timerlog.truncated"]),
+        ("truncated_file", ["timerlog.truncated"]),
+        # The log ends at the bad unit: both slots' chains start past it.
+        ("bad_unit", ["timerlog.bad_unit", *["timerlog.chain_outside_log"] * 2]),
+    ],
+)
+def test_hostile_timer_stores_are_findings(
+    tmp_path: Path, wide_console: None, variant: str, kinds: list[str]
+) -> None:
+    store = _hostile(tmp_path / "s", variant)
+    doc = run_json("timers", store, "--now", str(T0), expect=1)
+    assert [f["kind"] for f in doc["findings"]] == kinds, doc["findings"]
+    table = run("timers", store, "--now", str(T0), "--format", "table")
+    assert table.exit_code == 1 and "Traceback" not in table.stderr + table.stdout
+    assert all(kind in table.stdout for kind in kinds)
+
+
+def test_hostile_details(tmp_path: Path) -> None:
+    """What the findings say and keep: a bad unit ends the log where the broker does, and the
+    units after it are not read; a unit past the commitlog is unreadable, not guessed at."""
+    bad = run_json("timers", _hostile(tmp_path / "bad", "bad_unit"), expect=1)
+    assert bad["timerlog_end"] == timer.UNIT_SIZE and bad["timerlog_units"] == 1
+    assert "drops the 1 non-zero unit(s) after it" in bad["findings"][0]["message"]
+    past = run_json("timers", _hostile(tmp_path / "past", "past_commitlog_end"), expect=1)
+    assert [e["state"] for e in past["entries"]] == ["pending", "pending", "unreadable"]
+    assert past["entries"][2]["physical_offset"] == 10**9
+
+
+def test_store_without_timer_store(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(3))
+    assert run_json("timers", store, expect=0)["present"] is False
+    table = run("timers", store, "--format", "table")
+    assert (table.exit_code, table.stdout) == (0, NO_TIMER_STORE + "\n")
+
+
+def test_missing_timercheck_and_short_wheel(tmp_path: Path) -> None:
+    store = _basic(tmp_path / "s").close(last_read=T0)
+    os.remove(store / "config" / "timercheck")
+    os.truncate(store / "timerwheel", 16)
+    doc = run_json("timers", store, expect=1)
+    assert [f["kind"] for f in doc["findings"]] == ["timercheck.missing", "wheel.wrong_size"]
+    assert doc["timercheck"] is None and doc["wheel_slots_used"] == 0
