@@ -122,7 +122,8 @@ class WheelBucket:
 @dataclass(frozen=True, slots=True)
 class TimerFinding:
     kind: str
-    where: str  # the file (and offset or slot) it is about
+    path: str  # the file it is about (a directory when no one file is)
+    position: int | None  # the byte position in it (a unit's, a slot's), when one applies
     message: str
 
 
@@ -252,13 +253,14 @@ def _timercheck(store: Store, findings: list[TimerFinding]) -> TimerCheckView | 
             TimerFinding(
                 "timercheck.missing",
                 str(read.path),
+                None,
                 "no timercheck: the broker starts reading the wheel 7 days back from now and "
                 "enqueues the timer topic from offset 0",
             )
         )
         return None
     if read.checkpoint is None:
-        findings.append(TimerFinding("timercheck.unreadable", str(read.path), str(read.error)))
+        findings.append(TimerFinding("timercheck.unreadable", str(read.path), 0, str(read.error)))
         return None
     cp = read.checkpoint
     return TimerCheckView(
@@ -274,22 +276,21 @@ def _timercheck(store: Store, findings: list[TimerFinding]) -> TimerCheckView | 
 def _log_findings(
     store: Store, log: TimerLog, check: TimerCheckView | None, findings: list[TimerFinding]
 ) -> None:
-    directory = str(log.files.directory)
     for p in log.problems:
         if p.kind == "wrong_size" or p.kind == "zero_length":
             # MappedFileQueue.load refuses a file of another length: TimerLog.load fails.
             findings.append(
                 TimerFinding(
-                    "timerlog.truncated", p.path, f"{p.message}: the broker does not load it"
+                    "timerlog.truncated", p.path, None, f"{p.message}: the broker does not load it"
                 )
             )
         else:
-            findings.append(TimerFinding(f"timerlog.{p.kind}", p.path, p.message))
+            findings.append(TimerFinding(f"timerlog.{p.kind}", p.path, None, p.message))
     if log.end_kind == "file_end":
         findings.append(
             TimerFinding(
                 "timerlog.truncated",
-                f"{directory} offset {log.end}",
+                *_log_place(log, log.end),
                 "the timerlog's last file ends inside its units (no blank record, no zeros)",
             )
         )
@@ -298,7 +299,7 @@ def _log_findings(
         findings.append(
             TimerFinding(
                 "timerlog.bad_unit",
-                f"{directory} offset {log.end}",
+                *_log_place(log, log.end),
                 f"unit with size {size} and magic {magic} (a unit is 52 bytes, magic bits 0-3): "
                 f"the broker's recovery ends the timerlog here and drops the {following} "
                 f"non-zero unit(s) after it in the file"
@@ -309,11 +310,20 @@ def _log_findings(
         findings.append(
             TimerFinding(
                 "timerlog.truncated",
-                directory,
+                *_log_place(log, log.end),
                 f"timercheck says the timerlog was flushed to {check.last_timer_log_flush_pos}, "
                 f"but its units end at {log.end}: units in between are lost",
             )
         )
+
+
+def _log_place(log: TimerLog, offset: int) -> tuple[str, int | None]:
+    """The timerlog file holding stream ``offset`` and the position in it (the directory when
+    no file holds it)."""
+    f = log.files.find(offset)
+    if f is None:
+        return str(log.files.directory), None
+    return str(f.path), offset - f.start
 
 
 def _walk(store: Store, progress: Progress | None) -> _Commitlog:
@@ -364,17 +374,16 @@ def _entries(
     offsets = units["physical_offset"].tolist()
     sizes = units["store_size"].tolist()
     magics = units["magic"].tolist()
-    directory = str(log.files.directory)
     raw: list[tuple[int, cl.MessageRecord | None]] = []
     for i, pos in enumerate(log.positions.tolist()):
         record = walk.timer_records.get(offsets[i])
         if record is None or record.store_size != sizes[i]:
-            where = f"{directory} offset {pos}"
+            where = _log_place(log, pos)
             if offsets[i] + max(sizes[i], 0) > walk.end or offsets[i] < 0:
                 findings.append(
                     TimerFinding(
                         "timerlog.past_commitlog_end",
-                        where,
+                        *where,
                         f"unit points at commitlog offset {offsets[i]} (size {sizes[i]}), past "
                         f"where the commitlog's records end ({walk.end}): a truncated commitlog "
                         "under a timerlog that kept its units (apache/rocketmq#10668)",
@@ -384,7 +393,7 @@ def _entries(
                 findings.append(
                     TimerFinding(
                         "timerlog.not_timer_record",
-                        where,
+                        *where,
                         f"unit points at commitlog offset {offsets[i]} (size {sizes[i]}), where "
                         f"no {timer.TIMER_TOPIC} record of that size starts (apache/rocketmq"
                         "#10668: the commitlog was truncated and written again)",
@@ -469,6 +478,7 @@ def _wheel(
             TimerFinding(
                 "wheel.wrong_size",
                 str(wheel.path),
+                None,
                 f"timerwheel is {wheel.size} bytes, not {timer.WHEEL_FILE_SIZE} "
                 "(TimerWheel refuses another length: the broker does not start)",
             )
@@ -480,7 +490,8 @@ def _wheel(
         findings.append(
             TimerFinding(
                 "wheel.slot_time_mismatch",
-                f"{wheel.path} slot {index}",
+                str(wheel.path),
+                index * timer.SLOT_SIZE,
                 f"slot {index} stores time {int(stored[i]) * PRECISION_MS}, whose slot is "
                 f"{timer.slot_index(int(stored[i]) * PRECISION_MS) if stored[i] >= 0 else 'none'}"
                 ": the broker never reads it",
@@ -491,7 +502,7 @@ def _wheel(
     unit_slots = (timer.slot_times(log.units) // PRECISION_MS).tolist()
     for i in np.flatnonzero(valid).tolist():
         index = int(wheel.indices[i])
-        where = f"{wheel.path} slot {index}"
+        where = (str(wheel.path), index * timer.SLOT_SIZE)
         time = int(stored[i])
         pos = int(wheel.slots["last_pos"][i])
         seen: set[int] = set()
@@ -501,7 +512,7 @@ def _wheel(
                 findings.append(
                     TimerFinding(
                         "timerlog.chain_outside_log",
-                        where,
+                        *where,
                         f"the chain of slot {index} ({time * PRECISION_MS}) reaches timerlog "
                         f"offset {pos}, which is no unit of the log (it ends at {log.end})",
                     )
@@ -511,7 +522,7 @@ def _wheel(
                 findings.append(
                     TimerFinding(
                         "timerlog.cycle",
-                        where,
+                        *where,
                         f"the chain of slot {index} ({time * PRECISION_MS}) comes back to "
                         f"timerlog offset {pos}: the broker's dequeue never ends",
                     )
@@ -522,7 +533,7 @@ def _wheel(
                 findings.append(
                     TimerFinding(
                         "timerlog.chain_into_other_slot",
-                        where,
+                        *where,
                         f"the chain of slot {index} ({time * PRECISION_MS}) runs into the unit at "
                         f"timerlog offset {pos}, whose slot is {unit_slots[k] * PRECISION_MS}: "
                         "the broker delivers it with this slot",
@@ -547,7 +558,8 @@ def _timer_queue(
         findings.append(
             TimerFinding(
                 "timercheck.ahead_of_queue",
-                str(qid.shown_under(store.root)),
+                str(store.config_dir / "timercheck"),
+                16,
                 f"timercheck's lastTimerQueueOffset {check.last_timer_queue_offset} is past the "
                 f"timer queue's max {b.max_offset}: the restart moves it back to the max "
                 "(recover); the queue lost messages the timer had enqueued",

@@ -120,5 +120,6 @@ def render_timers(report: TimersReport, fmt: OutputFormat) -> None:
         for col in ("kind", "where", "message"):
             t.add_column(col)
         for f in report.findings:
-            t.add_row(f.kind, f.where, f.message)
+            where = f.path if f.position is None else f"{f.path} @{f.position}"
+            t.add_row(f.kind, where, f.message)
         print_table(t)
