@@ -64,7 +64,8 @@ class UnsupportedLayout:
 #    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
 #    index; what is read from those is right, and the restart of those is unchanged. The
-#    timer's files are read by `timers` (store/timer.py), listed here so that `info` says so.
+#    timer's files are read by `timers` and `verify` (store/timer.py), listed here so that
+#    `info` says so.
 _LAYOUTS: dict[str, tuple[str, StorePart]] = {
     "dledger": ("DLedger", StorePart.SALVAGE),
     "dledger_mixed": (
@@ -264,7 +265,7 @@ def detect_unsupported(
                     "timer",
                     root / name,
                     "5.x timer store (timerlog/, timerwheel, config/timercheck): read by "
-                    "`timers`; recover, verify and export do not read it yet",
+                    "`timers` and `verify`; recover and export do not read it yet",
                 )
             )
     log_dir = root / "compaction" / "compactionLog"
