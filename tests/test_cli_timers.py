@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rmqinspect.format import timer
 from rmqinspect.render.timers import NO_TIMER_STORE
-from tests.cli_helpers import build_store, orders, run, run_json
+from tests.cli_helpers import SMALL_OPTS, build_store, orders, run, run_json, tree_state
 from tests.conftest import restore_trimmed_store
+from tests.test_evidence import SAFE_OPEN, record_file_access
 from tests.timer_helpers import DAY, T0, TimerStore, hostile_timer_store
 
 # --- the real broker's store ----------------------------------------------------------------------
@@ -283,3 +286,46 @@ def test_missing_timercheck_and_short_wheel(tmp_path: Path) -> None:
     doc = run_json("timers", store, expect=1)
     assert [f["kind"] for f in doc["findings"]] == ["timercheck.missing", "wheel.wrong_size"]
     assert doc["timercheck"] is None and doc["wheel_slots_used"] == 0
+
+
+def test_timer_files_are_only_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``timers`` and ``verify`` open the timer store's files read-only, non-blocking and
+    without following links, map them read-only, and change nothing; ``info`` says who reads
+    the timer store."""
+    store = _basic(tmp_path / "s").close(last_read=T0 + 5000)
+    before = tree_state(store)
+    log = record_file_access(monkeypatch)
+    for args in (("timers", store), ("verify", store, *SMALL_OPTS)):
+        result = run(*args, "--format", "json")
+        assert result.exit_code == 0, (args, result.stderr)
+    monkeypatch.undo()
+    timer_files = {str(p.resolve()) for p in (store / "timerwheel", store / "timerlog")}
+    timer_files |= {str((store / "timerlog" / f"{0:020d}").resolve())}
+    timer_files |= {str((store / "config" / "timercheck").resolve())}
+    seen = [a for a in log if a.path in timer_files]
+    assert {a.path for a in seen} >= timer_files - {str((store / "timerlog").resolve())}
+    assert not [a for a in seen if a.writable]
+    opened = [a for a in seen if a.call == "os.open"]
+    assert opened and all(a.flags & SAFE_OPEN == SAFE_OPEN for a in opened)
+    assert tree_state(store) == before
+    notes = {u["kind"]: u["note"] for u in run_json("info", store, expect=0)["unsupported"]}
+    assert "read by `timers` and `verify`" in notes["timer"]
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(junk=st.binary(min_size=1, max_size=3 * timer.UNIT_SIZE), at=st.integers(0, 160))
+def test_any_timerlog_bytes_are_findings_never_tracebacks(
+    tmp_path_factory: pytest.TempPathFactory, junk: bytes, at: int
+) -> None:
+    """Arbitrary bytes over the timerlog's units (sizes, magics, prevPos, offsets): an answer,
+    exit 0 or 1, never a traceback or a hang."""
+    store = _basic(tmp_path_factory.mktemp("fuzz") / "s").close(last_read=T0)
+    path = store / "timerlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[at : at + len(junk)] = junk
+    path.write_bytes(bytes(data))
+    result = run("timers", store, "--format", "json")
+    assert result.exit_code in (0, 1), result.stderr
+    assert json.loads(result.stdout)["present"] is True

@@ -74,7 +74,11 @@ class TimerStore:
 
     def deliver(self, uniq: str) -> None:
         p = {timer.TIMER_ENQUEUE_MS: str(T0), timer.TIMER_DEQUEUE_MS: str(T0 + 1)}
-        self.w.put(MessageSpec(topic="Orders", queue_id=1, uniq_key=uniq, properties=p))
+        self.w.put(
+            MessageSpec(
+                topic="Orders", queue_id=1, uniq_key=uniq, properties=p, store_timestamp=T0 + 1
+            )
+        )
 
     def close(
         self,
