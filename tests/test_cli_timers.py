@@ -329,3 +329,21 @@ def test_any_timerlog_bytes_are_findings_never_tracebacks(
     result = run("timers", store, "--format", "json")
     assert result.exit_code in (0, 1), result.stderr
     assert json.loads(result.stdout)["present"] is True
+
+
+@pytest.mark.parametrize("name", ["timerwheel", "config/timercheck"])
+@pytest.mark.parametrize("kind", ["directory", "fifo", "symlink"])
+def test_timer_files_that_are_not_regular_files(tmp_path: Path, name: str, kind: str) -> None:
+    """Neither opened nor followed (a FIFO would block): a finding naming the file."""
+    store = _basic(tmp_path / "s").close(last_read=T0 + 5000)
+    path = store / name
+    path.unlink()
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(tmp_path / "elsewhere")
+    doc = run_json("timers", store, "--now", str(T0 + 10_000), expect=1)
+    expected = "wheel.unreadable" if name == "timerwheel" else "timercheck.unreadable"
+    assert [(f["kind"], f["path"]) for f in doc["findings"]] == [(expected, str(path))]

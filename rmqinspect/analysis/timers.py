@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.queues import queue_bounds
+from rmqinspect.errors import StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format import timer
@@ -190,8 +191,12 @@ def timers_report(
     notes: list[str] = []
     check = _timercheck(store, findings)
     log = read_timerlog(store)
-    _log_findings(store, log, check, findings)
-    wheel = read_wheel(store)
+    _log_findings(log, check, findings)
+    try:
+        wheel = read_wheel(store)
+    except StoreError as err:  # not a regular file, unreadable: no slot is read
+        wheel = None
+        findings.append(TimerFinding("wheel.unreadable", str(err.path), None, err.message))
     walk = _walk(store, progress)
     if now is not None:
         reference, basis = now, "--now"
@@ -247,7 +252,11 @@ def _absent(now: int | None) -> TimersReport:
 
 
 def _timercheck(store: Store, findings: list[TimerFinding]) -> TimerCheckView | None:
-    read = read_timercheck(store)
+    try:
+        read = read_timercheck(store)
+    except StoreError as err:
+        findings.append(TimerFinding("timercheck.unreadable", str(err.path), None, err.message))
+        return None
     if read.size is None:
         findings.append(
             TimerFinding(
@@ -255,7 +264,8 @@ def _timercheck(store: Store, findings: list[TimerFinding]) -> TimerCheckView | 
                 str(read.path),
                 None,
                 "no timercheck: the broker starts reading the wheel 7 days back from now and "
-                "enqueues the timer topic from offset 0",
+                "enqueues the timer topic from its queue's min offset (recover, "
+                "masterTimerQueueOffset 0)",
             )
         )
         return None
@@ -274,7 +284,7 @@ def _timercheck(store: Store, findings: list[TimerFinding]) -> TimerCheckView | 
 
 
 def _log_findings(
-    store: Store, log: TimerLog, check: TimerCheckView | None, findings: list[TimerFinding]
+    log: TimerLog, check: TimerCheckView | None, findings: list[TimerFinding]
 ) -> None:
     for p in log.problems:
         if p.kind == "wrong_size" or p.kind == "zero_length":

@@ -15,6 +15,7 @@ _CHECK_OF = {
     "timerlog.chain_outside_log": "timer.chain",
     "wheel.slot_time_mismatch": "timer.slot",
     "wheel.wrong_size": "timer.slot",
+    "wheel.unreadable": "timer.slot",
     "timerlog.past_commitlog_end": "timer.points_past_end",
     "timerlog.not_timer_record": "timer.no_record",
 }
