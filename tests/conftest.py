@@ -25,6 +25,7 @@ CONFORMANCE = SHARED / "conformance"
 CONFORMANCE5 = SHARED / "conformance5"
 CONFORMANCE_DLEDGER = SHARED / "conformance-dledger"
 CONFORMANCE_CONSUME = SHARED / "conformance-consume"
+CONFORMANCE_TIMER = SHARED / "conformance-timer"
 FIXTURES = ROOT / "fixtures"
 
 
@@ -60,6 +61,15 @@ def conformance_consume_dir() -> Path:
     if not (CONFORMANCE_CONSUME / "expected").is_dir():
         pytest.skip(f"real-broker corpus not found at {CONFORMANCE_CONSUME} (dev workspace only)")
     return CONFORMANCE_CONSUME
+
+
+@pytest.fixture(scope="session")
+def conformance_timer_dir() -> Path:
+    """The RocketMQ 5.3.3 timer corpus (timerlog, timerwheel, timercheck); skipped where
+    ``../shared/conformance-timer`` is absent."""
+    if not (CONFORMANCE_TIMER / "expected").is_dir():
+        pytest.skip(f"real-broker corpus not found at {CONFORMANCE_TIMER} (dev workspace only)")
+    return CONFORMANCE_TIMER
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ def test_registry_names() -> None:
         "subscriptionGroup.json",
         "consumerFilter.json",
         "lmqConsumerOffset.json",
+        "timermetrics",
     }
     assert all(spec.name == name for name, spec in CONFIG_FILES.items())
 

@@ -102,6 +102,7 @@ INVOCATIONS: dict[str, list[Invocation]] = {
     "groups": [lambda s, m, d: ("groups", s, "--after-restart")],
     "transactions": [lambda s, m, d: ("transactions", s)],
     "delays": [lambda s, m, d: ("delays", s)],
+    "timers": [lambda s, m, d: ("timers", s)],
     "trace": [
         lambda s, m, d: ("trace", s, "--msg-id", m["msg_id"], *SMALL_OPTS),
         lambda s, m, d: ("trace", s, "--key", "ORDER-35", "--topic", "Orders", *SMALL_OPTS),

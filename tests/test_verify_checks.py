@@ -21,6 +21,7 @@ from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.synth.writer import MessageSpec, PutResult, StoreLayout, StoreWriter
 from tests.conftest import FIXTURES
 from tests.damage_matrix import Record, records
+from tests.timer_helpers import T0, hostile_timer_store
 
 STORES = FIXTURES / "stores"
 FILE = 64 * 1024
@@ -235,6 +236,19 @@ def _index_gap(root: Path) -> None:
         fh.truncate(dl.INDEX_FILE_SIZE)
 
 
+def _unchain(root: Path) -> None:
+    """The cycle's store with a sound timerlog (its units as written) and no timercheck."""
+    (root / "config" / "timercheck").unlink()
+    log = root / "timerlog" / f"{0:020d}"
+    with open(log, "r+b") as fh:
+        fh.seek(4)
+        fh.write(struct.pack(">q", -1))  # unit 0 ends its slot's chain again
+
+
+_TIMERLOG = f"timerlog/{0:020d}"
+_WHEEL_SLOT = 32 * ((T0 + 60_000) // 1000 % 1_209_600)  # A and B's slot
+
+
 RECIPES: dict[str, tuple[Path, Recipe]] = {
     "commitlog.file_name": (CLEAN, lambda r: (r / "commitlog" / "junk").write_bytes(b"")),
     "commitlog.file_gap": (CLEAN, _gap),
@@ -358,6 +372,18 @@ RECIPES: dict[str, tuple[Path, Recipe]] = {
     "dledger.currterm": (
         CLEAN,
         _ledger(lambda r, _p: (r / "dledger-n0" / "currterm").write_bytes(b"currTerm=x\n")),
+    ),
+    "timer.log": (CLEAN, _fresh(lambda r: hostile_timer_store(r, "truncated_flush"))),
+    "timer.chain": (CLEAN, _fresh(lambda r: hostile_timer_store(r, "cycle"))),
+    "timer.slot": (CLEAN, _fresh(lambda r: hostile_timer_store(r, "slot_time_mismatch"))),
+    "timer.points_past_end": (
+        CLEAN,
+        _fresh(lambda r: hostile_timer_store(r, "past_commitlog_end")),
+    ),
+    "timer.no_record": (CLEAN, _fresh(lambda r: hostile_timer_store(r, "not_timer_record"))),
+    "timer.checkpoint": (
+        CLEAN,
+        _fresh(lambda r: (hostile_timer_store(r, "cycle"), _unchain(r))),
     ),
     "store.unsupported": (
         CLEAN,
@@ -625,6 +651,24 @@ FIRES: dict[str, dict[str, Places | int]] = {
     },
     "store.unsupported": {
         "store.unsupported": [("batchconsumequeue", None)],
+    },
+    "timer.log": {
+        "timer.log": [(_TIMERLOG, 156)],
+    },
+    "timer.chain": {
+        "timer.chain": [("timerwheel", _WHEEL_SLOT)],
+    },
+    "timer.slot": {
+        "timer.slot": [("timerwheel", _WHEEL_SLOT + 32)],
+    },
+    "timer.points_past_end": {
+        "timer.points_past_end": [(_TIMERLOG, 104)],
+    },
+    "timer.no_record": {
+        "timer.no_record": [(_TIMERLOG, 104)],
+    },
+    "timer.checkpoint": {
+        "timer.checkpoint": [("config/timercheck", None)],
     },
 }
 

@@ -76,6 +76,7 @@ _COMMANDS = {
     "synth": "synth",
     "transactions": "transactions",
     "trace": "trace",
+    "timers": "timers",
 }
 
 

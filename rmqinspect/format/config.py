@@ -104,6 +104,21 @@ class DelayOffsetTable:
 
 
 @dataclass(frozen=True, slots=True)
+class TimerMetric:
+    count: int  # timers pending for the topic (TimerMetrics.Metric: enqueued minus dequeued)
+    timestamp: int  # when the count last changed (``timeStamp``)
+
+
+@dataclass(frozen=True, slots=True)
+class TimerMetricsTable:
+    """``config/timermetrics`` (5.x): ``TimerMetrics.TimerMetricsSerializeWrapper``, the timer's
+    pending count per real topic, persisted with the timer checkpoint."""
+
+    timing_count: dict[str, TimerMetric]
+    data_version: DataVersion | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TopicConfig:
     """One ``TopicConfig``; defaults are the Java field initialisers. ``attributes`` is None for
     4.x files (no such property); ``extra`` keeps properties this model does not know."""
@@ -260,6 +275,21 @@ def parse_delay_offsets(obj: Any) -> DelayOffsetTable:
             problems.append(f"offsetTable.{level}: delay level below 1 has no schedule queue")
         offset_table[level] = _long(offset, ("offsetTable", key))
     return DelayOffsetTable(offset_table, _data_version_of(doc), tuple(problems))
+
+
+def parse_timer_metrics(obj: Any) -> TimerMetricsTable:
+    doc = _root(obj)
+    counts: dict[str, TimerMetric] = {}
+    problems: list[str] = []
+    for key, metric in _table(doc, "timingCount").items():
+        path = ("timingCount", key)
+        topic = _string_key(key, path, problems)
+        entry = _object(metric, path)
+        counts[topic] = TimerMetric(
+            _long(entry.get("count", 0), (*path, "count")),
+            _long(entry.get("timeStamp", 0), (*path, "timeStamp")),
+        )
+    return TimerMetricsTable(counts, _data_version_of(doc))
 
 
 _TOPIC_FIELDS = frozenset(

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from rmqinspect.format import properties as props
+from rmqinspect.format import timer
 from rmqinspect.format.commitlog import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
@@ -194,3 +196,45 @@ def encode_trace_data(records: list[TraceRecord]) -> bytes:
             raise ValueError("trace fields cannot contain 0x01 or 0x02")
         out.append(CONTENT_SPLITOR.join(values) + FIELD_SPLITOR)
     return "".join(out).encode("utf-8")
+
+
+def encode_timer_units(units: Sequence[Mapping[str, int]]) -> bytes:
+    """Timerlog units as ``TimerMessageStore.doEnqueue`` writes them (fields named as in
+    :data:`~rmqinspect.format.timer.UNIT_DTYPE`; size 52 and reserved 0 unless given)."""
+    out = np.zeros(len(units), timer.UNIT_DTYPE)
+    out["size"] = timer.UNIT_SIZE
+    for i, unit in enumerate(units):
+        for name, value in unit.items():
+            out[name][i] = value
+    return out.tobytes()
+
+
+def encode_timer_blank(remaining: int) -> bytes:
+    """``TimerLog.append``'s end-of-file record: the remaining size, a 0 long, the blank magic."""
+    return struct.pack(">iqi", remaining, 0, timer.BLANK_MAGIC_CODE)
+
+
+def encode_timer_slot(
+    time_ms: int,
+    first_pos: int,
+    last_pos: int,
+    num: int,
+    magic: int = 0,
+    precision_ms: int = timer.DEFAULT_PRECISION_MS,
+) -> bytes:
+    """One wheel slot as ``TimerWheel.putSlot`` writes it (the time stored over the precision)."""
+    return struct.pack(">qqqii", time_ms // precision_ms, first_pos, last_pos, num, magic)
+
+
+def encode_timercheck(cp: timer.TimerCheckpoint) -> bytes:
+    """``TimerCheckpoint.encode``: seven longs (56 bytes)."""
+    return struct.pack(
+        ">7q",
+        cp.last_read_time_ms,
+        cp.last_timer_log_flush_pos,
+        cp.last_timer_queue_offset,
+        cp.master_timer_queue_offset,
+        cp.state_version,
+        cp.timestamp,
+        cp.counter,
+    )

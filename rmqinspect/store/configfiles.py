@@ -21,11 +21,13 @@ from rmqinspect.format.config import (
     ConsumerOffsetTable,
     DelayOffsetTable,
     SubscriptionGroupTable,
+    TimerMetricsTable,
     TopicConfigTable,
     UntypedConfig,
     parse_consumer_offsets,
     parse_delay_offsets,
     parse_subscription_groups,
+    parse_timer_metrics,
     parse_topics,
     parse_untyped,
 )
@@ -37,6 +39,7 @@ ConfigValue = (
     | DelayOffsetTable
     | TopicConfigTable
     | SubscriptionGroupTable
+    | TimerMetricsTable
     | UntypedConfig
 )
 Source = Literal["main", "bak", "none"]
@@ -82,6 +85,11 @@ CONFIG_FILES: Mapping[str, ConfigFileSpec] = MappingProxyType(
                 "lmqConsumerOffset.json",
                 "consumer offsets with the LMQ table (enableLmq)",
                 parse_consumer_offsets,
+            ),
+            ConfigFileSpec(
+                "timermetrics",
+                "the 5.x timer's pending count per real topic (TimerMetrics)",
+                parse_timer_metrics,
             ),
         )
     }

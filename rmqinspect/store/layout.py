@@ -63,7 +63,9 @@ class UnsupportedLayout:
 #  - RocksDB consume queue, BatchConsumeQueue: the queues of (some) topics are not in
 #    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
-#    index; what is read from those is right, and the restart of those is unchanged.
+#    index; what is read from those is right, and the restart of those is unchanged. The
+#    timer's files are read by `timers` and `verify` (store/timer.py), listed here so that
+#    `info` says so.
 _LAYOUTS: dict[str, tuple[str, StorePart]] = {
     "dledger": ("DLedger", StorePart.SALVAGE),
     "dledger_mixed": (
@@ -258,7 +260,14 @@ def detect_unsupported(
         )
     for name in ("timerwheel", "timerlog"):
         if (root / name).exists():
-            found.append(_unsupported("timer", root / name, "5.x timer store is not decoded yet"))
+            found.append(
+                _unsupported(
+                    "timer",
+                    root / name,
+                    "5.x timer store (timerlog/, timerwheel, config/timercheck): read by "
+                    "`timers` and `verify`; recover and export do not read it yet",
+                )
+            )
     log_dir = root / "compaction" / "compactionLog"
     if _has_entries(log_dir):
         found.append(_unsupported("compaction", log_dir, "compaction store is not decoded yet"))

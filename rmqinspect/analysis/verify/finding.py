@@ -168,7 +168,27 @@ CHECKS = _checks(
         "a consumer or delay offset below its queue's min offset (the broker corrects it)",
     ),
     ("offsets.no_queue", W, "an offset for a queue that has no consume queue on disk"),
-    ("store.unsupported", I, "a layout verify does not check yet (BatchCQ, timer, ...)"),
+    # the 5.x timer store (analysis/verify/timer.py)
+    (
+        "timer.log",
+        E,
+        "a timerlog the broker's recovery cuts short: a unit of bad size or magic, a file of "
+        "another length, units ending inside a file or before timercheck's flush position",
+    ),
+    ("timer.chain", E, "a wheel slot's chain that loops, leaves the log or enters another slot"),
+    ("timer.slot", E, "a wheel slot whose stored time is not its own, or a wheel of bad length"),
+    (
+        "timer.points_past_end",
+        E,
+        "a timerlog unit pointing past the end of the commitlog (apache/rocketmq#10668)",
+    ),
+    ("timer.no_record", E, "no timer-topic record of the unit's size where a timerlog unit points"),
+    (
+        "timer.checkpoint",
+        W,
+        "timercheck missing, unreadable, or past the timer queue's max offset",
+    ),
+    ("store.unsupported", I, "a layout verify does not check yet (BatchCQ, compaction, ...)"),
 )
 
 del E, W, I

@@ -8,8 +8,8 @@ processes (``--jobs``), and the findings merged in file order whatever the numbe
    and the restart prediction for records without units (:func:`.queues.classify_lagging`),
    only when there are such records;
 3. every consume-queue file and every index file, against the commitlog's data end from 1,
-   and meanwhile, in this process, the checkpoint, config files, offsets and unsupported
-   layouts.
+   and meanwhile, in this process, the checkpoint, config files, offsets, unsupported
+   layouts and the timer store.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from rmqinspect.analysis.verify.queues import (
     classify_lagging,
 )
 from rmqinspect.analysis.verify.summary import Coverage, Summary, summarize
+from rmqinspect.analysis.verify.timer import check_timer
 from rmqinspect.store import mapguard
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store, StoreOptions
@@ -252,6 +253,7 @@ class Verifier:
         check_config(ctx, findings)
         check_offsets(ctx, restart, findings)
         check_unsupported(ctx, findings)
+        check_timer(ctx, findings)
         units = _merge(queue_parts, findings)
         entries = 0
         parts: dict[int, list[IndexPart]] = {}
