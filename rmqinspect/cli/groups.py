@@ -9,11 +9,13 @@ from typing import Annotated
 import typer
 
 from rmqinspect.analysis.groups import groups_report
-from rmqinspect.analysis.offsets import parse_broker_version
+from rmqinspect.analysis.offsets import ConsumeFromWhere, parse_broker_version
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
     FormatOpt,
     StoreArg,
+    choice_metavar,
+    choice_parser,
     commitlog_progress,
     open_store,
     parse_optional_time,
@@ -54,6 +56,18 @@ def groups(
             "store's newest store time.",
         ),
     ] = None,
+    consume_from_where: Annotated[
+        ConsumeFromWhere,
+        typer.Option(
+            "--consume-from-where",
+            parser=choice_parser(ConsumeFromWhere),
+            metavar=choice_metavar(ConsumeFromWhere),
+            help="The consumers' ConsumeFromWhere, for queues without a committed offset: "
+            "first, last or timestamp (the broker answers 0 where a queue's min is 0 first); "
+            "default unknown: such a queue's start is not predicted (a %RETRY% queue starts "
+            "at 0).",
+        ),
+    ] = ConsumeFromWhere.UNKNOWN,
     format: FormatOpt = None,
     *,
     store_options: StoreOptions,
@@ -65,6 +79,9 @@ def groups(
     backlog, the %DLQ% size and oldest message, subscriptionGroup.json settings and the
     OFFSET_MOVED_EVENT history. Exits 1 when a reset is due, a .bak disagrees, a retry queue
     without an offset is read again from 0, or an event or config file is malformed.
+
+    A queue without a committed offset (a crash before consumerOffset.json was first
+    persisted) starts where --consume-from-where says, and its messages count as replayed.
 
     Example: rmqinspect groups STORE --group GID_orders --after-restart --broker-version 4.9.3
     """
@@ -97,6 +114,7 @@ def groups(
                 after_restart=after_restart,
                 now=reference,
                 progress=advance,
+                consume_from_where=consume_from_where,
             )
     render_groups(report, fmt)
     if group is not None and group not in report.known_groups:

@@ -21,6 +21,7 @@ def groups_json(report: GroupsReport) -> dict[str, Any]:
             "broker_version": report.broker_version,
             "version_basis": report.version_basis,
             "view": report.view,
+            "consume_from_where": report.consume_from_where,
             "files": to_jsonable(report.files),
             "restart": to_jsonable(report.restart),
             "reference_timestamp": report.reference_timestamp,
@@ -90,6 +91,8 @@ def _group_table(g: Group, report: GroupsReport) -> Table:
     t = Table(
         title=f"{g.group} ({report.view}): " + "; ".join(summary),
         title_justify="left",
+        caption="; ".join(g.notes) or None,
+        caption_justify="left",
     )
     for col in (
         "topic",
