@@ -16,7 +16,11 @@ The rules, from ``ScheduleMessageService`` (store/.../schedule/ in 4.9.8, broker
 - levels past the last of ``messageDelayLevel`` get no timer (``start`` schedules one per
   ``delayLevelTable`` entry): their messages are never delivered;
 - the table is persisted every ``flushDelayOffsetInterval`` (10 s, ``start``'s fixed-rate task)
-  and on a clean ``shutdown``: after a crash up to 10 s of deliveries are made again.
+  and on a clean ``shutdown``: after a crash up to 10 s of deliveries are made again (all of
+  them when the file was never persisted: every level starts at 0). Which pending units were
+  delivered already is on disk: ``messageTimeup`` stores the delivery as a new record in the
+  unit's ``REAL_TOPIC`` with its UNIQ_KEY and reconsume times; a pending unit with such a
+  record after it (and kept by the restart) is delivered a second time.
 
 "Overdue" needs a clock: by default the store's newest store time (the broker's clock when it
 stopped writing), else the caller's. A unit due more than one flush interval before it and not
@@ -36,12 +40,15 @@ from rmqinspect.analysis.inventory import commitlog_summary
 from rmqinspect.analysis.offsets import FileUse, file_use
 from rmqinspect.analysis.queues import all_queue_bounds, iter_unit_chunks, queue_bounds
 from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
+from rmqinspect.format import properties as props
+from rmqinspect.format.columns import decode_text
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
 from rmqinspect.format.config import (
     DelayOffsetTable,
     delay_level_to_queue_id,
     queue_id_to_delay_level,
 )
+from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -72,14 +79,19 @@ class DelayLevel:
     overdue: int  # pending units due more than one flush interval before the reference time
     recently_due: int  # pending units due within the flush interval before the reference time
     notes: tuple[str, ...] = ()
+    # Pending units whose delivery copy is already stored (and kept by the restart): the
+    # schedule service delivers them again.
+    redelivered: int = 0
 
     @property
     def flagged(self) -> bool:
-        """What ``delays`` exits 1 for: the #1472/#4226 signatures and undeliverable levels."""
+        """What ``delays`` exits 1 for: the #1472/#4226 signatures, undeliverable levels and
+        deliveries the restart repeats."""
         return (
             self.overdue > 0
             or self.out_of_range is not None
             or (self.delay_ms is None and self.pending > 0)
+            or self.redelivered > 0
         )
 
 
@@ -100,6 +112,7 @@ class DelaysReport:
     restart: LoadView | None  # None: no level, no restart emulated
     levels: tuple[DelayLevel, ...]
     problems: tuple[str, ...]  # the file's oddities the broker accepts (a level below 1 ...)
+    redelivered: int = 0  # over all levels
 
     @property
     def flagged(self) -> bool:
@@ -135,8 +148,10 @@ def delays_report(
         reference, basis = None, "not needed"
     restart: LoadView | None = None
     at_load: dict[int, _Bounds] = {}
+    delivered: dict[int, set[int]] = {}
     if levels:  # the emulation costs a recovery scan: not for nothing to judge
-        restart, at_load = _at_load(store, progress)
+        restart, at_load, end = _at_load(store, progress)
+        delivered = delivered_units(store, end)
     rows = tuple(
         _level(
             store,
@@ -145,21 +160,74 @@ def delays_report(
             offsets.get(lv),
             reference,
             None if not restart or not restart.broker_starts else at_load.get(lv, (0, 0, 0)),
+            delivered.get(delay_level_to_queue_id(lv), set()),
         )
         for lv in levels
     )
     file = None if absent else file_use(r)
-    return DelaysReport(file, reference, basis, restart, rows, tuple(problems))
+    redelivered = sum(row.redelivered for row in rows)
+    return DelaysReport(file, reference, basis, restart, rows, tuple(problems), redelivered)
 
 
-def _at_load(store: Store, progress: Progress | None) -> tuple[LoadView, dict[int, _Bounds]]:
+def delivered_units(store: Store, end: int | None) -> dict[int, set[int]]:
+    """Per schedule queue, the queue offsets of the units whose delivery is stored: a record in
+    the unit's ``REAL_TOPIC`` with its UNIQ_KEY and reconsume times after it
+    (``ScheduleMessageService.messageTimeup`` copies both), before ``end`` (the commitlog the
+    restart keeps; None: all of it). One walk; only records with ``REAL_TOPIC`` are kept. A
+    unit without UNIQ_KEY cannot be matched and counts as not delivered. Several units of one
+    key are matched in store order, each delivery to the oldest unmatched unit before it
+    (a level delivers in queue order)."""
+    opts = store.check_options(check_crc=False, read_body=False)
+    units: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
+    copies: dict[tuple[str, str, int], list[int]] = {}
+    for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
+        if isinstance(event, Skipped):
+            continue
+        cols = event.columns
+        rows = np.arange(len(cols), dtype=np.int64)
+        real = cols.property_values(props.REAL_TOPIC, rows)
+        present = [i for i, v in enumerate(real) if v]
+        if not present:
+            continue
+        uniq = cols.property_values(props.UNIQ_KEY, rows[present])
+        topic_ids, topic_bytes = cols.topic_ids()
+        topics = [decode_text(t) for t in topic_bytes]
+        for i, key in zip(present, uniq, strict=True):
+            position = f.start + int(cols.positions[i])
+            if key is None or (end is not None and position >= end):
+                continue
+            real_topic = real[i] or ""
+            link = (key, real_topic, int(cols.reconsume_times[i]))
+            topic = topics[topic_ids[i]]
+            if topic == SCHEDULE_TOPIC:
+                units.setdefault(link, []).append(
+                    (position, int(cols.queue_id[i]), int(cols.queue_offset[i]))
+                )
+            elif topic == real_topic:
+                copies.setdefault(link, []).append(position)
+    out: dict[int, set[int]] = {}
+    for link, stored in units.items():
+        waiting = sorted(stored)
+        taken = 0
+        for position in sorted(copies.get(link, ())):
+            if taken < len(waiting) and waiting[taken][0] < position:
+                _, queue_id, queue_offset = waiting[taken]
+                out.setdefault(queue_id, set()).add(queue_offset)
+                taken += 1
+    return out
+
+
+def _at_load(
+    store: Store, progress: Progress | None
+) -> tuple[LoadView, dict[int, _Bounds], int | None]:
     """The schedule queues when ``correctDelayOffset`` compares with them: it runs from
     ``ScheduleMessageService.load``, which 4.9.2+'s ``DefaultMessageStore.load`` calls after
     ``recover`` (5.x's ``BrokerController.recoverAndInitService`` after the store's ``load``),
-    so after the recovery and its load-time dispatch, before the reput dispatches the rest."""
+    so after the recovery and its load-time dispatch, before the reput dispatches the rest.
+    The third value is where the restarted commitlog ends (None: the broker does not start)."""
     report = run_recovery(store, RecoverOptions(lost_limit=0, find_lost=False), progress).report
     if not report.broker_starts:
-        return LoadView(False, report.recovery_path, report.verdict_reason), {}
+        return LoadView(False, report.recovery_path, report.verdict_reason), {}, None
     bounds = {
         queue_id_to_delay_level(q.queue_id): (
             q.min_offset_after_load,
@@ -169,7 +237,7 @@ def _at_load(store: Store, progress: Progress | None) -> tuple[LoadView, dict[in
         for q in report.consume_queues
         if q.topic == SCHEDULE_TOPIC
     }
-    return LoadView(True, report.recovery_path, None), bounds
+    return LoadView(True, report.recovery_path, None), bounds, report.end_after_start
 
 
 def newest_store_time(store: Store) -> tuple[int | None, str]:
@@ -186,6 +254,7 @@ def _level(
     offset: int | None,
     reference: int | None,
     at_load: _Bounds | None,
+    delivered: set[int],
 ) -> DelayLevel:
     qid = QueueId(SCHEDULE_TOPIC, delay_level_to_queue_id(level))
     notes: list[str] = []
@@ -232,7 +301,14 @@ def _level(
         if reference is not None and delay_ms is not None
         else ()
     )
-    due = _due_times(store, qid, resume, min(hi, end) - resume, limits)
+    due = _due_times(store, qid, resume, min(hi, end) - resume, limits, delivered)
+    again = sum(1 for q in delivered if resume <= q < end)
+    if again:
+        notes.append(
+            f"{again} pending unit(s) were delivered already (their copy in the real topic is "
+            "stored after them): delayOffset.json was not persisted past them before the broker "
+            "stopped, so the restart delivers them again"
+        )
     if pending > due.count:
         notes.append(
             f"{pending - due.count} pending unit(s) are not in the queue files on disk: the "
@@ -242,7 +318,7 @@ def _level(
     if limits and due.count:
         overdue, by_reference, in_delay = due.below
         recently = by_reference - overdue
-        skewed = due.count - in_delay
+        skewed = due.undelivered - in_delay
         if skewed:
             notes.append(
                 f"{skewed} unit(s) are due more than the level's delay after the reference "
@@ -280,36 +356,48 @@ def _level(
         overdue,
         recently,
         tuple(notes),
+        again,
     )
 
 
 class _DueTimes:
     """The deliver times (tagsCodes) of a run of units: the first, the last, how many, and how
-    many fall below each of ``limits``, counted one chunk at a time (a level may hold millions)."""
+    many of those not delivered yet fall below each of ``limits``, counted one chunk at a time
+    (a level may hold millions)."""
 
     def __init__(self, limits: tuple[int, ...]) -> None:
         self.limits = limits
         self.below = [0] * len(limits)
         self.count = 0
+        self.undelivered = 0
         self.first: int | None = None
         self.last: int | None = None
 
-    def add(self, tags: npt.NDArray[np.int64]) -> None:
+    def add(self, tags: npt.NDArray[np.int64], waiting: npt.NDArray[np.bool_]) -> None:
         if not len(tags):
             return
         if self.first is None:
             self.first = int(tags[0])
         self.last = int(tags[-1])
         self.count += len(tags)
+        self.undelivered += int(np.count_nonzero(waiting))
         for i, limit in enumerate(self.limits):
-            self.below[i] += int(np.count_nonzero(tags < limit))
+            self.below[i] += int(np.count_nonzero(waiting & (tags < limit)))
 
 
 def _due_times(
-    store: Store, qid: QueueId, start: int, count: int, limits: tuple[int, ...]
+    store: Store,
+    qid: QueueId,
+    start: int,
+    count: int,
+    limits: tuple[int, ...],
+    delivered: set[int],
 ) -> _DueTimes:
+    """``delivered``: queue offsets whose delivery is stored, neither overdue nor due."""
     due = _DueTimes(limits)
+    done = np.fromiter(sorted(delivered), np.int64, len(delivered))
     if count > 0:
         for c in iter_unit_chunks(store, qid.topic, qid.queue_id, start, count):
-            due.add(c.units["tags_code"].astype(np.int64))
+            waiting = ~np.isin(c.queue_offsets, done)
+            due.add(c.units["tags_code"].astype(np.int64), waiting)
     return due
