@@ -36,19 +36,17 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.analysis import Progress
+from rmqinspect.analysis.delivered import delivered_units
 from rmqinspect.analysis.inventory import commitlog_summary
 from rmqinspect.analysis.offsets import FileUse, file_use
 from rmqinspect.analysis.queues import all_queue_bounds, iter_unit_chunks, queue_bounds
 from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
-from rmqinspect.format import properties as props
-from rmqinspect.format.columns import decode_text
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
 from rmqinspect.format.config import (
     DelayOffsetTable,
     delay_level_to_queue_id,
     queue_id_to_delay_level,
 )
-from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -167,54 +165,6 @@ def delays_report(
     file = None if absent else file_use(r)
     redelivered = sum(row.redelivered for row in rows)
     return DelaysReport(file, reference, basis, restart, rows, tuple(problems), redelivered)
-
-
-def delivered_units(store: Store, end: int | None) -> dict[int, set[int]]:
-    """Per schedule queue, the queue offsets of the units whose delivery is stored: a record in
-    the unit's ``REAL_TOPIC`` with its UNIQ_KEY and reconsume times after it
-    (``ScheduleMessageService.messageTimeup`` copies both), before ``end`` (the commitlog the
-    restart keeps; None: all of it). One walk; only records with ``REAL_TOPIC`` are kept. A
-    unit without UNIQ_KEY cannot be matched and counts as not delivered. Several units of one
-    key are matched in store order, each delivery to the oldest unmatched unit before it
-    (a level delivers in queue order)."""
-    opts = store.check_options(check_crc=False, read_body=False)
-    units: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
-    copies: dict[tuple[str, str, int], list[int]] = {}
-    for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
-        if isinstance(event, Skipped):
-            continue
-        cols = event.columns
-        rows = np.arange(len(cols), dtype=np.int64)
-        real = cols.property_values(props.REAL_TOPIC, rows)
-        present = [i for i, v in enumerate(real) if v]
-        if not present:
-            continue
-        uniq = cols.property_values(props.UNIQ_KEY, rows[present])
-        topic_ids, topic_bytes = cols.topic_ids()
-        topics = [decode_text(t) for t in topic_bytes]
-        for i, key in zip(present, uniq, strict=True):
-            position = f.start + int(cols.positions[i])
-            if key is None or (end is not None and position >= end):
-                continue
-            real_topic = real[i] or ""
-            link = (key, real_topic, int(cols.reconsume_times[i]))
-            topic = topics[topic_ids[i]]
-            if topic == SCHEDULE_TOPIC:
-                units.setdefault(link, []).append(
-                    (position, int(cols.queue_id[i]), int(cols.queue_offset[i]))
-                )
-            elif topic == real_topic:
-                copies.setdefault(link, []).append(position)
-    out: dict[int, set[int]] = {}
-    for link, stored in units.items():
-        waiting = sorted(stored)
-        taken = 0
-        for position in sorted(copies.get(link, ())):
-            if taken < len(waiting) and waiting[taken][0] < position:
-                _, queue_id, queue_offset = waiting[taken]
-                out.setdefault(queue_id, set()).add(queue_offset)
-                taken += 1
-    return out
 
 
 def _at_load(

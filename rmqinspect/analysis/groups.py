@@ -17,11 +17,12 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.delays import newest_store_time
+from rmqinspect.analysis.delivered import consumed_by_groups
 from rmqinspect.analysis.offsets import (
     MOVED_EVENT_BEFORE,
     BrokerVersion,
@@ -118,6 +119,10 @@ class QueueRow:
     pending: int | None  # messages the group still gets from the next pull on (judged view)
     notes: tuple[str, ...]
     findings: tuple[str, ...]  # what makes the row (and its group) flagged
+    # Of the pending messages, those the store proves reached the group before (a send-back of
+    # theirs is stored): delivered again. A lower bound (a success leaves no trace); None: the
+    # group has no retry or DLQ copy to prove anything with.
+    delivered_before: int | None = None
 
     @property
     def flagged(self) -> bool:
@@ -154,6 +159,7 @@ class Group:
     # read on its next start even without a committed offset.
     topics_from_retry_copies: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    delivered_again: int = 0  # the queues' delivered_before: duplicates the store proves
 
     @property
     def flagged(self) -> bool:
@@ -219,6 +225,11 @@ def groups_report(
     known |= set(events_of)
     on_disk = _Queues(store)
     names = sorted(known if group is None else known & {group})
+    # Only a group with retry or DLQ copies can be proven to have consumed anything.
+    provable = {
+        n for n in names if retry_topic(n) in on_disk.by_topic or dlq_topic(n) in on_disk.by_topic
+    }
+    proof = consumed_by_groups(store, provable) if provable else {}
     judged: list[Group] = []
     reference: int | None = now
     basis = "--now" if now is not None else "not needed"
@@ -233,6 +244,7 @@ def groups_report(
             after if restarted else None,
             consume_from_where,
             evidence,
+            proof.get(name, {}) if name in provable else None,
         )
         dlq = _dlq(store, name, after if restarted else None)
         if dlq is not None and dlq[1] is not None and reference is None:
@@ -329,14 +341,39 @@ def _queue_rows(
     after: dict[QueueId, _Bounds] | None,
     where: ConsumeFromWhere,
     evidence: tuple[str, ...],
+    proof: dict[QueueId, set[int]] | None,
 ) -> list[QueueRow]:
-    out = [_committed(store, group, r, version, after) for r in rows]
+    out = [_proven(_committed(store, group, r, version, after), proof, r.offset) for r in rows]
     seen = {QueueId(r.topic, r.queue_id) for r in rows}
     topics = {r.topic for r in rows if r.table == "consumer"} | set(evidence)
     for qid, kind in queues.of(group, topics):
         if qid not in seen:
-            out.append(_uncommitted(store, group, qid, kind, version, after, where))
+            row = _uncommitted(store, group, qid, kind, version, after, where)
+            out.append(_proven(row, proof, None))
     return out
+
+
+def _proven(row: QueueRow, proof: dict[QueueId, set[int]] | None, offset: int | None) -> QueueRow:
+    """The row with the pending messages the store proves the group was delivered before."""
+    if proof is None:
+        return row
+    judged = (
+        row.next_pull_after_restart if row.min_offset_after_restart is not None else row.next_pull
+    )
+    if judged is None or row.pending is None:
+        return row
+    start = judged.next_offset
+    end = start + row.pending
+    again = sum(1 for q in proof.get(QueueId(row.topic, row.queue_id), ()) if start <= q < end)
+    findings = row.findings
+    if again:
+        since = "its committed offset" if offset is not None else "where it starts"
+        findings = (
+            *findings,
+            f"{again} of the {row.pending} message(s) from {since} on reached the group before "
+            "(a send-back of theirs is stored): delivered again",
+        )
+    return replace(row, findings=findings, delivered_before=again)
 
 
 def _topics_from_copies(store: Store, queues: _Queues, group: str) -> tuple[str, ...]:
@@ -556,6 +593,7 @@ def _group(
     oldest = None if dlq is None else dlq[1]
     age = None if oldest is None or reference is None else reference - oldest
     subscription = None if sub is None else _subscription(sub)
+    delivered_again = sum(r.delivered_before or 0 for r in rows)
     notes = []
     if evidence:
         notes.append(f"consumes {', '.join(evidence)}: its retry/DLQ copies' RETRY_TOPIC names it")
@@ -586,6 +624,7 @@ def _group(
         tuple(findings),
         evidence,
         tuple(notes),
+        delivered_again,
     )
 
 
