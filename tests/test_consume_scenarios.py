@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from rmqinspect.analysis.offsets import ConsumeFromWhere, start_without_offset
 from rmqinspect.analysis.trace import TraceQuery, trace_report
 from rmqinspect.render.trace import trace_json
 from rmqinspect.store.model import Store, StoreOptions
@@ -288,6 +289,36 @@ def test_delays_offsets_and_redeliveries(conformance_consume_dir: Path, scenario
         assert bound_for_topic == after.get("newRecordsByRole", {}).get("scheduledDelivery", 0)
 
 
+# --- the start of a queue without a committed offset ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retry", "where", "lo", "hi", "start"),
+    [
+        # The broker answers 0 for a queue whose min is 0 (queryConsumerOffset), whatever the
+        # client's setting.
+        (False, "first", 0, 9, 0),
+        (False, "last", 0, 9, 0),
+        (False, "timestamp", 0, 9, 0),
+        (True, "timestamp", 0, 9, 0),
+        # Otherwise computePullFromWhere: FIRST 0 (getMessage then moves it to the min), LAST
+        # the max but 0 on a retry topic, TIMESTAMP the max on a retry topic, else searchOffset.
+        (False, "first", 4, 9, 0),
+        (True, "first", 4, 9, 0),
+        (False, "last", 4, 9, 9),
+        (True, "last", 4, 9, 0),
+        (True, "timestamp", 4, 9, 9),
+        (False, "timestamp", 4, 9, None),
+        # Not known: a retry queue starts at 0 (FIRST and the default LAST); a topic queue's
+        # start is left open.
+        (True, "unknown", 4, 9, 0),
+        (False, "unknown", 0, 9, None),
+    ],
+)
+def test_start_without_offset(retry: bool, where: str, lo: int, hi: int, start: int | None) -> None:
+    assert start_without_offset(retry, ConsumeFromWhere(where), lo, hi).offset == start
+
+
 # --- crashes built from consume_clean ---------------------------------------------------------
 
 
@@ -349,6 +380,23 @@ def test_crash_before_any_offset_was_persisted(
     assert unknown[("TopicA", 0)]["next_pull"] is None
     assert "pass --consume-from-where" in unknown[("TopicA", 0)]["notes"][0]
     assert unknown[("%RETRY%groupRetry", 0)]["pending"] == 126  # a retry queue starts at 0
+    # trace judges the copies by the same start: the retry copy is read again from 0.
+    r1 = next(c for c in doc["chains"] if c["class"] == "r1")
+    traced = _json(
+        "trace", store, "--uniq-key", r1["uniqKey"], "--delay-levels", _levels(doc),
+        "--consume-from-where", "first",
+    )  # fmt: skip
+    (fate,) = traced["chains"][0]["groups"]
+    last = r1["copies"][-1]
+    assert last["role"] == "retry"
+    assert (fate["group"], fate["outcome"], fate["retries"]) == ("groupRetry", "pending", 1)
+    assert fate["summary"].startswith(
+        "groupRetry has no committed offset on %RETRY%groupRetry:0: it starts at 0 "
+    )
+    assert fate["summary"].endswith(
+        f"gets the copy at %RETRY%groupRetry:0 offset {last['queueOffset']}, again if it "
+        "consumed it before"
+    )
     delays = _json("delays", store, "--delay-levels", _levels(doc))
     delivered = _delivered_schedule_units(doc["chains"])
     assert len(delivered) == doc["commitLog"]["recordsByRole"]["schedule"] == 153

@@ -12,10 +12,9 @@ from rmqinspect.analysis.groups import groups_report
 from rmqinspect.analysis.offsets import ConsumeFromWhere, parse_broker_version
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
+    ConsumeFromWhereOpt,
     FormatOpt,
     StoreArg,
-    choice_metavar,
-    choice_parser,
     commitlog_progress,
     open_store,
     parse_optional_time,
@@ -56,18 +55,7 @@ def groups(
             "store's newest store time.",
         ),
     ] = None,
-    consume_from_where: Annotated[
-        ConsumeFromWhere,
-        typer.Option(
-            "--consume-from-where",
-            parser=choice_parser(ConsumeFromWhere),
-            metavar=choice_metavar(ConsumeFromWhere),
-            help="The consumers' ConsumeFromWhere, for queues without a committed offset: "
-            "first, last or timestamp (the broker answers 0 where a queue's min is 0 first); "
-            "default unknown: such a queue's start is not predicted (a %RETRY% queue starts "
-            "at 0).",
-        ),
-    ] = ConsumeFromWhere.UNKNOWN,
+    consume_from_where: ConsumeFromWhereOpt = ConsumeFromWhere.UNKNOWN,
     format: FormatOpt = None,
     *,
     store_options: StoreOptions,
