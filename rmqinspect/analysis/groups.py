@@ -197,7 +197,10 @@ def groups_report(
     now: int | None = None,
     progress: Progress | None = None,
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.UNKNOWN,
+    prove_deliveries: bool = True,
 ) -> GroupsReport:
+    """``prove_deliveries``: walk the commitlog for the send-backs that prove a pending message
+    reached its group before (``delivered_before``; None on every row without it)."""
     offsets = offsets_report(store, group, None, progress, restart=after_restart)
     after = offsets.queues_after_restart if after_restart else None
     restarted = after_restart and offsets.restart is not None and offsets.restart.broker_starts
@@ -227,7 +230,10 @@ def groups_report(
     names = sorted(known if group is None else known & {group})
     # Only a group with retry or DLQ copies can be proven to have consumed anything.
     provable = {
-        n for n in names if retry_topic(n) in on_disk.by_topic or dlq_topic(n) in on_disk.by_topic
+        n
+        for n in names
+        if prove_deliveries
+        and (retry_topic(n) in on_disk.by_topic or dlq_topic(n) in on_disk.by_topic)
     }
     proof = consumed_by_groups(store, provable) if provable else {}
     judged: list[Group] = []
