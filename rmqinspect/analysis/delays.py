@@ -83,13 +83,13 @@ class DelayLevel:
 
     @property
     def flagged(self) -> bool:
-        """What ``delays`` exits 1 for: the #1472/#4226 signatures, undeliverable levels and
-        deliveries the restart repeats."""
+        """What ``delays`` exits 1 for: the #1472/#4226 signatures and undeliverable levels.
+        Deliveries the restart repeats are reported, not gated on: like ``recently_due``, they
+        are what any crash of a broker with delayed messages in flight does."""
         return (
             self.overdue > 0
             or self.out_of_range is not None
             or (self.delay_ms is None and self.pending > 0)
-            or self.redelivered > 0
         )
 
 
