@@ -26,7 +26,7 @@ from rmqinspect.analysis.offsets import ConsumeFromWhere, start_without_offset
 from rmqinspect.analysis.trace import TraceQuery, trace_report
 from rmqinspect.render.trace import trace_json
 from rmqinspect.store.model import Store, StoreOptions
-from tests.cli_helpers import run
+from tests.cli_helpers import build_store, orders, run
 from tests.conftest import CONFORMANCE_CONSUME
 from tests.corpus import expected, input_store, scenarios
 
@@ -148,7 +148,7 @@ def test_groups_offsets_and_queue_ends(conformance_consume_dir: Path, scenario: 
     assert set(doc["brokerConfig"]["consumers"]) <= set(got)
     on_disk = doc["consumeQueueUnitsOnDisk"]
     maxima = doc["queueMaxOffsetFromCommitLog"]
-    for group, topics in doc["backlogFromConsumerOffsetJson"].items():
+    for group, topics in (doc.get("backlogFromConsumerOffsetJson") or {}).items():
         rows = _rows(got[group])
         for topic, by_queue in topics.items():
             for qid, facts in by_queue.items():
@@ -161,7 +161,7 @@ def test_groups_offsets_and_queue_ends(conformance_consume_dir: Path, scenario: 
                 # commitlog's records say.
                 assert row["max_offset_after_restart"] == facts["maxOffset"] == maxima.get(name, 0)
                 assert row["lag_after_restart"] == facts["lag"]
-    dead = Counter(r["topic"] for r in doc["dlq"])
+    dead = Counter(r["topic"] for r in doc.get("dlq") or [])
     for name, group in got.items():
         assert (group["dlq_size"] or 0) == dead[f"%DLQ%{name}"]
 
@@ -189,9 +189,9 @@ def test_groups_predict_the_restarts_resets(conformance_consume_dir: Path, scena
         assert predicted == logged
     events = after.get("newRecordsByRole", {}).get("offsetMovedEvent", 0)
     assert len(moved) == events
-    final = after["configFiles"].get("consumerOffset.json", {}).get("parsed", {})
+    final = (after.get("configFiles") or {}).get("consumerOffset.json", {}).get("parsed", {})
     table = final.get("offsetTable", {})
-    delivered = after["deliveries"]
+    delivered = after.get("deliveries") or []
     for name, topic, queue_id, _offset, new in moved:
         # The client adopts the corrected offset and commits it: with nothing delivered
         # since, it is the final offset.
@@ -456,3 +456,13 @@ def test_crash_with_offsets_behind_what_was_consumed(
     assert retry["delivered_before"] == failed[("%RETRY%groupRetry", 0)] == 66
     assert got["groupRetry"]["delivered_again"] == failed[("TopicA", 0)] + 66
     assert got["groupOK"]["delivered_again"] == 0 and got["groupOK"]["lag"] == 0
+
+
+def test_a_bad_consume_from_where_is_a_usage_error(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(2), consumer_offsets={"Orders@g": {0: 1}})
+    for command in ("groups", "trace"):
+        extra = ("--key", "k", "--topic", "Orders") if command == "trace" else ()
+        result = run(command, store, *extra, "--consume-from-where", "sometimes")
+        assert result.exit_code == 2, result.stderr
+        assert "'sometimes' is not one of 'first', 'last', 'timestamp', 'unknown'" in result.stderr
+        assert "Traceback" not in result.stderr
