@@ -16,7 +16,11 @@ The rules, from ``ScheduleMessageService`` (store/.../schedule/ in 4.9.8, broker
 - levels past the last of ``messageDelayLevel`` get no timer (``start`` schedules one per
   ``delayLevelTable`` entry): their messages are never delivered;
 - the table is persisted every ``flushDelayOffsetInterval`` (10 s, ``start``'s fixed-rate task)
-  and on a clean ``shutdown``: after a crash up to 10 s of deliveries are made again.
+  and on a clean ``shutdown``: after a crash up to 10 s of deliveries are made again (all of
+  them when the file was never persisted: every level starts at 0). Which pending units were
+  delivered already is on disk: ``messageTimeup`` stores the delivery as a new record in the
+  unit's ``REAL_TOPIC`` with its UNIQ_KEY and reconsume times; a pending unit with such a
+  record after it (and kept by the restart) is delivered a second time.
 
 "Overdue" needs a clock: by default the store's newest store time (the broker's clock when it
 stopped writing), else the caller's. A unit due more than one flush interval before it and not
@@ -32,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.analysis import Progress
+from rmqinspect.analysis.delivered import delivered_units
 from rmqinspect.analysis.inventory import commitlog_summary
 from rmqinspect.analysis.offsets import FileUse, file_use
 from rmqinspect.analysis.queues import all_queue_bounds, iter_unit_chunks, queue_bounds
@@ -72,10 +77,15 @@ class DelayLevel:
     overdue: int  # pending units due more than one flush interval before the reference time
     recently_due: int  # pending units due within the flush interval before the reference time
     notes: tuple[str, ...] = ()
+    # Pending units whose delivery copy is already stored (and kept by the restart): the
+    # schedule service delivers them again.
+    redelivered: int = 0
 
     @property
     def flagged(self) -> bool:
-        """What ``delays`` exits 1 for: the #1472/#4226 signatures and undeliverable levels."""
+        """What ``delays`` exits 1 for: the #1472/#4226 signatures and undeliverable levels.
+        Deliveries the restart repeats are reported, not gated on: like ``recently_due``, they
+        are what any crash of a broker with delayed messages in flight does."""
         return (
             self.overdue > 0
             or self.out_of_range is not None
@@ -100,6 +110,7 @@ class DelaysReport:
     restart: LoadView | None  # None: no level, no restart emulated
     levels: tuple[DelayLevel, ...]
     problems: tuple[str, ...]  # the file's oddities the broker accepts (a level below 1 ...)
+    redelivered: int = 0  # over all levels
 
     @property
     def flagged(self) -> bool:
@@ -135,8 +146,10 @@ def delays_report(
         reference, basis = None, "not needed"
     restart: LoadView | None = None
     at_load: dict[int, _Bounds] = {}
+    delivered: dict[int, set[int]] = {}
     if levels:  # the emulation costs a recovery scan: not for nothing to judge
-        restart, at_load = _at_load(store, progress)
+        restart, at_load, end = _at_load(store, progress)
+        delivered = delivered_units(store, end)
     rows = tuple(
         _level(
             store,
@@ -145,21 +158,26 @@ def delays_report(
             offsets.get(lv),
             reference,
             None if not restart or not restart.broker_starts else at_load.get(lv, (0, 0, 0)),
+            delivered.get(delay_level_to_queue_id(lv), set()),
         )
         for lv in levels
     )
     file = None if absent else file_use(r)
-    return DelaysReport(file, reference, basis, restart, rows, tuple(problems))
+    redelivered = sum(row.redelivered for row in rows)
+    return DelaysReport(file, reference, basis, restart, rows, tuple(problems), redelivered)
 
 
-def _at_load(store: Store, progress: Progress | None) -> tuple[LoadView, dict[int, _Bounds]]:
+def _at_load(
+    store: Store, progress: Progress | None
+) -> tuple[LoadView, dict[int, _Bounds], int | None]:
     """The schedule queues when ``correctDelayOffset`` compares with them: it runs from
     ``ScheduleMessageService.load``, which 4.9.2+'s ``DefaultMessageStore.load`` calls after
     ``recover`` (5.x's ``BrokerController.recoverAndInitService`` after the store's ``load``),
-    so after the recovery and its load-time dispatch, before the reput dispatches the rest."""
+    so after the recovery and its load-time dispatch, before the reput dispatches the rest.
+    The third value is where the restarted commitlog ends (None: the broker does not start)."""
     report = run_recovery(store, RecoverOptions(lost_limit=0, find_lost=False), progress).report
     if not report.broker_starts:
-        return LoadView(False, report.recovery_path, report.verdict_reason), {}
+        return LoadView(False, report.recovery_path, report.verdict_reason), {}, None
     bounds = {
         queue_id_to_delay_level(q.queue_id): (
             q.min_offset_after_load,
@@ -169,7 +187,7 @@ def _at_load(store: Store, progress: Progress | None) -> tuple[LoadView, dict[in
         for q in report.consume_queues
         if q.topic == SCHEDULE_TOPIC
     }
-    return LoadView(True, report.recovery_path, None), bounds
+    return LoadView(True, report.recovery_path, None), bounds, report.end_after_start
 
 
 def newest_store_time(store: Store) -> tuple[int | None, str]:
@@ -186,6 +204,7 @@ def _level(
     offset: int | None,
     reference: int | None,
     at_load: _Bounds | None,
+    delivered: set[int],
 ) -> DelayLevel:
     qid = QueueId(SCHEDULE_TOPIC, delay_level_to_queue_id(level))
     notes: list[str] = []
@@ -232,7 +251,14 @@ def _level(
         if reference is not None and delay_ms is not None
         else ()
     )
-    due = _due_times(store, qid, resume, min(hi, end) - resume, limits)
+    due = _due_times(store, qid, resume, min(hi, end) - resume, limits, delivered)
+    again = sum(1 for q in delivered if resume <= q < end)
+    if again:
+        notes.append(
+            f"{again} pending unit(s) were delivered already (their copy in the real topic is "
+            "stored after them): delayOffset.json was not persisted past them before the broker "
+            "stopped, so the restart delivers them again"
+        )
     if pending > due.count:
         notes.append(
             f"{pending - due.count} pending unit(s) are not in the queue files on disk: the "
@@ -242,7 +268,7 @@ def _level(
     if limits and due.count:
         overdue, by_reference, in_delay = due.below
         recently = by_reference - overdue
-        skewed = due.count - in_delay
+        skewed = due.undelivered - in_delay
         if skewed:
             notes.append(
                 f"{skewed} unit(s) are due more than the level's delay after the reference "
@@ -280,36 +306,48 @@ def _level(
         overdue,
         recently,
         tuple(notes),
+        again,
     )
 
 
 class _DueTimes:
     """The deliver times (tagsCodes) of a run of units: the first, the last, how many, and how
-    many fall below each of ``limits``, counted one chunk at a time (a level may hold millions)."""
+    many of those not delivered yet fall below each of ``limits``, counted one chunk at a time
+    (a level may hold millions)."""
 
     def __init__(self, limits: tuple[int, ...]) -> None:
         self.limits = limits
         self.below = [0] * len(limits)
         self.count = 0
+        self.undelivered = 0
         self.first: int | None = None
         self.last: int | None = None
 
-    def add(self, tags: npt.NDArray[np.int64]) -> None:
+    def add(self, tags: npt.NDArray[np.int64], waiting: npt.NDArray[np.bool_]) -> None:
         if not len(tags):
             return
         if self.first is None:
             self.first = int(tags[0])
         self.last = int(tags[-1])
         self.count += len(tags)
+        self.undelivered += int(np.count_nonzero(waiting))
         for i, limit in enumerate(self.limits):
-            self.below[i] += int(np.count_nonzero(tags < limit))
+            self.below[i] += int(np.count_nonzero(waiting & (tags < limit)))
 
 
 def _due_times(
-    store: Store, qid: QueueId, start: int, count: int, limits: tuple[int, ...]
+    store: Store,
+    qid: QueueId,
+    start: int,
+    count: int,
+    limits: tuple[int, ...],
+    delivered: set[int],
 ) -> _DueTimes:
+    """``delivered``: queue offsets whose delivery is stored, neither overdue nor due."""
     due = _DueTimes(limits)
+    done = np.fromiter(sorted(delivered), np.int64, len(delivered))
     if count > 0:
         for c in iter_unit_chunks(store, qid.topic, qid.queue_id, start, count):
-            due.add(c.units["tags_code"].astype(np.int64))
+            waiting = ~np.isin(c.queue_offsets, done)
+            due.add(c.units["tags_code"].astype(np.int64), waiting)
     return due

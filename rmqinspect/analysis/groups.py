@@ -17,14 +17,16 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.delays import newest_store_time
+from rmqinspect.analysis.delivered import consumed_by_groups
 from rmqinspect.analysis.offsets import (
     MOVED_EVENT_BEFORE,
     BrokerVersion,
+    ConsumeFromWhere,
     FileUse,
     NextPull,
     OffsetRow,
@@ -33,9 +35,11 @@ from rmqinspect.analysis.offsets import (
     file_use,
     next_pull,
     offsets_report,
+    start_without_offset,
 )
 from rmqinspect.analysis.queues import iter_unit_chunks, queue_bounds, unit_at
 from rmqinspect.errors import DecodeError, StoreError
+from rmqinspect.format import properties as props
 from rmqinspect.format.config import (
     OffsetMovedEvent,
     SubscriptionGroupConfig,
@@ -57,6 +61,22 @@ from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
 
 DLQ_QUEUE_ID = 0  # SendMessageProcessor sends every dead letter to queue 0
+BUILTIN_GROUPS = frozenset(
+    {
+        # SubscriptionGroupManager.init (4.9.8; 5.3.3 adds the transaction check's group):
+        # every broker's subscriptionGroup.json names them, consumers or not.
+        "TOOLS_CONSUMER",
+        "FILTERSRV_CONSUMER",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PULL",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_RMQ_SYS_TRANS",
+    }
+)
+TOPIC_EVIDENCE_UNITS = 256
+"""Units of a group's retry and DLQ queues read for the topics it consumes (``RETRY_TOPIC``)."""
 
 _Bounds = tuple[int, int]
 
@@ -99,6 +119,10 @@ class QueueRow:
     pending: int | None  # messages the group still gets from the next pull on (judged view)
     notes: tuple[str, ...]
     findings: tuple[str, ...]  # what makes the row (and its group) flagged
+    # Of the pending messages, those the store proves reached the group before (a send-back of
+    # theirs is stored): delivered again. A lower bound (a success leaves no trace); None: the
+    # group has no retry or DLQ copy to prove anything with.
+    delivered_before: int | None = None
 
     @property
     def flagged(self) -> bool:
@@ -131,6 +155,11 @@ class Group:
     dlq_oldest_age_ms: int | None  # against the reference time
     moved_events: tuple[MovedEvent, ...]
     findings: tuple[str, ...]
+    # Topics its retry or DLQ copies name as their original (RETRY_TOPIC): consumed by it, so
+    # read on its next start even without a committed offset.
+    topics_from_retry_copies: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    delivered_again: int = 0  # the queues' delivered_before: duplicates the store proves
 
     @property
     def flagged(self) -> bool:
@@ -142,6 +171,7 @@ class GroupsReport:
     broker_version: str
     version_basis: str  # "--broker-version" or the profile it was assumed from
     view: str  # "disk" or "after restart": what the findings and totals are judged against
+    consume_from_where: str  # how queues without a committed offset are started
     files: tuple[FileUse, ...]
     restart: RestartView | None  # None: not emulated (no --after-restart)
     reference_timestamp: int | None  # the DLQ ages' clock
@@ -166,7 +196,11 @@ def groups_report(
     after_restart: bool = False,
     now: int | None = None,
     progress: Progress | None = None,
+    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.UNKNOWN,
+    prove_deliveries: bool = True,
 ) -> GroupsReport:
+    """``prove_deliveries``: walk the commitlog for the send-backs that prove a pending message
+    reached its group before (``delivered_before``; None on every row without it)."""
     offsets = offsets_report(store, group, None, progress, restart=after_restart)
     after = offsets.queues_after_restart if after_restart else None
     restarted = after_restart and offsets.restart is not None and offsets.restart.broker_starts
@@ -183,7 +217,10 @@ def groups_report(
     events, source, event_problems = _moved_events(store)
     problems.extend(event_problems)
     by_group = _rows_by_group(offsets)
-    known = set(offsets.groups) | _groups_on_disk(store, offsets.groups)
+    # A group the broker created a subscription for (autoCreateSubscriptionGroup: at its first
+    # heartbeat, persisted at once) is known even before any offset was persisted.
+    subscribed = {g for g in subs if g not in BUILTIN_GROUPS}
+    known = set(offsets.groups) | _groups_on_disk(store, offsets.groups, subscribed)
     events_of: dict[str, list[MovedEvent]] = {}
     for e in events:
         if e.event is not None:
@@ -191,12 +228,29 @@ def groups_report(
     known |= set(events_of)
     on_disk = _Queues(store)
     names = sorted(known if group is None else known & {group})
+    # Only a group with retry or DLQ copies can be proven to have consumed anything.
+    provable = {
+        n
+        for n in names
+        if prove_deliveries
+        and (retry_topic(n) in on_disk.by_topic or dlq_topic(n) in on_disk.by_topic)
+    }
+    proof = consumed_by_groups(store, provable) if provable else {}
     judged: list[Group] = []
     reference: int | None = now
     basis = "--now" if now is not None else "not needed"
     for name in names:
+        evidence = _topics_from_copies(store, on_disk, name)
         rows = _queue_rows(
-            store, on_disk, name, by_group.get(name, []), version, after if restarted else None
+            store,
+            on_disk,
+            name,
+            by_group.get(name, []),
+            version,
+            after if restarted else None,
+            consume_from_where,
+            evidence,
+            proof.get(name, {}) if name in provable else None,
         )
         dlq = _dlq(store, name, after if restarted else None)
         if dlq is not None and dlq[1] is not None and reference is None:
@@ -209,12 +263,15 @@ def groups_report(
                 dlq,
                 reference,
                 tuple(events_of.get(name, ())),
+                evidence,
+                consume_from_where,
             )
         )
     return GroupsReport(
         version_text,
         version_basis,
         "after restart" if restarted else "disk",
+        consume_from_where.value,
         tuple(files),
         offsets.restart if after_restart else None,
         reference,
@@ -237,21 +294,24 @@ def _rows_by_group(offsets: OffsetsReport) -> dict[str, list[OffsetRow]]:
     return out
 
 
-def _groups_on_disk(store: Store, with_offsets: tuple[str, ...]) -> set[str]:
+def _groups_on_disk(store: Store, with_offsets: tuple[str, ...], subscribed: set[str]) -> set[str]:
     """Groups named only by their %RETRY% or %DLQ% queues (a crash before the first persist of
-    consumerOffset.json leaves no other trace); a POP retry topic of a known group is its own."""
+    consumerOffset.json leaves no other trace) or by ``subscriptionGroup.json``; a POP retry
+    topic of a known group is its own, and so is a subscription named like one when that
+    retry topic is on disk."""
     names = set()
     for qid in store.queue_dirs:
         for prefix in (RETRY_PREFIX, DLQ_PREFIX):
             if qid.topic.startswith(prefix) and len(qid.topic) > len(prefix):
                 names.add(qid.topic[len(prefix) :])
-    groups = names | set(with_offsets)
+    groups = names | set(with_offsets) | subscribed
     # "<g>_<topic>" is g's POP retry topic when g is a group: tried at each separator.
-    return {
+    pop = {
         n
         for n in names
-        if not any(c in POP_RETRY_SEPARATORS and n[:i] in groups for i, c in enumerate(n) if i)
+        if any(c in POP_RETRY_SEPARATORS and n[:i] in groups for i, c in enumerate(n) if i)
     }
+    return (names | subscribed) - (pop - set(with_offsets))
 
 
 class _Queues:
@@ -285,14 +345,64 @@ def _queue_rows(
     rows: list[OffsetRow],
     version: BrokerVersion,
     after: dict[QueueId, _Bounds] | None,
+    where: ConsumeFromWhere,
+    evidence: tuple[str, ...],
+    proof: dict[QueueId, set[int]] | None,
 ) -> list[QueueRow]:
-    out = [_committed(store, group, r, version, after) for r in rows]
+    out = [_proven(_committed(store, group, r, version, after), proof, r.offset) for r in rows]
     seen = {QueueId(r.topic, r.queue_id) for r in rows}
-    topics = {r.topic for r in rows if r.table == "consumer"}
+    topics = {r.topic for r in rows if r.table == "consumer"} | set(evidence)
     for qid, kind in queues.of(group, topics):
         if qid not in seen:
-            out.append(_uncommitted(store, group, qid, kind, version, after))
+            row = _uncommitted(store, group, qid, kind, version, after, where)
+            out.append(_proven(row, proof, None))
     return out
+
+
+def _proven(row: QueueRow, proof: dict[QueueId, set[int]] | None, offset: int | None) -> QueueRow:
+    """The row with the pending messages the store proves the group was delivered before."""
+    if proof is None:
+        return row
+    judged = (
+        row.next_pull_after_restart if row.min_offset_after_restart is not None else row.next_pull
+    )
+    if judged is None or row.pending is None:
+        return row
+    start = judged.next_offset
+    end = start + row.pending
+    again = sum(1 for q in proof.get(QueueId(row.topic, row.queue_id), ()) if start <= q < end)
+    findings = row.findings
+    if again:
+        since = "its committed offset" if offset is not None else "where it starts"
+        findings = (
+            *findings,
+            f"{again} of the {row.pending} message(s) from {since} on reached the group before "
+            "(a send-back of theirs is stored): delivered again",
+        )
+    return replace(row, findings=findings, delivered_before=again)
+
+
+def _topics_from_copies(store: Store, queues: _Queues, group: str) -> tuple[str, ...]:
+    """The original topics (``RETRY_TOPIC``, set by ``consumerSendMsgBack`` on every retry and
+    DLQ copy) named by the first units of the group's ``%RETRY%`` and ``%DLQ%`` queues: a
+    group sends back only what it consumed, so it subscribes to them."""
+    found: set[str] = set()
+    for topic in (retry_topic(group), dlq_topic(group)):
+        for qid in queues.by_topic.get(topic, ()):
+            b = queue_bounds(store, qid)
+            count = min(b.max_offset - b.min_offset, TOPIC_EVIDENCE_UNITS)
+            if count <= 0:
+                continue
+            for chunk in iter_unit_chunks(store, qid.topic, qid.queue_id, b.min_offset, count):
+                for phy in chunk.units["phy_offset"].tolist():
+                    try:
+                        record = store.read_message(int(phy), with_body=False)
+                    except StoreError:
+                        continue  # a unit past the commitlog on disk names nothing
+                    original = record.properties.get(props.RETRY_TOPIC)
+                    if original and not original.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+                        found.add(original)
+    return tuple(sorted(found))
 
 
 def _committed(
@@ -354,22 +464,24 @@ def _uncommitted(
     kind: str,
     version: BrokerVersion,
     after: dict[QueueId, _Bounds] | None,
+    where: ConsumeFromWhere,
 ) -> QueueRow:
-    b = queue_bounds(store, qid)
-    lo, hi = b.min_offset, b.max_offset
+    b = queue_bounds(store, qid) if qid in store.queue_dirs else None
+    lo, hi = (0, 0) if b is None else (b.min_offset, b.max_offset)
     a_bounds = None if after is None else after.get(qid, (0, 0))
-    j_hi = hi if a_bounds is None else a_bounds[1]
-    notes: list[str] = []
+    j_lo, j_hi = (lo, hi) if a_bounds is None else a_bounds
     findings: list[str] = []
     pull = pull_after = None
     pending = None
-    if kind in ("retry", "pop_retry"):
-        # RebalancePushImpl.computePullFromWhere: a retry topic without a committed offset
-        # starts at 0 (CONSUME_FROM_LAST_OFFSET, the default, and FIRST_OFFSET; TIMESTAMP takes
-        # the max); getMessage then moves 0 up to the min.
-        pull = next_pull(0, lo, hi, version)
+    # The start is asked of the broker when the group starts: after a restart, of the queue
+    # the restart rebuilt.
+    retry = kind in ("retry", "pop_retry")
+    start = start_without_offset(retry, where, j_lo, j_hi)
+    notes = [start.basis]
+    if start.offset is not None:
+        pull = next_pull(start.offset, lo, hi, version)
         if a_bounds is not None:
-            pull_after = next_pull(0, a_bounds[0], a_bounds[1], version)
+            pull_after = next_pull(start.offset, a_bounds[0], a_bounds[1], version)
         judged = pull if a_bounds is None else pull_after
         assert judged is not None
         pending = max(j_hi - judged.next_offset, 0)
@@ -377,14 +489,8 @@ def _uncommitted(
             findings.append(
                 f"no committed offset: the group reads {qid.topic}/{qid.queue_id} from "
                 f"{judged.next_offset} and gets its {pending} message(s) again if it consumed "
-                "them before (the retry queue starts at 0)"
+                "them before" + (" (the retry queue starts at 0)" if retry else "")
             )
-    else:
-        notes.append(
-            "no committed offset: the broker answers 0 while the queue's min is 0 and its first "
-            "message is in memory (queryConsumerOffset), else the client's ConsumeFromWhere "
-            f"decides (FIRST: from {lo}, {hi - lo} message(s); LAST: from {hi}); not known offline"
-        )
     return QueueRow(
         group,
         qid.topic,
@@ -475,6 +581,8 @@ def _group(
     dlq: tuple[int, int | None] | None,
     reference: int | None,
     events: tuple[MovedEvent, ...],
+    evidence: tuple[str, ...],
+    where: ConsumeFromWhere,
 ) -> Group:
     findings = [f"{r.topic}/{r.queue_id}: {f}" for r in rows for f in r.findings]
 
@@ -491,6 +599,22 @@ def _group(
     oldest = None if dlq is None else dlq[1]
     age = None if oldest is None or reference is None else reference - oldest
     subscription = None if sub is None else _subscription(sub)
+    delivered_again = sum(r.delivered_before or 0 for r in rows)
+    notes = []
+    if evidence:
+        notes.append(f"consumes {', '.join(evidence)}: its retry/DLQ copies' RETRY_TOPIC names it")
+    if not any(r.kind in ("topic", "lmq") for r in rows):
+        if where is ConsumeFromWhere.UNKNOWN:
+            start = "where ConsumeFromWhere says (pass --consume-from-where)"
+        elif where is ConsumeFromWhere.FIRST:
+            start = "its min (the broker answers 0 where the min is 0; FIRST: 0, moved to the min)"
+        else:
+            start = f"0 where the queue's min is 0, else as ConsumeFromWhere {where.value} says"
+        notes.append(
+            "no committed offset on a topic queue and no retry copy names the topics it "
+            "subscribes (the client holds its subscription): on its next start it reads every "
+            f"queue of them from {start}"
+        )
     return Group(
         name,
         subscription,
@@ -504,6 +628,9 @@ def _group(
         age,
         events,
         tuple(findings),
+        evidence,
+        tuple(notes),
+        delivered_again,
     )
 
 

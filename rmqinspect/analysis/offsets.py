@@ -148,6 +148,70 @@ def next_pull(offset: int, min_offset: int, max_offset: int, version: BrokerVers
     return NextPull(PullStatus.FOUND, offset, False, 0, 0)
 
 
+class ConsumeFromWhere(StrEnum):
+    """The push consumer's setting that decides where a queue without a committed offset is
+    read from (``ConsumeFromWhere``); ``unknown``: not known offline (the client holds it)."""
+
+    FIRST = "first"  # CONSUME_FROM_FIRST_OFFSET
+    LAST = "last"  # CONSUME_FROM_LAST_OFFSET, the client's default
+    TIMESTAMP = "timestamp"  # CONSUME_FROM_TIMESTAMP
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a group's first pull on a queue without a committed offset asks from."""
+
+    offset: int | None  # None: not known offline
+    basis: str  # why, in words
+
+
+def start_without_offset(
+    retry: bool, where: ConsumeFromWhere, min_offset: int, max_offset: int
+) -> Start:
+    """The offset a push consumer starts a queue at when the broker has none for it.
+
+    The broker first (``ConsumerManageProcessor.queryConsumerOffset``, 4.9.8; 5.3.3 the same
+    unless the client asks not to be given 0): no offset, the queue's min is 0 and its first
+    message is not "in disk" (``checkInDiskByConsumeOffset``: an empty queue, or the message is
+    within ``accessMessageInMemoryMaxRatio``, 40% of the broker's RAM, of the commitlog's end)
+    -> it answers 0. Otherwise QUERY_NOT_FOUND and ``RebalancePushImpl.computePullFromWhere``
+    decides: FIRST -> 0; LAST -> 0 on a ``%RETRY%`` topic, else the queue's max; TIMESTAMP ->
+    the max on a ``%RETRY%`` topic, else ``searchOffset`` of the consumer's timestamp. The
+    host's RAM is not in the store: a min of 0 is taken as answered 0 (any queue whose first
+    message lies within 40% of the RAM behind the end). ``getMessage`` then moves a start
+    below the min up to it (:func:`next_pull`).
+    """
+    if where is ConsumeFromWhere.UNKNOWN:
+        if retry:
+            return Start(0, "no committed offset: a %RETRY% queue starts at 0 (LAST and FIRST)")
+        return Start(
+            None,
+            "no committed offset: the broker answers 0 while the queue's min is 0 and its "
+            "first message is in memory (queryConsumerOffset), else the client's "
+            f"ConsumeFromWhere decides (FIRST: from {min_offset}, {max_offset - min_offset} "
+            f"message(s); LAST: from {max_offset}); pass --consume-from-where",
+        )
+    if min_offset == 0:
+        return Start(
+            0,
+            "no committed offset: the queue's min is 0, so the broker answers 0 "
+            "(queryConsumerOffset, while its first message is within 40% of the broker's RAM "
+            "of the commitlog's end)",
+        )
+    cfw = f"ConsumeFromWhere {where.value}"
+    if where is ConsumeFromWhere.FIRST or (where is ConsumeFromWhere.LAST and retry):
+        what = "a %RETRY% queue starts at 0" if where is ConsumeFromWhere.LAST else "from 0"
+        return Start(0, f"no committed offset, min {min_offset} > 0: {cfw}: {what}")
+    if where is ConsumeFromWhere.LAST or retry:
+        return Start(max_offset, f"no committed offset, min {min_offset} > 0: {cfw}: the max")
+    return Start(
+        None,
+        f"no committed offset, min {min_offset} > 0: {cfw}: the offset of the consumer's "
+        "consumeTimestamp (searchOffset), not known offline",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class FileUse:
     """Which copy of a config file the rows come from, as ``ConfigManager.load`` decides."""

@@ -32,7 +32,13 @@ from rmqinspect.analysis import Progress
 from rmqinspect.analysis.lookup.keys import KeyQuery, default_max_num, known_topics, lookup_key
 from rmqinspect.analysis.lookup.offset import lookup_msg_id
 from rmqinspect.analysis.messages import SkippedRange, skipped_range
-from rmqinspect.analysis.offsets import OffsetsReport, offsets_report
+from rmqinspect.analysis.offsets import (
+    ConsumeFromWhere,
+    OffsetsReport,
+    offsets_report,
+    start_without_offset,
+)
+from rmqinspect.analysis.queues import queue_bounds
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
 from rmqinspect.analysis.transactions import FindingKind as TxFindingKind
 from rmqinspect.analysis.transactions import TransactionsReport, transactions_report
@@ -41,6 +47,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.fate import (
     HALF_TOPIC,
+    RETRY_PREFIX,
     TRACE_TOPIC,
     Role,
     dlq_topic,
@@ -52,6 +59,7 @@ from rmqinspect.format.ids import decode_offset_msg_id, decode_uniq_key, msg_id
 from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.format.times import iso_ms
 from rmqinspect.format.trace_data import TraceProblem, TraceRecord, decode_trace_data
+from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
 
 
@@ -153,6 +161,9 @@ class TraceQuery:
     key: str | None = None
     topic: str | None = None
     trace_topics: tuple[str, ...] = (TRACE_TOPIC,)
+    # Where a group without a committed offset on a copy's queue starts reading it
+    # (offsets.start_without_offset, the rule groups uses).
+    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,7 +563,9 @@ def _base_topic(copies: list[Copy]) -> str | None:
     return None
 
 
-def _group_fate(group: str, base: str | None, copies: list[Copy]) -> GroupFate:
+def _group_fate(
+    store: Store, group: str, base: str | None, copies: list[Copy], where: ConsumeFromWhere
+) -> GroupFate:
     retry = retry_topic(group)
     dlq = next((c for c in copies if c.topic == dlq_topic(group)), None)
     if dlq is not None:
@@ -584,16 +597,9 @@ def _group_fate(group: str, base: str | None, copies: list[Copy]) -> GroupFate:
     last = delivered[-1]
     retries = last.reconsume_times if last.role is Role.RETRY else 0
     state = next((s for s in last.groups if s.group == group), None)
-    where = f"{last.topic}:{last.queue_id} offset {last.queue_offset}"
+    where_text = f"{last.topic}:{last.queue_id} offset {last.queue_offset}"
     if state is None:
-        return GroupFate(
-            group,
-            "pending",
-            retries,
-            retries + 1,
-            f"{group} has no committed offset on {last.topic}:{last.queue_id}: the copy at "
-            f"{where} is not known to be consumed" + _restart_words(last, group),
-        )
+        return _uncommitted_fate(store, group, last, retries, where)
     if state.consumed:
         after = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
         return GroupFate(group, "consumed", retries, retries + 1, f"consumed by {group}{after}")
@@ -603,7 +609,47 @@ def _group_fate(group: str, base: str | None, copies: list[Copy]) -> GroupFate:
         "lost_by_restart" if lost else "pending",
         retries,
         retries + 1,
-        f"pending for {group} at {where} (committed offset {state.committed_offset})" + lost,
+        f"pending for {group} at {where_text} (committed offset {state.committed_offset})" + lost,
+    )
+
+
+def _uncommitted_fate(
+    store: Store, group: str, last: Copy, retries: int, where: ConsumeFromWhere
+) -> GroupFate:
+    """The group has no committed offset on the copy's queue: it reads the queue from where
+    :func:`start_without_offset` says (getMessage moves a start below the min up to it)."""
+    qid = QueueId(last.topic, last.queue_id)
+    b = queue_bounds(store, qid) if qid in store.queue_dirs else None
+    lo, hi = (0, 0) if b is None else (b.min_offset, b.max_offset)
+    retry = last.topic.startswith(RETRY_PREFIX)
+    start = start_without_offset(retry, where, lo, hi)
+    at = f"{last.topic}:{last.queue_id} offset {last.queue_offset}"
+    text = start.basis.removeprefix("no committed offset: ")
+    head = f"{group} has no committed offset on {last.topic}:{last.queue_id}"
+    if start.offset is None:
+        return GroupFate(
+            group,
+            "pending",
+            retries,
+            retries + 1,
+            f"{head}: the copy at {at} is not known to be consumed" + _restart_words(last, group),
+        )
+    begin = max(start.offset, lo)
+    if last.queue_offset < begin:
+        return GroupFate(
+            group,
+            "not_delivered",
+            retries,
+            retries,
+            f"{head}: it starts at {begin} ({text}), past the copy at {at}: never delivered",
+        )
+    return GroupFate(
+        group,
+        "pending",
+        retries,
+        retries + 1,
+        f"{head}: it starts at {begin} ({text}) and gets the copy at {at}, again if it "
+        "consumed it before" + _restart_words(last, group),
     )
 
 
@@ -701,7 +747,7 @@ def _chain(
         {g for (t, _), rows in ctx.consumer.items() if t == base for g, _, _ in rows}
         | {c.group for c in copies if c.group is not None}
     )
-    fates = tuple(_group_fate(g, base, copies) for g in groups)
+    fates = tuple(_group_fate(store, g, base, copies, q.consume_from_where) for g in groups)
     summary = [f.summary for f in fates]
     if not fates:
         summary.append("no consumer group has a committed offset on " + (base or "its topic"))

@@ -41,9 +41,10 @@ def delays(
     r"""delayOffset.json against SCHEDULE_TOPIC_XXXX: per delay level the offset, the queue's
     \[min, max], where delivery resumes after load (an offset outside \[min, max] is clamped),
     the pending messages, the oldest stored and next due, and the overdue ones (due more than
-    10 s before the reference time and not delivered: a stuck level). The delays come from
-    --delay-levels. Exits 1 when a level has overdue messages, an offset outside \[min, max] or
-    pending messages past the last delay level, or delayOffset.json does not load.
+    10 s before the reference time and not delivered: a stuck level), and the pending ones
+    whose delivery is already stored (delivered again after a crash). The delays come from
+    --delay-levels. Exits 1 when a level has overdue messages, an offset outside \[min, max]
+    or pending messages past the last delay level, or delayOffset.json does not load.
 
     Example: rmqinspect delays STORE --delay-levels "1s 5s 10s" --now 2024-05-01T10:00:00
     """

@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 
 from rmqinspect.analysis.groups import groups_report
-from rmqinspect.analysis.offsets import parse_broker_version
+from rmqinspect.analysis.offsets import ConsumeFromWhere, parse_broker_version
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
+    ConsumeFromWhereOpt,
     FormatOpt,
     StoreArg,
     commitlog_progress,
@@ -54,6 +55,7 @@ def groups(
             "store's newest store time.",
         ),
     ] = None,
+    consume_from_where: ConsumeFromWhereOpt = ConsumeFromWhere.UNKNOWN,
     format: FormatOpt = None,
     *,
     store_options: StoreOptions,
@@ -65,6 +67,9 @@ def groups(
     backlog, the %DLQ% size and oldest message, subscriptionGroup.json settings and the
     OFFSET_MOVED_EVENT history. Exits 1 when a reset is due, a .bak disagrees, a retry queue
     without an offset is read again from 0, or an event or config file is malformed.
+
+    A queue without a committed offset (a crash before consumerOffset.json was first
+    persisted) starts where --consume-from-where says, and its messages count as replayed.
 
     Example: rmqinspect groups STORE --group GID_orders --after-restart --broker-version 4.9.3
     """
@@ -97,6 +102,7 @@ def groups(
                 after_restart=after_restart,
                 now=reference,
                 progress=advance,
+                consume_from_where=consume_from_where,
             )
     render_groups(report, fmt)
     if group is not None and group not in report.known_groups:

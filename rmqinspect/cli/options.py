@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from rmqinspect.analysis import Progress
+from rmqinspect.analysis.offsets import ConsumeFromWhere
 from rmqinspect.cli.common import fail
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.commitlog import DEFAULT_DELAY_LEVELS, parse_delay_levels
@@ -57,6 +58,17 @@ def choice_metavar(kind: type[enum.Enum], extra: tuple[str, ...] = ()) -> str:
     return f"<{'|'.join((*(str(m.value) for m in kind), *extra))}>"
 
 
+ConsumeFromWhereOpt = Annotated[
+    ConsumeFromWhere,
+    typer.Option(
+        "--consume-from-where",
+        parser=choice_parser(ConsumeFromWhere),
+        metavar=choice_metavar(ConsumeFromWhere),
+        help="The consumers' ConsumeFromWhere, for queues without a committed offset: first, "
+        "last or timestamp (the broker answers 0 first where a queue's min is 0); default "
+        "unknown: such a queue's start is not predicted (a %RETRY% queue starts at 0).",
+    ),
+]
 FormatOpt = Annotated[
     OutputFormat | None,
     typer.Option(

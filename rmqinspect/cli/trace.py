@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from rmqinspect.analysis.offsets import ConsumeFromWhere
 from rmqinspect.analysis.trace import BadQuery, TraceQuery, trace_report
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
+    ConsumeFromWhereOpt,
     FormatOpt,
     StoreArg,
     commitlog_progress,
@@ -47,6 +49,7 @@ def trace(
             help=f"A message-trace topic besides {TRACE_TOPIC} (a client's customizedTraceTopic).",
         ),
     ] = None,
+    consume_from_where: ConsumeFromWhereOpt = ConsumeFromWhere.UNKNOWN,
     format: FormatOpt = None,
     *,
     store_options: StoreOptions,
@@ -56,7 +59,9 @@ def trace(
     resolve), ordered by physical offset, each with its delay level and due time, each consumer
     group's committed offset against it (consumed or pending) and what the predicted restart
     does to it (kept, cut, queue entry lost); a summary per group. The seed is found by the
-    index where it answers, else by a walk ("search"). Exits 1 when no message matches.
+    index where it answers, else by a walk ("search"). A group without a committed offset on a
+    copy's queue starts where --consume-from-where says (the rule groups uses). Exits 1 when no
+    message matches.
 
     Example: rmqinspect trace STORE --key ORDER-1 --topic Orders
     """
@@ -72,6 +77,7 @@ def trace(
         key=key,
         topic=topic,
         trace_topics=(TRACE_TOPIC, *(trace_topic or ())),
+        consume_from_where=consume_from_where,
     )
     # The restart prediction recovers the queues and the index: every part is read.
     with (

@@ -22,6 +22,7 @@ def delays_json(report: DelaysReport) -> dict[str, Any]:
             "reference_basis": report.reference_basis,
             "restart": to_jsonable(report.restart),
             "problems": list(report.problems),
+            "redelivered": report.redelivered,
             "levels": [
                 with_times({**to_jsonable(lv), "flagged": lv.flagged}) for lv in report.levels
             ],
@@ -45,6 +46,11 @@ def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
         warn(f"offsets judged against the queues on disk: {report.restart.refusal}")
     for p in report.problems:
         warn(f"delayOffset.json: {p}")
+    if report.redelivered:
+        warn(
+            f"{report.redelivered} delayed message(s) already delivered are delivered again "
+            "after the restart (delayOffset.json is behind their stored deliveries)"
+        )
     if print_document(delays_json(report), fmt):
         return
     if not report.levels:
@@ -65,13 +71,16 @@ def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
         "queue",
         "at load",
         "pending",
+        "again",
         "oldest stored",
         "next due",
         "last due",
         "overdue",
         "notes",
     ):
-        t.add_column(col, justify="right" if col in ("level", "offset", "pending") else "left")
+        t.add_column(
+            col, justify="right" if col in ("level", "offset", "pending", "again") else "left"
+        )
     for lv in report.levels:
         t.add_row(
             str(lv.level),
@@ -80,6 +89,7 @@ def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
             _queue(lv),
             _at_load(lv),
             str(lv.pending),
+            str(lv.redelivered),
             time_cell(lv.oldest_store_timestamp) if lv.oldest_store_timestamp is not None else "",
             time_cell(lv.next_due_timestamp) if lv.next_due_timestamp is not None else "",
             time_cell(lv.last_due_timestamp) if lv.last_due_timestamp is not None else "",

@@ -21,6 +21,7 @@ def groups_json(report: GroupsReport) -> dict[str, Any]:
             "broker_version": report.broker_version,
             "version_basis": report.version_basis,
             "view": report.view,
+            "consume_from_where": report.consume_from_where,
             "files": to_jsonable(report.files),
             "restart": to_jsonable(report.restart),
             "reference_timestamp": report.reference_timestamp,
@@ -59,6 +60,11 @@ def render_groups(report: GroupsReport, fmt: OutputFormat) -> None:
                 f"{g.group}: the next pulls deliver {g.replayed} message(s) again and skip "
                 f"{g.skipped} ({report.view})"
             )
+        if g.delivered_again:
+            warn(
+                f"{g.group}: {g.delivered_again} of the messages it gets next reached it before "
+                "(a send-back of theirs is stored): delivered again"
+            )
     if print_document(groups_json(report), fmt):
         return
     if not report.groups:
@@ -79,6 +85,8 @@ def _group_table(g: Group, report: GroupsReport) -> Table:
         summary.append(f"DLQ {g.dlq_size}{oldest}")
     if g.replayed or g.skipped:
         summary.append(f"next pulls replay {g.replayed}, skip {g.skipped}")
+    if g.delivered_again:
+        summary.append(f"{g.delivered_again} proven delivered before")
     s = g.subscription
     if s is not None:
         summary.append(
@@ -90,6 +98,8 @@ def _group_table(g: Group, report: GroupsReport) -> Table:
     t = Table(
         title=f"{g.group} ({report.view}): " + "; ".join(summary),
         title_justify="left",
+        caption="; ".join(g.notes) or None,
+        caption_justify="left",
     )
     for col in (
         "topic",
