@@ -324,7 +324,7 @@ def test_make_demo_holds_the_cases_the_readme_walks_through(tmp_path: Path) -> N
     fate = json.loads(made.stdout)["fate"]
     assert fate["examples"] == {
         "dlq": "0A0000024A8BAF266A9500000057002E",
-        "pending_transaction": "0A0000024A8BAF266A950000079D00EB",
+        "pending_transaction": "0A0000024A8BAF266A950000075F00CB",
         "pending_delay": "FD0000000000000000000000000000024A8BAF266A950000000F0001",
         "retried_then_consumed": "FD0000000000000000000000000000024A8BAF266A95000000E40014",
         "consumed_past_commit": "0A0000024A8BAF266A9500001C580291",
