@@ -990,7 +990,9 @@ def _record(c: _Copy) -> FateRecord:
         c.store_timestamp,
         c.reconsume_times,
         int(c.properties[props.DELAY]) if props.DELAY in c.properties else None,
+        c.properties.get(props.REAL_TOPIC),
         c.properties.get(props.ORIGIN_MESSAGE_ID),
+        c.offset_msg_id,
         c.dispatched,
     )
 

@@ -145,7 +145,9 @@ class FateRecord:
     store_timestamp: int
     reconsume_times: int
     delay_level: int | None  # the DELAY property
+    real_topic: str | None  # REAL_TOPIC: where a schedule unit or half goes
     origin_message_id: str | None
+    offset_msg_id: str
     dispatched: bool  # False: stored in the crash's undispatched tail
 
 
