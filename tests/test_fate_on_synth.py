@@ -290,9 +290,11 @@ def test_groups_per_queue(built: Built) -> None:
     """Committed offset, max, lag per group and queue; the offset past its queue's end resets
     (OFFSET_OVERFLOW_BADLY) to the max; DLQ size and retry backlog as the model left them."""
     dispatched: dict[tuple[str, int], int] = defaultdict(int)
+    stamps: dict[tuple[str, int, int], int] = {}
     for r in built.fate.records:
         if r.dispatched:
             dispatched[(r.topic, r.queue_id)] += 1
+            stamps[(r.topic, r.queue_id, r.queue_offset)] = r.store_timestamp
     by_name = {g.group: g for g in built.groups.groups}
     ahead_group, ahead_topic, ahead_queue, ahead, ahead_max = built.fate.offset_ahead
     rows = 0
@@ -306,6 +308,8 @@ def test_groups_per_queue(built: Built) -> None:
         if topic.startswith(("Topic", RETRY_PREFIX)):  # every record there is the model's
             assert row.max_offset == top, (group, topic, queue_id)
         assert (row.offset, row.lag) == (offset, row.max_offset - offset)
+        # mqadmin's lastTimestamp: the store time of the message at offset - 1.
+        assert row.last_consumed_store_timestamp == stamps.get((topic, queue_id, offset - 1))
         assert row.next_pull is not None
         assert row.next_pull == next_pull(offset, row.min_offset, row.max_offset, _V498)
         if (group, topic, queue_id) == (ahead_group, ahead_topic, ahead_queue):
@@ -339,6 +343,19 @@ def test_groups_per_queue(built: Built) -> None:
         if not built.crashed:
             assert backlog == 0  # every chain ended and was committed at the clean shutdown
     assert built.crashed or by_name[GROUP_RETRY].dlq_size
+    # After the restart every record is in its queue: the crash's undispatched tail too.
+    stored: dict[tuple[str, int], int] = defaultdict(int)
+    for r in built.fate.records:
+        stored[(r.topic, r.queue_id)] += 1
+    with Store.open(built.root) as st:
+        after = groups_report(
+            st, _V498, "4.9.8", "--broker-version", group=GROUP_RETRY, after_restart=True
+        )
+    assert after.view == "after restart"
+    for r in after.groups[0].queues:
+        if r.topic.startswith(("Topic", RETRY_PREFIX)):
+            assert r.max_offset_after_restart == stored[(r.topic, r.queue_id)], r
+            assert built.crashed or r.max_offset_after_restart == r.max_offset
     # Before 4.9.4 the offset past the end resets to 0 when the queue's min is 0 (#4215): the
     # whole queue again.
     with Store.open(built.root) as st:
