@@ -24,6 +24,7 @@ from rmqinspect.synth.fate import GROUP_POP, GROUP_RETRY
 from rmqinspect.synth.layout import FateRecord, FateSummary
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import StoreLayout
+from tests.cli_helpers import run
 
 # profile, crash, seed, messages, topics, queues. The last is ``make demo``'s workload without
 # its damage: long enough that groups consume copies after the last persisted offset before the
@@ -401,3 +402,17 @@ def test_traces_of_a_message_without_uniq_key(built: Built) -> None:
         if checked == 3:
             break
     assert checked
+
+
+def test_the_table_says_what_each_trace_record_says(built: Built, wide_console: None) -> None:
+    """A trace copy's row reads its records: who sent it, how the listener returned."""
+    failed = {d.physical_offset for d in built.fate.deliveries if not d.success}
+    key = next(
+        k
+        for k, c in sorted(_chains(built).items())
+        if c.topic == "TopicA" and built.by_identity[k][0].physical_offset in failed
+    )
+    result = run("trace", built.root, "--uniq-key", key, "-F", "table")
+    assert result.exit_code == 0, result.stderr
+    assert "Pub by PID_TRACED: sent" in result.stdout
+    assert "SubBefore groupRetry: reconsume 0; SubAfter: failed in 4 ms" in result.stdout
