@@ -87,6 +87,7 @@ def test_counts_by_role_match_the_summary(clean: tuple[Path, FateSummary, list[A
     assert by_topic[SCHEDULE] == fate.retry_schedule + fate.schedule
     assert delivered == fate.scheduled_delivery > 0
     assert fate.pop_retry == 0  # 4.9: no POP consumers
+    assert by_topic["RMQ_SYS_TRACE_TOPIC"] == fate.trace_messages > 0
     assert fate.chains > 0
 
 
