@@ -126,7 +126,9 @@ TRACED_PRODUCER_GROUP = "PID_TRACED"  # the traced producer of TopicA
 _TRACE_WAIT_MS = 500  # AsyncTraceDispatcher.waitTimeThresholdMil
 _TRACE_POLL_MS = 100  # AsyncTraceDispatcher.pollingTimeMil
 _TRACE_MAX_DATA = 128_000 - 10_000  # TraceDataSegment: maxMsgSize - 10 * 1000 sends at once
-_TRACE_MAX_KEYS = 20_000  # 5.x MAX_MSG_KEY_SIZE: KEYS must stay under the 32 KiB properties
+# Newer clients also send once the keySet is long (currentMsgKeySize); a cap here, so KEYS
+# stays well under the 32 KiB properties limit.
+_TRACE_MAX_KEYS = 20_000
 _TRACE_SEND_MS = 2  # the trace producer's send
 _CONSUME_MS = 4  # a listener's run: SubAfter's costTime
 _REGION = "DefaultRegion"  # BrokerConfig.regionId, in every SendResult
@@ -134,6 +136,7 @@ _REGION = "DefaultRegion"  # BrokerConfig.regionId, in every SendResult
 # Trans_msg_Commit, Delay_Msg); ConsumeReturnType ordinals for SubAfter's contextCode.
 _NORMAL_MSG, _HALF_MSG, _COMMIT_MSG, _DELAY_MSG = 0, 1, 2, 3
 _RETURN_SUCCESS, _RETURN_FAILED = 0, 4
+MSG_REGION = "MSG_REGION"  # MessageConst.PROPERTY_MSG_REGION: the consumer's regionId
 
 
 @dataclass(slots=True)
@@ -602,7 +605,7 @@ class FateSimulator:
             "SubBefore",
             msg_id,
             timestamp=now,
-            region_id=p.get("MSG_REGION"),  # PROPERTY_MSG_REGION: absent here
+            region_id=p.get(MSG_REGION),  # absent here: the trace says null
             group=group,
             request_id=request,
             retry_times=copy.reconsume_times,
@@ -631,7 +634,7 @@ class FateSimulator:
             "EndTransaction",
             uniq,
             timestamp=now,
-            region_id=p.get("MSG_REGION"),
+            region_id=p.get(MSG_REGION),
             group=TX_PRODUCER_GROUP,
             topic=p.get(props.REAL_TOPIC) or half.topic,
             tags=p.get(props.TAGS),
