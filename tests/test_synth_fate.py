@@ -87,6 +87,7 @@ def test_counts_by_role_match_the_summary(clean: tuple[Path, FateSummary, list[A
     assert by_topic[SCHEDULE] == fate.retry_schedule + fate.schedule
     assert delivered == fate.scheduled_delivery > 0
     assert fate.pop_retry == 0  # 4.9: no POP consumers
+    assert by_topic["RMQ_SYS_TRACE_TOPIC"] == fate.trace_messages > 0
     assert fate.chains > 0
 
 
@@ -324,7 +325,7 @@ def test_make_demo_holds_the_cases_the_readme_walks_through(tmp_path: Path) -> N
     fate = json.loads(made.stdout)["fate"]
     assert fate["examples"] == {
         "dlq": "0A0000024A8BAF266A9500000057002E",
-        "pending_transaction": "0A0000024A8BAF266A950000079D00EB",
+        "pending_transaction": "0A0000024A8BAF266A950000075F00CB",
         "pending_delay": "FD0000000000000000000000000000024A8BAF266A950000000F0001",
         "retried_then_consumed": "FD0000000000000000000000000000024A8BAF266A95000000E40014",
         "consumed_past_commit": "0A0000024A8BAF266A9500001C580291",

@@ -285,6 +285,12 @@ class _Pool:
             self.uniq_keys.add(rec.uniq_key)
         self.ids[msg_id(rec).upper()] = rec.position
 
+    def traced_by(self, trace_keys: Iterable[str]) -> bool:
+        """A trace message's KEYS name a record met: its UNIQ_KEY, or for a message without
+        one its offsetMsgId (``MessageClientExt.getMsgId``, the msgId a tracing consumer
+        records)."""
+        return any(k in self.uniq_keys or k.upper() in self.ids for k in trace_keys)
+
 
 def _follow_origins(store: Store, pool: _Pool) -> None:
     """Before the walk: the records a seed's ORIGIN_MESSAGE_ID names (a seed may be a copy), as
@@ -344,7 +350,7 @@ def _walk(
             u, o = uniq[i], origin[i]
             how = None
             if i in keys:
-                if pool.uniq_keys.intersection(props.split_keys(keys[i])):
+                if pool.traced_by(props.split_keys(keys[i])):
                     pool.trace_bodies.append(store.with_entry(cols.record(i, with_body=True)))
                 continue
             if u is not None and u in pool.uniq_keys:
@@ -726,12 +732,16 @@ def _chain(
         ]
     traces: dict[int, tuple[TraceRecord, ...]] = {}
     for rec in pool.trace_bodies:
-        if not keys.intersection(props.split_keys(rec.properties.get(props.KEYS))):
+        named = props.split_keys(rec.properties.get(props.KEYS))
+        if not any(k in keys or k.upper() in ids for k in named):
             continue
         decoded, problems = decode_trace_data(rec.body or b"")
         findings += [_trace_finding(rec.position, p) for p in problems]
+        # A msgId is the UNIQ_KEY, or the offsetMsgId of a copy without one.
         traces[rec.position] = tuple(
-            t for t in decoded if t.msg_id in keys or (t.offset_msg_id or "").upper() in ids
+            t
+            for t in decoded
+            if t.msg_id in keys or t.msg_id.upper() in ids or (t.offset_msg_id or "").upper() in ids
         )
         extra.append((rec, "trace_keys"))
     all_records = sorted(

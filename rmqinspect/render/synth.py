@@ -75,6 +75,7 @@ def fate_json(fate: FateSummary) -> Any:
             "retry": fate.retry,
             "dlq": fate.dlq,
             "pop_retry": fate.pop_retry,
+            "trace": fate.trace_messages,
         },
         "pending_delays": fate.pending_delays,
         "transactions": dict(fate.transactions),

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from rmqinspect.analysis.trace import Chain, Copy, TraceReport
 from rmqinspect.format.times import iso_ms
+from rmqinspect.format.trace_data import TraceRecord
 from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
 from rmqinspect.render.values import printable, with_times
 
@@ -53,11 +54,23 @@ def _groups_cell(c: Copy) -> str:
     return ", ".join(f"{g.group}: {'consumed' if g.consumed else 'pending'}" for g in c.groups)
 
 
+def _trace_words(t: TraceRecord) -> str:
+    """One decoded trace record, in a few words."""
+    if t.trace_type == "Pub":
+        return f"Pub by {t.group}: {'sent' if t.success else 'send failed'}"
+    if t.trace_type == "SubBefore":
+        return f"SubBefore {t.group}: reconsume {t.retry_times}"
+    if t.trace_type == "SubAfter":
+        return f"SubAfter: {'consumed' if t.success else 'failed'} in {t.cost_time} ms"
+    check = " (check)" if t.from_transaction_check else ""
+    return f"EndTransaction by {t.group}: {t.transaction_state}{check}"
+
+
 def _chain_table(chain: Chain) -> Table:
     t = Table(title=f"Copies of {chain.uniq_key or '(no UNIQ_KEY)'}", title_justify="left")
     for col in ("role", "topic:queue", "queue offset", "physical offset", "stored", "reconsume"):
         t.add_column(col, justify="right" if "offset" in col or col == "reconsume" else "left")
-    for col in ("delay", "groups", "restart"):
+    for col in ("delay", "groups / trace records", "restart"):
         t.add_column(col)
     for c in chain.copies:
         t.add_row(
@@ -68,7 +81,7 @@ def _chain_table(chain: Chain) -> Table:
             iso_ms(c.store_timestamp) or str(c.store_timestamp),
             str(c.reconsume_times),
             _delay_cell(c),
-            _groups_cell(c),
+            "; ".join(_trace_words(r) for r in c.traces) if c.traces else _groups_cell(c),
             c.restart.value,
         )
     return t

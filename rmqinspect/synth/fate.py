@@ -39,8 +39,19 @@ A clean run keeps the broker going for :data:`CLEAN_HORIZON_MS` after the last w
 :data:`CRASH_AFTER_MS` after it, while retries are in flight; the records of its last
 :data:`CRASH_REPUT_LAG_MS` are not dispatched.
 
-Trace records (``RMQ_SYS_TRACE_TOPIC``, ``TraceDataEncoder``) would be written beside each send,
-consumption and end-transaction here; they are not yet.
+Message traces (client/.../trace/, 4.9.8 and 5.3.3): three clients enabled tracing, the rest
+did not (so the trace topic stays a small part of the store): the producer of ``TopicA``
+(``Pub`` for every send, delayed ones included), the transaction producer ``PID_TX`` (``Pub`` for
+each half, ``EndTransaction`` for each commit, rollback and UNKNOW answer, the check's with
+``fromTransactionCheck``) and ``groupRetry`` (``SubBefore``/``SubAfter`` around each delivery of
+a TopicA or retry copy, ``SubAfter`` with the listener's success). ``SendMessageTraceHookImpl``,
+``EndTransactionTraceHookImpl`` and ``ConsumeMessageTraceHookImpl`` hand each record to the
+client's ``AsyncTraceDispatcher``; its ``TraceDataSegment`` sends what it holds once its first
+record is ``waitTimeThresholdMil`` (500 ms) old (checked every ``pollingTimeMil``, 100 ms) or it
+outgrows the message size: one ``RMQ_SYS_TRACE_TOPIC`` message (queue 0: the broker creates the
+topic with one queue) whose body is the records' ``TraceDataEncoder`` strings and whose KEYS are
+their msgIds (UNIQ_KEYs, else offsetMsgIds) and keys. A crash loses what the clients had not
+sent.
 """
 
 from __future__ import annotations
@@ -55,6 +66,7 @@ import numpy.typing as npt
 
 from rmqinspect.format import properties as props
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE
+from rmqinspect.format.encode import encode_trace_data
 from rmqinspect.format.fate import (
     CHECK_GROUP,
     CHECK_TIMES,
@@ -64,14 +76,24 @@ from rmqinspect.format.fate import (
     OP_TOPIC,
     REMOVE_TAG,
     RETRY_PREFIX,
+    TRACE_TOPIC,
     TRANSACTION_CHECK_MAX,
+    Role,
     pop_retry_topic,
 )
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.profile import Profile
-from rmqinspect.synth.layout import FateSummary, MessageColumns
+from rmqinspect.format.trace_data import TraceRecord
+from rmqinspect.synth.clientid import ClientIds
+from rmqinspect.synth.layout import (
+    FateDelivery,
+    FateRecord,
+    FateSummary,
+    FateTrace,
+    MessageColumns,
+)
 from rmqinspect.synth.records import Row, columns
 from rmqinspect.synth.writer import StoreWriter
 
@@ -99,6 +121,22 @@ _CONSUMER_OFFSET_TABLE_SLOTS = 1024
 # groupRetry's listener by message class: how many deliveries fail before one succeeds.
 _FAILS = {"r1": 1, "r2": 2, "dlq": MAX_RECONSUME_TIMES + 1}
 _INF = 1 << 62
+TX_PRODUCER_GROUP = "PID_TX"  # the workload's transaction producer
+TRACED_PRODUCER_GROUP = "PID_TRACED"  # the traced producer of TopicA
+_TRACE_WAIT_MS = 500  # AsyncTraceDispatcher.waitTimeThresholdMil
+_TRACE_POLL_MS = 100  # AsyncTraceDispatcher.pollingTimeMil
+_TRACE_MAX_DATA = 128_000 - 10_000  # TraceDataSegment: maxMsgSize - 10 * 1000 sends at once
+# Newer clients also send once the keySet is long (currentMsgKeySize); a cap here, so KEYS
+# stays well under the 32 KiB properties limit.
+_TRACE_MAX_KEYS = 20_000
+_TRACE_SEND_MS = 2  # the trace producer's send
+_CONSUME_MS = 4  # a listener's run: SubAfter's costTime
+_REGION = "DefaultRegion"  # BrokerConfig.regionId, in every SendResult
+# TraceDataEncoder's msgType: MessageType ordinals (Normal_Msg, Trans_Msg_Half,
+# Trans_msg_Commit, Delay_Msg); ConsumeReturnType ordinals for SubAfter's contextCode.
+_NORMAL_MSG, _HALF_MSG, _COMMIT_MSG, _DELAY_MSG = 0, 1, 2, 3
+_RETURN_SUCCESS, _RETURN_FAILED = 0, 4
+MSG_REGION = "MSG_REGION"  # MessageConst.PROPERTY_MSG_REGION: the consumer's regionId
 
 
 @dataclass(slots=True)
@@ -119,6 +157,7 @@ class _Copy:
     queue_offset: int = 0
     store_timestamp: int = 0
     dispatched: bool = True
+    role: Role = Role.ORIGINAL
 
     @property
     def offset_msg_id(self) -> str:
@@ -137,6 +176,19 @@ class _Tx:
     fate: str  # committed / rolled_back / unknown
     checks: int = 0
     done: bool = False
+
+
+@dataclass(slots=True)
+class _TraceClient:
+    """One tracing client's ``AsyncTraceDispatcher`` and its ``TraceDataSegment``."""
+
+    ids: ClientIds  # the trace producer's (and SubBefore requestIds') MessageClientIDSetter
+    host: HostAddress
+    records: list[TraceRecord] = field(default_factory=list)
+    keys: dict[str, None] = field(default_factory=dict)  # the segment's keySet, in order
+    size: int = 0
+    key_size: int = 0
+    generation: int = 0  # bumped by each send: a time-threshold event of an older one is moot
 
 
 @dataclass(order=True, slots=True)
@@ -237,6 +289,19 @@ class FateSimulator:
         # Schedule units: (level, offset) -> (UNIQ_KEY, whether a retry's)
         self.units: dict[tuple[int, int], tuple[str | None, bool]] = {}
         self.writer: StoreWriter | None = None
+        self.traced_topic = topics[0]
+        prefix = f"{seed & 0xFFFF:04X}{(seed * 2654435761) & 0xFFFFFFFF:08X}"
+        self.tracers = {
+            name: _TraceClient(ClientIds(ip.hex().upper() + prefix), HostAddress(ip, port))
+            for name, ip, port in (
+                (TRACED_PRODUCER_GROUP, bytes([10, 0, 0, 5]), 50011),
+                (TX_PRODUCER_GROUP, bytes([10, 0, 0, 6]), 50012),
+                (GROUP_RETRY, bytes([10, 0, 0, 7]), 50021),
+            )
+        }
+        self.trace_messages: list[FateTrace] = []
+        self.truth: list[_Copy] = []
+        self.delivery_log: list[FateDelivery] = []
 
     # --- random words -----------------------------------------------------------------------------
 
@@ -386,11 +451,16 @@ class FateSimulator:
             )
             if topic == SCHEDULE_TOPIC:
                 self.counts["schedule"] += 1
+                copy.role = Role.SCHEDULE
+            elif topic == HALF_TOPIC:
+                copy.role = Role.HALF
             self._entered(copy)
+            self._pub(copy)
 
     def _entered(self, copy: _Copy) -> None:
         """A record entered its queue: consumers, the schedule service or the transaction
         check will see it (once dispatched)."""
+        self.truth.append(copy)
         topic = copy.topic
         if topic == SCHEDULE_TOPIC:
             self._schedule_unit(copy)
@@ -405,7 +475,11 @@ class FateSimulator:
             at = copy.store_timestamp + 3 + (self._word() & 31)
             times[copy.queue_offset] = at
             fails = self._fails(group, copy)
-            if fails > copy.reconsume_times:
+            ok = fails <= copy.reconsume_times
+            self.delivery_log.append(FateDelivery(group, copy.physical_offset, at, ok))
+            if group in self.tracers:
+                self._at(at, functools.partial(self._consumed, group, copy, ok))
+            if not ok:
                 self._at(at, functools.partial(self._failed, group, copy))
             p = copy.properties
             # (examples for a reader: with a UNIQ_KEY and KEYS to look them up by)
@@ -414,7 +488,7 @@ class FateSimulator:
                 and props.KEYS in p
                 and (group == GROUP_RETRY or props.REAL_TOPIC in p)
             ):
-                self.deliveries.append((at, copy, fails <= copy.reconsume_times))
+                self.deliveries.append((at, copy, ok))
 
     def _fails(self, group: str, copy: _Copy) -> int:
         """How many deliveries of this message the group's listener fails."""
@@ -455,9 +529,9 @@ class FateSimulator:
         back[props.WAIT] = "false"
         if copy.reconsume_times >= MAX_RECONSUME_TIMES:
             back[props.DELAY] = "0"
-            dlq = self._put(
-                self._derived(copy, DLQ_PREFIX + group, 0, back, copy.reconsume_times + 1), now
-            )
+            dead = self._derived(copy, DLQ_PREFIX + group, 0, back, copy.reconsume_times + 1)
+            dead.role = Role.DLQ
+            dlq = self._put(dead, now)
             self.counts["dlq"] += 1
             if self.examples["dlq"] is None and props.KEYS in p:
                 self.examples["dlq"] = dlq.properties.get(props.UNIQ_KEY)
@@ -467,6 +541,7 @@ class FateSimulator:
         back[props.REAL_TOPIC] = RETRY_PREFIX + group
         back[props.REAL_QID] = "0"
         scheduled = self._derived(copy, SCHEDULE_TOPIC, level - 1, back, copy.reconsume_times + 1)
+        scheduled.role = Role.SCHEDULE
         self.counts["retry_schedule"] += 1
         self._put(scheduled, now, delay=str(level))
 
@@ -477,7 +552,158 @@ class FateSimulator:
             p[FIRST_POP_TIME] = str(popped)
         topic = copy.topic if copy.topic.startswith(RETRY_PREFIX) else self.pop_retry
         self.counts["pop_retry"] += 1
-        self._put(self._derived(copy, topic, 0, p, copy.reconsume_times + 1), now)
+        revived = self._derived(copy, topic, 0, p, copy.reconsume_times + 1)
+        revived.role = Role.RETRY
+        self._put(revived, now)
+
+    # --- message traces -------------------------------------------------------------------------
+
+    @staticmethod
+    def _client_msg_id(copy: _Copy) -> str:
+        """``MessageClientExt.getMsgId``: the UNIQ_KEY, else the offsetMsgId."""
+        return copy.properties.get(props.UNIQ_KEY) or copy.offset_msg_id
+
+    def _pub(self, copy: _Copy) -> None:
+        """``SendMessageTraceHookImpl``: a traced producer's send, once its result is back."""
+        p = copy.properties
+        if copy.role is Role.HALF:
+            group, msg_type = TX_PRODUCER_GROUP, _HALF_MSG
+        elif self.traced_topic in (copy.topic, p.get(props.REAL_TOPIC)):
+            group = TRACED_PRODUCER_GROUP
+            msg_type = _DELAY_MSG if copy.role is Role.SCHEDULE else _NORMAL_MSG
+        else:
+            return
+        uniq = p.get(props.UNIQ_KEY)
+        if uniq is None:  # a Java producer always sets one; the others trace nothing
+            return
+        record = TraceRecord(
+            "Pub",
+            uniq,
+            timestamp=copy.born_timestamp,  # sendMessageBefore's clock
+            region_id=_REGION,
+            group=group,
+            topic=p.get(props.REAL_TOPIC) or copy.topic,  # the topic the client sent to
+            tags=p.get(props.TAGS),
+            keys=p.get(props.KEYS),
+            store_host=str(copy.store_host),  # the broker address it sent to
+            body_length=len(copy.body),
+            cost_time=max(copy.store_timestamp - copy.born_timestamp, 0) + 1,
+            msg_type=msg_type,
+            offset_msg_id=copy.offset_msg_id,
+            success=True,
+        )
+        self._trace(group, record, copy.store_timestamp + 1)
+
+    def _consumed(self, group: str, copy: _Copy, ok: bool, now: int) -> None:
+        """``ConsumeMessageTraceHookImpl``: SubBefore when the listener starts, SubAfter when it
+        returns (costTime per message; ``FAILED`` for RECONSUME_LATER)."""
+        tracer = self.tracers[group]
+        p = copy.properties
+        msg_id = self._client_msg_id(copy)
+        request = tracer.ids.next_id(now)  # TraceContext's requestId
+        before = TraceRecord(
+            "SubBefore",
+            msg_id,
+            timestamp=now,
+            region_id=p.get(MSG_REGION),  # absent here: the trace says null
+            group=group,
+            request_id=request,
+            retry_times=copy.reconsume_times,
+            keys=p.get(props.KEYS),
+        )
+        self._trace(group, before, now)
+        after = TraceRecord(
+            "SubAfter",
+            msg_id,
+            request_id=request,
+            cost_time=_CONSUME_MS,
+            success=ok,
+            keys=p.get(props.KEYS),
+            context_code=_RETURN_SUCCESS if ok else _RETURN_FAILED,
+            timestamp=now + _CONSUME_MS,
+        )
+        self._trace(group, after, now + _CONSUME_MS)
+
+    def _end_trace(self, half: _Copy, state: str, now: int, from_check: bool = False) -> None:
+        """``EndTransactionTraceHookImpl``: the transaction producer's end (or check answer)."""
+        p = half.properties
+        uniq = p.get(props.UNIQ_KEY)
+        if uniq is None:
+            return
+        record = TraceRecord(
+            "EndTransaction",
+            uniq,
+            timestamp=now,
+            region_id=p.get(MSG_REGION),
+            group=TX_PRODUCER_GROUP,
+            topic=p.get(props.REAL_TOPIC) or half.topic,
+            tags=p.get(props.TAGS),
+            keys=p.get(props.KEYS),
+            store_host=str(half.store_host),
+            msg_type=_COMMIT_MSG,
+            transaction_id=uniq,  # sendMessageInTransaction: the UNIQ_KEY
+            transaction_state=state,
+            from_transaction_check=from_check,
+        )
+        self._trace(TX_PRODUCER_GROUP, record, now)
+
+    def _trace(self, name: str, record: TraceRecord, at: int) -> None:
+        """``TraceDataSegment.addTraceTransferBean``: keep it; send once the segment is full,
+        else when its first record is old enough (the dispatcher's next poll after that)."""
+        tracer = self.tracers[name]
+        if not tracer.records:
+            due = at + _TRACE_WAIT_MS + _TRACE_POLL_MS - (at - self.start_ms) % _TRACE_POLL_MS
+            generation = tracer.generation
+            self._at(due, lambda now: self._time_threshold(name, generation, now))
+        tracer.records.append(record)
+        tracer.size += len(encode_trace_data([record]))
+        # encoderFromContextBean's transKey: the msgId, and the keys as one string.
+        for key in (record.msg_id, record.keys):
+            if key and key not in tracer.keys:
+                tracer.keys[key] = None
+                tracer.key_size += len(key) + 1
+        if tracer.size >= _TRACE_MAX_DATA or tracer.key_size >= _TRACE_MAX_KEYS:
+            self._send_segment(name, at)
+
+    def _time_threshold(self, name: str, generation: int, now: int) -> None:
+        """``sendDataByTimeThreshold``: the segment this event was set for, unless sent since."""
+        tracer = self.tracers[name]
+        if generation == tracer.generation and tracer.records:
+            self._send_segment(name, now)
+
+    def _send_segment(self, name: str, at: int) -> None:
+        """``TraceDataSegment.sendAllData``: its records leave for the trace producer."""
+        tracer = self.tracers[name]
+        records, keys = tracer.records, list(tracer.keys)
+        tracer.records, tracer.keys, tracer.size, tracer.key_size = [], {}, 0, 0
+        tracer.generation += 1
+        self._at(at + _TRACE_SEND_MS, lambda now: self._store_traces(tracer, records, keys, now))
+
+    def _store_traces(
+        self, tracer: _TraceClient, records: list[TraceRecord], keys: list[str], now: int
+    ) -> None:
+        """``AsyncDataSendTask``: one trace message, its body the records' strings, its KEYS the
+        segment's keySet (a HashSet: taken in insertion order here)."""
+        properties = {
+            props.WAIT: "true",
+            props.KEYS: " ".join(keys),  # Message.setKeys(Collection): space-separated
+            props.UNIQ_KEY: tracer.ids.next_id(now),
+        }
+        message = _Copy(
+            TRACE_TOPIC,
+            0,
+            properties,
+            encode_trace_data(records),
+            now,
+            tracer.host,
+            self.broker_host,
+            0,
+            0,
+            0,
+            role=Role.TRACE,
+        )
+        stored = self._put(message, now)
+        self.trace_messages.append(FateTrace(stored.physical_offset, tuple(records)))
 
     # --- the schedule service ---------------------------------------------------------------------
 
@@ -505,8 +731,9 @@ class FateSimulator:
             copy, real_topic, int(p[props.REAL_QID]), dict(p), copy.reconsume_times, True
         )
         self.delivered[level][copy.queue_offset] = max(now, self.last_ts)
-        role = "retry" if real_topic.startswith(RETRY_PREFIX) else "scheduled_delivery"
-        self.counts[role] += 1
+        retry = real_topic.startswith(RETRY_PREFIX)
+        delivered.role = Role.RETRY if retry else Role.SCHEDULED_DELIVERY
+        self.counts["retry" if retry else "scheduled_delivery"] += 1
         self._put(delivered, now)
 
     # --- transactions -----------------------------------------------------------------------------
@@ -517,6 +744,8 @@ class FateSimulator:
         tx = _Tx(half, fate)
         self.txs.append(tx)
         if fate == "unknown":
+            # executeLocalTransaction said UNKNOW: endTransaction with it, traced.
+            self._end_trace(half, "UNKNOW", half.store_timestamp + _TRACE_SEND_MS)
             if not self.check_tick_scheduled:
                 self._next_check(half.store_timestamp)
             return
@@ -535,8 +764,12 @@ class FateSimulator:
                 half, p[props.REAL_TOPIC], int(p[props.REAL_QID]), dict(p), 0, True
             )
             commit.sys_flag = half.sys_flag | TRANSACTION_COMMIT_TYPE
+            commit.role = Role.COMMIT
             self.commit_records += 1
             self._put(commit, now, prepared=half.physical_offset)
+        self._end_trace(
+            half, "COMMIT_MESSAGE" if tx.fate == "committed" else "ROLLBACK_MESSAGE", now
+        )
         if self.v5:
             if not self.op_batch:
                 self._at((now // _OP_BATCH_MS + 1) * _OP_BATCH_MS, self._flush_ops)
@@ -563,6 +796,7 @@ class FateSimulator:
             0,
             0,
             0,
+            role=Role.OP,
         )
         self.op_records += 1
         self._put(op, now)
@@ -586,14 +820,18 @@ class FateSimulator:
             if tx.checks >= TRANSACTION_CHECK_MAX:
                 tx.done, tx.fate = True, "given_up"
                 given_up = self._derived(half, GIVEN_UP_TOPIC, 0, dict(half.properties), 0, True)
+                given_up.role = Role.GIVEN_UP
                 self._put(given_up, now)
                 continue
             tx.checks += 1
             renewed = dict(half.properties)
             renewed[CHECK_TIMES] = str(tx.checks)
             copy = self._derived(half, HALF_TOPIC, half.queue_id, renewed, 0, True)
+            copy.role = Role.HALF
             self.half_checks += 1
             tx.half = self._put(copy, now)
+            # checkTransactionState: the producer answers UNKNOW again (the trace says so).
+            self._end_trace(copy, "UNKNOW", now + _TRACE_SEND_MS, from_check=True)
             waiting = True
         if waiting:
             self._next_check(now)
@@ -732,7 +970,34 @@ class FateSimulator:
             commit_records=self.commit_records,
             offset_ahead=self.offset_ahead(topics),
             examples=examples,
+            trace_messages=len(self.trace_messages),
+            records=tuple(_record(c) for c in self.truth),
+            deliveries=tuple(self.delivery_log),
+            traces=tuple(self.trace_messages),
+            transaction_states={
+                uniq: tx.fate if tx.done else "pending"
+                for tx in self.txs
+                if (uniq := tx.half.properties.get(props.UNIQ_KEY)) is not None
+            },
         )
+
+
+def _record(c: _Copy) -> FateRecord:
+    return FateRecord(
+        c.role.value,
+        c.identity,
+        c.topic,
+        c.queue_id,
+        c.queue_offset,
+        c.physical_offset,
+        c.store_timestamp,
+        c.reconsume_times,
+        int(c.properties[props.DELAY]) if props.DELAY in c.properties else None,
+        c.properties.get(props.REAL_TOPIC),
+        c.properties.get(props.ORIGIN_MESSAGE_ID),
+        c.offset_msg_id,
+        c.dispatched,
+    )
 
 
 def _java_order(table: dict[str, dict[int, int]]) -> list[str]:

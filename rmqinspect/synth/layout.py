@@ -5,7 +5,7 @@ producer describes them (:class:`MessageSpec`) or in stored form as columns
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,6 +23,7 @@ from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, DEFAULT_CQ_FILE_S
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM, IndexGeometry
 from rmqinspect.format.profile import Profile
+from rmqinspect.format.trace_data import TraceRecord
 
 DEFAULT_STORE_HOST = HostAddress(bytes([10, 0, 0, 1]), 10911)
 DEFAULT_BORN_HOST = HostAddress(bytes([10, 0, 0, 2]), 50001)
@@ -130,6 +131,45 @@ class LedgerSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class FateRecord:
+    """A record the fate model stored, or a workload record it followed: what it is by
+    construction (a :class:`rmqinspect.format.fate.Role` value) and where it went. The truth the
+    tests hold ``trace`` and ``groups`` to; never written to the store."""
+
+    role: str
+    identity: str  # the message across its copies: UNIQ_KEY, else the first copy's offsetMsgId
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_timestamp: int
+    reconsume_times: int
+    delay_level: int | None  # the DELAY property
+    real_topic: str | None  # REAL_TOPIC: where a schedule unit or half goes
+    origin_message_id: str | None
+    offset_msg_id: str
+    dispatched: bool  # False: stored in the crash's undispatched tail
+
+
+@dataclass(frozen=True, slots=True)
+class FateDelivery:
+    """One delivery of a stored copy to a group's listener, and what it returned."""
+
+    group: str
+    physical_offset: int
+    time: int
+    success: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FateTrace:
+    """A trace message the model stored: where, and the records its body holds."""
+
+    physical_offset: int
+    records: tuple[TraceRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FateSummary:
     """What ``--fate`` wrote: copies by role, transactions by state, and one example of each
     case a reader will look for (UNIQ_KEY, or ``None`` where the run had none)."""
@@ -148,6 +188,13 @@ class FateSummary:
     commit_records: int
     offset_ahead: tuple[str, str, int, int, int]  # group, topic, queue, committed, max
     examples: dict[str, str | None]
+    trace_messages: int = 0  # records stored in RMQ_SYS_TRACE_TOPIC
+    # The truth, for tests (not in the JSON summary): every record followed, every delivery,
+    # every trace message, and the transactions' end states by UNIQ_KEY.
+    records: tuple[FateRecord, ...] = ()
+    deliveries: tuple[FateDelivery, ...] = ()
+    traces: tuple[FateTrace, ...] = ()
+    transaction_states: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

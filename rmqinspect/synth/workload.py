@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +41,7 @@ from rmqinspect.format.index_build import IndexNamer
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.properties import encode_properties_map, properties_template
+from rmqinspect.synth.clientid import ClientIds
 from rmqinspect.synth.fate import FATE_DELAY_LEVELS, FateSimulator
 from rmqinspect.synth.writer import (
     DEFAULT_CLOCK_START_MS,
@@ -165,30 +165,6 @@ def topic_name(index: int) -> str:
     return f"Topic{letters}"
 
 
-def _month_start_ms(ms: int) -> int:
-    day = datetime.fromtimestamp(ms // 1000, UTC)
-    return int(datetime(day.year, day.month, 1, tzinfo=UTC).timestamp()) * 1000
-
-
-@dataclass(slots=True)
-class _Producer:
-    """``MessageClientIDSetter``: a fixed prefix (ip, pid, class loader hash), then the time
-    since the start of the month and a wrapping counter; the month is taken in UTC here."""
-
-    prefix: str
-    counter: int = 0
-    month_start: int = 0
-    month_end: int = -1
-
-    def next_id(self, born_ms: int) -> str:
-        if not self.month_start <= born_ms < self.month_end:
-            self.month_start = _month_start_ms(born_ms)
-            self.month_end = _month_start_ms(self.month_start + 32 * 86_400_000)
-        uid = f"{self.prefix}{born_ms - self.month_start:08X}{self.counter:04X}"
-        self.counter = (self.counter + 1) & 0xFFFF
-        return uid
-
-
 @dataclass(slots=True)
 class _Recent:
     """A plain message of an earlier batch, which retries copy (its keys, UNIQ_KEY and tags
@@ -258,8 +234,8 @@ class _Generator:
         pid, loader = prefix[0][0] & 0xFFFF, prefix[1][0] & 0xFFFFFFFF
         tail = f"{pid:04X}{loader:08X}"
         self.producers = (
-            _Producer("0A000002" + tail),
-            _Producer("FD000000000000000000000000000002" + tail),
+            ClientIds("0A000002" + tail),
+            ClientIds("FD000000000000000000000000000002" + tail),
         )
         self.topics = [topic_name(i) for i in range(config.topics)]
         # Topic table: the plain topics, then the special ones (ids fixed by position).
