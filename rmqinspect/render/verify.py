@@ -9,7 +9,10 @@ from rich.table import Table
 
 from rmqinspect.analysis.verify import CHECKS, Finding, Summary, VerifyReport
 from rmqinspect.render.output import (
+    SEVERITY_STYLES,
+    Column,
     OutputFormat,
+    RowTable,
     key_value_table,
     print_json,
     print_plain_jsonl,
@@ -47,7 +50,7 @@ def render_verify(report: VerifyReport, fmt: OutputFormat) -> None:
         print_plain_jsonl(finding_json(f) for f in report.findings)
         print_plain_jsonl([{"summary": summary_json(report.summary)}])
     else:
-        print_table_batches(report.findings, _findings_table)
+        print_table_batches(report.findings, _findings_table, capped_on_terminal=True)
         console = stdout_console()
         for f in report.findings:
             if f.hexdump:
@@ -59,12 +62,22 @@ def render_verify(report: VerifyReport, fmt: OutputFormat) -> None:
             print_table(table)
 
 
-def _findings_table(batch: list[Finding], first: bool) -> Table:
-    t = Table(title="Findings" if first else None, title_justify="left")
-    for col in ("severity", "check", "file", "position", "physical offset", "queue"):
-        right = col in ("position", "physical offset")
-        t.add_column(col, justify="right" if right else "left", overflow="fold")
-    t.add_column("detail", ratio=1, overflow="fold")
+def _findings_table(batch: list[Finding], first: bool) -> RowTable:
+    """One row per finding. At a narrow width the queue, then the position in its file and the
+    file make way (the physical offset stays) and the detail wraps; check ids, files and
+    offsets are never cut inside a word."""
+    t = RowTable(
+        "Findings" if first else None,
+        [
+            Column("severity", whole=True, styles=SEVERITY_STYLES),
+            Column("check", whole=True, breaks="."),
+            Column("file", whole=True, breaks="/", drop=2),
+            Column("position", right=True, whole=True, drop=3),
+            Column("physical offset", right=True, whole=True),
+            Column("queue", fold=True, drop=4),
+            Column("detail", fold=True, least=30),
+        ],
+    )
     if first and not batch:
         t.add_row("", "", "", "", "", "", "no findings")
     for f in batch:
@@ -77,8 +90,8 @@ def _findings_table(batch: list[Finding], first: bool) -> Table:
             f.severity.value,
             f.check,
             f.file,
-            "" if f.file_position is None else str(f.file_position),
-            "" if f.physical_offset is None else str(f.physical_offset),
+            f.file_position,
+            f.physical_offset,
             queue,
             f.detail,
         )
