@@ -461,6 +461,9 @@ class RowTable:
         kept = list(range(n))
         if sum(natural) + 3 * n + 1 <= width:
             return kept, natural
+        # The narrowest each column is ever made, which decides what is dropped: an
+        # identifier's longest token; for text, its longest word up to _WORD_CAP cells (a key or
+        # a tag stays whole, a body preview is cut).
         least: list[int] = []
         for i, c in enumerate(self.columns):
             header = max(cell_len(w) for w in c.header.split(" "))
@@ -468,9 +471,8 @@ class RowTable:
                 tokens = [cell_len(t) for row in rows for t, _ in _tokens(row[i], c.breaks)]
                 least.append(max([header, *tokens]))
             else:
-                # A word is cut only where it is longer than _WORD_CAP: a key or tag stays whole.
-                words = [min(cell_len(w), _WORD_CAP) for row in rows for w in row[i].split(" ")]
-                least.append(min(natural[i], max([header, _FOLD_FLOOR, c.least, *words])))
+                words = (min(cell_len(w), _WORD_CAP) for row in rows for w in row[i].split(" "))
+                least.append(min(natural[i], max(header, _FOLD_FLOOR, c.least, *words)))
 
         def room(shown: list[int]) -> int:
             return width - 3 * len(shown) - 1
@@ -480,9 +482,13 @@ class RowTable:
             kept.remove(droppable.pop()[1])
         widths = {i: natural[i] for i in kept}
         excess = sum(widths.values()) - room(kept)
-        for whole in (False, True):  # folding columns give way before identifiers do
+        # The widest first, as rich collapses a table: text wraps, cutting (or folding) a long
+        # word (a body preview); only then do identifiers wrap at their spaces; an identifier's
+        # token is never cut.
+        text = [i for i in kept if not self.columns[i].whole]
+        for floor, shrinking in ((least, text), (least, kept)):
             while excess > 0:
-                slack = [i for i in kept if self.columns[i].whole is whole and widths[i] > least[i]]
+                slack = [i for i in shrinking if widths[i] > floor[i]]
                 if not slack:
                     break
                 widest = max(slack, key=lambda i: widths[i])
