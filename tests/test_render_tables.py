@@ -94,6 +94,8 @@ def test_verify_at_80_columns_never_cuts_a_check_id(
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert all(cell_len(line) <= 80 for line in lines)
+    # It ends with its verdict: the errors and warnings it found.
+    assert lines[-1] == "verdict: 1 error, 2 warnings"
     findings = lines[: lines.index(next(line for line in lines if line.startswith("└")))]
     cells = [c.strip() for line in findings for c in line.split("│")[2:3]]
     # A check id wraps only after its dot: each piece is a whole part of an id.

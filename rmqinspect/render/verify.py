@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from rmqinspect.analysis.verify import CHECKS, Finding, Summary, VerifyReport
 from rmqinspect.render.output import (
@@ -20,6 +21,7 @@ from rmqinspect.render.output import (
     print_table_batches,
     stdout_console,
     to_jsonable,
+    verdict_line,
 )
 from rmqinspect.render.values import size_cell, time_cell, with_times
 
@@ -60,6 +62,23 @@ def render_verify(report: VerifyReport, fmt: OutputFormat) -> None:
                     console.print(line)
         for table in summary_tables(report.summary):
             print_table(table)
+        print_table(verify_verdict(report.summary))
+
+
+def verify_verdict(s: Summary) -> Text:
+    """The last line: how many errors and warnings (red with an error, yellow with a warning)."""
+    errors, warnings = (
+        s.findings_by_severity.get("error", 0),
+        s.findings_by_severity.get("warning", 0),
+    )
+    if not errors and not warnings:
+        return verdict_line("no errors or warnings", "good")
+    said = [
+        f"{n} {word}{'' if n == 1 else 's'}"
+        for n, word in ((errors, "error"), (warnings, "warning"))
+        if n
+    ]
+    return verdict_line(", ".join(said), "bad" if errors else "doubt")
 
 
 def _findings_table(batch: list[Finding], first: bool) -> RowTable:
@@ -98,7 +117,7 @@ def _findings_table(batch: list[Finding], first: bool) -> RowTable:
     return t
 
 
-def summary_tables(s: Summary) -> list[Table]:
+def summary_tables(s: Summary) -> list[Table | RowTable]:
     """The statistics, as ``pg_waldump --stats`` prints a WAL's: overall, per topic, per file,
     and findings by check."""
     overview = key_value_table(
@@ -155,11 +174,17 @@ def summary_tables(s: Summary) -> list[Table]:
             time_cell(f.first_store_timestamp),
             time_cell(f.last_store_timestamp),
         )
-    checks = Table(title="Findings by check", title_justify="left")
-    for col in ("check", "severity", "findings", "what it means"):
-        checks.add_column(col, justify="right" if col == "findings" else "left")
+    checks = RowTable(
+        "Findings by check",
+        [
+            Column("check", whole=True, breaks="."),
+            Column("severity", whole=True, styles=SEVERITY_STYLES),
+            Column("findings", right=True, whole=True),
+            Column("what it means"),
+        ],
+    )
     for check, n in s.findings_by_check.items():
-        checks.add_row(check, CHECKS[check].severity.value, str(n), CHECKS[check].summary)
+        checks.add_row(check, CHECKS[check].severity.value, n, CHECKS[check].summary)
     return [overview, topics, files, checks]
 
 
