@@ -24,6 +24,7 @@ from rmqinspect.render.values import MAX_CELL_CHARS
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import MessageSpec
 from tests.cli_helpers import SMALL_LAYOUT, build_store, run
+from tests.render_helpers import run_in_terminal
 from tests.test_render_message import record
 
 T0 = 1_714_557_600_000
@@ -217,3 +218,18 @@ def test_recover_ends_with_its_verdict(tmp_path: Path, monkeypatch: pytest.Monke
     assert "Messages the restart destroys" in result.stdout
     assert lines[-1].startswith("verdict: the restart loses data")
     assert sum("verdict" in line for line in lines) == 1
+
+
+def test_recover_on_a_terminal_keeps_its_verdict_in_view(tmp_path: Path) -> None:
+    # 60 messages, the third damaged: the restart loses the 57 after it, more than a terminal
+    # is shown; the list stops at TERMINAL_ROWS and says so, and the verdict comes last.
+    specs = [MessageSpec(topic="T", body=b"x" * 50, store_timestamp=T0 + i) for i in range(60)]
+    store = build_store(tmp_path / "s", specs)
+    damage.flip_body_byte(store, message_index=2)
+    code, screen = run_in_terminal("recover", str(store), columns=160)
+    assert code == 1
+    text = [line for line in screen if line]
+    assert text[-1].startswith("verdict: the restart loses data: 57 intact messages")
+    assert text[-2] == f"showing {TERMINAL_ROWS} of 57, use -F json for all"
+    lost_rows = [line for line in screen if re.search(r"│ [0-9A-F]{32} +│", line)]
+    assert len(lost_rows) == TERMINAL_ROWS

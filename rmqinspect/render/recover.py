@@ -99,34 +99,32 @@ def recover_tables(
         tables.append(t)
     changed = [q for q in report.consume_queues if _changed(q)]
     if report.consume_queues:
-        t = Table(
-            title=f"Consume queues changed by the restart ({len(changed)} of "
+        # A store can hold thousands of queues: the row renderer draws them.
+        queues = RowTable(
+            f"Consume queues changed by the restart ({len(changed)} of "
             f"{len(report.consume_queues)})",
-            title_justify="left",
+            [
+                Column("queue"),
+                *(
+                    Column(col, right=True, whole=True)
+                    for col in ("on disk", "after load", "after dispatch", "truncated", "rebuilt")
+                ),
+                Column("files deleted", right=True, drop=1),
+                Column("files created", right=True, drop=2),
+            ],
         )
-        for col in (
-            "queue",
-            "on disk",
-            "after load",
-            "after dispatch",
-            "truncated",
-            "rebuilt",
-            "files deleted",
-            "files created",
-        ):
-            t.add_column(col, justify="right" if col not in ("queue",) else "left")
         for q in changed:
-            t.add_row(
+            queues.add_row(
                 f"{q.topic}/{q.queue_id}",
-                str(q.max_offset_on_disk),
+                q.max_offset_on_disk,
                 f"[{q.min_offset_after_load}, {q.max_offset_after_load})",
                 f"[{q.min_offset_after_start}, {q.max_offset_after_dispatch})",
-                str(q.units_truncated + q.units_dropped_by_cq_recover),
-                str(q.units_written_at_load + q.units_written_after_start),
+                q.units_truncated + q.units_dropped_by_cq_recover,
+                q.units_written_at_load + q.units_written_after_start,
                 ", ".join(q.files_deleted),
                 ", ".join(q.files_created),
             )
-        tables.append(t)
+        tables.append(queues)
     if report.index is not None:
         idx = report.index
         rows: list[tuple[str, Any]] = [
