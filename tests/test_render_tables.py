@@ -233,3 +233,27 @@ def test_recover_on_a_terminal_keeps_its_verdict_in_view(tmp_path: Path) -> None
     assert text[-2] == f"showing {TERMINAL_ROWS} of 57, use -F json for all"
     lost_rows = [line for line in screen if re.search(r"│ [0-9A-F]{32} +│", line)]
     assert len(lost_rows) == TERMINAL_ROWS
+
+
+def test_index_entries_at_80_columns_keep_the_chain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    specs = [MessageSpec(topic="T", body=b"x", keys=[f"K{i}"]) for i in range(3)]
+    store = build_store(tmp_path / "s", specs)
+    monkeypatch.setenv("COLUMNS", "80")
+    result = run("index", store, "--entries", "-F", "table")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert all(cell_len(line) <= 80 for line in lines)
+    # The slot and the key hash made way; the entry, what it points at and its chain stay.
+    header = next(line for line in lines if "┃ entry ┃" in line)
+    assert [c.strip() for c in header.strip("┃").split("┃")] == [
+        "file",
+        "entry",
+        "phy offset",
+        "store time",
+        "prev",
+    ]
+    monkeypatch.setenv("COLUMNS", "200")
+    wide = run("index", store, "--entries", "-F", "table").stdout
+    assert "┃ keyHash ┃" in wide and "slot ┃" in wide

@@ -130,14 +130,16 @@ def _files_table(reports: list[IndexFileReport]) -> Table:
 
 
 def _entries_table(rows: list[IndexEntryRow], with_title: bool) -> RowTable:
+    # At a narrow width the slot, then the key hash make way: the chain (entry, prev) and
+    # what it points at stay.
     t = RowTable(
         "Entries" if with_title else None,
         [
             Column("file", whole=True),
-            *(
-                Column(col, right=True, whole=True)
-                for col in ("entry", "keyHash", "slot", "phy offset", "store time", "prev")
-            ),
+            Column("entry", right=True, whole=True),
+            Column("keyHash", right=True, whole=True, drop=1),
+            Column("slot", right=True, whole=True, drop=2),
+            *(Column(col, right=True, whole=True) for col in ("phy offset", "store time", "prev")),
         ],
     )
     for e in rows:
