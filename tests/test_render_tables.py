@@ -60,10 +60,11 @@ def test_cells_are_escaped_capped_and_flags_read_yes_no(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "2000")
-    table = RowTable("T", [Column("a"), Column("b"), Column("c")])
+    table = RowTable("Key K\x1b[31m", [Column("a"), Column("b"), Column("c")])
     table.add_row("T\x1b[2JA", "x" * (MAX_CELL_CHARS + 10), True)
     out = printed(table, capsys)
     assert "\x1b" not in out and "T\\x1b[2JA" in out
+    assert out.startswith("Key K\\x1b[31m ")
     assert f"… ({MAX_CELL_CHARS + 10:,} chars; 10 not shown)" in out
     assert "│ yes │" in out
 

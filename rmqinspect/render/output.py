@@ -401,7 +401,7 @@ class RowTable:
     def __init__(
         self, title: str | None, columns: Sequence[Column], capped_on_terminal: bool = False
     ) -> None:
-        self.title = title or ""
+        self.title = printable(capped(title or ""))  # a title can quote store text
         self.columns = tuple(columns)
         self.rows: list[list[str]] = []
         # A report's list: a terminal is shown its head and how many there are.
