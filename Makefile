@@ -107,6 +107,7 @@ bench: $(VENV)/.installed bytecode
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/export.py
 	$(PY) benchmarks/verify.py
+	$(PY) benchmarks/tables.py
 	$(PY) benchmarks/crc.py
 
 # The long codec fuzz run (not part of make test): FUZZ_RUNS inputs per decoder under atheris.

@@ -10,7 +10,9 @@ from rich.table import Table
 from rmqinspect.analysis.indexes import IndexEntryRow, IndexFileReport
 from rmqinspect.format.times import iso_ms
 from rmqinspect.render.output import (
+    Column,
     OutputFormat,
+    RowTable,
     print_json,
     print_json_with_array,
     print_jsonl,
@@ -127,18 +129,27 @@ def _files_table(reports: list[IndexFileReport]) -> Table:
     return t
 
 
-def _entries_table(rows: list[IndexEntryRow], with_title: bool) -> Table:
-    t = Table(title="Entries" if with_title else None, title_justify="left")
-    for col in ("file", "entry", "keyHash", "slot", "phy offset", "store time", "prev"):
-        t.add_column(col, justify="left" if col == "file" else "right")
+def _entries_table(rows: list[IndexEntryRow], with_title: bool) -> RowTable:
+    # At a narrow width the slot, then the key hash make way: the chain (entry, prev) and
+    # what it points at stay.
+    t = RowTable(
+        "Entries" if with_title else None,
+        [
+            Column("file", whole=True),
+            Column("entry", right=True, whole=True),
+            Column("keyHash", right=True, whole=True, drop=1),
+            Column("slot", right=True, whole=True, drop=2),
+            *(Column(col, right=True, whole=True) for col in ("phy offset", "store time", "prev")),
+        ],
+    )
     for e in rows:
         t.add_row(
             e.file,
-            str(e.entry.number),
-            str(e.entry.key_hash),
-            str(e.slot),
-            str(e.entry.phy_offset),
+            e.entry.number,
+            e.entry.key_hash,
+            e.slot,
+            e.entry.phy_offset,
             iso_ms(e.store_timestamp) or str(e.store_timestamp),
-            str(e.entry.prev_index),
+            e.entry.prev_index,
         )
     return t

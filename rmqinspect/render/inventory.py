@@ -10,7 +10,9 @@ from rmqinspect.analysis.inventory import Inventory
 from rmqinspect.analysis.ledger import LedgerSummary
 from rmqinspect.analysis.queues import QueueBounds
 from rmqinspect.render.output import (
+    Column,
     OutputFormat,
+    RowTable,
     key_value_table,
     print_document,
     print_table,
@@ -149,8 +151,8 @@ def _ledger_tables(d: LedgerSummary) -> list[Table]:
     return [key_value_table("DLedger", rows), files]
 
 
-def inventory_tables(inv: Inventory) -> list[Table]:
-    tables: list[Table] = []
+def inventory_tables(inv: Inventory) -> list[Table | RowTable]:
+    tables: list[Table | RowTable] = []
     shutdown = "clean (no abort file)" if inv.clean_shutdown else "CRASHED: abort file present"
     if inv.abort_content:
         shutdown += f" (abort holds {inv.abort_content!r})"
@@ -201,18 +203,28 @@ def inventory_tables(inv: Inventory) -> list[Table]:
         )
     tables.append(fam)
 
-    queues = Table(title="Topics and queues", title_justify="left")
-    for col in ("topic", "queue", "min offset", "max offset", "messages", "files", "note"):
-        queues.add_column(col, justify="right" if "offset" in col or col == "messages" else "left")
+    # A store can hold thousands of queues: the row renderer draws them.
+    queues = RowTable(
+        "Topics and queues",
+        [
+            Column("topic"),
+            Column("queue", whole=True),
+            Column("min offset", right=True, whole=True),
+            Column("max offset", right=True, whole=True),
+            Column("messages", right=True, whole=True),
+            Column("files", whole=True),
+            Column("note", fold=True),
+        ],
+    )
     for t in inv.topics:
         for q in t.queues:
             queues.add_row(
                 t.topic,
-                str(q.queue_id),
-                str(q.min_offset),
-                str(q.max_offset),
-                str(q.message_count),
-                str(q.file_count),
+                q.queue_id,
+                q.min_offset,
+                q.max_offset,
+                q.message_count,
+                q.file_count,
                 q.min_note,
             )
     tables.append(queues)

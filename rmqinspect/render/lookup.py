@@ -14,7 +14,9 @@ from rmqinspect.render.message import (
     warn_skipped,
 )
 from rmqinspect.render.output import (
+    Column,
     OutputFormat,
+    RowTable,
     key_value_table,
     print_json,
     print_plain_jsonl,
@@ -87,30 +89,33 @@ def render_lookup(result: LookupResult, fmt: OutputFormat, body: BodyFormat) -> 
     if fmt is OutputFormat.JSONL:
         print_plain_jsonl(hit_json(h, body) for h in result.hits)
         return
-    for table in lookup_tables(result):
+    for table in lookup_tables(result, body):
         print_table(table)
 
 
-def lookup_tables(result: LookupResult) -> list[Table]:
-    from rich.table import Table  # tables only: JSON output starts without rich
-
-    tables: list[Table] = []
+def lookup_tables(
+    result: LookupResult, body: BodyFormat = BodyFormat.TEXT
+) -> list[Table | RowTable]:
+    tables: list[Table | RowTable] = []
     query = ", ".join(f"{k}={v}" for k, v in result.query.items() if not isinstance(v, dict))
     if len(result.hits) == 1:
         hit = result.hits[0]
         title = f"Found via {hit.via.value} ({query})"
-        tables.append(message_detail_table(hit.record, title))
+        tables.append(message_detail_table(hit.record, title, body))
         for note in hit.notes:
             tables.append(key_value_table("", [("note", note)]))
     elif result.hits:
         title = f"{len(result.hits)} messages ({query})"
-        tables.append(messages_table([h.record for h in result.hits], title))
+        records = [h.record for h in result.hits]
+        tables.append(messages_table(records, title, body, capped_on_terminal=True))
     if result.rejected:
-        rej = Table(title="Candidates not returned", title_justify="left")
-        rej.add_column("phy offset", justify="right")
-        rej.add_column("why")
+        rej = RowTable(
+            "Candidates not returned",
+            [Column("phy offset", right=True, whole=True), Column("why", fold=True)],
+            capped_on_terminal=True,
+        )
         for r in result.rejected:
-            rej.add_row(str(r.physical_offset), r.reason)
+            rej.add_row(r.physical_offset, r.reason)
         tables.append(rej)
     if result.index is not None:
         i = result.index

@@ -4,6 +4,7 @@ it can, and laid out for a terminal."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import sys
 from collections.abc import Iterable, Iterator
@@ -16,7 +17,9 @@ from rmqinspect.format.message_json import BodyFormat, message_json, shown_body
 from rmqinspect.format.times import MAX_ISO_MS, MIN_ISO_MS, iso_ms
 from rmqinspect.render.output import (
     JSONL_SEPARATOR,
+    Column,
     OutputFormat,
+    RowTable,
     array_separator,
     dumps,
     print_json_array_blocks,
@@ -46,29 +49,65 @@ def body_preview(body: bytes | None, limit: int = BODY_PREVIEW_CHARS) -> str:
         return f"0x{head}{'…' if len(body) > limit // 2 else ''}"
 
 
-def messages_table(records: Iterable[MessageRecord], title: str) -> Table:
-    """One row per message: where it is, what it is, and a body preview."""
-    from rich.table import Table  # tables only: JSON output starts without rich
+def body_cell(record: MessageRecord, body: BodyFormat, limit: int = BODY_PREVIEW_CHARS) -> str:
+    """The start of a message's body as ``--body`` asks for it: text (hex for bytes that are
+    not UTF-8), hex or base64 (``none``: no body column)."""
+    shown = shown_body(record, body)[0]
+    if body in (BodyFormat.TEXT, BodyFormat.RAW) or shown is None:
+        return body_preview(shown, limit)
+    # Only the bytes the preview shows are encoded: a body can be megabytes.
+    if body is BodyFormat.HEX:
+        text, full = shown[: limit // 2 + 1].hex(), 2 * len(shown)
+    else:
+        text, full = (
+            base64.b64encode(shown[: (limit // 4 + 1) * 3]).decode(),
+            (len(shown) + 2) // 3 * 4,
+        )
+    return text[:limit] + ("…" if full > limit else "")
 
-    table = Table(title=title, title_justify="left")
-    for col in ("phy offset", "topic", "queue", "q offset", "store time", "tags", "keys", "body"):
-        table.add_column(col, justify="right" if "offset" in col or col == "queue" else "left")
+
+def messages_table(
+    records: Iterable[MessageRecord],
+    title: str,
+    body: BodyFormat = BodyFormat.TEXT,
+    capped_on_terminal: bool = False,
+) -> RowTable:
+    """One row per message: where it is, what it is, and the start of its body. At a narrow
+    width the body, then the keys, then the tags make way; offsets and times are never cut."""
+    columns = [
+        Column("phy offset", right=True, whole=True),
+        Column("topic"),
+        Column("queue", right=True, whole=True),
+        Column("q offset", right=True, whole=True),
+        Column("store time", whole=True),
+        Column("tags", drop=1),
+        Column("keys", drop=2),
+    ]
+    if body is not BodyFormat.NONE:
+        columns.append(
+            Column(f"body ({body.value})" if body is not BodyFormat.TEXT else "body", drop=3)
+        )
+    table = RowTable(title, columns, capped_on_terminal)
     for r in records:
-        table.add_row(
-            str(r.position),
+        cells = [
+            r.position,
             r.topic,
-            str(r.queue_id),
-            str(r.queue_offset),
+            r.queue_id,
+            r.queue_offset,
             iso_ms(r.store_timestamp) or str(r.store_timestamp),
             r.tags or "",
             " ".join(r.keys),
-            body_preview(shown_body(r, BodyFormat.TEXT)[0]),
-        )
+        ]
+        if body is not BodyFormat.NONE:
+            cells.append(body_cell(r, body))
+        table.add_row(*cells)
     return table
 
 
-def message_detail_table(record: MessageRecord, title: str) -> Table:
-    """Every field of one message, then its properties and body."""
+def message_detail_table(
+    record: MessageRecord, title: str, body: BodyFormat = BodyFormat.TEXT
+) -> Table:
+    """Every field of one message, then its properties and body (as ``--body`` asks)."""
     from rich.table import Table
 
     table = Table(title=title, show_header=False, title_justify="left")
@@ -111,7 +150,9 @@ def message_detail_table(record: MessageRecord, title: str) -> Table:
     size = f"{record.body_length} bytes"
     if compressed.get("body_form") == "decompressed" and shown is not None:
         size += f" stored, {len(shown)} decompressed"
-    rows.append((f"body ({size})", body_preview(shown, 400)))
+    if body is not BodyFormat.NONE:
+        shown_as = "" if body in (BodyFormat.TEXT, BodyFormat.RAW) else f", {body.value}"
+        rows.append((f"body ({size}{shown_as})", body_cell(record, body, 400)))
     for k, v in rows:
         table.add_row(k, v)
     return table
@@ -258,7 +299,7 @@ def render_message_stream(
                 yield ev
 
     return print_table_batches(
-        messages(), lambda batch, first: messages_table(batch, title if first else "")
+        messages(), lambda batch, first: messages_table(batch, title if first else "", body)
     )
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from rich.table import Table
-
 from rmqinspect.analysis.queues import QueueListing
 from rmqinspect.analysis.units import UnitStatus, UnitView
 from rmqinspect.format.message_json import BodyFormat, message_json, shown_body
@@ -14,7 +12,9 @@ from rmqinspect.format.times import iso_ms
 from rmqinspect.render.inventory import queue_json
 from rmqinspect.render.message import body_preview
 from rmqinspect.render.output import (
+    Column,
     OutputFormat,
+    RowTable,
     key_value_table,
     print_json_with_array,
     print_plain_jsonl,
@@ -82,12 +82,18 @@ def render_queue_listing(
     return bad
 
 
-def _units_table(units: list[UnitView], with_title: bool) -> Table:
-    table = Table(title="Units" if with_title else None, title_justify="left")
-    for col in ("q offset", "phy offset", "size", "tagsCode", "status", "message"):
-        table.add_column(
-            col, justify="right" if col in ("q offset", "phy offset", "size") else "left"
-        )
+def _units_table(units: list[UnitView], with_title: bool) -> RowTable:
+    table = RowTable(
+        "Units" if with_title else None,
+        [
+            Column("q offset", right=True, whole=True),
+            Column("phy offset", right=True, whole=True),
+            Column("size", right=True, whole=True),
+            Column("tagsCode", whole=True),
+            Column("status", whole=True),
+            Column("message"),
+        ],
+    )
     for u in units:
         tags = str(u.tags_code)
         if u.tags_code_ok is False:
@@ -102,5 +108,5 @@ def _units_table(units: list[UnitView], with_title: bool) -> Table:
         if u.repeat > 1:
             offset += f"..{u.queue_offset + u.repeat - 1}"
             what = f"{u.repeat} zero units: {what}"
-        table.add_row(offset, str(u.phy_offset), str(u.size), tags, u.status.value, what)
+        table.add_row(offset, u.phy_offset, u.size, tags, u.status.value, what)
     return table

@@ -5,17 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from rmqinspect.analysis.recovery import ApplyReport, LostMessage, QueueReport, RecoveryReport
 from rmqinspect.analysis.recovery.report import DLedgerReport, LedgerState
 from rmqinspect.render.output import (
+    Column,
     OutputFormat,
+    RowTable,
     cell_text,
     key_value_table,
     print_json,
     print_jsonl,
     print_table,
     to_jsonable,
+    verdict_line,
     warn,
 )
 from rmqinspect.render.values import size_cell, time_cell, with_times
@@ -78,8 +82,12 @@ def _changed(q: QueueReport) -> bool:
     )
 
 
-def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -> list[Table]:
-    tables = [_summary(report)]
+def recover_tables(
+    report: RecoveryReport, applied: ApplyReport | None = None
+) -> list[Table | RowTable | Text]:
+    """The summary, what the restart changes, what it destroys, and last the verdict (a long
+    list must not scroll it away)."""
+    tables: list[Table | RowTable | Text] = [_summary(report)]
     if report.dledger is not None:
         tables.append(_dledger_table(report.dledger))
     if report.load_failures:
@@ -91,34 +99,32 @@ def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -
         tables.append(t)
     changed = [q for q in report.consume_queues if _changed(q)]
     if report.consume_queues:
-        t = Table(
-            title=f"Consume queues changed by the restart ({len(changed)} of "
+        # A store can hold thousands of queues: the row renderer draws them.
+        queues = RowTable(
+            f"Consume queues changed by the restart ({len(changed)} of "
             f"{len(report.consume_queues)})",
-            title_justify="left",
+            [
+                Column("queue"),
+                *(
+                    Column(col, right=True, whole=True)
+                    for col in ("on disk", "after load", "after dispatch", "truncated", "rebuilt")
+                ),
+                Column("files deleted", right=True, drop=1),
+                Column("files created", right=True, drop=2),
+            ],
         )
-        for col in (
-            "queue",
-            "on disk",
-            "after load",
-            "after dispatch",
-            "truncated",
-            "rebuilt",
-            "files deleted",
-            "files created",
-        ):
-            t.add_column(col, justify="right" if col not in ("queue",) else "left")
         for q in changed:
-            t.add_row(
+            queues.add_row(
                 f"{q.topic}/{q.queue_id}",
-                str(q.max_offset_on_disk),
+                q.max_offset_on_disk,
                 f"[{q.min_offset_after_load}, {q.max_offset_after_load})",
                 f"[{q.min_offset_after_start}, {q.max_offset_after_dispatch})",
-                str(q.units_truncated + q.units_dropped_by_cq_recover),
-                str(q.units_written_at_load + q.units_written_after_start),
+                q.units_truncated + q.units_dropped_by_cq_recover,
+                q.units_written_at_load + q.units_written_after_start,
                 ", ".join(q.files_deleted),
                 ", ".join(q.files_created),
             )
-        tables.append(t)
+        tables.append(queues)
     if report.index is not None:
         idx = report.index
         rows: list[tuple[str, Any]] = [
@@ -144,23 +150,29 @@ def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -
         tables.append(key_value_table("Index", rows))
     lost = report.lost_messages
     if lost is not None and lost.messages:
-        t = Table(
-            title=f"Messages the restart destroys ({lost.listed} of {lost.count} listed)",
-            title_justify="left",
+        lost_table = RowTable(
+            f"Messages the restart destroys ({lost.listed} of {lost.count} listed)",
+            [
+                Column("queue"),
+                Column("queue offset", whole=True),
+                Column("physical offset", whole=True),
+                Column("msg id", whole=True, drop=1),
+                Column("keys", drop=2),
+                Column("stored", whole=True),
+            ],
+            capped_on_terminal=True,
         )
-        for col in ("queue", "queue offset", "physical offset", "msg id", "keys", "stored"):
-            t.add_column(col)
         for m in lost.messages:
             keys = " ".join(([m.uniq_key] if m.uniq_key else []) + m.keys)
-            t.add_row(
+            lost_table.add_row(
                 f"{m.topic}/{m.queue_id}",
-                str(m.queue_offset),
-                str(m.physical_offset),
+                m.queue_offset,
+                m.physical_offset,
                 m.msg_id,
                 keys,
                 time_cell(m.store_timestamp),
             )
-        tables.append(t)
+        tables.append(lost_table)
     if applied is not None:
         rows = [
             ("directory", applied.directory),
@@ -174,6 +186,8 @@ def recover_tables(report: RecoveryReport, applied: ApplyReport | None = None) -
         rows.extend(("difference", d) for d in applied.verification_differences)
         rows.extend(("note", n) for n in applied.notes)
         tables.append(key_value_table("Applied", rows))
+    mood = {"no_loss": "good", "loss_not_computed": "doubt"}.get(report.verdict, "bad")
+    tables.append(verdict_line(report.verdict_reason, mood))
     return tables
 
 
@@ -293,6 +307,5 @@ def _summary(report: RecoveryReport) -> Table:
         rows.append(
             ("queues with no consume queue", ", ".join(report.queues_without_consume_queue))
         )
-    rows.append(("verdict", report.verdict_reason))
     rows.extend(("warning", w) for w in report.warnings)
     return key_value_table("Restart recovery", rows)

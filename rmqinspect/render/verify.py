@@ -6,10 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from rmqinspect.analysis.verify import CHECKS, Finding, Summary, VerifyReport
 from rmqinspect.render.output import (
+    SEVERITY_STYLES,
+    Column,
     OutputFormat,
+    RowTable,
     key_value_table,
     print_json,
     print_plain_jsonl,
@@ -17,6 +21,7 @@ from rmqinspect.render.output import (
     print_table_batches,
     stdout_console,
     to_jsonable,
+    verdict_line,
 )
 from rmqinspect.render.values import size_cell, time_cell, with_times
 
@@ -47,7 +52,7 @@ def render_verify(report: VerifyReport, fmt: OutputFormat) -> None:
         print_plain_jsonl(finding_json(f) for f in report.findings)
         print_plain_jsonl([{"summary": summary_json(report.summary)}])
     else:
-        print_table_batches(report.findings, _findings_table)
+        print_table_batches(report.findings, _findings_table, capped_on_terminal=True)
         console = stdout_console()
         for f in report.findings:
             if f.hexdump:
@@ -57,14 +62,41 @@ def render_verify(report: VerifyReport, fmt: OutputFormat) -> None:
                     console.print(line)
         for table in summary_tables(report.summary):
             print_table(table)
+        print_table(verify_verdict(report.summary))
 
 
-def _findings_table(batch: list[Finding], first: bool) -> Table:
-    t = Table(title="Findings" if first else None, title_justify="left")
-    for col in ("severity", "check", "file", "position", "physical offset", "queue"):
-        right = col in ("position", "physical offset")
-        t.add_column(col, justify="right" if right else "left", overflow="fold")
-    t.add_column("detail", ratio=1, overflow="fold")
+def verify_verdict(s: Summary) -> Text:
+    """The last line: how many errors and warnings (red with an error, yellow with a warning)."""
+    errors, warnings = (
+        s.findings_by_severity.get("error", 0),
+        s.findings_by_severity.get("warning", 0),
+    )
+    if not errors and not warnings:
+        return verdict_line("no errors or warnings", "good")
+    said = [
+        f"{n} {word}{'' if n == 1 else 's'}"
+        for n, word in ((errors, "error"), (warnings, "warning"))
+        if n
+    ]
+    return verdict_line(", ".join(said), "bad" if errors else "doubt")
+
+
+def _findings_table(batch: list[Finding], first: bool) -> RowTable:
+    """One row per finding. At a narrow width the queue, then the position in its file and the
+    file make way (the physical offset stays) and the detail wraps; check ids, files and
+    offsets are never cut inside a word."""
+    t = RowTable(
+        "Findings" if first else None,
+        [
+            Column("severity", whole=True, styles=SEVERITY_STYLES),
+            Column("check", whole=True, breaks="."),
+            Column("file", whole=True, breaks="/", drop=2),
+            Column("position", right=True, whole=True, drop=3),
+            Column("physical offset", right=True, whole=True),
+            Column("queue", fold=True, drop=4),
+            Column("detail", fold=True, least=30),
+        ],
+    )
     if first and not batch:
         t.add_row("", "", "", "", "", "", "no findings")
     for f in batch:
@@ -77,15 +109,15 @@ def _findings_table(batch: list[Finding], first: bool) -> Table:
             f.severity.value,
             f.check,
             f.file,
-            "" if f.file_position is None else str(f.file_position),
-            "" if f.physical_offset is None else str(f.physical_offset),
+            f.file_position,
+            f.physical_offset,
             queue,
             f.detail,
         )
     return t
 
 
-def summary_tables(s: Summary) -> list[Table]:
+def summary_tables(s: Summary) -> list[Table | RowTable]:
     """The statistics, as ``pg_waldump --stats`` prints a WAL's: overall, per topic, per file,
     and findings by check."""
     overview = key_value_table(
@@ -142,11 +174,17 @@ def summary_tables(s: Summary) -> list[Table]:
             time_cell(f.first_store_timestamp),
             time_cell(f.last_store_timestamp),
         )
-    checks = Table(title="Findings by check", title_justify="left")
-    for col in ("check", "severity", "findings", "what it means"):
-        checks.add_column(col, justify="right" if col == "findings" else "left")
+    checks = RowTable(
+        "Findings by check",
+        [
+            Column("check", whole=True, breaks="."),
+            Column("severity", whole=True, styles=SEVERITY_STYLES),
+            Column("findings", right=True, whole=True),
+            Column("what it means"),
+        ],
+    )
     for check, n in s.findings_by_check.items():
-        checks.add_row(check, CHECKS[check].severity.value, str(n), CHECKS[check].summary)
+        checks.add_row(check, CHECKS[check].severity.value, n, CHECKS[check].summary)
     return [overview, topics, files, checks]
 
 
