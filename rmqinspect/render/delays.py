@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from rmqinspect.analysis.delays import DelayLevel, DelaysReport
-from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
+from rmqinspect.render.output import (
+    Column,
+    OutputFormat,
+    RowTable,
+    print_document,
+    print_table,
+    to_jsonable,
+    verdict_line,
+    warn,
+)
 from rmqinspect.render.values import time_cell, with_times
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 NO_LEVELS = "no delay levels in use"
 
@@ -55,48 +64,88 @@ def render_delays(report: DelaysReport, fmt: OutputFormat) -> None:
         return
     if not report.levels:
         print(NO_LEVELS)
+        if report.flagged:
+            print_table(delays_verdict(report))
         return
     basis = report.reference_basis
     when = (
         time_cell(report.reference_timestamp) if report.reference_timestamp is not None else "none"
     )
-    t = Table(
-        title=f"Delay levels (SCHEDULE_TOPIC_XXXX); overdue against {when} ({basis})",
-        title_justify="left",
+    print_table(_levels_table(report, f"{when} ({basis})"))
+    print_table(delays_verdict(report))
+
+
+def _levels_table(report: DelaysReport, against: str) -> RowTable:
+    """One row per level. At a narrow width the oldest store time, the last due time, the
+    redelivered count, the queue's bounds, the next due time and the delay make way; levels,
+    offsets, what the load does and the overdue count stay, and times are never cut."""
+    # A cell that reads as a finding is red: the texts of this report's flagged cells.
+    red = "bold red"
+    t = RowTable(
+        f"Delay levels (SCHEDULE_TOPIC_XXXX); overdue against {against}",
+        [
+            Column("level", right=True, whole=True),
+            Column("delay", whole=True, drop=4),
+            Column("offset", right=True, whole=True),
+            Column("queue", whole=True, drop=6),
+            Column(
+                "at load",
+                whole=True,
+                styles={_at_load(lv): red for lv in report.levels if lv.out_of_range},
+            ),
+            Column("pending", right=True, whole=True),
+            Column("again", right=True, whole=True, drop=7),
+            Column("oldest stored", whole=True, drop=9),
+            Column("next due", whole=True, drop=5),
+            Column("last due", whole=True, drop=8),
+            Column(
+                "overdue",
+                whole=True,
+                styles={str(lv.overdue): red for lv in report.levels if lv.overdue},
+            ),
+            Column("notes", fold=True, least=16),
+        ],
     )
-    for col in (
-        "level",
-        "delay",
-        "offset",
-        "queue",
-        "at load",
-        "pending",
-        "again",
-        "oldest stored",
-        "next due",
-        "last due",
-        "overdue",
-        "notes",
-    ):
-        t.add_column(
-            col, justify="right" if col in ("level", "offset", "pending", "again") else "left"
-        )
     for lv in report.levels:
         t.add_row(
-            str(lv.level),
+            lv.level,
             _delay(lv.delay_ms),
-            "" if lv.offset is None else str(lv.offset),
+            lv.offset,
             _queue(lv),
             _at_load(lv),
-            str(lv.pending),
-            str(lv.redelivered),
-            time_cell(lv.oldest_store_timestamp) if lv.oldest_store_timestamp is not None else "",
-            time_cell(lv.next_due_timestamp) if lv.next_due_timestamp is not None else "",
-            time_cell(lv.last_due_timestamp) if lv.last_due_timestamp is not None else "",
-            Text(str(lv.overdue), style="bold red" if lv.overdue else ""),
+            lv.pending,
+            lv.redelivered,
+            time_cell(lv.oldest_store_timestamp),
+            time_cell(lv.next_due_timestamp),
+            time_cell(lv.last_due_timestamp),
+            lv.overdue,
             "; ".join(lv.notes),
         )
-    print_table(t)
+    return t
+
+
+def delays_verdict(report: DelaysReport) -> Text:
+    """The last line: the flagged levels (what ``delays`` exits 1 for) and why, or that none
+    is; deliveries the restart repeats make it a doubt."""
+    said = []
+    for lv in report.levels:
+        if not lv.flagged:
+            continue
+        why = [f"{lv.overdue} overdue"] if lv.overdue else []
+        if lv.out_of_range is not None:
+            why.append(f"offset {lv.out_of_range}")
+        if lv.delay_ms is None and lv.pending:
+            why.append(f"{lv.pending} pending past the last delay level")
+        said.append(f"level {lv.level} ({', '.join(why)})")
+    if report.file is not None and report.file.errors:
+        said.append(f"{report.file.name} does not load")
+    again = (
+        f"; {report.redelivered} delivered again after the restart" if report.redelivered else ""
+    )
+    if said:
+        return verdict_line(f"{len(said)} flagged: " + ", ".join(said) + again, "bad")
+    levels = f"no level overdue, out of range or undeliverable ({len(report.levels)} level(s))"
+    return verdict_line(levels + again, "doubt" if again else "good")
 
 
 def _queue(lv: DelayLevel) -> str:
@@ -121,8 +170,6 @@ def _delay(ms: int | None) -> str:
     return f"{ms}ms"
 
 
-def _at_load(lv: DelayLevel) -> Text:
+def _at_load(lv: DelayLevel) -> str:
     text = "" if lv.offset_at_load is None else str(lv.offset_at_load)
-    if lv.out_of_range is None:
-        return Text(text)
-    return Text(f"{text} ({lv.out_of_range})", style="bold red")
+    return text if lv.out_of_range is None else f"{text} ({lv.out_of_range})"

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from rmqinspect.analysis.groups import Group, GroupsReport, MovedEvent, QueueRow
 from rmqinspect.analysis.offsets import NextPull
-from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
+from rmqinspect.render.output import (
+    Column,
+    OutputFormat,
+    RowTable,
+    print_document,
+    print_table,
+    to_jsonable,
+    verdict_line,
+    warn,
+)
 from rmqinspect.render.values import time_cell, with_times
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 NO_GROUPS = "no consumer groups: no consumer offsets, retry or DLQ queues"
 
@@ -69,12 +78,41 @@ def render_groups(report: GroupsReport, fmt: OutputFormat) -> None:
         return
     if not report.groups:
         print(NO_GROUPS)
-        return
     for g in report.groups:
         print_table(_group_table(g, report))
+    if report.groups or report.flagged:
+        print_table(groups_verdict(report))
 
 
-def _group_table(g: Group, report: GroupsReport) -> Table:
+# Groups named in the verdict before it only counts them.
+_NAMED_GROUPS = 5
+
+
+def groups_verdict(report: GroupsReport) -> Text:
+    """The last line: the flagged groups (what ``groups`` exits 1 for) and what their next
+    pulls replay and skip, or that no reset, replay or skip is due."""
+    flagged = [g for g in report.groups if g.flagged]
+    if not flagged and not report.problems:
+        return verdict_line(
+            f"nothing flagged in {len(report.groups)} group(s) ({report.view}): no reset, "
+            "replay or skip due",
+            "good",
+        )
+    named = [
+        f"{g.group} (replays {g.replayed}, skips {g.skipped}, {len(g.findings)} finding(s))"
+        for g in flagged[:_NAMED_GROUPS]
+    ]
+    if len(flagged) > _NAMED_GROUPS:
+        named.append(f"{len(flagged) - _NAMED_GROUPS} more")
+    said = [f"{len(flagged)} of {len(report.groups)} group(s) flagged ({report.view})"]
+    if named:
+        said[0] += ": " + ", ".join(named)
+    if report.problems:
+        said.append(f"{len(report.problems)} problem(s) outside any group")
+    return verdict_line("; ".join(said), "bad")
+
+
+def _group_table(g: Group, report: GroupsReport) -> RowTable:
     summary = [f"lag {g.lag}", f"retry backlog {g.retry_backlog}"]
     if g.dlq_size is not None:
         oldest = ""
@@ -95,43 +133,56 @@ def _group_table(g: Group, report: GroupsReport) -> Table:
         )
     if g.moved_events:
         summary.append(f"{len(g.moved_events)} OFFSET_MOVED_EVENT record(s)")
-    t = Table(
-        title=f"{g.group} ({report.view}): " + "; ".join(summary),
-        title_justify="left",
+    # At a narrow width the last consumed time, the kind (the topic says it), the bounds and
+    # the lag make way; topics, offsets and what the next pull does are never cut.
+    t = RowTable(
+        f"{g.group} ({report.view}): " + "; ".join(summary),
+        [
+            Column("topic", whole=True),
+            Column("queue", whole=True),
+            Column("kind", whole=True, drop=4),
+            Column("offset", right=True, whole=True),
+            Column("min..max", whole=True, drop=3),
+            Column("lag", right=True, whole=True, drop=2),
+            Column("last consumed", whole=True, drop=5),
+            Column("next pull", whole=True, styles=_moved_styles(g)),
+            Column("notes", fold=True, breaks="_.", least=16, styles=_flagged_styles(g)),
+        ],
         caption="; ".join(g.notes) or None,
-        caption_justify="left",
     )
-    for col in (
-        "topic",
-        "queue",
-        "kind",
-        "offset",
-        "min..max",
-        "lag",
-        "last consumed",
-        "next pull",
-    ):
-        t.add_column(col, justify="right" if col in ("offset", "lag") else "left")
-    t.add_column("notes")
     for r in g.queues:
         t.add_row(
             r.topic,
-            str(r.queue_id),
+            r.queue_id,
             r.kind,
-            "" if r.offset is None else str(r.offset),
+            r.offset,
             _bounds(r),
-            "" if r.lag is None else str(r.lag),
-            time_cell(r.last_consumed_store_timestamp)
-            if r.last_consumed_store_timestamp is not None
-            else "",
-            _pull(
-                r.next_pull_after_restart if r.min_offset_after_restart is not None else r.next_pull
-            ),
-            Text("; ".join((*r.findings, *r.notes)), style="bold red" if r.flagged else ""),
+            r.lag,
+            time_cell(r.last_consumed_store_timestamp),
+            _pull(_judged_pull(r)),
+            _notes(r),
         )
     for e in g.moved_events:
         t.add_row(*_event_cells(e))
     return t
+
+
+def _judged_pull(r: QueueRow) -> NextPull | None:
+    return r.next_pull_after_restart if r.min_offset_after_restart is not None else r.next_pull
+
+
+def _notes(r: QueueRow) -> str:
+    return "; ".join((*r.findings, *r.notes))
+
+
+# A cell is styled by its text: the texts of this group's moved pulls and flagged rows.
+def _moved_styles(g: Group) -> dict[str, str]:
+    pulls = (_judged_pull(r) for r in g.queues)
+    return {_pull(p): "bold red" for p in pulls if p is not None and p.moved}
+
+
+def _flagged_styles(g: Group) -> dict[str, str]:
+    return {_notes(r): "bold red" for r in g.queues if r.flagged}
 
 
 def _bounds(r: QueueRow) -> str:
@@ -142,11 +193,10 @@ def _bounds(r: QueueRow) -> str:
     return disk if after == disk else f"{disk} (after restart {after})"
 
 
-def _pull(p: NextPull | None) -> Text:
+def _pull(p: NextPull | None) -> str:
     if p is None:
-        return Text("")
-    text = p.status.value if not p.moved else f"{p.status.value} -> {p.next_offset}"
-    return Text(text, style="bold red" if p.moved else "")
+        return ""
+    return p.status.value if not p.moved else f"{p.status.value} -> {p.next_offset}"
 
 
 def _event_cells(e: MovedEvent) -> tuple[str, ...]:

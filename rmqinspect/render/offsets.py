@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-from rich.text import Text
-
 from rmqinspect.analysis.offsets import OffsetsReport, OffsetStatus
 from rmqinspect.render.output import (
+    Column,
     OutputFormat,
+    RowTable,
     print_jsonl,
     print_plain_json,
     print_table,
@@ -54,51 +53,60 @@ def render_offsets(report: OffsetsReport, fmt: OutputFormat) -> None:
         print_jsonl(report.rows)
         return
     path = f"{restart.recovery_path} recovery" if restart is not None else "not emulated"
-    t = Table(
-        title=f"Committed offsets against the queues on disk and after the restart ({path})",
-        title_justify="left",
+    print_table(_offsets_table(report, path))
+
+
+# A status that is no "ok" reads as a finding.
+_STATUS_STYLES = {s.value: "bold red" for s in OffsetStatus if s is not OffsetStatus.OK}
+
+
+def _offsets_table(report: OffsetsReport, path: str) -> RowTable:
+    """One row per committed offset. At a narrow width the lags (the range says them), the
+    .bak note and the ranges make way; without a restart emulated its empty columns go first.
+    Groups, topics and offsets are never cut."""
+    # Highest first: what goes first at a narrow width (after restart's columns, when no
+    # restart was emulated and they are empty, else the view on disk's).
+    emulated = report.restart is not None
+    disk = (4, 9, 3) if emulated else (1, 6, 0)  # range, lag, status
+    after = (2, 8, 0) if emulated else (7, 10, 9)
+    t = RowTable(
+        f"Committed offsets against the queues on disk and after the restart ({path})",
+        [
+            Column("group", whole=True),
+            Column("topic", whole=True),
+            Column("queue", right=True, whole=True),
+            Column("offset", right=True, whole=True),
+            Column("on disk", whole=True, drop=disk[0]),
+            Column("lag", right=True, whole=True, drop=disk[1]),
+            Column("status", whole=True, styles=_STATUS_STYLES, drop=disk[2]),
+            Column("after restart", whole=True, drop=after[0]),
+            # Named apart from the view on disk's: at a narrow width one status may be alone.
+            Column("lag after", right=True, whole=True, drop=after[1]),
+            Column("status after", whole=True, styles=_STATUS_STYLES, drop=after[2]),
+            Column(".bak", drop=5),
+        ],
     )
-    for col in (
-        "group",
-        "topic",
-        "queue",
-        "offset",
-        "on disk",
-        "lag",
-        "status",
-        "after restart",
-        "lag",
-        "status",
-        ".bak",
-    ):
-        t.add_column(col, justify="right" if col in ("queue", "offset", "lag") else "left")
     for r in report.rows:
         group = r.group if r.group is not None else f"(delay level {r.delay_level})"
         t.add_row(
             group,
             r.topic,
-            str(r.queue_id),
-            str(r.offset),
+            r.queue_id,
+            r.offset,
             _range(r.min_offset, r.max_offset),
-            _opt(r.lag),
+            r.lag,
             _status(r.status),
             _range(r.min_offset_after_start, r.max_offset_after_dispatch),
-            _opt(r.lag_after_restart),
+            r.lag_after_restart,
             _status(r.status_after_restart),
-            r.bak_note or "",
+            r.bak_note,
         )
-    print_table(t)
+    return t
 
 
 def _range(low: int | None, high: int | None) -> str:
     return "" if low is None or high is None else f"{low}..{high}"
 
 
-def _status(status: OffsetStatus | None) -> Text:
-    if status is None:
-        return Text("")
-    return Text(status.value, style="" if status is OffsetStatus.OK else "bold red")
-
-
-def _opt(v: int | None) -> str:
-    return "" if v is None else str(v)
+def _status(status: OffsetStatus | None) -> str:
+    return "" if status is None else status.value

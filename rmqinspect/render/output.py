@@ -356,7 +356,7 @@ class Column:
     too; a word too long for the column is cut with an ellipsis, as rich does, or, with
     ``fold``, continued on the next line. ``breaks``: characters after which an identifier may
     also wrap (``/`` in a path, ``.`` in a check id). ``least``: the narrowest a wrapping column
-    is made before others are dropped. ``drop``:
+    (an identifier's too: a list of group names) is made before others are dropped. ``drop``:
     when even the narrowest layout is wider than the terminal, columns with a ``drop`` are left
     out, the highest first (0: never). ``styles``: a cell's style by its text (a severity)."""
 
@@ -380,9 +380,15 @@ VERDICT_STYLES = {"bad": "bold red", "doubt": "bold yellow", "good": "bold green
 def verdict_line(text: str, mood: str) -> Text:
     """A command's last line, ``verdict: ...``, in its mood's colour (``bad``, ``doubt``,
     ``good``) where the console shows colour; escaped as every string of the stdout console."""
+    return mood_line(f"verdict: {text}", mood)
+
+
+def mood_line(text: str, mood: str | None) -> Text:
+    """A line in a verdict's colour (``bad``, ``doubt``, ``good``; None: plain), escaped and
+    capped: a conclusion that is one of several (trace's fate of a message per group)."""
     from rich.text import Text
 
-    return Text(printable(capped(f"verdict: {text}")), style=VERDICT_STYLES[mood])
+    return Text(printable(capped(text)), style=VERDICT_STYLES[mood] if mood else "")
 
 
 # A column that wraps is kept at least this wide (or its header's longest word, or its longest
@@ -399,9 +405,14 @@ class RowTable:
     the stdout console does a string: store text never drives the terminal."""
 
     def __init__(
-        self, title: str | None, columns: Sequence[Column], capped_on_terminal: bool = False
+        self,
+        title: str | None,
+        columns: Sequence[Column],
+        capped_on_terminal: bool = False,
+        caption: str | None = None,
     ) -> None:
         self.title = printable(capped(title or ""))  # a title can quote store text
+        self.caption = printable(capped(caption or ""))  # under the table, as rich's caption
         self.columns = tuple(columns)
         self.rows: list[list[str]] = []
         # A report's list: a terminal is shown its head and how many there are.
@@ -444,6 +455,9 @@ class RowTable:
                     shown[k] = styler.style(by_text.get(cells[k], ""))
             out.extend(_row_lines(cells, cell_lens, widths, columns, "│", shown))
         out.append("└" + "┴".join("─" * (w + 2) for w in widths) + "┘")
+        if self.caption:
+            for line in _wrap(self.caption, total, "fold"):
+                out.append(styler("dim italic", line + " " * (total - cell_len(line))))
         return out, hidden
 
     def _layout(
@@ -465,14 +479,17 @@ class RowTable:
         # identifier's longest token; for text, its longest word up to _WORD_CAP cells (a key or
         # a tag stays whole, a body preview is cut).
         least: list[int] = []
+        hard: list[int] = []  # below ``least`` only when nothing is left to drop
         for i, c in enumerate(self.columns):
             header = max(cell_len(w) for w in c.header.split(" "))
             if c.whole:
                 tokens = [cell_len(t) for row in rows for t, _ in _tokens(row[i], c.breaks)]
-                least.append(max([header, *tokens]))
+                hard.append(max([header, *tokens]))
+                least.append(max(hard[-1], min(c.least, natural[i])))
             else:
                 words = (min(cell_len(w), _WORD_CAP) for row in rows for w in row[i].split(" "))
                 least.append(min(natural[i], max(header, _FOLD_FLOOR, c.least, *words)))
+                hard.append(least[-1])
 
         def room(shown: list[int]) -> int:
             return width - 3 * len(shown) - 1
@@ -486,7 +503,7 @@ class RowTable:
         # word (a body preview); only then do identifiers wrap at their spaces; an identifier's
         # token is never cut.
         text = [i for i in kept if not self.columns[i].whole]
-        for floor, shrinking in ((least, text), (least, kept)):
+        for floor, shrinking in ((least, text), (least, kept), (hard, kept)):
             while excess > 0:
                 slack = [i for i in shrinking if widths[i] > floor[i]]
                 if not slack:

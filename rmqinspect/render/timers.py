@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
-from rich.text import Text
 
 from rmqinspect.analysis.timers import TimersReport
-from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
+from rmqinspect.render.output import (
+    Column,
+    OutputFormat,
+    RowTable,
+    print_document,
+    print_table,
+    to_jsonable,
+    verdict_line,
+    warn,
+)
 from rmqinspect.render.values import time_cell, with_times
 
+if TYPE_CHECKING:
+    from rich.text import Text
+
 NO_TIMER_STORE = "no timer store (timerlog/, timerwheel, config/timercheck)"
-SHOWN_ENTRIES = 20  # late entries listed in a table; JSON lists every entry
 
 
 def timers_json(report: TimersReport) -> dict[str, Any]:
@@ -62,64 +72,116 @@ def render_timers(report: TimersReport, fmt: OutputFormat) -> None:
         summary.add_row("a restart reads from", time_cell(report.restart_read_timestamp))
     summary.add_row("entries", ", ".join(f"{k} {v}" for k, v in report.counts.items()))
     print_table(summary)
-    topics = Table(title="Pending timers by real topic", title_justify="left")
-    for col in (
-        "topic",
-        "pending",
-        "overdue",
-        "restart skips",
-        "due",
-        "rolling",
-        "next fire",
-        "last fire",
-        "delivered",
-        "recalled",
-        "timermetrics",
-    ):
-        topics.add_column(
-            col, justify="left" if col in ("topic", "next fire", "last fire") else "right"
-        )
-    for row in report.topics:
-        topics.add_row(
-            row.real_topic,
-            str(row.pending),
-            Text(str(row.overdue), style="bold red" if row.overdue else ""),
-            Text(str(row.skipped_by_restart), style="bold red" if row.skipped_by_restart else ""),
-            str(row.due),
-            str(row.rolling),
-            time_cell(row.next_fire_timestamp),
-            time_cell(row.last_fire_timestamp),
-            str(row.delivered),
-            str(row.recalled),
-            "" if row.metrics_count is None else str(row.metrics_count),
-        )
-    print_table(topics)
-    wheel = Table(title="Wheel occupancy (slot time - read time)", title_justify="left")
-    for col in ("ahead", "slots", "units"):
-        wheel.add_column(col, justify="left" if col == "ahead" else "right")
+    print_table(_topics_table(report))
+    wheel = RowTable(
+        "Wheel occupancy (slot time - read time)",
+        [Column("ahead", whole=True), Column("slots", right=True), Column("units", right=True)],
+    )
     for b in report.histogram:
-        wheel.add_row(b.label, str(b.slots), str(b.units))
+        wheel.add_row(b.label, b.slots, b.units)
     print_table(wheel)
     late = [e for e in report.entries if e.late in ("overdue", "skipped_by_restart")]
     if late:
-        t = Table(title=f"Late entries ({len(late)}; first {SHOWN_ENTRIES})", title_justify="left")
-        for col in ("timerlog offset", "late", "topic", "uniq key", "slot time", "fire time"):
-            t.add_column(col)
-        for e in late[:SHOWN_ENTRIES]:
+        # A terminal is shown the head of a long list; piped, every entry.
+        t = RowTable(
+            f"Late entries ({len(late)})",
+            [
+                Column("timerlog offset", whole=True),
+                Column("late", whole=True, styles=_LATE_STYLES),
+                Column("topic", whole=True, drop=1),
+                Column("uniq key", whole=True),
+                Column("slot time", whole=True, drop=3),
+                Column("fire time", whole=True, drop=2),
+            ],
+            capped_on_terminal=True,
+        )
+        for e in late:
             t.add_row(
-                str(e.timerlog_offset),
-                Text(str(e.late), style="bold red"),
-                e.real_topic or "",
-                e.uniq_key or "",
+                e.timerlog_offset,
+                e.late,
+                e.real_topic,
+                e.uniq_key,
                 time_cell(e.slot_timestamp),
                 time_cell(e.fire_timestamp),
             )
         print_table(t)
     if report.findings:
-        t = Table(title="Findings", title_justify="left")
-        for col in ("kind", "where", "message"):
-            t.add_column(col)
+        t = RowTable(
+            "Findings",
+            [
+                Column("kind", whole=True),
+                Column("where", whole=True, breaks="/"),
+                Column("message", fold=True, least=24),
+            ],
+            capped_on_terminal=True,
+        )
         for f in report.findings:
-            where = f.path if f.position is None else f"{f.path} @{f.position}"
-            t.add_row(f.kind, where, f.message)
+            t.add_row(
+                f.kind, f.path if f.position is None else f"{f.path} @{f.position}", f.message
+            )
         print_table(t)
+    print_table(timers_verdict(report))
+
+
+_LATE_STYLES = {"overdue": "bold red", "skipped_by_restart": "bold red"}
+
+
+def _topics_table(report: TimersReport) -> RowTable:
+    """One row per real topic. At a narrow width timermetrics' count, the recalled, rolling,
+    delivered and due counts and the last fire time make way; topics and times are never
+    cut."""
+    red = "bold red"
+    topics = RowTable(
+        "Pending timers by real topic",
+        [
+            Column("topic", whole=True),
+            Column("pending", right=True, whole=True),
+            Column(
+                "overdue",
+                right=True,
+                whole=True,
+                styles={str(r.overdue): red for r in report.topics if r.overdue},
+            ),
+            Column(
+                "restart skips",
+                right=True,
+                whole=True,
+                styles={
+                    str(r.skipped_by_restart): red for r in report.topics if r.skipped_by_restart
+                },
+            ),
+            Column("due", right=True, whole=True, drop=4),
+            Column("rolling", right=True, whole=True, drop=6),
+            Column("next fire", whole=True),
+            Column("last fire", whole=True, drop=3),
+            Column("delivered", right=True, whole=True, drop=5),
+            Column("recalled", right=True, whole=True, drop=7),
+            Column("timermetrics", right=True, whole=True, drop=8),
+        ],
+    )
+    for row in report.topics:
+        topics.add_row(
+            row.real_topic,
+            row.pending,
+            row.overdue,
+            row.skipped_by_restart,
+            row.due,
+            row.rolling,
+            time_cell(row.next_fire_timestamp),
+            time_cell(row.last_fire_timestamp),
+            row.delivered,
+            row.recalled,
+            row.metrics_count,
+        )
+    return topics
+
+
+def timers_verdict(report: TimersReport) -> Text:
+    """The last line: the overdue and skipped entries and the findings (what ``timers`` exits
+    1 for), or that there are none."""
+    overdue = sum(e.late == "overdue" for e in report.entries)
+    skipped = sum(e.late == "skipped_by_restart" for e in report.entries)
+    said = f"{overdue} overdue, {skipped} skipped by the restart, {len(report.findings)} finding(s)"
+    if report.flagged:
+        return verdict_line(said, "bad")
+    return verdict_line(f"nothing late, no findings ({len(report.entries)} entries)", "good")

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from rmqinspect.analysis.trace import Chain, Copy, TraceReport
+from rmqinspect.analysis.trace import Chain, Copy, Restart, TraceReport
 from rmqinspect.format.times import iso_ms
 from rmqinspect.format.trace_data import TraceRecord
-from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
+from rmqinspect.render.output import (
+    Column,
+    OutputFormat,
+    RowTable,
+    mood_line,
+    print_document,
+    print_table,
+    to_jsonable,
+    verdict_line,
+    warn,
+)
 from rmqinspect.render.values import printable, with_times
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 NOT_FOUND = "no message matches"
 
@@ -66,25 +77,48 @@ def _trace_words(t: TraceRecord) -> str:
     return f"EndTransaction by {t.group}: {t.transaction_state}{check}"
 
 
-def _chain_table(chain: Chain) -> Table:
-    t = Table(title=f"Copies of {chain.uniq_key or '(no UNIQ_KEY)'}", title_justify="left")
-    for col in ("role", "topic:queue", "queue offset", "physical offset", "stored", "reconsume"):
-        t.add_column(col, justify="right" if "offset" in col or col == "reconsume" else "left")
-    for col in ("delay", "groups / trace records", "restart"):
-        t.add_column(col)
+def _chain_table(chain: Chain) -> RowTable:
+    """One row per copy. At a narrow width the reconsume count, the delay, the store time and
+    the queue offset make way (the physical offset names the copy); topics, offsets, times and
+    group names are never cut."""
+    t = RowTable(
+        f"Copies of {chain.uniq_key or '(no UNIQ_KEY)'}",
+        [
+            Column("role", whole=True),
+            Column("topic:queue", whole=True),
+            Column("queue offset", right=True, whole=True, drop=3),
+            Column("physical offset", right=True, whole=True),
+            Column("stored", whole=True, drop=4),
+            Column("reconsume", right=True, whole=True, drop=6),
+            Column("delay", whole=True, drop=5),
+            Column("groups / trace records", whole=True, least=20),
+            Column("restart", whole=True, styles=_RESTART_STYLES),
+        ],
+    )
     for c in chain.copies:
         t.add_row(
             c.role.value,
             f"{c.topic}:{c.queue_id}",
-            str(c.queue_offset),
-            str(c.physical_offset),
+            c.queue_offset,
+            c.physical_offset,
             iso_ms(c.store_timestamp) or str(c.store_timestamp),
-            str(c.reconsume_times),
+            c.reconsume_times,
             _delay_cell(c),
             "; ".join(_trace_words(r) for r in c.traces) if c.traces else _groups_cell(c),
             c.restart.value,
         )
     return t
+
+
+# What the restart does to a copy, coloured where it destroys it.
+_RESTART_STYLES = {
+    Restart.CUT.value: "bold red",
+    Restart.QUEUE_ENTRY_LOST.value: "bold red",
+    Restart.BROKER_DOES_NOT_START.value: "bold red",
+}
+
+# A group's fate, as a verdict's mood: consumed is good news, a wait a doubt, the rest bad.
+_FATE_MOODS = {"consumed": "good", "pending": "doubt", "in_delay": "doubt"}
 
 
 def render_trace(report: TraceReport, fmt: OutputFormat) -> None:
@@ -102,13 +136,39 @@ def render_trace(report: TraceReport, fmt: OutputFormat) -> None:
     for chain in report.chains:
         # Store data (topics, keys, group names) cannot drive the terminal.
         print(printable(f"{chain.uniq_key or '(no UNIQ_KEY)'} sent to {chain.topic or '?'}:"))
-        for line in chain.summary:
-            print(printable(f"  - {line}"))
         print_table(_chain_table(chain))
+        # What became of it, per group, under its copies: each line in its fate's colour.
+        moods = {f.summary: _FATE_MOODS.get(f.outcome, "bad") for f in chain.groups}
+        for line in chain.summary:
+            print_table(mood_line(f"  - {line}", moods.get(line)))
     if report.findings:
-        f = Table(title="Findings", title_justify="left")
-        for col in ("kind", "at", "detail"):
-            f.add_column(col, justify="right" if col == "at" else "left")
+        f = RowTable(
+            "Findings",
+            [
+                Column("kind", whole=True),
+                Column("at", right=True, whole=True),
+                Column("detail", fold=True, least=30),
+            ],
+            capped_on_terminal=True,
+        )
         for x in report.findings:
-            f.add_row(x.kind.value, str(x.physical_offset), x.detail)
+            f.add_row(x.kind.value, x.physical_offset, x.detail)
         print_table(f)
+    print_table(trace_verdict(report))
+
+
+def trace_verdict(report: TraceReport) -> Text:
+    """The last line: each group's fate counted over the messages found (red when one ended in
+    the DLQ, undelivered or lost by the restart; yellow when one still waits)."""
+    counts: dict[str, int] = {}
+    for chain in report.chains:
+        for fate in chain.groups:
+            counts[fate.outcome] = counts.get(fate.outcome, 0) + 1
+    moods = {_FATE_MOODS.get(outcome, "bad") for outcome in counts}
+    mood = "bad" if "bad" in moods else "doubt" if "doubt" in moods else "good"
+    fates = ", ".join(f"{n} {outcome.replace('_', ' ')}" for outcome, n in counts.items())
+    said = f"{len(report.chains)} message(s); per group: {fates or 'no group consumes them'}"
+    if report.findings:
+        said += f"; {len(report.findings)} finding(s)"
+        mood = "bad"
+    return verdict_line(said, mood)

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from rmqinspect.analysis.transactions import Transaction, TransactionsReport
+from rmqinspect.analysis.transactions import (
+    INCONSISTENT,
+    FindingKind,
+    Transaction,
+    TransactionsReport,
+    TxState,
+)
 from rmqinspect.format.fate import CHECK_GROUP
-from rmqinspect.render.output import OutputFormat, print_document, print_table, to_jsonable, warn
+from rmqinspect.render.output import (
+    SEVERITY_STYLES,
+    Column,
+    OutputFormat,
+    RowTable,
+    print_document,
+    print_table,
+    to_jsonable,
+    verdict_line,
+    warn,
+)
 from rmqinspect.render.values import time_cell, with_times
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 NO_TRANSACTIONS = "no transactional messages"
 
@@ -73,38 +90,84 @@ def render_transactions(report: TransactionsReport, fmt: OutputFormat) -> None:
             f"stored {time_cell(oldest.first_store_timestamp)}, {oldest.check_times} check(s)"
         )
     if report.transactions:
-        _transactions_table(report)
+        print_table(_transactions_table(report))
     if report.findings:
-        f = Table(title="Findings", title_justify="left")
-        for col in ("kind", "at", "UNIQ_KEY", "detail"):
-            f.add_column(col, justify="right" if col == "at" else "left")
+        # A finding's colour is its weight: an inconsistency (exit 1) an error, the rest a
+        # warning.
+        kinds = {
+            k.value: SEVERITY_STYLES["error" if k in INCONSISTENT else "warning"]
+            for k in FindingKind
+        }
+        f = RowTable(
+            "Findings",
+            [
+                Column("kind", whole=True, styles=kinds),
+                Column("at", right=True, whole=True),
+                Column("UNIQ_KEY", whole=True, drop=1),
+                Column("detail", fold=True, least=24),
+            ],
+            capped_on_terminal=True,
+        )
         for x in report.findings:
-            f.add_row(x.kind.value, str(x.position), x.uniq_key or "", x.detail)
+            f.add_row(x.kind.value, x.position, x.uniq_key, x.detail)
         print_table(f)
+    print_table(transactions_verdict(report))
 
 
-def _transactions_table(report: TransactionsReport) -> None:
-    t = Table(title="Transactions", title_justify="left")
-    for col in (
-        "UNIQ_KEY",
-        "real topic:queue",
-        "state",
-        "copies",
-        "checks",
-        "first stored",
-        "op at",
-        "commit at",
-    ):
-        t.add_column(col, justify="right" if col in ("copies", "checks") else "left")
+def transactions_verdict(report: TransactionsReport) -> Text:
+    """The last line: the inconsistencies and stuck transactions (what ``transactions`` exits
+    1 for), or the pending ones, or that every transaction is resolved."""
+    inconsistent = sum(f.kind in INCONSISTENT for f in report.findings)
+    stuck = sum(f.kind is FindingKind.STUCK for f in report.findings)
+    if inconsistent or stuck:
+        return verdict_line(
+            f"{inconsistent} inconsistenc{'y' if inconsistent == 1 else 'ies'}, {stuck} stuck "
+            "transaction(s)",
+            "bad",
+        )
+    pending = report.counts.get(TxState.PENDING.value, 0)
+    others = len(report.findings)
+    if pending or others:
+        said = f"no inconsistency, nothing stuck; {pending} pending"
+        if others:
+            said += f", {others} finding(s)"
+        return verdict_line(said, "doubt")
+    return verdict_line(f"no inconsistency; {len(report.transactions)} resolved", "good")
+
+
+_STATE_STYLES = {
+    TxState.PENDING.value: "yellow",
+    TxState.GIVEN_UP.value.replace("_", " "): "bold red",
+}
+
+
+def _transactions_table(report: TransactionsReport) -> RowTable:
+    """One row per transaction, a terminal shown the head of a long list. At a narrow width
+    the op and commit positions, the first store time, the copies and the checks make way;
+    UNIQ_KEYs, topics and times are never cut."""
+    t = RowTable(
+        "Transactions",
+        [
+            Column("UNIQ_KEY", whole=True),
+            Column("real topic:queue", whole=True),
+            Column("state", whole=True, styles=_STATE_STYLES),
+            Column("copies", right=True, whole=True, drop=2),
+            Column("checks", right=True, whole=True, drop=1),
+            Column("first stored", whole=True, drop=3),
+            Column("op at", whole=True, breaks=",", drop=5),
+            Column("commit at", whole=True, breaks=",", drop=4),
+        ],
+        capped_on_terminal=True,
+    )
     for tx in report.transactions:
         t.add_row(
-            tx.uniq_key or "",
+            tx.uniq_key,
             f"{tx.real_topic}:{tx.real_queue_id}",
             tx.state.value.replace("_", " "),
-            str(len(tx.halves)),
-            str(tx.check_times),
+            len(tx.halves),
+            tx.check_times,
             time_cell(tx.first_store_timestamp),
             ",".join(map(str, tx.op_positions)),
             ",".join(map(str, tx.commit_positions)),
         )
-    print_table(t)
+    return t
