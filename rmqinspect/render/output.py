@@ -391,6 +391,12 @@ def mood_line(text: str, mood: str | None) -> Text:
     return Text(printable(capped(text)), style=VERDICT_STYLES[mood] if mood else "")
 
 
+def print_line(text: str, mood: str | None = None) -> None:
+    """A line of text on stdout, escaped, wrapped at the terminal's width as tables are, in a
+    verdict's colour with a ``mood``."""
+    print_table(mood_line(text, mood))
+
+
 # A column that wraps is kept at least this wide (or its header's longest word, or its longest
 # word up to _WORD_CAP cells) before columns are dropped.
 _FOLD_FLOOR = 6

@@ -11,14 +11,14 @@ from rmqinspect.render.output import (
     Column,
     OutputFormat,
     RowTable,
-    mood_line,
     print_document,
+    print_line,
     print_table,
     to_jsonable,
     verdict_line,
     warn,
 )
-from rmqinspect.render.values import printable, with_times
+from rmqinspect.render.values import with_times
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -134,13 +134,13 @@ def render_trace(report: TraceReport, fmt: OutputFormat) -> None:
         return
     print(f"found by {report.search.value}; {len(report.chains)} message(s)")
     for chain in report.chains:
-        # Store data (topics, keys, group names) cannot drive the terminal.
-        print(printable(f"{chain.uniq_key or '(no UNIQ_KEY)'} sent to {chain.topic or '?'}:"))
+        # Store data (topics, keys, group names) is escaped: it cannot drive the terminal.
+        print_line(f"{chain.uniq_key or '(no UNIQ_KEY)'} sent to {chain.topic or '?'}:")
         print_table(_chain_table(chain))
         # What became of it, per group, under its copies: each line in its fate's colour.
         moods = {f.summary: _FATE_MOODS.get(f.outcome, "bad") for f in chain.groups}
         for line in chain.summary:
-            print_table(mood_line(f"  - {line}", moods.get(line)))
+            print_line(f"  - {line}", moods.get(line))
     if report.findings:
         f = RowTable(
             "Findings",

@@ -18,6 +18,7 @@ from rmqinspect.render.output import (
     OutputFormat,
     RowTable,
     print_document,
+    print_line,
     print_table,
     to_jsonable,
     verdict_line,
@@ -70,22 +71,23 @@ def render_transactions(report: TransactionsReport, fmt: OutputFormat) -> None:
     if report.empty:
         print(NO_TRANSACTIONS)
         return
+    # The head lines wrap at the terminal's width, as the tables do.
     counts = ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in report.counts.items())
-    print(
+    print_line(
         f"{len(report.transactions)} transaction(s) from {report.half_records} half record(s), "
         f"{report.op_records} op record(s), {report.commit_records} commit record(s) "
         f"({report.source}): {counts}"
     )
     check = "none" if report.check_offset is None else str(report.check_offset)
-    print(f"check progress ({CHECK_GROUP} in half queue 0): {check}")
+    print_line(f"check progress ({CHECK_GROUP} in half queue 0): {check}")
     if report.prepared_outside_half_topic:
-        print(
+        print_line(
             f"{report.prepared_outside_half_topic} PREPARED-type record(s) in real topics "
             "(a 4.x broker never stores one there: written by hand or by a pre-4.3 broker)"
         )
     oldest = report.oldest_pending
     if oldest is not None:
-        print(
+        print_line(
             f"oldest pending: {oldest.uniq_key or '(no UNIQ_KEY)'} for {oldest.real_topic}, "
             f"stored {time_cell(oldest.first_store_timestamp)}, {oldest.check_times} check(s)"
         )
