@@ -258,3 +258,55 @@ def test_index_entries_at_80_columns_keep_the_chain(
     monkeypatch.setenv("COLUMNS", "200")
     wide = run("index", store, "--entries", "-F", "table").stdout
     assert "┃ keyHash ┃" in wide and "slot ┃" in wide
+
+
+@pytest.mark.parametrize("columns", [120, 30])
+def test_caption_is_drawn_as_rich_draws_it(
+    columns: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Under the table, wrapped at its width (groups' notes).
+    monkeypatch.setenv("COLUMNS", str(columns))
+    caption = "consumes TopicA: its retry/DLQ copies' RETRY_TOPIC names it"
+    rich_table = Table(title="G", title_justify="left", caption=caption, caption_justify="left")
+    ours = RowTable("G", [Column("topic"), Column("queue")], caption=caption)
+    for col in ("topic", "queue"):
+        rich_table.add_column(col)
+    rich_table.add_row("TopicA", "0")
+    ours.add_row("TopicA", 0)
+    expected = printed(rich_table, capsys)
+    assert printed(ours, capsys) == expected
+    assert "consumes TopicA" in expected
+
+
+def _groups_table(least: int) -> RowTable:
+    table = RowTable(
+        None,
+        [
+            Column("offset", whole=True, drop=1),
+            Column("groups", whole=True, least=least),
+            Column("topic", whole=True),
+        ],
+    )
+    table.add_row(12345678, "groupA: consumed, groupB: pending", "TopicA")
+    return table
+
+
+def test_an_identifier_list_keeps_its_least_width_before_others_go(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A whole column with ``least`` (trace's group list) is not squeezed below it while a
+    # droppable column is left: the droppable one goes. Without, the list wraps at each space.
+    monkeypatch.setenv("COLUMNS", "40")
+    lines = printed(_groups_table(20), capsys).splitlines()
+    assert lines[1] == "┃ groups                      ┃ topic  ┃"
+    assert lines[3:5] == [
+        "│ groupA: consumed, groupB:   │ TopicA │",
+        "│ pending                     │        │",
+    ]
+    lines = printed(_groups_table(0), capsys).splitlines()
+    assert lines[1] == "┃ offset   ┃ groups           ┃ topic  ┃"
+    assert lines[3] == "│ 12345678 │ groupA:          │ TopicA │"
+    # Where even its least does not fit, it wraps at its spaces, no token cut.
+    monkeypatch.setenv("COLUMNS", "30")
+    lines = printed(_groups_table(20), capsys).splitlines()
+    assert lines[3:5] == ["│ groupA: consumed, │ TopicA │", "│ groupB: pending   │        │"]
