@@ -127,9 +127,9 @@ _LATE_STYLES = {"overdue": "bold red", "skipped_by_restart": "bold red"}
 
 
 def _topics_table(report: TimersReport) -> RowTable:
-    """One row per real topic. At a narrow width timermetrics' count, the recalled, rolling,
-    delivered and due counts and the last fire time make way; topics and times are never
-    cut."""
+    """One row per real topic. At a narrow width timermetrics' count, the recalled and rolling
+    counts, the last fire time, the delivered and the due counts make way; topics and times are
+    never cut."""
     red = "bold red"
     topics = RowTable(
         "Pending timers by real topic",
@@ -150,11 +150,11 @@ def _topics_table(report: TimersReport) -> RowTable:
                     str(r.skipped_by_restart): red for r in report.topics if r.skipped_by_restart
                 },
             ),
-            Column("due", right=True, whole=True, drop=4),
+            Column("due", right=True, whole=True, drop=3),
             Column("rolling", right=True, whole=True, drop=6),
             Column("next fire", whole=True),
-            Column("last fire", whole=True, drop=3),
-            Column("delivered", right=True, whole=True, drop=5),
+            Column("last fire", whole=True, drop=5),
+            Column("delivered", right=True, whole=True, drop=4),
             Column("recalled", right=True, whole=True, drop=7),
             Column("timermetrics", right=True, whole=True, drop=8),
         ],
