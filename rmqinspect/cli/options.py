@@ -275,10 +275,15 @@ def open_store(
         refusal = st.refusal(command, reads)
         if refusal is not None:
             raise fail(refusal)
+        if reads & StorePart.CONSUME_QUEUES:
+            st.read_rocksdb_queues()
         mismatch = st.profile_mismatch()
         if mismatch is not None:
             warn(mismatch)
         yield st
+        # Malformed keys and values met while reading, each said once.
+        for problem in st.rocksdb.problems if st.rocksdb is not None else ():
+            warn(f"{problem.path}: {problem.message}")
 
 
 @contextmanager

@@ -1,0 +1,195 @@
+"""RocksDB consume queues (``storeType=defaultRocksDB``, docs/rocksdb-consume-queue.md): the
+commands that read queues answer from the database, fact by fact as the writer placed it, and
+never write a byte into the store (RocksDB's LOCK, LOG and OPTIONS, and the binding's config
+file, included); hostile databases and entries are one line or a warning, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from rocksdict import Rdict
+
+from rmqinspect.format.rocksdb_cq import encode_unit_key, encode_unit_value
+from rmqinspect.store.layout import QueueId
+from tests.cli_helpers import build_store, orders, run, run_json, tree_state
+from tests.rocksdb_store import Placed, to_rocksdb
+
+ORDERS = (QueueId("Orders", 0), QueueId("Orders", 1))
+
+
+@pytest.fixture(scope="module")
+def rocks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Placed]:
+    store = build_store(
+        tmp_path_factory.mktemp("rocks") / "s",
+        orders(9),
+        consumer_offsets={"Orders@GID_orders": {0: 1, 1: 4}},
+    )
+    return store, to_rocksdb(store)
+
+
+def _unchanged(store: Path, *args: str | Path, expect: int) -> dict[str, object]:
+    """``rmqinspect ARGS --format json`` on ``store``, which must exit ``expect`` and leave every
+    file (hash, size, mtime) and directory (listing, mtime) of the store as it was."""
+    before = tree_state(store)
+    out = run_json(*args, expect=expect)
+    assert tree_state(store) == before, args
+    assert not (store / "consumequeue" / "rocksdict-config.json").exists()
+    assert isinstance(out, dict)
+    return out
+
+
+def test_consumequeue_lists_the_units_the_database_holds(rocks: tuple[Path, Placed]) -> None:
+    store, placed = rocks
+    for qid in ORDERS:
+        units = placed.units[qid]
+        out = _unchanged(store, "consumequeue", store, qid.topic, str(qid.queue_id), expect=0)
+        queue = out["queue"]
+        assert isinstance(queue, dict)
+        assert (queue["min_offset"], queue["max_offset"]) == (min(units), max(units) + 1)
+        assert queue["message_count"] == len(units)
+        last = units[max(units)]
+        assert queue["max_physic_offset"] == last[0] + last[1]
+        listed = out["units"]
+        assert isinstance(listed, list)
+        assert [
+            (u["queue_offset"], u["phy_offset"], u["size"], u["tags_code"]) for u in listed
+        ] == [(q, u[0], u[1], u[2]) for q, u in sorted(units.items())]
+        for u in listed:
+            assert u["status"] == "found" and u["message"]["queue_offset"] == u["queue_offset"]
+            assert u["message"]["store_timestamp"] == units[u["queue_offset"]][3]
+
+
+def test_offsets_judge_committed_offsets_against_the_database(rocks: tuple[Path, Placed]) -> None:
+    store, placed = rocks
+    before = tree_state(store)
+    result = run("offsets", store, "--group", "GID_orders", "--format", "json")
+    assert tree_state(store) == before
+    assert result.exit_code == 0, result.stderr
+    assert (
+        "no lag after the restart: the restart of RocksDB consume queues is not emulated"
+        in result.stderr
+    )
+    rows = {(r["topic"], r["queue_id"]): r for r in json.loads(result.stdout)["offsets"]}
+    committed = {0: 1, 1: 4}
+    for qid in ORDERS:
+        row = rows[(qid.topic, qid.queue_id)]
+        high = max(placed.units[qid]) + 1
+        assert (row["offset"], row["min_offset"], row["max_offset"]) == (
+            committed[qid.queue_id],
+            0,
+            high,
+        )
+        assert row["lag"] == high - committed[qid.queue_id]
+        assert row["lag_after_restart"] is None
+
+
+def test_lookup_by_queue_offset_and_time(rocks: tuple[Path, Placed]) -> None:
+    store, placed = rocks
+    for qid in ORDERS:
+        for qoff, unit in placed.units[qid].items():
+            out = _unchanged(
+                store,
+                "lookup",
+                store,
+                "--queue-offset",
+                f"{qid}:{qoff}".replace("/", ":"),
+                expect=0,
+            )
+            assert out["query"]["unit"] == {  # type: ignore[index]
+                "phy_offset": unit[0],
+                "size": unit[1],
+                "tags_code": unit[2],
+            }
+            assert [m["physical_offset"] for m in out["messages"]] == [unit[0]]  # type: ignore[attr-defined]
+    every = sorted(u[0] for units in placed.units.values() for u in units.values())
+    out = _unchanged(store, "lookup", store, "--time", "..", "--topic", "Orders", expect=0)
+    assert sorted(m["physical_offset"] for m in out["messages"]) == every  # type: ignore[attr-defined]
+    missing = run("lookup", store, "--queue-offset", "Orders:0:4000", "--format", "json")
+    assert missing.exit_code == 1 and "Traceback" not in missing.stderr
+
+
+def test_restart_readers_refuse_with_one_line(rocks: tuple[Path, Placed]) -> None:
+    store, _ = rocks
+    for command in ("recover", "verify", "groups"):
+        result = run(command, store, "--format", "json")
+        said = f"this store uses RocksDB consume queues (consumequeue/); `{command}` does not"
+        assert (result.exit_code, result.stdout) == (2, "")
+        assert (
+            result.stderr.startswith(f"rmqinspect: error: {said}")
+            and result.stderr.count("\n") == 1
+        )
+
+
+def test_min_offset_is_getMinCqOffset_after_the_commitlog_head_went(tmp_path: Path) -> None:
+    """No ``min`` entry, and the commitlog's first file deleted: ``getMinCqOffset`` searches
+    for the first unit in the commitlog; the database in consumequeue_rocksdb/ (the separate
+    store path) is read as well."""
+    store = build_store(tmp_path / "s", orders(420, queues=1))
+    placed = to_rocksdb(store, directory="consumequeue_rocksdb", min_entries=False)
+    first, *_ = sorted(os.listdir(store / "commitlog"))
+    (store / "commitlog" / first).unlink()
+    head = int(sorted(os.listdir(store / "commitlog"))[0])
+    units = placed.units[QueueId("Orders", 0)]
+    expected = min(q for q, u in units.items() if u[0] >= head)
+    assert expected > 0
+    out = _unchanged(store, "consumequeue", store, "Orders", "0", "--limit", "1", expect=0)
+    assert (out["queue"]["min_offset"], out["queue"]["max_offset"]) == (  # type: ignore[index]
+        expected,
+        max(units) + 1,
+    )
+    assert "binary search" in out["queue"]["note"]  # type: ignore[index]
+
+
+def _hostile(db: Rdict, offsets: Rdict) -> None:
+    good = encode_unit_key("Orders", 0, 9)
+    db[good + b"\x00"] = encode_unit_value(0, 1, 0, 0)  # a key one byte too long
+    db[encode_unit_key("Orders", 0, 2)] = b"\x00" * 27  # a value that is not 28 bytes
+    # a topic length that runs past the key
+    db[(1000).to_bytes(4, "big") + b"\x01Orders\x01" + bytes(13)] = encode_unit_value(0, 1, 0, 0)
+    offsets[b"\x00\x00\x00\x02\x01ab\x01max\x01"] = bytes(16)  # an offset key too short
+
+
+def test_hostile_entries_are_warnings(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(9))
+    placed = to_rocksdb(store, edit=_hostile)
+    result = run("consumequeue", store, "Orders", "0", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    listed = [u["queue_offset"] for u in json.loads(result.stdout)["units"]]
+    # offset 2's value is 27 bytes: the broker cannot read it, and it is not listed
+    assert listed == [q for q in sorted(placed.units[QueueId("Orders", 0)]) if q != 2]
+    warnings = [line for line in result.stderr.splitlines() if line]
+    assert all(line.startswith("rmqinspect: warning: ") for line in warnings)
+    assert sum("value is 27 bytes, not 28" in w for w in warnings) == 1
+    assert sum("topic length 1000 does not fit" in w for w in warnings) == 1
+    assert sum("topic length 6 does not fit a key of 26 bytes" in w for w in warnings) == 1
+    assert sum("offset family" in w and "shorter than" in w for w in warnings) == 1
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: (d / "CURRENT").write_text("MANIFEST-000001\n"),  # names a missing MANIFEST
+        lambda d: (
+            (d / "CURRENT").write_bytes(b"\xff\x00garbage"),
+            (d / "x.sst").write_bytes(b"?"),
+        ),
+    ],
+    ids=["no-manifest", "garbage"],
+)
+def test_a_directory_that_is_not_rocksdb_is_one_line(tmp_path: Path, make: object) -> None:
+    store = build_store(tmp_path / "s", orders(4))
+    assert callable(make)
+    make(store / "consumequeue")
+    before = tree_state(store)
+    result = run("consumequeue", store, "Orders", "0")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert (
+        "not a RocksDB database" in result.stderr and str(store / "consumequeue") in result.stderr
+    )
+    assert tree_state(store) == before
+    # Commands that do not read queues still answer.
+    assert run("messages", store, "--format", "json").exit_code == 0
