@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 from rocksdict import Rdict
 
-from rmqinspect.format.rocksdb_cq import encode_unit_key, encode_unit_value
+from rmqinspect.format.rocksdb_cq import (
+    encode_offset_key,
+    encode_offset_value,
+    encode_unit_key,
+    encode_unit_value,
+)
 from rmqinspect.store.layout import QueueId
 from tests.cli_helpers import build_store, orders, run, run_json, tree_state
 from tests.rocksdb_store import Placed, to_rocksdb
@@ -176,8 +181,9 @@ def test_hostile_entries_are_warnings(tmp_path: Path) -> None:
             (d / "CURRENT").write_bytes(b"\xff\x00garbage"),
             (d / "x.sst").write_bytes(b"?"),
         ),
+        lambda d: (d / "000009.sst").write_bytes(bytes(64)),  # no CURRENT
     ],
-    ids=["no-manifest", "garbage"],
+    ids=["no-manifest", "garbage", "no-current"],
 )
 def test_a_directory_that_is_not_rocksdb_is_one_line(tmp_path: Path, make: object) -> None:
     store = build_store(tmp_path / "s", orders(4))
@@ -193,3 +199,23 @@ def test_a_directory_that_is_not_rocksdb_is_one_line(tmp_path: Path, make: objec
     assert tree_state(store) == before
     # Commands that do not read queues still answer.
     assert run("messages", store, "--format", "json").exit_code == 0
+
+
+def test_units_past_the_max_entry_are_stale(tmp_path: Path) -> None:
+    """``truncateDirty`` lowers a queue's ``max`` entry and leaves the units past it (the next
+    dispatch overwrites them): they are past maxOffset, listed with --all."""
+    store = build_store(tmp_path / "s", orders(9))
+    qid = QueueId("Orders", 0)
+
+    def lower_max(db: Rdict, offsets: Rdict) -> None:
+        key = encode_offset_key(qid.topic, "max", qid.queue_id)
+        offsets[key] = encode_offset_value(336, 1)
+
+    placed = to_rocksdb(store, edit=lower_max)
+    units = placed.units[qid]
+    out = _unchanged(store, "consumequeue", store, "Orders", "0", expect=0)
+    assert (out["queue"]["min_offset"], out["queue"]["max_offset"]) == (0, 2)  # type: ignore[index]
+    assert out["stale_units_after_end"] == len(units) - 2
+    assert [u["queue_offset"] for u in out["units"]] == [0, 1]  # type: ignore[attr-defined]
+    everything = _unchanged(store, "consumequeue", store, "Orders", "0", "--all", expect=0)
+    assert [u["queue_offset"] for u in everything["units"]] == sorted(units)  # type: ignore[attr-defined]

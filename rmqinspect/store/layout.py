@@ -247,21 +247,17 @@ def detect_unsupported(
         found.append(
             _unsupported("batch_consume_queue", bcq, "BatchConsumeQueue (5.x) is not decoded yet")
         )
-    for cq in (root / "consumequeue", root / "consumequeue_rocksdb"):
-        if any(
-            e.is_file(follow_symlinks=False) and (e.name == "CURRENT" or e.name.endswith(".sst"))
-            for e in _entries(cq)
-        ):
-            found.append(
-                _unsupported(
-                    "rocksdb_consume_queue",
-                    cq,
-                    "RocksDB consume queue (storeType=defaultRocksDB): read by the commands "
-                    "that read queues; the restart emulation, verify's unit checks and the "
-                    "export do not read it yet",
-                )
+    cq = rocksdb_queue_dir(root)
+    if cq is not None:
+        found.append(
+            _unsupported(
+                "rocksdb_consume_queue",
+                cq,
+                "RocksDB consume queue (storeType=defaultRocksDB): read by the commands that "
+                "read queues; the restart emulation, verify's unit checks and the export do "
+                "not read it yet",
             )
-            break
+        )
     for name in ("timerwheel", "timerlog"):
         if (root / name).exists():
             found.append(
@@ -303,6 +299,26 @@ def detect_unsupported(
             )
         )
     return found
+
+
+# Where a 5.x broker keeps a RocksDB consume queue: consumequeue/ itself
+# (RocksDBConsumeQueueStore's StorePathConfigHelper.getStorePathConsumeQueue), or
+# consumequeue_rocksdb/ in builds with useSeparateStorePathForRocksdbCQ
+# (getStorePathRocksDBConsumeQueue); docs/rocksdb-consume-queue.md §1.
+ROCKSDB_QUEUE_DIRS = ("consumequeue", "consumequeue_rocksdb")
+
+
+def rocksdb_queue_dir(root: Path) -> Path | None:
+    """The directory of ``root`` whose own files are RocksDB's (a ``CURRENT`` or an ``.sst``;
+    whether it opens is store/rocksdb_queue.py's to say), the first of
+    :data:`ROCKSDB_QUEUE_DIRS`."""
+    for name in ROCKSDB_QUEUE_DIRS:
+        if any(
+            e.is_file(follow_symlinks=False) and (e.name == "CURRENT" or e.name.endswith(".sst"))
+            for e in _entries(root / name)
+        ):
+            return root / name
+    return None
 
 
 def _entries(directory: Path) -> list[os.DirEntry[str]]:

@@ -48,6 +48,7 @@ from rmqinspect.store.layout import (
     is_plain_name,
     layout_name,
     list_index,
+    rocksdb_queue_dir,
     small_file_problems,
 )
 from rmqinspect.store.live import Fingerprint, live_evidence, lock_holder
@@ -273,9 +274,9 @@ class Store:
         reader of queues finds them; StoreError (one line naming the directory) when it is not
         a database RocketMQ could open. Called by the commands that read queues, so that the
         others answer about a store whatever its database holds."""
-        from rmqinspect.store.rocksdb_queue import RocksConsumeQueues, rocksdb_dir
+        from rmqinspect.store.rocksdb_queue import RocksConsumeQueues
 
-        directory = rocksdb_dir(self.root)
+        directory = rocksdb_queue_dir(self.root)
         if self.rocksdb is not None or directory is None:
             return
         self.rocksdb = RocksConsumeQueues.open(directory)

@@ -41,21 +41,9 @@ from rmqinspect.format.rocksdb_cq import (
 from rmqinspect.store.files import LayoutProblem
 from rmqinspect.store.layout import QueueId
 
-# Where a 5.x broker keeps the database: consumequeue/ itself (RocksDBConsumeQueueStore's
-# StorePathConfigHelper.getStorePathConsumeQueue), or consumequeue_rocksdb/ in builds with
-# useSeparateStorePathForRocksdbCQ (getStorePathRocksDBConsumeQueue).
-ROCKSDB_DIRS = ("consumequeue", "consumequeue_rocksdb")
 _NOT_LINKED = ("LOCK", "rocksdict-config.json")
 _LAST_KEY_SUFFIX = b"\xff" * 8  # past every offset of a queue's key prefix
 PROBLEM_LIMIT = 20  # malformed entries reported one by one; the rest are counted
-
-
-def rocksdb_dir(root: Path) -> Path | None:
-    """The directory of ``root`` that holds a RocksDB consume queue (a ``CURRENT`` file)."""
-    for name in ROCKSDB_DIRS:
-        if os.path.isfile(root / name / "CURRENT"):
-            return root / name
-    return None
 
 
 @dataclass(frozen=True, slots=True)
