@@ -91,6 +91,21 @@ def test_offsets_judge_committed_offsets_against_the_database(rocks: tuple[Path,
         assert row["lag_after_restart"] is None
 
 
+def test_groups_read_the_database_without_the_restart(rocks: tuple[Path, Placed]) -> None:
+    store, placed = rocks
+    out = _unchanged(store, "groups", store, "--group", "GID_orders", expect=0)
+    (group,) = out["groups"]  # type: ignore[misc]
+    committed = {0: 1, 1: 4}
+    for q in group["queues"]:
+        units = placed.units[QueueId(q["topic"], q["queue_id"])]
+        offset, high = committed[q["queue_id"]], max(units) + 1
+        assert (q["offset"], q["min_offset"], q["max_offset"]) == (offset, 0, high)
+        assert q["lag"] == high - offset
+        assert q["last_consumed_store_timestamp"] == units[offset - 1][3]
+        assert q["next_pull"]["status"] == ("FOUND" if offset < high else "OFFSET_OVERFLOW_ONE")
+        assert q["lag_after_restart"] is None
+
+
 def test_lookup_by_queue_offset_and_time(rocks: tuple[Path, Placed]) -> None:
     store, placed = rocks
     for qid in ORDERS:
@@ -118,8 +133,8 @@ def test_lookup_by_queue_offset_and_time(rocks: tuple[Path, Placed]) -> None:
 
 def test_restart_readers_refuse_with_one_line(rocks: tuple[Path, Placed]) -> None:
     store, _ = rocks
-    for command in ("recover", "verify", "groups"):
-        result = run(command, store, "--format", "json")
+    for command, *more in (["recover"], ["verify"], ["groups", "--after-restart"], ["delays"]):
+        result = run(command, store, *more, "--format", "json")
         said = f"this store uses RocksDB consume queues (consumequeue/); `{command}` does not"
         assert (result.exit_code, result.stdout) == (2, "")
         assert (

@@ -102,7 +102,7 @@ def test_dledger_store_is_answered_by_every_command_but_salvage(tmp_path: Path) 
 # RocksDB consume queues are read (tests/test_cli_rocksdb.py) by every command but those that
 # emulate the restart, which does not read them yet.
 REFUSED_BY_ROCKSDB = {
-    "groups",
+    "groups",  # --after-restart (without it, groups reads the database)
     "lookup --key --as-recovered",
     "recover",
     "delays",

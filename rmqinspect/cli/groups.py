@@ -22,7 +22,7 @@ from rmqinspect.cli.options import (
 )
 from rmqinspect.render.groups import render_groups
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.layout import ALL_PARTS
+from rmqinspect.store.layout import ALL_PARTS, StorePart
 from rmqinspect.store.model import StoreOptions
 
 
@@ -76,7 +76,10 @@ def groups(
     fmt = resolve_format(format)
     reference = parse_optional_time(now, "--now")
     version_text = broker_version
-    with open_store(store, store_options, "groups", ALL_PARTS) as st:
+    # Without --after-restart no restart is emulated, so a layout that takes the restart over
+    # (RocksDB consume queues) is read.
+    reads = ALL_PARTS if after_restart else ALL_PARTS & ~StorePart.RESTART
+    with open_store(store, store_options, "groups", reads) as st:
         if version_text is None:
             profile = st.profile.profile
             version_text = profile.checked_against
