@@ -234,3 +234,18 @@ def test_units_past_the_max_entry_are_stale(tmp_path: Path) -> None:
     assert [u["queue_offset"] for u in out["units"]] == [0, 1]  # type: ignore[attr-defined]
     everything = _unchanged(store, "consumequeue", store, "Orders", "0", "--all", expect=0)
     assert [u["queue_offset"] for u in everything["units"]] == sorted(units)  # type: ignore[attr-defined]
+
+
+def test_a_damaged_table_file_is_one_line(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s", orders(9))
+    to_rocksdb(store)
+    for sst in (store / "consumequeue").glob("*.sst"):
+        data = bytearray(sst.read_bytes())
+        data[100:400] = bytes(b ^ 0x5A for b in data[100:400])
+        sst.write_bytes(bytes(data))
+    before = tree_state(store)
+    result = run("consumequeue", store, "Orders", "0")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.count("\n") == 1 and "Corruption" in result.stderr
+    assert "rmqinspect-rocksdb-" not in result.stderr  # the store's files are named, not links
+    assert tree_state(store) == before

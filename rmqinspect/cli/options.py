@@ -280,10 +280,12 @@ def open_store(
         mismatch = st.profile_mismatch()
         if mismatch is not None:
             warn(mismatch)
-        yield st
-        # Malformed keys and values met while reading, each said once.
-        for problem in st.rocksdb.problems if st.rocksdb is not None else ():
-            warn(f"{problem.path}: {problem.message}")
+        try:
+            yield st
+        finally:
+            # Malformed keys and values met while reading, each said once, whatever the exit.
+            for problem in st.rocksdb.problems if st.rocksdb is not None else ():
+                warn(f"{problem.path}: {problem.message}")
 
 
 @contextmanager

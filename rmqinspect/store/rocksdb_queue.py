@@ -68,6 +68,7 @@ class RocksConsumeQueues:
     problems: list[LayoutProblem] = field(default_factory=list)
     _db: Any = None
     _private: Path | None = None
+    _shadow: Path | None = None
     _malformed: int = 0
     _seen: set[tuple[str, bytes]] = field(default_factory=set)
 
@@ -101,15 +102,19 @@ class RocksConsumeQueues:
                     access_type=AccessType.read_only(False),
                 )
             except Exception as err:  # the binding raises plain Exceptions
-                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                 raise StoreError(
-                    f"not a RocksDB database RocketMQ can open: {first}", str(directory)
+                    f"not a RocksDB database RocketMQ can open: {_said(err, shadow, directory)}",
+                    str(directory),
                 ) from None
         except BaseException:
             shutil.rmtree(private, ignore_errors=True)
             raise
-        out = cls(directory, {}, None, _db=db, _private=private)
-        out._load(families)
+        out = cls(directory, {}, None, _db=db, _private=private, _shadow=shadow)
+        try:
+            out._load(families)
+        except BaseException:
+            out.close()
+            raise
         return out
 
     def close(self) -> None:
@@ -157,6 +162,7 @@ class RocksConsumeQueues:
             it.seek(prefix + _LAST_KEY_SUFFIX)
             if it.valid() and bytes(it.key()) == prefix + _LAST_KEY_SUFFIX:
                 it.next()
+        self._status(it)
         del it
         if OFFSET_FAMILY not in families:
             self.problems.append(
@@ -212,6 +218,18 @@ class RocksConsumeQueues:
                 self._bad(OFFSET_FAMILY, key, err.message)
                 continue
             found.setdefault(QueueId(ok.topic, ok.queue_id), {})[f"{ok.kind}_entry"] = pair
+        self._status(it)
+
+    def _status(self, it: Any) -> None:
+        """A walk that ended early because RocksDB met damage (a block checksum) is a
+        StoreError, not a short answer."""
+        try:
+            it.status()
+        except Exception as err:  # the binding raises plain Exceptions
+            raise StoreError(
+                f"the RocksDB database is damaged: {_said(err, self._shadow, self.directory)}",
+                str(self.directory),
+            ) from None
 
     # --- units ------------------------------------------------------------------------------
 
@@ -256,8 +274,17 @@ class RocksConsumeQueues:
             if not values:
                 first = offset
             values.append(value)
+        self._status(it)
         if values:
             yield first, _rows(values)
+
+
+def _said(err: Exception, shadow: Path | None, directory: Path) -> str:
+    """The first line of the binding's error, naming the store's files, not the private
+    links to them."""
+    text = str(err).strip()
+    first = text.splitlines()[0] if text else type(err).__name__
+    return first.replace(str(shadow), str(directory)) if shadow is not None else first
 
 
 def _rows(values: list[bytes]) -> npt.NDArray[np.void]:
