@@ -131,6 +131,17 @@ def test_lookup_by_queue_offset_and_time(rocks: tuple[Path, Placed]) -> None:
     assert missing.exit_code == 1 and "Traceback" not in missing.stderr
 
 
+def test_info_lists_the_database_queues(rocks: tuple[Path, Placed]) -> None:
+    store, placed = rocks
+    out = _unchanged(store, "info", store, expect=0)
+    (topic,) = out["topics"]  # type: ignore[misc]
+    assert topic["topic"] == "Orders"
+    assert topic["message_count"] == sum(len(u) for u in placed.units.values())
+    assert [(q["queue_id"], q["min_offset"], q["max_offset"]) for q in topic["queues"]] == [
+        (qid.queue_id, 0, max(placed.units[qid]) + 1) for qid in ORDERS
+    ]
+
+
 def test_restart_readers_refuse_with_one_line(rocks: tuple[Path, Placed]) -> None:
     store, _ = rocks
     for command, *more in (["recover"], ["verify"], ["groups", "--after-restart"], ["delays"]):
@@ -249,3 +260,6 @@ def test_a_damaged_table_file_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1 and "Corruption" in result.stderr
     assert "rmqinspect-rocksdb-" not in result.stderr  # the store's files are named, not links
     assert tree_state(store) == before
+    # info says the rest of what it knows, the database among its problems
+    problems = run_json("info", store, expect=0)["problems"]
+    assert [(p["kind"], p["path"]) for p in problems] == [("rocksdb", str(store / "consumequeue"))]
