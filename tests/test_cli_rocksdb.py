@@ -19,20 +19,20 @@ from rmqinspect.format.rocksdb_cq import (
     encode_unit_value,
 )
 from rmqinspect.store.layout import QueueId
-from tests.cli_helpers import build_store, orders, run, run_json, tree_state
-from tests.rocksdb_store import Placed, to_rocksdb
+from rmqinspect.synth.rocksdb import RocksPlaced, move_queues_to_rocksdb
+from tests.cli_helpers import SMALL_OPTS, build_store, orders, run, run_json, tree_state
 
 ORDERS = (QueueId("Orders", 0), QueueId("Orders", 1))
 
 
 @pytest.fixture(scope="module")
-def rocks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Placed]:
+def rocks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RocksPlaced]:
     store = build_store(
         tmp_path_factory.mktemp("rocks") / "s",
         orders(9),
         consumer_offsets={"Orders@GID_orders": {0: 1, 1: 4}},
     )
-    return store, to_rocksdb(store)
+    return store, move_queues_to_rocksdb(store)
 
 
 def _unchanged(store: Path, *args: str | Path, expect: int) -> dict[str, object]:
@@ -46,7 +46,7 @@ def _unchanged(store: Path, *args: str | Path, expect: int) -> dict[str, object]
     return out
 
 
-def test_consumequeue_lists_the_units_the_database_holds(rocks: tuple[Path, Placed]) -> None:
+def test_consumequeue_lists_the_units_the_database_holds(rocks: tuple[Path, RocksPlaced]) -> None:
     store, placed = rocks
     for qid in ORDERS:
         units = placed.units[qid]
@@ -67,7 +67,9 @@ def test_consumequeue_lists_the_units_the_database_holds(rocks: tuple[Path, Plac
             assert u["message"]["store_timestamp"] == units[u["queue_offset"]][3]
 
 
-def test_offsets_judge_committed_offsets_against_the_database(rocks: tuple[Path, Placed]) -> None:
+def test_offsets_judge_committed_offsets_against_the_database(
+    rocks: tuple[Path, RocksPlaced],
+) -> None:
     store, placed = rocks
     before = tree_state(store)
     result = run("offsets", store, "--group", "GID_orders", "--format", "json")
@@ -91,7 +93,7 @@ def test_offsets_judge_committed_offsets_against_the_database(rocks: tuple[Path,
         assert row["lag_after_restart"] is None
 
 
-def test_groups_read_the_database_without_the_restart(rocks: tuple[Path, Placed]) -> None:
+def test_groups_read_the_database_without_the_restart(rocks: tuple[Path, RocksPlaced]) -> None:
     store, placed = rocks
     out = _unchanged(store, "groups", store, "--group", "GID_orders", expect=0)
     (group,) = out["groups"]  # type: ignore[misc]
@@ -106,7 +108,7 @@ def test_groups_read_the_database_without_the_restart(rocks: tuple[Path, Placed]
         assert q["lag_after_restart"] is None
 
 
-def test_lookup_by_queue_offset_and_time(rocks: tuple[Path, Placed]) -> None:
+def test_lookup_by_queue_offset_and_time(rocks: tuple[Path, RocksPlaced]) -> None:
     store, placed = rocks
     for qid in ORDERS:
         for qoff, unit in placed.units[qid].items():
@@ -131,7 +133,7 @@ def test_lookup_by_queue_offset_and_time(rocks: tuple[Path, Placed]) -> None:
     assert missing.exit_code == 1 and "Traceback" not in missing.stderr
 
 
-def test_info_lists_the_database_queues(rocks: tuple[Path, Placed]) -> None:
+def test_info_lists_the_database_queues(rocks: tuple[Path, RocksPlaced]) -> None:
     store, placed = rocks
     out = _unchanged(store, "info", store, expect=0)
     (topic,) = out["topics"]  # type: ignore[misc]
@@ -142,7 +144,7 @@ def test_info_lists_the_database_queues(rocks: tuple[Path, Placed]) -> None:
     ]
 
 
-def test_restart_readers_refuse_with_one_line(rocks: tuple[Path, Placed]) -> None:
+def test_restart_readers_refuse_with_one_line(rocks: tuple[Path, RocksPlaced]) -> None:
     store, _ = rocks
     for command, *more in (["recover"], ["verify"], ["groups", "--after-restart"], ["delays"]):
         result = run(command, store, *more, "--format", "json")
@@ -159,7 +161,7 @@ def test_min_offset_is_getMinCqOffset_after_the_commitlog_head_went(tmp_path: Pa
     for the first unit in the commitlog; the database in consumequeue_rocksdb/ (the separate
     store path) is read as well."""
     store = build_store(tmp_path / "s", orders(420, queues=1))
-    placed = to_rocksdb(store, directory="consumequeue_rocksdb", min_entries=False)
+    placed = move_queues_to_rocksdb(store, directory="consumequeue_rocksdb", min_entries=False)
     first, *_ = sorted(os.listdir(store / "commitlog"))
     (store / "commitlog" / first).unlink()
     head = int(sorted(os.listdir(store / "commitlog"))[0])
@@ -185,7 +187,7 @@ def _hostile(db: Rdict, offsets: Rdict) -> None:
 
 def test_hostile_entries_are_warnings(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(9))
-    placed = to_rocksdb(store, edit=_hostile)
+    placed = move_queues_to_rocksdb(store, edit=_hostile)
     result = run("consumequeue", store, "Orders", "0", "--format", "json")
     assert result.exit_code == 0, result.stderr
     listed = [u["queue_offset"] for u in json.loads(result.stdout)["units"]]
@@ -237,7 +239,7 @@ def test_units_past_the_max_entry_are_stale(tmp_path: Path) -> None:
         key = encode_offset_key(qid.topic, "max", qid.queue_id)
         offsets[key] = encode_offset_value(336, 1)
 
-    placed = to_rocksdb(store, edit=lower_max)
+    placed = move_queues_to_rocksdb(store, edit=lower_max)
     units = placed.units[qid]
     out = _unchanged(store, "consumequeue", store, "Orders", "0", expect=0)
     assert (out["queue"]["min_offset"], out["queue"]["max_offset"]) == (0, 2)  # type: ignore[index]
@@ -249,7 +251,7 @@ def test_units_past_the_max_entry_are_stale(tmp_path: Path) -> None:
 
 def test_a_damaged_table_file_is_one_line(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(9))
-    to_rocksdb(store)
+    move_queues_to_rocksdb(store)
     for sst in (store / "consumequeue").glob("*.sst"):
         data = bytearray(sst.read_bytes())
         data[100:400] = bytes(b ^ 0x5A for b in data[100:400])
@@ -263,3 +265,34 @@ def test_a_damaged_table_file_is_one_line(tmp_path: Path) -> None:
     # info says the rest of what it knows, the database among its problems
     problems = run_json("info", store, expect=0)["problems"]
     assert [(p["kind"], p["path"]) for p in problems] == [("rocksdb", str(store / "consumequeue"))]
+
+
+def test_synth_rocksdb_answers_as_its_file_queue_twin(tmp_path: Path) -> None:
+    """``synth --rocksdb`` and the same seed without it differ only in where the units are:
+    every queue's bounds, units and the messages they lead to are the same."""
+    common = ["--profile", "5.3", "--messages", "300", "--crash", "--seed", "3", "--quiet"]
+    common += ["--commitlog-file-size", "65536", "--cq-file-size", "1000", *SMALL_OPTS]
+    files, rocks = tmp_path / "files", tmp_path / "rocks"
+    assert run("synth", files, *common).exit_code == 0
+    assert run("synth", rocks, *common, "--rocksdb").exit_code == 0
+    assert (rocks / "consumequeue" / "CURRENT").is_file()
+    assert not any(p.is_dir() for p in (rocks / "consumequeue").iterdir())
+
+    def queues(store: Path) -> dict[tuple[str, int], tuple[int, int, int]]:
+        topics = run_json("info", store, expect=0)["topics"]
+        return {
+            (q["topic"], q["queue_id"]): (q["min_offset"], q["max_offset"], q["max_physic_offset"])
+            for t in topics
+            for q in t["queues"]
+        }
+
+    bounds = queues(files)
+    assert bounds == queues(rocks) and len(bounds) > 4
+    for topic, queue_id in list(bounds)[:4]:
+        args = ("consumequeue", topic, str(queue_id), "--format", "json")
+        want = json.loads(run(args[0], files, *args[1:]).stdout)["units"]
+        got = _unchanged(rocks, args[0], rocks, *args[1:-2], expect=0)["units"]
+        assert got == want
+    before = tree_state(rocks)
+    assert run("synth", tmp_path / "x", "--profile", "4.9", "--rocksdb").exit_code == 2
+    assert tree_state(rocks) == before

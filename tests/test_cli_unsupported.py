@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rmqinspect.format.profile import Profile
+from rmqinspect.synth.rocksdb import move_queues_to_rocksdb
 from tests.cli_helpers import SMALL_LAYOUT, build_store, orders, run, run_json
-from tests.rocksdb_store import to_rocksdb
 
 # (what the refusal names, the arguments after STORE); one per answer a command gives.
 # {msg_id} and {phy} are the store's first message's, so that every lookup has one to find.
@@ -113,7 +113,7 @@ REFUSED_BY_ROCKSDB = {
 @pytest.mark.parametrize(
     ("make", "layout", "where", "refused"),
     [
-        (to_rocksdb, "RocksDB consume queues", "consumequeue/", REFUSED_BY_ROCKSDB),
+        (move_queues_to_rocksdb, "RocksDB consume queues", "consumequeue/", REFUSED_BY_ROCKSDB),
         (
             lambda s: _batch_queue(s),
             "BatchConsumeQueue",
