@@ -270,7 +270,7 @@ def test_a_damaged_table_file_is_one_line(tmp_path: Path) -> None:
 def test_synth_rocksdb_answers_as_its_file_queue_twin(tmp_path: Path) -> None:
     """``synth --rocksdb`` and the same seed without it differ only in where the units are:
     every queue's bounds, units and the messages they lead to are the same."""
-    common = ["--profile", "5.3", "--messages", "300", "--crash", "--seed", "3", "--quiet"]
+    common = ["--profile", "5.3", "--messages", "300", "--crash", "--fate", "--seed", "3", "-q"]
     common += ["--commitlog-file-size", "65536", "--cq-file-size", "1000", *SMALL_OPTS]
     files, rocks = tmp_path / "files", tmp_path / "rocks"
     assert run("synth", files, *common).exit_code == 0
@@ -293,6 +293,10 @@ def test_synth_rocksdb_answers_as_its_file_queue_twin(tmp_path: Path) -> None:
         want = json.loads(run(args[0], files, *args[1:]).stdout)["units"]
         got = _unchanged(rocks, args[0], rocks, *args[1:-2], expect=0)["units"]
         assert got == want
+    # Consumer groups with retry and DLQ chains (--fate): the same lag, backlog and next pulls.
+    groups = run("groups", files, "--format", "json")
     before = tree_state(rocks)
+    assert run("groups", rocks, "--format", "json").stdout == groups.stdout
+    assert json.loads(groups.stdout)["groups"]
     assert run("synth", tmp_path / "x", "--profile", "4.9", "--rocksdb").exit_code == 2
     assert tree_state(rocks) == before
