@@ -281,8 +281,10 @@ class Store:
             return
         self.rocksdb = RocksConsumeQueues.open(directory)
         self.problems.extend(self.rocksdb.problems)
+        # A queue both in files and in the database (a CombineConsumeQueueStore's two
+        # stores) is read from the database: it is what consumequeue_rocksdb/ names.
         for qid in self.rocksdb.queues:
-            self.queue_dirs.setdefault(qid, directory)
+            self.queue_dirs[qid] = directory
         self.queue_dirs = dict(
             sorted(self.queue_dirs.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))
         )
