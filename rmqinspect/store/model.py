@@ -282,7 +282,8 @@ class Store:
         self.rocksdb = RocksConsumeQueues.open(directory)
         self.problems.extend(self.rocksdb.problems)
         # A queue both in files and in the database (a CombineConsumeQueueStore's two
-        # stores) is read from the database: it is what consumequeue_rocksdb/ names.
+        # stores) is read from the database; which one such a broker serves is its
+        # configuration, not on disk.
         for qid in self.rocksdb.queues:
             self.queue_dirs[qid] = directory
         self.queue_dirs = dict(
