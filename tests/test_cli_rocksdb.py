@@ -146,7 +146,8 @@ def test_info_lists_the_database_queues(rocks: tuple[Path, RocksPlaced]) -> None
 
 def test_restart_readers_refuse_with_one_line(rocks: tuple[Path, RocksPlaced]) -> None:
     store, _ = rocks
-    for command, *more in (["recover"], ["verify"], ["groups", "--after-restart"], ["delays"]):
+    restart = (["recover"], ["verify"], ["groups", "--after-restart"], ["export", "out"])
+    for command, *more in (*restart, ["trace", "--key", "ORDER-1", "--topic", "Orders"]):
         result = run(command, store, *more, "--format", "json")
         said = f"this store uses RocksDB consume queues (consumequeue/); `{command}` does not"
         assert (result.exit_code, result.stdout) == (2, "")
@@ -298,5 +299,17 @@ def test_synth_rocksdb_answers_as_its_file_queue_twin(tmp_path: Path) -> None:
     before = tree_state(rocks)
     assert run("groups", rocks, "--format", "json").stdout == groups.stdout
     assert json.loads(groups.stdout)["groups"]
+    # Delay levels: the same, but for what the restart's load would make of the queues.
+    at_load = ("min_offset_at_load", "max_offset_at_load", "max_offset_after_dispatch")
+
+    def levels(store: Path) -> list[dict[str, object]]:
+        out = run("delays", store, "--format", "json")
+        assert out.exit_code in (0, 1), out.stderr
+        return [
+            {k: v for k, v in level.items() if k not in at_load}
+            for level in json.loads(out.stdout)["levels"]
+        ]
+
+    assert levels(rocks) == levels(files) != []
     assert run("synth", tmp_path / "x", "--profile", "4.9", "--rocksdb").exit_code == 2
     assert tree_state(rocks) == before

@@ -105,7 +105,6 @@ REFUSED_BY_ROCKSDB = {
     "groups",  # --after-restart (without it, groups reads the database)
     "lookup --key --as-recovered",
     "recover",
-    "delays",
     "trace",
 }
 

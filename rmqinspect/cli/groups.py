@@ -12,6 +12,7 @@ from rmqinspect.analysis.groups import groups_report
 from rmqinspect.analysis.offsets import ConsumeFromWhere, parse_broker_version
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
+    WITHOUT_RESTART,
     ConsumeFromWhereOpt,
     FormatOpt,
     StoreArg,
@@ -22,7 +23,7 @@ from rmqinspect.cli.options import (
 )
 from rmqinspect.render.groups import render_groups
 from rmqinspect.render.output import resolve_format
-from rmqinspect.store.layout import ALL_PARTS, StorePart
+from rmqinspect.store.layout import ALL_PARTS
 from rmqinspect.store.model import StoreOptions
 
 
@@ -78,7 +79,7 @@ def groups(
     version_text = broker_version
     # Without --after-restart no restart is emulated, so a layout that takes the restart over
     # (RocksDB consume queues) is read.
-    reads = ALL_PARTS if after_restart else ALL_PARTS & ~StorePart.RESTART
+    reads = ALL_PARTS if after_restart else WITHOUT_RESTART
     with open_store(store, store_options, "groups", reads) as st:
         if version_text is None:
             profile = st.profile.profile
