@@ -2,10 +2,10 @@
 without writing a byte into the store.
 
 The database is opened read-only through a private temporary directory (outside the store)
-that holds symbolic links to the store's own RocksDB files. The binding writes a
-``rocksdict-config.json`` next to any database it opens and RocksDB its info ``LOG``; both land
-in the private directory, which goes when the store is closed. ``LOCK`` and ``LOG*`` are never
-linked, so nothing can reach them.
+that holds symbolic links to the store's own RocksDB files (copies of the small ones). The
+binding writes a ``rocksdict-config.json`` next to any database it opens and RocksDB its info
+``LOG``; both land in the private directory, which goes when the store is closed. ``LOCK`` and
+``LOG*`` are never linked, so nothing can reach them.
 
 Queues are found from the keys (a skip over each queue's first and last unit key) and from the
 ``offset`` family's ``max``/``min`` entries; units are read by key ranges, a run of consecutive
@@ -81,13 +81,19 @@ class RocksConsumeQueues:
         try:
             shadow = private / "db"
             shadow.mkdir()
-            for entry in os.scandir(directory):
-                if (
-                    entry.is_file(follow_symlinks=False)
-                    and entry.name not in _NOT_LINKED
-                    and not entry.name.startswith("LOG")
-                ):
-                    os.symlink(os.path.abspath(entry.path), shadow / entry.name)
+            try:
+                entries = list(os.scandir(directory))
+                for entry in entries:
+                    if (
+                        entry.is_file(follow_symlinks=False)
+                        and entry.name not in _NOT_LINKED
+                        and not entry.name.startswith("LOG")
+                    ):
+                        _place(entry, shadow / entry.name)
+            except OSError as err:
+                raise StoreError(
+                    f"cannot read the RocksDB database: {err.strerror or err}", str(directory)
+                ) from None
             if not (shadow / "CURRENT").exists():
                 raise StoreError("not a RocksDB database: no CURRENT file", str(directory))
             options = Options(raw_mode=True)
@@ -277,6 +283,20 @@ class RocksConsumeQueues:
         self._status(it)
         if values:
             yield first, _rows(values)
+
+
+_COPIED = ("CURRENT", "IDENTITY", "OPTIONS")  # small files RocksDB opens by name
+_COPY_LIMIT = 1 << 20
+
+
+def _place(entry: os.DirEntry[str], where: Path) -> None:
+    """Put one of the store's RocksDB files in the private directory: the small files RocksDB
+    opens by name are copied (so that not even a write through a link could reach the
+    store), the rest (tables, the WAL, the MANIFEST) linked."""
+    if entry.name.startswith(_COPIED) and entry.stat(follow_symlinks=False).st_size <= _COPY_LIMIT:
+        shutil.copyfile(entry.path, where, follow_symlinks=False)
+    else:
+        os.symlink(os.path.abspath(entry.path), where)
 
 
 def _said(err: Exception, shadow: Path | None, directory: Path) -> str:
