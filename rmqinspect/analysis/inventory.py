@@ -120,8 +120,15 @@ class Inventory:
 
 
 def build_inventory(store: Store) -> Inventory:
+    # A RocksDB consume queue's queues are listed too; one that does not open is a problem
+    # here, where everything else about the store is still worth saying.
+    trouble: list[LayoutProblem] = []
+    try:
+        store.read_rocksdb_queues()
+    except StoreError as err:
+        trouble.append(LayoutProblem("rocksdb", err.path or str(store.root), err.message))
     bounds = all_queue_bounds(store)
-    problems: list[LayoutProblem] = list(store.problems)
+    problems: list[LayoutProblem] = [*store.problems, *trouble]
     for qid in store.queue_dirs:
         problems.extend(store.consume_queue_files(qid.topic, qid.queue_id).problems)
     det = store.profile

@@ -24,7 +24,7 @@ from rmqinspect.format.config import (
     split_topic_group,
 )
 from rmqinspect.store.configfiles import ConfigFileResult, load_config_file
-from rmqinspect.store.layout import QueueId
+from rmqinspect.store.layout import QueueId, StorePart
 from rmqinspect.store.model import Store
 
 
@@ -271,8 +271,10 @@ def offsets_report(
             rows.extend(_delay_rows(store, delay, cache))
     view = None
     after: dict[QueueId, tuple[int, int]] = {}
-    # The emulation costs a recovery scan: not for nothing to judge.
-    if restart or (restart is None and rows):
+    # The emulation costs a recovery scan: not for nothing to judge; nor run where a layout
+    # takes over the restart (RocksDB consume queues: store/layout.py).
+    emulated = store.refusal("offsets", StorePart.RESTART) is None
+    if emulated and (restart or (restart is None and rows)):
         view, after, rows = _after_restart(store, rows, progress)
     return OffsetsReport(tuple(files), tuple(rows), view, tuple(sorted(groups)), after)
 

@@ -23,11 +23,13 @@ from rmqinspect.format.consumequeue import (
     units_array,
 )
 from rmqinspect.format.npbytes import I64
+from rmqinspect.format.rocksdb_cq import as_file_units
 from rmqinspect.format.scan import data_extent
 from rmqinspect.store.consume_queue import ConsumeQueue, CorrectMinOffsetError
 from rmqinspect.store.files import FileQueue, StoreFile
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
+from rmqinspect.store.rocksdb_queue import max_offset_in_queue, min_offset_in_queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,10 @@ class QueueBounds:
 def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
     """The queue's bounds as the broker computes them when it loads the store unchanged:
     ``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file
-    (both from :class:`ConsumeQueue`, the model the recovery emulation uses too)."""
+    (both from :class:`ConsumeQueue`, the model the recovery emulation uses too). A queue the
+    RocksDB consume queue holds: its offset family's entries as the broker reads them."""
+    if store.rocksdb_queue(qid):
+        return _rocksdb_bounds(store, qid)
     queue = store.consume_queue_files(qid.topic, qid.queue_id)
     files = queue.files
     total_bytes = sum(f.length for f in files)
@@ -93,6 +98,36 @@ def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
         model.max_physic,
         last_phy,
         gaps,
+        note,
+    )
+
+
+def _rocksdb_bounds(store: Store, qid: QueueId) -> QueueBounds:
+    """``getMinOffsetInQueue``/``getMaxOffsetInQueue`` of a RocksDB-held queue
+    (docs/rocksdb-consume-queue.md §4); it has no files."""
+    db = store.rocksdb
+    assert db is not None
+    q = db.queues[qid]
+    min_offset, note = min_offset_in_queue(db, q, store.commitlog.min_offset)
+    max_physic = last_phy = -1
+    if q.max_entry is not None:
+        last_phy = q.max_entry[0]
+        unit = db.unit(qid, q.max_entry[1])
+        if unit is not None:
+            max_physic = int(unit["phy_offset"][0]) + int(unit["size"][0])
+    first = q.first_key if q.first_key is not None else min_offset
+    return QueueBounds(
+        qid.topic,
+        qid.queue_id,
+        0,
+        0,
+        min_offset,
+        max_offset_in_queue(q),
+        first,
+        0,
+        max_physic,
+        last_phy,
+        (),
         note,
     )
 
@@ -155,6 +190,16 @@ def all_queue_bounds(store: Store) -> list[QueueBounds]:
 
 def unit_at(store: Store, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int]:
     """The raw (phyOffset, size, tagsCode) of one unit; StoreError when no file holds it."""
+    qid = QueueId(topic, queue_id)
+    if store.rocksdb_queue(qid):
+        assert store.rocksdb is not None
+        unit = store.rocksdb.unit(qid, queue_offset)
+        if unit is None:
+            raise StoreError(
+                f"the RocksDB consume queue holds no unit at queue offset {queue_offset} of {qid}",
+                str(store.rocksdb.directory),
+            )
+        return int(unit["phy_offset"][0]), int(unit["size"][0]), int(unit["tags_code"][0])
     queue = store.consume_queue_files(topic, queue_id)
     byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
     f = queue.find(byte_offset) if queue_offset >= 0 else None
@@ -195,7 +240,10 @@ def iter_unit_chunks(
     store: Store, topic: str, queue_id: int, start: int, limit: int | None, chunk: int = UNIT_CHUNK
 ) -> Iterator[UnitChunk]:
     """The queue's units from queue offset ``start`` over its files, at most ``limit``, in
-    chunks of at most ``chunk`` units that never span two files."""
+    chunks of at most ``chunk`` units that never span two files (RocksDB: nor a missing key)."""
+    if store.rocksdb_queue(QueueId(topic, queue_id)):
+        yield from _rocksdb_chunks(store, QueueId(topic, queue_id), start, limit, chunk)
+        return
     queue = store.consume_queue_files(topic, queue_id)
     left = limit
     for f in queue.files:
@@ -210,6 +258,22 @@ def iter_unit_chunks(
             left -= n
             if left <= 0:
                 return
+
+
+_NO_END = 2**63  # past every queue offset
+
+
+def _rocksdb_chunks(
+    store: Store, qid: QueueId, start: int, limit: int | None, chunk: int
+) -> Iterator[UnitChunk]:
+    """Runs of consecutive units of a RocksDB-held queue, as file units; ``file`` names the
+    database's directory."""
+    db = store.rocksdb
+    assert db is not None
+    stop = _NO_END if limit is None else start + limit
+    where = StoreFile(db.directory, 0, 0)
+    for first, rows in db.runs(qid, start, stop, chunk):
+        yield UnitChunk(where, first, 0, as_file_units(rows))
 
 
 def _file_chunks(
@@ -262,6 +326,10 @@ def _file_runs(
     store: Store, topic: str, queue_id: int, start: int, limit: int | None
 ) -> Iterator[UnitRun]:
     """:func:`iter_unit_runs` before runs that meet at a chunk's or a file's edge are joined."""
+    if store.rocksdb_queue(QueueId(topic, queue_id)):
+        for c in iter_unit_chunks(store, topic, queue_id, start, limit):
+            yield from _chunk_runs(c)
+        return
     queue = store.consume_queue_files(topic, queue_id)
     left = limit
     for f in queue.files:
@@ -331,6 +399,8 @@ def queue_listing(
     if qid not in store.queue_dirs:
         raise StoreError(f"no consume queue {qid}", str(qid.shown_under(store.root)))
     bounds = queue_bounds(store, qid)
+    if store.rocksdb_queue(qid):
+        return _rocksdb_listing(store, qid, bounds, start, show_all)
     queue = store.consume_queue_files(topic, queue_id)
     extents = {f.path: _data_units(store, f) for f in queue.files}
     end_on_disk = max(
@@ -341,6 +411,20 @@ def queue_listing(
     first = bounds.first_unit if start is None else start
     stop = end_on_disk if show_all else bounds.max_offset
     return QueueListing(bounds, first, stop, stale)
+
+
+def _rocksdb_listing(
+    store: Store, qid: QueueId, bounds: QueueBounds, start: int | None, show_all: bool
+) -> QueueListing:
+    """:func:`queue_listing` of a RocksDB-held queue: the units after maxOffset are the keys
+    past the ``max`` entry (the restart does not delete them: the next dispatch overwrites)."""
+    db = store.rocksdb
+    assert db is not None
+    q = db.queues[qid]
+    end_on_disk = q.last_key + 1 if q.last_key is not None else 0
+    stale = sum(len(rows) for _, rows in db.runs(qid, bounds.max_offset, _NO_END, UNIT_CHUNK))
+    first = bounds.first_unit if start is None else start
+    return QueueListing(bounds, first, end_on_disk if show_all else bounds.max_offset, stale)
 
 
 def _data_units(store: Store, f: StoreFile) -> int:

@@ -9,16 +9,17 @@ import typer
 from rmqinspect.analysis.delays import delays_report
 from rmqinspect.cli.common import EXIT_FINDINGS, handle_errors
 from rmqinspect.cli.options import (
+    WITHOUT_RESTART,
     FormatOpt,
     StoreArg,
     commitlog_progress,
     open_store,
     parse_optional_time,
+    restart_not_emulated,
     with_store_options,
 )
 from rmqinspect.render.delays import render_delays
-from rmqinspect.render.output import resolve_format
-from rmqinspect.store.layout import ALL_PARTS
+from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.store.model import StoreOptions
 
 
@@ -50,12 +51,16 @@ def delays(
     """
     fmt = resolve_format(format)
     reference = parse_optional_time(now, "--now")
-    # correctDelayOffset judges the queues as the restart recovers them, which reads every part.
+    # correctDelayOffset judges the queues as the restart recovers them, which reads every part
+    # (where a layout takes the restart over, the queues on disk).
     with (
-        open_store(store, store_options, "delays", ALL_PARTS) as st,
+        open_store(store, store_options, "delays", WITHOUT_RESTART) as st,
         commitlog_progress(st, "recovering the queues as the restart does", fmt) as advance,
     ):
         report = delays_report(st, reference, advance)
+        not_emulated = restart_not_emulated(st)
+    if not_emulated is not None and report.levels:
+        warn(f"offsets judged against the queues on disk: {not_emulated}")
     render_delays(report, fmt)
     if report.flagged:
         raise typer.Exit(EXIT_FINDINGS)

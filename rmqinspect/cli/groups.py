@@ -12,6 +12,7 @@ from rmqinspect.analysis.groups import groups_report
 from rmqinspect.analysis.offsets import ConsumeFromWhere, parse_broker_version
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
+    WITHOUT_RESTART,
     ConsumeFromWhereOpt,
     FormatOpt,
     StoreArg,
@@ -76,7 +77,10 @@ def groups(
     fmt = resolve_format(format)
     reference = parse_optional_time(now, "--now")
     version_text = broker_version
-    with open_store(store, store_options, "groups", ALL_PARTS) as st:
+    # Without --after-restart no restart is emulated, so a layout that takes the restart over
+    # (RocksDB consume queues) is read.
+    reads = ALL_PARTS if after_restart else WITHOUT_RESTART
+    with open_store(store, store_options, "groups", reads) as st:
         if version_text is None:
             profile = st.profile.profile
             version_text = profile.checked_against

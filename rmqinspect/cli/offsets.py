@@ -10,15 +10,16 @@ import typer
 from rmqinspect.analysis.offsets import offsets_report
 from rmqinspect.cli.common import EXIT_FINDINGS, handle_errors
 from rmqinspect.cli.options import (
+    WITHOUT_RESTART,
     FormatOpt,
     StoreArg,
     commitlog_progress,
     open_store,
+    restart_not_emulated,
     with_store_options,
 )
 from rmqinspect.render.offsets import render_offsets
-from rmqinspect.render.output import resolve_format
-from rmqinspect.store.layout import ALL_PARTS
+from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.store.model import StoreOptions
 
 
@@ -40,12 +41,16 @@ def offsets(
     Example: rmqinspect offsets STORE --group GID_orders
     """
     fmt = resolve_format(format)
-    # The restart emulation reads every part of the store.
+    # The restart emulation reads every part of the store; where a layout takes the restart
+    # over (RocksDB consume queues), the rows are judged against the queues on disk alone.
     with (
-        open_store(store, store_options, "offsets", ALL_PARTS) as st,
+        open_store(store, store_options, "offsets", WITHOUT_RESTART) as st,
         commitlog_progress(st, "rebuilding the queues as the restart does", fmt) as advance,
     ):
         report = offsets_report(st, group, topic, advance)
+        not_emulated = restart_not_emulated(st)
+    if not_emulated is not None and report.rows:
+        warn(f"no lag after the restart: {not_emulated}")
     render_offsets(report, fmt)
     if group is not None and group not in report.groups:
         known = ", ".join(report.groups) or "none"

@@ -30,7 +30,7 @@ from rmqinspect.format.sizes import (
     INDEX_HEADER_SIZE,
 )
 from rmqinspect.render.output import OutputFormat, progress_bar, warn
-from rmqinspect.store.layout import StorePart
+from rmqinspect.store.layout import ALL_PARTS, StorePart, layout_name
 from rmqinspect.store.model import Store, StoreOptions
 
 R = TypeVar("R")
@@ -275,10 +275,31 @@ def open_store(
         refusal = st.refusal(command, reads)
         if refusal is not None:
             raise fail(refusal)
+        if reads & StorePart.CONSUME_QUEUES:
+            st.read_rocksdb_queues()
         mismatch = st.profile_mismatch()
         if mismatch is not None:
             warn(mismatch)
-        yield st
+        try:
+            yield st
+        finally:
+            # Malformed keys and values met while reading, each said once, whatever the exit.
+            for problem in st.rocksdb.problems if st.rocksdb is not None else ():
+                warn(f"{problem.path}: {problem.message}")
+
+
+# Where a layout takes the restart over (RocksDB consume queues), a command whose answer
+# reads the restart only in part answers without it: it opens the store with these reads
+# and says so with restart_not_emulated.
+WITHOUT_RESTART = ALL_PARTS & ~StorePart.RESTART
+
+
+def restart_not_emulated(store: Store) -> str | None:
+    """Why the restart is not emulated for this store (one clause), or None."""
+    for u in store.unsupported:
+        if u.takes_over & StorePart.RESTART:
+            return f"the restart of {layout_name(u.kind)} is not emulated"
+    return None
 
 
 @contextmanager

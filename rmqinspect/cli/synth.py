@@ -18,6 +18,7 @@ from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.synth import render_synth
 from rmqinspect.synth import damage
+from rmqinspect.synth.rocksdb import move_queues_to_rocksdb
 from rmqinspect.synth.workload import WorkloadConfig, topic_name, write_workload
 from rmqinspect.synth.writer import StoreLayout, StoreSummary
 
@@ -150,6 +151,15 @@ def synth(
             help="Damage to apply afterwards (repeatable).",
         ),
     ] = None,
+    rocksdb: Annotated[
+        bool,
+        typer.Option(
+            "--rocksdb",
+            help="storeType=defaultRocksDB (profile 5.3): the consume queues in a RocksDB "
+            "database in consumequeue/, keyed as RocksDBConsumeQueueStore keys them "
+            "(docs/rocksdb-consume-queue.md); written after --damage.",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -182,10 +192,15 @@ def synth(
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    if rocksdb and (profile is not Profile.V5_3 or dledger):
+        # RocksDB consume queues came with 5.2; the DLedger store keeps file queues.
+        raise typer.BadParameter("--rocksdb needs --profile 5.3 and no --dledger")
     started = time.perf_counter()
     try:
         summary = write_workload(out_dir, config, layout)
         damages = [_apply(kind, out_dir, summary) for kind in damage_kinds or []]
+        if rocksdb:
+            move_queues_to_rocksdb(out_dir)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     seconds = time.perf_counter() - started

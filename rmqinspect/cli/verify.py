@@ -9,10 +9,11 @@ from typing import Annotated
 import typer
 
 from rmqinspect.analysis.verify import Severity, Verifier, VerifyOptions
-from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, handle_errors
+from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, fail, handle_errors
 from rmqinspect.cli.options import FormatOpt, StoreArg, commitlog_progress, with_store_options
 from rmqinspect.render.output import resolve_format
 from rmqinspect.render.verify import render_verify
+from rmqinspect.store.layout import StorePart
 from rmqinspect.store.model import Store, StoreOptions
 
 
@@ -64,12 +65,16 @@ def verify(
     """
     options = VerifyOptions(check_crc=not no_crc, hexdump=hexdump)
     fmt = resolve_format(format)
-    with (
-        Store.open(store, store_options) as opened,
-        Verifier(opened, options, jobs or os.cpu_count() or 1) as verifier,
-        commitlog_progress(opened, "verifying", fmt) as advance,
-    ):
-        report = verifier.run(advance)
+    with Store.open(store, store_options) as opened:
+        # Its unit checks read file queues only (RocksDB consume queues: store/layout.py).
+        refusal = opened.refusal("verify", StorePart.VERIFY)
+        if refusal is not None:
+            raise fail(refusal)
+        with (
+            Verifier(opened, options, jobs or os.cpu_count() or 1) as verifier,
+            commitlog_progress(opened, "verifying", fmt) as advance,
+        ):
+            report = verifier.run(advance)
     render_verify(report, fmt)
     raise typer.Exit(EXIT_FINDINGS if report.failing(Severity(fail_on.value)) else EXIT_OK)
 

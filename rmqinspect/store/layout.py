@@ -35,6 +35,7 @@ class StorePart(enum.Flag):
     RESTART = enum.auto()  # the restart emulation, which reads every part
     EXPORT = enum.auto()  # the Parquet export's record ranges (export/records.py)
     SALVAGE = enum.auto()  # salvage's resynchronising walk over bare records
+    VERIFY = enum.auto()  # verify's units against the commitlog (analysis/verify/queues.py)
 
 
 ALL_PARTS = StorePart.COMMITLOG | StorePart.CONSUME_QUEUES | StorePart.INDEX | StorePart.RESTART
@@ -60,8 +61,11 @@ class UnsupportedLayout:
 #    DLedger data (a store switched over: reads below the divide go to the old log) and
 #    several DLedger homes (which one is the node's is not on disk) are not read: every part
 #    depends on which log answers.
-#  - RocksDB consume queue, BatchConsumeQueue: the queues of (some) topics are not in
-#    consumequeue/<topic>/<id>, and the broker's recovery and reput count them.
+#  - BatchConsumeQueue: the queues of (some) topics are not in consumequeue/<topic>/<id>,
+#    and the broker's recovery and reput count them.
+#  - RocksDB consume queue: read (store/rocksdb_queue.py) by the commands that read queues
+#    without the restart; the restart of it (RocksDBConsumeQueueStore's lazy correction,
+#    docs/rocksdb-consume-queue.md §5), verify's unit checks and the export do not read it.
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
 #    index; what is read from those is right, and the restart of those is unchanged. The
 #    timer's files are read by `timers` and `verify` (store/timer.py), listed here so that
@@ -76,10 +80,7 @@ _LAYOUTS: dict[str, tuple[str, StorePart]] = {
         "several DLedger homes",
         ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
     ),
-    "rocksdb_consume_queue": (
-        "RocksDB consume queues",
-        StorePart.CONSUME_QUEUES | StorePart.RESTART,
-    ),
+    "rocksdb_consume_queue": ("RocksDB consume queues", StorePart.RESTART | StorePart.VERIFY),
     "batch_consume_queue": ("BatchConsumeQueue", StorePart.CONSUME_QUEUES | StorePart.RESTART),
     "timer": ("the 5.x timer store", StorePart(0)),
     "compaction": ("the compaction store", StorePart(0)),
@@ -246,16 +247,15 @@ def detect_unsupported(
         found.append(
             _unsupported("batch_consume_queue", bcq, "BatchConsumeQueue (5.x) is not decoded yet")
         )
-    cq = root / "consumequeue"
-    if any(
-        e.is_file(follow_symlinks=False) and (e.name == "CURRENT" or e.name.endswith(".sst"))
-        for e in _entries(cq)
-    ):
+    cq = rocksdb_queue_dir(root)
+    if cq is not None:
         found.append(
             _unsupported(
                 "rocksdb_consume_queue",
                 cq,
-                "RocksDB consume queue (storeType=defaultRocksDB) is not decoded yet",
+                "RocksDB consume queue (storeType=defaultRocksDB): read by the commands that "
+                "read queues; the restart emulation, verify's unit checks and the export do "
+                "not read it yet",
             )
         )
     for name in ("timerwheel", "timerlog"):
@@ -299,6 +299,26 @@ def detect_unsupported(
             )
         )
     return found
+
+
+# Where a 5.x broker keeps a RocksDB consume queue: consumequeue/ itself
+# (RocksDBConsumeQueueStore's StorePathConfigHelper.getStorePathConsumeQueue), or
+# consumequeue_rocksdb/ in builds with useSeparateStorePathForRocksdbCQ
+# (getStorePathRocksDBConsumeQueue); docs/rocksdb-consume-queue.md §1.
+ROCKSDB_QUEUE_DIRS = ("consumequeue", "consumequeue_rocksdb")
+
+
+def rocksdb_queue_dir(root: Path) -> Path | None:
+    """The directory of ``root`` whose own files are RocksDB's (a ``CURRENT`` or an ``.sst``;
+    whether it opens is store/rocksdb_queue.py's to say), the first of
+    :data:`ROCKSDB_QUEUE_DIRS`."""
+    for name in ROCKSDB_QUEUE_DIRS:
+        if any(
+            e.is_file(follow_symlinks=False) and (e.name == "CURRENT" or e.name.endswith(".sst"))
+            for e in _entries(root / name)
+        ):
+            return root / name
+    return None
 
 
 def _entries(directory: Path) -> list[os.DirEntry[str]]:

@@ -48,6 +48,7 @@ from rmqinspect.store.layout import (
     is_plain_name,
     layout_name,
     list_index,
+    rocksdb_queue_dir,
     small_file_problems,
 )
 from rmqinspect.store.live import Fingerprint, live_evidence, lock_holder
@@ -55,6 +56,7 @@ from rmqinspect.store.live import Fingerprint, live_evidence, lock_holder
 if TYPE_CHECKING:
     from rmqinspect.format.scan import FileEvent, WalkPolicy
     from rmqinspect.store.dledger import DLedgerStore
+    from rmqinspect.store.rocksdb_queue import RocksConsumeQueues
 
 # The scanner, the consume-queue and checkpoint codecs (numpy) are imported where they are used:
 # a command that reads one record (``lookup --msg-id``) starts without them.
@@ -99,6 +101,8 @@ class Store:
     problems: list[LayoutProblem] = field(default_factory=list)
     unsupported: list[UnsupportedLayout] = field(default_factory=list)
     maps: MappedFiles = field(default_factory=MappedFiles)
+    # The RocksDB consume queue, once read_rocksdb_queues opened it (None: not read).
+    rocksdb: RocksConsumeQueues | None = None
     _queues: dict[QueueId, FileQueue] = field(default_factory=dict)
     _listings: dict[Path, Listing] = field(default_factory=dict)  # taken by consume_queue
     _profile: ProfileDetection | None = None
@@ -178,6 +182,8 @@ class Store:
 
     def close(self) -> None:
         self.maps.close()
+        if self.rocksdb is not None:
+            self.rocksdb.close()
         if self._opened is not None:
             evidence = live_evidence(
                 self.root, self.commitlog.directory, self._opened, self._lock_holder
@@ -262,12 +268,42 @@ class Store:
 
     # --- consume queues --------------------------------------------------------------------
 
+    def read_rocksdb_queues(self) -> None:
+        """Open the store's RocksDB consume queue, if it has one (docs/rocksdb-consume-queue.md),
+        and add its queues to :attr:`queue_dirs` (under the database's directory), so that every
+        reader of queues finds them; StoreError (one line naming the directory) when it is not
+        a database RocketMQ could open. Called by the commands that read queues, so that the
+        others answer about a store whatever its database holds."""
+        from rmqinspect.store.rocksdb_queue import RocksConsumeQueues
+
+        directory = rocksdb_queue_dir(self.root)
+        if self.rocksdb is not None or directory is None:
+            return
+        self.rocksdb = RocksConsumeQueues.open(directory)
+        self.problems.extend(self.rocksdb.problems)
+        # A queue both in files and in the database (a CombineConsumeQueueStore's two
+        # stores) is read from the database; which one such a broker serves is its
+        # configuration, not on disk.
+        for qid in self.rocksdb.queues:
+            self.queue_dirs[qid] = directory
+        self.queue_dirs = dict(
+            sorted(self.queue_dirs.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))
+        )
+
+    def rocksdb_queue(self, qid: QueueId) -> bool:
+        """Whether the queue's units are held by the RocksDB consume queue."""
+        return self.rocksdb is not None and qid in self.rocksdb.queues
+
     def consume_queue_files(self, topic: str, queue_id: int) -> FileQueue:
         """The files of one consume queue (empty when the directory does not exist); the
         broker's in-memory queue over them is
         :class:`~rmqinspect.store.consume_queue.ConsumeQueue`."""
         qid = QueueId(topic, queue_id)
         queue = self._queues.get(qid)
+        if queue is None and self.rocksdb_queue(qid):
+            # No files: its units are the database's (analysis/queues.py reads them).
+            queue = FileQueue(self.rocksdb.directory if self.rocksdb else self.root, 0)
+            self._queues[qid] = queue
         if queue is None:
             directory = self.queue_dirs.get(qid)
             if directory is None and is_plain_name(topic):
@@ -299,7 +335,9 @@ class Store:
     @functools.cached_property
     def _inferred_cq_file_size(self) -> int:
         counts: dict[int, int] = {}
-        for directory in self.queue_dirs.values():
+        for qid, directory in self.queue_dirs.items():
+            if self.rocksdb_queue(qid):
+                continue
             try:
                 listing = list_directory(directory, "consume queue")
             except StoreError:
