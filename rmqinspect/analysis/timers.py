@@ -43,6 +43,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format import timer
 from rmqinspect.format.config import TimerMetricsTable
+from rmqinspect.format.fate import int_property, long_property
 from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.layout import QueueId
@@ -363,13 +364,6 @@ def _walk(store: Store, progress: Progress | None) -> _Commitlog:
     return out
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def _entries(
     log: TimerLog,
     walk: _Commitlog,
@@ -424,7 +418,7 @@ def _entries(
                 recall_keys.add(target)
             continue
         key = (p.get(props.REAL_TOPIC) or "", p.get(props.UNIQ_KEY) or "")
-        rolls = _int(p.get(timer.TIMER_ROLL_TIMES)) or 0
+        rolls = int_property(p, timer.TIMER_ROLL_TIMES) or 0
         newest_roll[key] = max(newest_roll.get(key, 0), rolls)
     entries: list[TimerEntry] = []
     recalls: list[Recall] = []
@@ -442,7 +436,7 @@ def _entries(
             continue
         topic = p.get(props.REAL_TOPIC) or ""
         uniq = p.get(props.UNIQ_KEY) or ""
-        rolls = _int(p.get(timer.TIMER_ROLL_TIMES)) or 0
+        rolls = int_property(p, timer.TIMER_ROLL_TIMES) or 0
         seen_keys.add(f"{topic}+{uniq}")
         if uniq and (topic, uniq) in walk.delivered:
             state = "delivered"
@@ -466,9 +460,9 @@ def _entries(
                 state=state,
                 late=late,
                 real_topic=p.get(props.REAL_TOPIC),
-                real_queue_id=_int(p.get(props.REAL_QID)),
+                real_queue_id=int_property(p, props.REAL_QID),
                 uniq_key=p.get(props.UNIQ_KEY),
-                fire_timestamp=_int(p.get(timer.TIMER_OUT_MS)),
+                fire_timestamp=long_property(p, timer.TIMER_OUT_MS),
                 queue_offset=record.queue_offset,
                 roll_times=rolls,
             )

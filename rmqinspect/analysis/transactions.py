@@ -51,6 +51,7 @@ from rmqinspect.format.fate import (
     OP_TOPIC,
     REMOVE_TAG,
     TRANSACTION_CHECK_MAX,
+    int_property,
     op_offsets,
 )
 from rmqinspect.format.scan import Skipped, WalkPolicy
@@ -244,13 +245,6 @@ def _walk(store: Store, progress: Progress | None) -> _Records:
     return out
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def _link_halves(
     halves: list[cl.MessageRecord], findings: list[TxFinding]
 ) -> tuple[dict[str, Transaction], dict[int, Transaction], dict[tuple[int, int], Transaction]]:
@@ -267,7 +261,7 @@ def _link_halves(
             tx = Transaction(
                 rec.uniq_key,
                 p.get(props.REAL_TOPIC),
-                _int(p.get(props.REAL_QID)),
+                int_property(p, props.REAL_QID),
                 p.get(props.PGROUP),
             )
             txs[key] = tx
@@ -285,7 +279,7 @@ def _link_halves(
             rec.queue_id,
             rec.queue_offset,
             rec.store_timestamp,
-            _int(p.get(CHECK_TIMES)) or 0,
+            int_property(p, CHECK_TIMES) or 0,
         )
         tx.halves.append(copy)
         tx.check_times = max(tx.check_times, copy.check_times)
@@ -391,10 +385,10 @@ def _apply_given_up(
             tx = Transaction(
                 rec.uniq_key,
                 p.get(props.REAL_TOPIC),
-                _int(p.get(props.REAL_QID)),
+                int_property(p, props.REAL_QID),
                 p.get(props.PGROUP),
             )
-            tx.check_times = _int(p.get(CHECK_TIMES)) or 0
+            tx.check_times = int_property(p, CHECK_TIMES) or 0
             txs[rec.uniq_key or f"@{rec.position}"] = tx
         tx.given_up_position = rec.position
 

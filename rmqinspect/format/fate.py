@@ -44,7 +44,7 @@ from rmqinspect.format.commitlog import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from rmqinspect.format.javamath import java_parse_int
+from rmqinspect.format.javamath import java_parse_int, java_parse_long
 
 RETRY_PREFIX = "%RETRY%"  # MixAll.RETRY_GROUP_TOPIC_PREFIX
 DLQ_PREFIX = "%DLQ%"  # MixAll.DLQ_GROUP_TOPIC_PREFIX
@@ -147,8 +147,15 @@ def delay_level(properties: Mapping[str, str]) -> int | None:
 
 
 def int_property(properties: Mapping[str, str], name: str) -> int | None:
+    """A property the broker reads with ``Integer.parseInt`` (None: absent or no int)."""
     value = properties.get(name)
     return None if value is None else java_parse_int(value)
+
+
+def long_property(properties: Mapping[str, str], name: str) -> int | None:
+    """A property the broker reads with ``Long.parseLong`` (None: absent or no long)."""
+    value = properties.get(name)
+    return None if value is None else java_parse_long(value)
 
 
 def role_of(
