@@ -108,7 +108,7 @@ def test_json_is_an_array_and_tables_render(tmp_path: Path) -> None:
     assert {"physical_offset", "msg_id", "uniq_key", "keys", "properties"} <= set(docs[0])
     table = run("messages", store, "--format", "table")
     assert table.exit_code == 0 and "ORDER-1" in table.stdout
-    empty = run_json("messages", store, "--topic", "none", expect=0)
+    empty = run_json("messages", store, "--topic", "none", expect=1)  # nothing found, as in lookup
     assert empty == []
 
 
@@ -276,4 +276,119 @@ def test_reversed_ranges_are_usage_errors(tmp_path: Path) -> None:
     }.items():
         result = run("messages", store, *args)
         assert result.exit_code == 2 and f"{what}: the start" in result.stderr, what
-    assert run_jsonl("messages", store, "--from", "100", "--to", "100", expect=0) == []
+    # An empty range is no usage error: it finds nothing (exit 1).
+    assert run_jsonl("messages", store, "--from", "100", "--to", "100", expect=1) == []
+
+
+def _filter_store(tmp_path: Path) -> Path:
+    """Messages whose tags, keys, UNIQ_KEY, properties and transaction state the filters
+    select on; bodies name them."""
+    tx = {
+        "not": cl.TRANSACTION_NOT_TYPE,
+        "prep": cl.TRANSACTION_PREPARED_TYPE,
+        "commit": cl.TRANSACTION_COMMIT_TYPE,
+        "rollback": cl.TRANSACTION_ROLLBACK_TYPE,
+    }
+    specs = [
+        MessageSpec(topic="T", body=b"a", tags="TagA", keys="K1 K2", uniq_key="U1"),
+        MessageSpec(topic="T", body=b"b", tags="TagB", keys=["K2", "K3"], uniq_key="U2"),
+        MessageSpec(topic="T", body=b"zh", tags="标签", keys="订单 AK1", uniq_key="U3"),
+        MessageSpec(topic="T", body=b"k1", keys="K1", properties={"color": "red"}),
+        MessageSpec(topic="U", body=b"u", tags="TagA", keys="K1", properties={"color": "blue"}),
+        # Raw properties: the last non-empty entry wins, an empty value is no entry.
+        MessageSpec(
+            topic="T", body=b"raw", properties=b"color\x01blue\x02color\x01red\x02TAGS\x01"
+        ),
+        MessageSpec(topic="T", body=b"keys-sp", properties=b"KEYS\x01 K1  K4 \x02"),
+        *(
+            MessageSpec(topic="X", body=name.encode(), tags="TagA", sys_flag=flag)
+            for name, flag in tx.items()
+        ),
+    ]
+    return build_store(tmp_path / "s", specs)
+
+
+def _bodies(store: Path, *args: str, expect: int = 0) -> list[str]:
+    return [d["body"] for d in run_jsonl("messages", store, *args, expect=expect)]
+
+
+def test_content_filters_select_the_records_placed(tmp_path: Path) -> None:
+    store = _filter_store(tmp_path)
+    assert _bodies(store, "--tag", "TagA") == ["a", "u", "not", "prep", "commit", "rollback"]
+    assert _bodies(store, "--tag", "标签") == ["zh"]
+    assert _bodies(store, "--key", "K1") == ["a", "k1", "u", "keys-sp"]  # not AK1
+    assert _bodies(store, "--key", "K2") == ["a", "b"]
+    assert _bodies(store, "--key", "K4") == ["keys-sp"]
+    assert _bodies(store, "--key", "订单") == ["zh"]
+    assert _bodies(store, "--uniq-key", "U2") == ["b"]
+    assert _bodies(store, "--property", "color=red") == ["k1", "raw"]
+    assert _bodies(store, "--property", "color=blue") == ["u"]
+    assert _bodies(store, "--property", "TAGS=TagB") == ["b"]
+    assert _bodies(store, "--tx-type", "prepared") == ["prep"]
+    assert _bodies(store, "--tx-type", "rollback") == ["rollback"]
+    assert _bodies(store, "--tx-type", "commit") == ["commit"]
+    assert _bodies(store, "--tx-type", "not", "--topic", "X") == ["not"]
+    # Combined: every filter holds.
+    assert _bodies(store, "--tag", "TagA", "--key", "K1") == ["a", "u"]
+    assert _bodies(store, "--tag", "TagA", "--key", "K1", "--topic", "T") == ["a"]
+    assert _bodies(store, "--key", "K1", "-p", "color=blue", "-p", "TAGS=TagA") == ["u"]
+    assert _bodies(store, "--tag", "TagA", "--tx-type", "commit", "--limit", "1") == ["commit"]
+
+
+def test_a_filter_that_matches_nothing_exits_1_with_no_rows(tmp_path: Path) -> None:
+    store = _filter_store(tmp_path)
+    for args in (
+        ("--tag", "Nope"),
+        ("--key", "AK"),  # a key is matched whole
+        ("--uniq-key", "U1", "--tag", "TagB"),
+        ("--property", "color=green"),
+        ("--property", "TAGS=TagA", "--topic", "none"),
+        ("--topic", "none"),
+    ):
+        assert _bodies(store, *args, expect=1) == [], args
+    result = run("messages", store, "--tag", "Nope")
+    assert result.exit_code == 1 and "Nope" not in result.stdout
+    assert len(_bodies(store)) == 11  # unfiltered: everything, exit 0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--property", "color"), "NAME=VALUE"),
+        (("--property", "=red"), "empty --property name"),
+        (("--property", "color="), "empty --property value"),
+        (("--property", "co\x01lor=red"), "separator"),
+        (("--key", ""), "empty --key"),
+        (("--key", "K1 K2"), "space"),
+        (("--tag", ""), "empty --tag"),
+        (("--tx-type", "half"), "prepared"),
+    ],
+)
+def test_filter_values_no_record_can_hold_are_usage_errors(
+    tmp_path: Path, args: tuple[str, ...], says: str
+) -> None:
+    store = build_store(tmp_path / "s", orders(2))
+    result = run("messages", store, *args)
+    assert result.exit_code == 2, result.stderr
+    assert says in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_filtered_walk_equals_filtering_the_unfiltered_output(tmp_path: Path) -> None:
+    store = _filter_store(tmp_path)
+    everything = run_jsonl("messages", store, expect=0)
+    cases: list[tuple[tuple[str, ...], Any]] = [
+        (("--tag", "TagA"), lambda d: d["tags"] == "TagA"),
+        (("--key", "K1"), lambda d: "K1" in d["keys"]),
+        (("--uniq-key", "U3"), lambda d: d["uniq_key"] == "U3"),
+        (("-p", "color=red"), lambda d: d["properties"].get("color") == "red"),
+        (("--tx-type", "rollback"), lambda d: d["transaction"] == "rollback"),
+        (
+            ("--tag", "TagA", "--tx-type", "not"),
+            lambda d: d["tags"] == "TagA" and d["transaction"] == "not",
+        ),
+    ]
+    for args, keep in cases:
+        wanted = [d for d in everything if keep(d)]
+        assert wanted, args  # the case selects something
+        assert run_jsonl("messages", store, *args, expect=0) == wanted, args

@@ -17,8 +17,11 @@ import numpy.typing as npt
 
 from rmqinspect.analysis import Progress
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import properties as props
 from rmqinspect.format import scan
 from rmqinspect.format.columns import RecordColumns
+from rmqinspect.format.npbytes import spans_equal, split_spans
+from rmqinspect.format.properties_text import PropertiesText
 from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
@@ -33,10 +36,38 @@ class MessageFilter:
     since: int | None = None  # store time, ms, inclusive
     until: int | None = None  # store time, ms, inclusive
     limit: int | None = None
+    tag: str | None = None  # the TAGS property
+    key: str | None = None  # one of the KEYS property's space-separated keys
+    uniq_key: str | None = None  # the UNIQ_KEY property
+    properties: tuple[tuple[str, str], ...] = ()  # each property name has this value
+    transaction: str | None = None  # not|prepared|commit|rollback (``cl.TRANSACTION_TYPES``)
+
+    @property
+    def selects(self) -> bool:
+        """Whether any filter (the limit aside) narrows the walk: an empty answer is then
+        "nothing found"."""
+        return any(
+            v is not None
+            for v in (
+                self.topic,
+                self.queue_id,
+                self.from_offset,
+                self.to_offset,
+                self.since,
+                self.until,
+                self.tag,
+                self.key,
+                self.uniq_key,
+                self.transaction,
+            )
+        ) or bool(self.properties)
 
     def mask(self, cols: RecordColumns) -> npt.NDArray[np.bool_]:
         """Which records of ``cols`` pass every filter (the limit aside)."""
         keep = np.ones(len(cols), np.bool_)
+        if self.transaction is not None:
+            tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
+            keep &= tt == cl.TRANSACTION_TYPES[self.transaction]
         if self.topic is not None:
             keep &= cols.topic_mask([self.topic])
         if self.queue_id is not None:
@@ -50,7 +81,57 @@ class MessageFilter:
             keep &= positions >= self.from_offset
         if self.to_offset is not None:
             keep &= positions < self.to_offset
+        wanted = self._property_values()
+        if (wanted or self.key is not None) and keep.any():
+            keep[keep] = self._properties_match(cols, np.flatnonzero(keep), wanted)
         return keep
+
+    def _property_values(self) -> list[tuple[str, str]]:
+        named = ((props.TAGS, self.tag), (props.UNIQ_KEY, self.uniq_key))
+        return [(n, v) for n, v in named if v is not None] + list(self.properties)
+
+    def _properties_match(
+        self, cols: RecordColumns, rows: npt.NDArray[np.int64], wanted: list[tuple[str, str]]
+    ) -> npt.NDArray[np.bool_]:
+        """Which records of ``rows`` hold every wanted property value and the key: values are
+        found for all rows at once (:class:`PropertiesText`) and compared as UTF-8 bytes."""
+        text = PropertiesText(cols, rows)
+        data = np.frombuffer(cols.buf, np.uint8)
+        ok = np.ones(len(rows), np.bool_)
+        for name, value in wanted:
+            at, length = text.spans(name)
+            ok &= spans_equal(data, at, length, value.encode("utf-8"))
+        if self.key is not None:
+            # KEYS holds the producer's keys joined by single spaces (the index splits it so).
+            at, length = text.spans(props.KEYS)
+            present = np.flatnonzero(at >= 0)
+            part_at, part_len, owner = split_spans(
+                data, at[present], length[present], ord(props.KEY_SEPARATOR)
+            )
+            hits = spans_equal(data, part_at, part_len, self.key.encode("utf-8"))
+            has_key = np.zeros(len(rows), np.bool_)
+            has_key[present[owner[hits]]] = True
+            ok &= has_key
+        return ok
+
+
+def property_filter(text: str) -> tuple[str, str]:
+    """``--property NAME=VALUE`` as (name, value); ValueError for what no record can hold."""
+    name, eq, value = text.partition("=")
+    if not eq:
+        raise ValueError(f"--property {text!r} is not NAME=VALUE")
+    check_filter_value(name, "--property name")
+    check_filter_value(value, "--property value")
+    return name, value
+
+
+def check_filter_value(value: str, what: str) -> None:
+    """Refuse a value no property can hold: empty (an empty value is no property,
+    ``MessageDecoder.string2messageProperties``) or holding a separator byte."""
+    if not value:
+        raise ValueError(f"empty {what}: an empty property value is no property")
+    if props.NAME_VALUE_SEPARATOR in value or props.PROPERTY_SEPARATOR in value:
+        raise ValueError(f"{what} {value!r} holds a property separator (\\x01 or \\x02)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,13 @@ from typing import Annotated
 
 import typer
 
-from rmqinspect.analysis.messages import MessageFilter, stream_messages
-from rmqinspect.cli.common import handle_errors
+from rmqinspect.analysis.messages import (
+    MessageFilter,
+    check_filter_value,
+    property_filter,
+    stream_messages,
+)
+from rmqinspect.cli.common import EXIT_FINDINGS, handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,
     FormatOpt,
@@ -19,6 +24,8 @@ from rmqinspect.cli.options import (
     parse_optional_time,
     with_store_options,
 )
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format import properties as props
 from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.message import render_message_stream
 from rmqinspect.render.output import resolve_format
@@ -47,6 +54,23 @@ def messages(
     until: Annotated[
         str | None, typer.Option("--until", help="Store time up to, inclusive (ms or ISO 8601).")
     ] = None,
+    tag: Annotated[str | None, typer.Option("--tag", help="Only this tag (TAGS).")] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", "-k", help="Only messages with this key (KEYS).")
+    ] = None,
+    uniq_key: Annotated[
+        str | None, typer.Option("--uniq-key", help="Only this message id (UNIQ_KEY).")
+    ] = None,
+    properties: Annotated[
+        list[str] | None,
+        typer.Option("--property", "-p", help="Only where property NAME has VALUE (repeatable)."),
+    ] = None,
+    tx_type: Annotated[
+        str | None,
+        typer.Option(
+            "--tx-type", help="Only this transaction state: not|prepared|commit|rollback."
+        ),
+    ] = None,
     limit: LimitOpt = None,
     body: BodyOpt = BodyFormat.TEXT,
     format: FormatOpt = None,
@@ -55,12 +79,29 @@ def messages(
 ) -> None:
     """Stream messages in commitlog order; damaged byte ranges are skipped and reported.
 
+    Filters combine (AND); exit 1 when filters select no message.
+
     Example: rmqinspect messages STORE --topic TopicA --since 2024-05-01T10:00 --limit 20
     """
     since_ms = parse_optional_time(since, "--since")
     until_ms = parse_optional_time(until, "--until")
     check_range(from_offset, to_offset, "--from/--to")
     check_range(since_ms, until_ms, "--since/--until")
+    try:
+        pairs = tuple(property_filter(p) for p in properties or ())
+        for value, what in ((tag, "--tag"), (key, "--key"), (uniq_key, "--uniq-key")):
+            if value is not None:
+                check_filter_value(value, what)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    if key is not None and props.KEY_SEPARATOR in key:
+        raise typer.BadParameter(
+            f"{key!r}: a key holds no space (KEYS is split on spaces)", param_hint="--key"
+        )
+    if tx_type is not None and tx_type not in cl.TRANSACTION_TYPES:
+        raise typer.BadParameter(
+            f"{tx_type!r} is not one of {', '.join(cl.TRANSACTION_TYPES)}", param_hint="--tx-type"
+        )
     flt = MessageFilter(
         topic=topic,
         queue_id=queue_id,
@@ -69,13 +110,20 @@ def messages(
         since=since_ms,
         until=until_ms,
         limit=limit,
+        tag=tag,
+        key=key,
+        uniq_key=uniq_key,
+        properties=pairs,
+        transaction=tx_type,
     )
     fmt = resolve_format(format)
     with (
         open_store(store, store_options, "messages", StorePart.COMMITLOG) as st,
         commitlog_progress(st, "scanning commitlog", fmt) as advance,
     ):
-        render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")
+        shown = render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")
+    if shown == 0 and flt.selects:
+        raise typer.Exit(EXIT_FINDINGS)  # like lookup and grep: the filters found nothing
 
 
 def register(app: typer.Typer) -> None:

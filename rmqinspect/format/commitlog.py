@@ -142,6 +142,8 @@ _TRANSACTION_NAMES = {
     TRANSACTION_COMMIT_TYPE: "commit",
     TRANSACTION_ROLLBACK_TYPE: "rollback",
 }
+TRANSACTION_TYPES = {name: code for code, name in _TRANSACTION_NAMES.items()}
+"""The transaction type bits of ``sys_flag`` by name (``--tx-type``)."""
 _COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 
 

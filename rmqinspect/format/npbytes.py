@@ -120,6 +120,16 @@ def span_ids(buf: Buffer, at: I64, length: I64) -> tuple[I64, list[bytes]]:
     return ids, list(names)
 
 
+def spans_equal(data: npt.NDArray[np.uint8], at: I64, length: I64, wanted: bytes) -> Mask:
+    """Which spans ``data[at:at+length]`` hold exactly ``wanted`` (a span at -1 is none)."""
+    same: Mask = (at >= 0) & (length == len(wanted))
+    rows = np.flatnonzero(same)
+    if wanted and len(rows):
+        hit = windows(data, at[rows], len(wanted)) == np.frombuffer(wanted, np.uint8)
+        same[rows[~hit.all(axis=1)]] = False
+    return same
+
+
 def split_spans(
     data: npt.NDArray[np.uint8], starts: I64, lengths: I64, separator: int
 ) -> tuple[I64, I64, I64]:
