@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rmqinspect.format import commitlog as cl
+from rmqinspect.format import properties_text
 from rmqinspect.synth import damage
 from rmqinspect.synth.writer import MessageSpec
 from tests.cli_helpers import build_store, orders, run, run_json, run_jsonl
@@ -312,7 +313,12 @@ def _bodies(store: Path, *args: str, expect: int = 0) -> list[str]:
     return [d["body"] for d in run_jsonl("messages", store, *args, expect=expect)]
 
 
-def test_content_filters_select_the_records_placed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entries", ["C", "joined text"])
+def test_content_filters_select_the_records_placed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: str
+) -> None:
+    if entries == "joined text":  # PropertiesText's way without the C entry parser
+        monkeypatch.setattr(properties_text, "property_entries", lambda *_: None)
     store = _filter_store(tmp_path)
     assert _bodies(store, "--tag", "TagA") == ["a", "u", "not", "prep", "commit", "rollback"]
     assert _bodies(store, "--tag", "标签") == ["zh"]
