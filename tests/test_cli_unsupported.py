@@ -42,6 +42,7 @@ COMMANDS: dict[str, list[str]] = {
     "transactions": ["transactions", "{store}"],
     "trace": ["trace", "{store}", "--msg-id", "{msg_id}"],
     "timers": ["timers", "{store}"],
+    "stats": ["stats", "{store}"],
 }
 REFUSED_BY_QUEUE_LAYOUTS = {
     "consumequeue",

@@ -77,6 +77,7 @@ _COMMANDS = {
     "transactions": "transactions",
     "trace": "trace",
     "timers": "timers",
+    "stats": "stats",
 }
 
 
