@@ -334,6 +334,8 @@ def test_content_filters_select_the_records_placed(
     assert _bodies(store, "--tx-type", "rollback") == ["rollback"]
     assert _bodies(store, "--tx-type", "commit") == ["commit"]
     assert _bodies(store, "--tx-type", "not", "--topic", "X") == ["not"]
+    assert _bodies(store, "--sys-flag", str(cl.TRANSACTION_COMMIT_TYPE)) == ["commit", "rollback"]
+    assert _bodies(store, "--sys-flag", "12", "--tag", "TagA") == ["rollback"]
     # Combined: every filter holds.
     assert _bodies(store, "--tag", "TagA", "--key", "K1") == ["a", "u"]
     assert _bodies(store, "--tag", "TagA", "--key", "K1", "--topic", "T") == ["a"]
@@ -368,6 +370,7 @@ def test_a_filter_that_matches_nothing_exits_1_with_no_rows(tmp_path: Path) -> N
         (("--key", "K1 K2"), "space"),
         (("--tag", ""), "empty --tag"),
         (("--tx-type", "half"), "prepared"),
+        (("--sys-flag", "-4"), "--sys-flag"),
     ],
 )
 def test_filter_values_no_record_can_hold_are_usage_errors(
@@ -389,6 +392,7 @@ def test_filtered_walk_equals_filtering_the_unfiltered_output(tmp_path: Path) ->
         (("--uniq-key", "U3"), lambda d: d["uniq_key"] == "U3"),
         (("-p", "color=red"), lambda d: d["properties"].get("color") == "red"),
         (("--tx-type", "rollback"), lambda d: d["transaction"] == "rollback"),
+        (("--sys-flag", "4"), lambda d: d["sys_flag"] & 4 == 4),
         (
             ("--tag", "TagA", "--tx-type", "not"),
             lambda d: d["tags"] == "TagA" and d["transaction"] == "not",

@@ -41,6 +41,7 @@ class MessageFilter:
     uniq_key: str | None = None  # the UNIQ_KEY property
     properties: tuple[tuple[str, str], ...] = ()  # each property name has this value
     transaction: str | None = None  # not|prepared|commit|rollback (``cl.TRANSACTION_TYPES``)
+    sys_flag: int | None = None  # every one of these sysFlag bits is set
 
     @property
     def selects(self) -> bool:
@@ -59,6 +60,7 @@ class MessageFilter:
                 self.key,
                 self.uniq_key,
                 self.transaction,
+                self.sys_flag,
             )
         ) or bool(self.properties)
 
@@ -68,6 +70,8 @@ class MessageFilter:
         if self.transaction is not None:
             tt = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
             keep &= tt == cl.TRANSACTION_TYPES[self.transaction]
+        if self.sys_flag is not None:
+            keep &= (cols.sys_flag & self.sys_flag) == self.sys_flag
         if self.topic is not None:
             keep &= cols.topic_mask([self.topic])
         if self.queue_id is not None:

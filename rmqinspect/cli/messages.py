@@ -71,6 +71,14 @@ def messages(
             "--tx-type", help="Only this transaction state: not|prepared|commit|rollback."
         ),
     ] = None,
+    sys_flag: Annotated[
+        int | None,
+        typer.Option(
+            "--sys-flag",
+            min=0,
+            help="Only records whose sysFlag has all these bits (1: compressed, 2: multi tags).",
+        ),
+    ] = None,
     limit: LimitOpt = None,
     body: BodyOpt = BodyFormat.TEXT,
     format: FormatOpt = None,
@@ -115,6 +123,7 @@ def messages(
         uniq_key=uniq_key,
         properties=pairs,
         transaction=tx_type,
+        sys_flag=sys_flag,
     )
     fmt = resolve_format(format)
     with (
