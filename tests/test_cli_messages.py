@@ -402,3 +402,25 @@ def test_filtered_walk_equals_filtering_the_unfiltered_output(tmp_path: Path) ->
         wanted = [d for d in everything if keep(d)]
         assert wanted, args  # the case selects something
         assert run_jsonl("messages", store, *args, expect=0) == wanted, args
+
+
+def test_filters_on_a_real_broker_store(conformance_consume_dir: Path) -> None:
+    """The 4.9.8 broker's own records (retries, delays, DLQ): each filter gives exactly the
+    unfiltered messages that hold the value."""
+    store = conformance_consume_dir / "stores" / "consume_clean"
+    everything = run_jsonl("messages", store, "--body", "none", expect=0)
+    first = everything[0]
+    cases: list[tuple[tuple[str, ...], Any]] = [
+        (("--tag", "TagB"), lambda d: d["tags"] == "TagB"),
+        (("--key", "batch-0"), lambda d: "batch-0" in d["keys"]),
+        (("--uniq-key", first["uniq_key"]), lambda d: d["uniq_key"] == first["uniq_key"]),
+        (("-p", "seq=1"), lambda d: d["properties"].get("seq") == "1"),
+        (
+            ("--tag", "TagA", "-p", "CLUSTER=DefaultCluster", "--queue-id", "0"),
+            lambda d: d["tags"] == "TagA" and d["queue_id"] == 0,
+        ),
+    ]
+    for args, keep in cases:
+        wanted = [d for d in everything if keep(d)]
+        assert wanted, args
+        assert run_jsonl("messages", store, "--body", "none", *args, expect=0) == wanted, args

@@ -97,3 +97,14 @@ def test_stats_table_shows_each_breakdown(tmp_path: Path) -> None:
         assert title in table.stdout
     assert "TagA" in table.stdout and "Other" in table.stdout
     assert table.stdout.rstrip().splitlines()[-1].startswith("6 records, ")
+
+
+def test_stats_of_a_real_broker_store(conformance_consume_dir: Path) -> None:
+    store = conformance_consume_dir / "stores" / "consume_clean"
+    docs, skipped = _listed(store)
+    s = run_json("stats", store, expect=0)
+    assert s["records"] == len(docs) and s["skipped"] == skipped
+    assert _got(s["by_queue"], "topic", "queue_id") == _tallies(
+        docs, lambda d: (d["topic"], d["queue_id"])
+    )
+    assert _got(s["by_tag"], "tags") == _tallies(docs, lambda d: d["tags"])
