@@ -339,7 +339,9 @@ def test_content_filters_select_the_records_placed(
     # Combined: every filter holds.
     assert _bodies(store, "--tag", "TagA", "--key", "K1") == ["a", "u"]
     assert _bodies(store, "--tag", "TagA", "--key", "K1", "--topic", "T") == ["a"]
-    assert _bodies(store, "--key", "K1", "-p", "color=blue", "-p", "TAGS=TagA") == ["u"]
+    assert _bodies(store, "--key", "K1", "--property", "color=blue", "--property", "TAGS=TagA") == [
+        "u"
+    ]
     assert _bodies(store, "--tag", "TagA", "--tx-type", "commit", "--limit", "1") == ["commit"]
 
 
@@ -390,7 +392,7 @@ def test_filtered_walk_equals_filtering_the_unfiltered_output(tmp_path: Path) ->
         (("--tag", "TagA"), lambda d: d["tags"] == "TagA"),
         (("--key", "K1"), lambda d: "K1" in d["keys"]),
         (("--uniq-key", "U3"), lambda d: d["uniq_key"] == "U3"),
-        (("-p", "color=red"), lambda d: d["properties"].get("color") == "red"),
+        (("--property", "color=red"), lambda d: d["properties"].get("color") == "red"),
         (("--tx-type", "rollback"), lambda d: d["transaction"] == "rollback"),
         (("--sys-flag", "4"), lambda d: d["sys_flag"] & 4 == 4),
         (
@@ -414,9 +416,9 @@ def test_filters_on_a_real_broker_store(conformance_consume_dir: Path) -> None:
         (("--tag", "TagB"), lambda d: d["tags"] == "TagB"),
         (("--key", "batch-0"), lambda d: "batch-0" in d["keys"]),
         (("--uniq-key", first["uniq_key"]), lambda d: d["uniq_key"] == first["uniq_key"]),
-        (("-p", "seq=1"), lambda d: d["properties"].get("seq") == "1"),
+        (("--property", "seq=1"), lambda d: d["properties"].get("seq") == "1"),
         (
-            ("--tag", "TagA", "-p", "CLUSTER=DefaultCluster", "--queue-id", "0"),
+            ("--tag", "TagA", "--property", "CLUSTER=DefaultCluster", "--queue-id", "0"),
             lambda d: d["tags"] == "TagA" and d["queue_id"] == 0,
         ),
     ]

@@ -138,6 +138,13 @@ def check_filter_value(value: str, what: str) -> None:
         raise ValueError(f"{what} {value!r} holds a property separator (\\x01 or \\x02)")
 
 
+def check_key(key: str) -> None:
+    """Refuse a ``--key`` no record can hold: KEYS is split on spaces, so no key has one."""
+    check_filter_value(key, "--key")
+    if props.KEY_SEPARATOR in key:
+        raise ValueError(f"--key {key!r}: a key holds no space (KEYS is split on spaces)")
+
+
 @dataclass(frozen=True, slots=True)
 class SkippedRange:
     """Bytes of a commitlog file that hold no readable record, from the first unreadable byte

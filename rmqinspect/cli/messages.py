@@ -9,6 +9,7 @@ import typer
 from rmqinspect.analysis.messages import (
     MessageFilter,
     check_filter_value,
+    check_key,
     property_filter,
     stream_messages,
 )
@@ -25,7 +26,6 @@ from rmqinspect.cli.options import (
     with_store_options,
 )
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format import properties as props
 from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.message import render_message_stream
 from rmqinspect.render.output import resolve_format
@@ -56,14 +56,14 @@ def messages(
     ] = None,
     tag: Annotated[str | None, typer.Option("--tag", help="Only this tag (TAGS).")] = None,
     key: Annotated[
-        str | None, typer.Option("--key", "-k", help="Only messages with this key (KEYS).")
+        str | None, typer.Option("--key", help="Only messages with this key (KEYS).")
     ] = None,
     uniq_key: Annotated[
         str | None, typer.Option("--uniq-key", help="Only this message id (UNIQ_KEY).")
     ] = None,
     properties: Annotated[
         list[str] | None,
-        typer.Option("--property", "-p", help="Only where property NAME has VALUE (repeatable)."),
+        typer.Option("--property", help="Only where property NAME has VALUE (repeatable)."),
     ] = None,
     tx_type: Annotated[
         str | None,
@@ -97,15 +97,13 @@ def messages(
     check_range(since_ms, until_ms, "--since/--until")
     try:
         pairs = tuple(property_filter(p) for p in properties or ())
-        for value, what in ((tag, "--tag"), (key, "--key"), (uniq_key, "--uniq-key")):
+        for value, what in ((tag, "--tag"), (uniq_key, "--uniq-key")):
             if value is not None:
                 check_filter_value(value, what)
+        if key is not None:
+            check_key(key)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
-    if key is not None and props.KEY_SEPARATOR in key:
-        raise typer.BadParameter(
-            f"{key!r}: a key holds no space (KEYS is split on spaces)", param_hint="--key"
-        )
     if tx_type is not None and tx_type not in cl.TRANSACTION_TYPES:
         raise typer.BadParameter(
             f"{tx_type!r} is not one of {', '.join(cl.TRANSACTION_TYPES)}", param_hint="--tx-type"
