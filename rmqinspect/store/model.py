@@ -462,7 +462,8 @@ class Store:
                 self.maps.release(f, released, event.end)
                 released = event.end
         finally:
-            self.maps.release(f, released, f.length)
+            # From the walk's start: a page that straddled two events' ends is dropped too.
+            self.maps.release(f, pos, f.length)
 
     def scan_file(
         self,
