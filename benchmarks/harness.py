@@ -3,8 +3,8 @@
 Every figure a script prints is measured in the same run as its reference (``cat`` of the same
 bytes, ``python -c pass``), so a busy machine shifts both. A child command is timed by wall
 clock and by CPU (user + system, from ``wait4``); its peak resident set (mapped store pages
-included) is the kernel's high-water mark of the executed program (``VmHWM``, sampled: ``wait4``'s
-``ru_maxrss`` also counts what the child shared with this process between fork and exec, and
+included) is the kernel's high-water mark of the executed program or of its largest worker
+process (``VmHWM``, sampled: ``wait4``'s ``ru_maxrss`` also counts what the child shared with this process between fork and exec, and
 this process may hold a big store writer), its peak anonymous memory is sampled too.
 """
 
@@ -80,8 +80,28 @@ def _memory(pid: int) -> tuple[int, int]:
     return hwm, anon
 
 
+def _descendants(pid: int) -> list[int]:
+    """``pid``'s worker processes, their workers and so on."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                kids = [int(c) for c in fh.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            out += [kid, *_descendants(kid)]
+    return out
+
+
 def run(cmd: list[str], *, ok: tuple[int, ...] = (0,), stdout: int | None = None) -> Run:
-    """Run ``cmd`` to completion (stdout to /dev/null unless given) and measure it."""
+    """Run ``cmd`` to completion (stdout to /dev/null unless given) and measure it: the peaks
+    are those of the largest of the program and its worker processes (each is a process of
+    its own, with its own maps)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if stdout is None else stdout)
     peak = [0, 0]
     done = threading.Event()
@@ -95,8 +115,9 @@ def run(cmd: list[str], *, ok: tuple[int, ...] = (0,), stdout: int | None = None
                         continue
             except OSError:
                 continue
-            hwm, anon = _memory(proc.pid)
-            peak[0], peak[1] = max(peak[0], hwm), max(peak[1], anon)
+            for pid in (proc.pid, *_descendants(proc.pid)):
+                hwm, anon = _memory(pid)
+                peak[0], peak[1] = max(peak[0], hwm), max(peak[1], anon)
 
     thread = threading.Thread(target=sample, daemon=True)
     t0 = time.perf_counter()

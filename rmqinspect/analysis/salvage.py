@@ -150,7 +150,7 @@ def _file(
 ) -> None:
     data_end = ctx.store.maps.data_end(f)
     events = scan_file(buf, f.start, 0, ctx.check, policy=WalkPolicy.FORENSIC, data_end=data_end)
-    for event in events:
+    for event in ctx.store.releasing(f, events):
         if isinstance(event, CheckedRun):
             if len(event):
                 _run(ctx, f, buf, event.columns, keeps, sink, report)

@@ -19,6 +19,7 @@ leaves its failures to ``check_message``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import NamedTuple
@@ -232,8 +233,7 @@ def _resolve(
     left &= ~nowhere
     accept_v2 = store.profile.profile.accepts_v2_magic
     if fast:
-        for k in distinct(which[left]).tolist():
-            sel = np.flatnonzero(left & (which == k))
+        for k, sel in _windows(left, which, phy, clq.files):
             found, magic = _found(
                 store, clq.files[k], (topic, queue_id), queue_offsets[sel], phy[sel], size[sel]
             )
@@ -271,6 +271,20 @@ def _resolve(
 
 
 _UNREAD = 1 << 32  # no MAGICCODE (an int32) was read for the unit
+# A queue's units are read a window of its commitlog file at a time, the pages dropped after
+# each (see _found): memory stays flat however large the file.
+_WINDOW_BITS = 26  # 64 MiB
+
+
+def _windows(
+    left: Mask, which: npt.NDArray[np.intp], phy: I64, files: list[StoreFile]
+) -> Iterator[tuple[int, I64]]:
+    """(file index, the ``left`` units pointing into one window of that file) pairs."""
+    for k in distinct(which[left]).tolist():
+        in_file = np.flatnonzero(left & (which == k))
+        window = (phy[in_file] - files[k].start) >> _WINDOW_BITS
+        for w in distinct(window).tolist():
+            yield k, in_file[window == w]
 
 
 def _found(
@@ -308,6 +322,9 @@ def _found(
         del cols
     finally:
         buf.release()
+        # Units point all over the file: what was read is dropped, so checking every queue
+        # does not leave the whole commitlog resident.
+        store.maps.release(f, 0, f.length)
     return found, magic
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -438,21 +438,32 @@ class Store:
                 continue
             pos = start - f.start if start is not None and start > f.start else 0
             buf = self.view(f)
-            released = pos
             try:
-                for event in self.scan_file(
-                    f, buf, pos, opts, policy=policy, max_records=max_records
-                ):
+                events = self.scan_file(f, buf, pos, opts, policy=policy, max_records=max_records)
+                for event in self.releasing(f, events, pos):
                     yield f, event
-                    # The caller is done with the event: drop the pages behind it.
-                    self.maps.release(f, released, event.end)
-                    released = event.end
                     broker = policy is WalkPolicy.BROKER
                     if broker and isinstance(event, CheckedRun) and event.failed:
                         return
             finally:
                 buf.release()
-                self.maps.release(f, released, f.length)
+
+    def releasing(
+        self, f: StoreFile, events: Iterable[FileEvent], pos: int = 0
+    ) -> Iterator[FileEvent]:
+        """``events`` of a walk of ``f`` from file position ``pos``, each dropping the pages
+        behind it (up to its ``end``) when the next is asked for, and the rest of the file when
+        the walk ends or is abandoned: a walk's memory stays flat however large the file."""
+        released = pos
+        try:
+            for event in events:
+                yield event
+                # The caller is done with the event: drop the pages behind it.
+                self.maps.release(f, released, event.end)
+                released = event.end
+        finally:
+            # From the walk's start: a page that straddled two events' ends is dropped too.
+            self.maps.release(f, pos, f.length)
 
     def scan_file(
         self,

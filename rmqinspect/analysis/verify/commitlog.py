@@ -209,6 +209,9 @@ def check_file(ctx: Context, f: StoreFile) -> FileResult:
         _walk(ctx, f, buf, result)
     finally:
         buf.release()
+        # The walk dropped the pages it passed; this drops what the tail scan and the
+        # findings' look-backs read, so no file stays resident after its unit.
+        ctx.store.maps.release(f, 0, f.length)
     return result
 
 
@@ -221,7 +224,7 @@ def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
     if entries is not None:
         out.entries = entries.span
     events = ctx.store.scan_file(f, buf, 0, ctx.check, policy=WalkPolicy.FORENSIC)
-    for event in events:
+    for event in ctx.store.releasing(f, events):
         if isinstance(event, Skipped):
             if entries is not None and event.frame:
                 # DLedger keeps the entry: its record is bad, the log goes on.

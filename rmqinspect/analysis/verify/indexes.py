@@ -377,6 +377,8 @@ def _check_records(
         return out
     finally:
         buf.release()
+        # Entries point all over the file: drop what was read (see units._found).
+        ctx.store.maps.release(f, 0, f.length)
 
 
 def _report_collisions(file: str, fingerprints: list[I64], findings: Findings) -> None:
