@@ -4,8 +4,9 @@ Every figure a script prints is measured in the same run as its reference (``cat
 bytes, ``python -c pass``), so a busy machine shifts both. A child command is timed by wall
 clock and by CPU (user + system, from ``wait4``); its peak resident set (mapped store pages
 included) is the kernel's high-water mark of the executed program or of its largest worker
-process (``VmHWM``, sampled: ``wait4``'s ``ru_maxrss`` also counts what the child shared with this process between fork and exec, and
-this process may hold a big store writer), its peak anonymous memory is sampled too.
+process (``VmHWM``, sampled: ``wait4``'s ``ru_maxrss`` also counts what the child shared
+with this process between fork and exec, and this process may hold a big store writer); its
+peak anonymous memory is sampled too.
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ def _probe(root: Path) -> tuple[str, str, str]:
     """(an offsetMsgId, a topic and one of its keys) of a record near the start of the store,
     for ``trace`` and ``lookup --scan``."""
     cmd = [*harness.RMQ, "messages", str(root), "-F", "jsonl", "-n", "200"]
-    rows = [json.loads(line) for line in subprocess.run(cmd, capture_output=True).stdout.splitlines()]
+    rows = [
+        json.loads(line) for line in subprocess.run(cmd, capture_output=True).stdout.splitlines()
+    ]
     msg_id = rows[0]["msg_id"]
     keyed = next(r for r in rows if r["keys"] and not r["topic"].startswith(("%", "RMQ_SYS")))
     return msg_id, keyed["topic"], keyed["keys"][0]
