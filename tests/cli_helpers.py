@@ -107,3 +107,9 @@ def tree_state(root: Path) -> dict[str, tuple[object, ...]]:
         else:
             state[key] = (stat.S_IFMT(st.st_mode), st.st_mtime_ns)
     return state
+
+
+def delays_exit(doc: dict[str, Any]) -> int:
+    """What ``delays`` exits with for its JSON: 1 for a flagged level or a config file in error."""
+    errors = doc["file"] is not None and bool(doc["file"]["errors"])
+    return 1 if errors or any(level["flagged"] for level in doc["levels"]) else 0

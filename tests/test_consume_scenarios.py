@@ -26,7 +26,7 @@ from rmqinspect.analysis.offsets import ConsumeFromWhere, start_without_offset
 from rmqinspect.analysis.trace import TraceQuery, trace_report
 from rmqinspect.render.trace import trace_json
 from rmqinspect.store.model import Store, StoreOptions
-from tests.cli_helpers import build_store, orders, run
+from tests.cli_helpers import build_store, delays_exit, orders, run
 from tests.conftest import CONFORMANCE_CONSUME
 from tests.corpus import expected, input_store, scenarios
 
@@ -68,12 +68,23 @@ def _consume_from_where(doc: dict[str, Any]) -> str:
 
 
 def _json(*args: str | Path) -> dict[str, Any]:
-    """A command's JSON; 0 (nothing found) and 1 (findings) are both answers here."""
+    """A command's JSON, its exit code pinned to what the document says: 1 for flagged groups
+    or delay levels (or a config file in error), a trace that found nothing; else 0."""
     result = run(*args, "--format", "json")
-    assert result.exit_code in (0, 1), (result.exit_code, result.stderr)
     assert "Traceback" not in result.stderr
     doc: dict[str, Any] = json.loads(result.stdout)
+    assert result.exit_code == _exit_of(str(args[0]), doc), (result.exit_code, result.stderr)
     return doc
+
+
+def _exit_of(command: str, doc: dict[str, Any]) -> int:
+    if command == "groups":
+        flagged = bool(doc["problems"]) or any(g["flagged"] for g in doc["groups"])
+    elif command == "delays":
+        return delays_exit(doc)
+    else:  # trace
+        flagged = not doc["found"]
+    return 1 if flagged else 0
 
 
 def _groups(store: Path, *args: str) -> dict[str, dict[str, Any]]:

@@ -62,7 +62,7 @@ class TraceProblem:
 
 
 class _Bad(Exception):
-    pass
+    """One record of a body that cannot be read: a problem of that record, not of the body."""
 
 
 def _int(text: str, what: str) -> int:
