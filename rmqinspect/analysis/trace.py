@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
+import numpy.typing as npt
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.lookup.keys import KeyQuery, default_max_num, known_topics, lookup_key
@@ -45,6 +46,7 @@ from rmqinspect.analysis.transactions import TransactionsReport, transactions_re
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
+from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.fate import (
     HALF_TOPIC,
     RETRY_PREFIX,
@@ -56,6 +58,8 @@ from rmqinspect.format.fate import (
     role_of,
 )
 from rmqinspect.format.ids import decode_offset_msg_id, decode_uniq_key, msg_id
+from rmqinspect.format.npbytes import spans_equal
+from rmqinspect.format.properties_text import PropertiesText
 from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.format.times import iso_ms
 from rmqinspect.format.trace_data import TraceProblem, TraceRecord, decode_trace_data
@@ -341,13 +345,13 @@ def _walk(
             pool.skipped.append(skipped_range(f, event))
             continue
         cols = event.columns
-        rows = np.arange(len(cols), dtype=np.int64)
+        trace_at = np.flatnonzero(cols.topic_mask(list(trace_topics)))
+        rows = np.union1d(_candidates(cols, pool.uniq_keys), trace_at)
         uniq = cols.property_values(props.UNIQ_KEY, rows)
         origin = cols.property_values(props.ORIGIN_MESSAGE_ID, rows)
-        trace_at = np.flatnonzero(cols.topic_mask(list(trace_topics)))
         keys = dict(zip(trace_at.tolist(), cols.property_values(props.KEYS, trace_at), strict=True))
-        for i in range(len(cols)):
-            u, o = uniq[i], origin[i]
+        for j, i in enumerate(rows.tolist()):
+            u, o = uniq[j], origin[j]
             how = None
             if i in keys:
                 if pool.traced_by(props.split_keys(keys[i])):
@@ -363,6 +367,28 @@ def _walk(
         if progress is not None and end > last:
             progress(end - last)
             last = end
+
+
+def _candidates(cols: RecordColumns, uniq_keys: set[str]) -> npt.NDArray[np.int64]:
+    """The records of a run the walk must look at one by one: those with one of the chain's
+    UNIQ_KEYs (compared as bytes, a key at a time, while there are few) and those without a
+    UNIQ_KEY that carry an ORIGIN_MESSAGE_ID. Every other record cannot join (the keys do not
+    change during the walk: a record joins by its UNIQ_KEY or, having none, by its origin)."""
+    everything = np.arange(len(cols), dtype=np.int64)
+    text = PropertiesText(cols, everything)
+    at, length = text.spans(props.UNIQ_KEY)
+    origin_at, _ = text.spans(props.ORIGIN_MESSAGE_ID)
+    wanted = (at < 0) & (origin_at >= 0)
+    if len(uniq_keys) > _BYTE_COMPARED_KEYS or not all(k.isascii() for k in uniq_keys):
+        wanted |= at >= 0  # many keys, or text that decoding may have changed: compare as text
+    else:
+        data = np.frombuffer(cols.buf, np.uint8)
+        for key in uniq_keys:
+            wanted |= spans_equal(data, at, length, key.encode())
+    return np.flatnonzero(wanted).astype(np.int64)
+
+
+_BYTE_COMPARED_KEYS = 32
 
 
 # --- chains -----------------------------------------------------------------------------------
