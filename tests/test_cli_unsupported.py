@@ -43,6 +43,7 @@ COMMANDS: dict[str, list[str]] = {
     "trace": ["trace", "{store}", "--msg-id", "{msg_id}"],
     "timers": ["timers", "{store}"],
     "stats": ["stats", "{store}"],
+    "report": ["report", "{store}", "--out", "{store}.html"],
 }
 REFUSED_BY_QUEUE_LAYOUTS = {
     "consumequeue",
@@ -55,6 +56,7 @@ REFUSED_BY_QUEUE_LAYOUTS = {
     "delays",  # the schedule queues, judged as the restart's recovery leaves them
     "trace",  # committed offsets against each copy's queue, and the restart's keeps
     "timers",  # rmq_sys_wheel_timer's queue against timercheck
+    "report",  # the restart's prediction and verify's units
 }
 
 
@@ -107,6 +109,7 @@ REFUSED_BY_ROCKSDB = {
     "lookup --key --as-recovered",
     "recover",
     "trace",
+    "report",
 }
 
 
@@ -153,8 +156,9 @@ def test_timer_and_compaction_change_no_answer(tmp_path: Path, extra: str) -> No
     path.write_bytes(bytes(16))
     for name in COMMANDS:
         code, out, err = _run(name, store)
-        # timers reads the timer store: a 16-byte wheel is one the broker refuses (exit 1).
-        findings = name == "timers" and extra == "timerwheel"
+        # timers (and report, through verify) reads the timer store: a 16-byte wheel is one
+        # the broker refuses (exit 1).
+        findings = name in ("timers", "report") and extra == "timerwheel"
         assert code == (1 if findings else 0) and out and "does not support" not in err, (
             name,
             code,

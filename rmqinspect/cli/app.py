@@ -78,6 +78,7 @@ _COMMANDS = {
     "trace": "trace",
     "timers": "timers",
     "stats": "stats",
+    "report": "report",
 }
 
 

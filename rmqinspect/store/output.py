@@ -54,6 +54,35 @@ def prepare_output_dir(
     return created
 
 
+def prepare_output_file(path: Path, option: str, store: Path) -> Path:
+    """Refuse an output file inside ``store`` (by device and inode of every directory above it,
+    as written and with links resolved) or one that is a directory; create its directory.
+    Returns the absolute path to write with :func:`replace_file`."""
+    p = Path(os.path.abspath(path))
+    device, inodes = _store_directories(store)
+    for above in [*_ancestry(p.parent), Path(os.path.realpath(p)).parent]:
+        ident = _identity(above)
+        if ident is not None and ident[0] == device and ident[1] in inodes:
+            raise StoreError(f"{option} must be outside the inspected store", str(path))
+    if p.is_dir():
+        raise StoreError(f"{option} is a directory, not a file", str(path))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` as ``path``, through a new file beside it renamed over it: a link at
+    ``path`` is replaced, never written through, and a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open_new(tmp) as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 def _identity(path: Path) -> tuple[int, int] | None:
     """(device, inode) of what ``path`` reaches (links followed), None where nothing is."""
     try:
