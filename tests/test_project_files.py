@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import tomllib
@@ -45,3 +46,26 @@ def test_make_demo_shows_a_restart_that_loses_named_messages(
     assert listed is not None and int(listed.group(1)) > 0
     assert re.search(r"TopicA/\d+ +│ +\d+ +│ +\d+ +│ +[0-9A-F]{32} ", table.stdout)
     assert "nothing is lost" not in table.stdout
+
+
+def test_make_demo_writes_the_report_the_readme_shows(tmp_path: Path) -> None:
+    """make demo's report step exits 1 (the restart loses data) with the verdict the README
+    quotes, and the README's screenshot of that page is in the repository."""
+    store = tmp_path / "store"
+    made = CliRunner().invoke(app, ["synth", str(store), *_demo_command("synth"), "--quiet"])
+    assert made.exit_code == 0, made.stderr
+    args = _demo_command("report")
+    assert args[:2] == ["--out", ".demo/report.html"]
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(
+        app, ["report", str(store), "--out", str(out), *args[2:], "-F", "json"]
+    )
+    assert result.exit_code == 1, result.stderr
+    verdict = json.loads(result.stdout)["verdict"]
+    assert out.read_text(encoding="utf-8").count(verdict) == 1
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### `rmqinspect report STORE") :]
+    quoted = re.search(r"verdict in one sentence \(`([^`]*)`", section)
+    assert quoted is not None and " ".join(quoted.group(1).split()) == verdict
+    assert "![The report of the demo store](docs/report-demo.png)" in section
+    assert (ROOT / "docs" / "report-demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

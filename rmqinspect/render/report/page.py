@@ -54,6 +54,9 @@ tr.changed td:first-child{border-left:3px solid #f0a030}tr.replays td:first-chil
 border-left:3px solid #d62020}
 details.finding-group{margin:.3em 0;border:1px solid #ddd;border-radius:4px;padding:.2em .6em}
 details.error summary b{color:#a00}details.warning summary b{color:#8a6000}
+#lost{width:100%}#lost td{white-space:nowrap}#lost td:nth-child(5){white-space:normal;
+overflow-wrap:anywhere}#lost td:nth-child(4),#lost td:nth-child(5){font:11px monospace}
+#lost td:nth-child(7){white-space:normal}
 pre{font-size:11px;background:#f7f7f7;padding:.4em;overflow-x:auto}
 footer{margin-top:2em;color:#888;font-size:.85em}
 """

@@ -6,7 +6,8 @@ from __future__ import annotations
 from rmqinspect.analysis.recovery.report import LostReport
 from rmqinspect.analysis.report import IncidentReport, QueueView, SalvageCounts
 from rmqinspect.analysis.verify import CHECKS, Finding, VerifyReport
-from rmqinspect.render.report.text import esc, num, when
+from rmqinspect.format.times import iso_ms
+from rmqinspect.render.report.text import esc, num
 
 # Caps that keep the page a few MB whatever the store: the count is always said, and the
 # whole lists are one JSON command away.
@@ -97,7 +98,7 @@ def groups_section(report: IncidentReport) -> str:
         f'<tr class="group{" replays" if g.replayed else ""}"><td>{esc(g.group)}</td>'
         f"<td>{num(g.lag)}</td><td>{num(g.replayed)}</td><td>{num(g.skipped)}</td>"
         f"<td>{num(g.retry_backlog)}</td><td>{num(g.dlq_size)}</td>"
-        f"<td>{'<br>'.join(esc(f) for f in g.findings)}</td></tr>"
+        f"<td>{_findings_cell(g.findings)}</td></tr>"
         for g in groups
     )
     return (
@@ -107,6 +108,18 @@ def groups_section(report: IncidentReport) -> str:
         "<th>skipped</th><th>retry backlog</th><th>DLQ</th><th>findings</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )
+
+
+def _iso(ms: int) -> str:
+    return esc(iso_ms(ms) or ms)
+
+
+def _findings_cell(findings: tuple[str, ...]) -> str:
+    """A group's findings, folded past the first two (one per queue can be hundreds)."""
+    lines = "<br>".join(esc(f) for f in findings)
+    if len(findings) <= 2:
+        return lines
+    return f"<details><summary>{num(len(findings))} findings</summary>{lines}</details>"
 
 
 def lost_section(lost: LostReport | None, salvage: SalvageCounts | None) -> str:
@@ -127,7 +140,8 @@ def lost_section(lost: LostReport | None, salvage: SalvageCounts | None) -> str:
             f'<tr class="lost"><td>{esc(m.topic)}</td><td>{m.queue_id}</td>'
             f"<td>{num(m.queue_offset)}</td><td><code>{esc(m.msg_id)}</code></td>"
             f"<td>{esc(' '.join(([m.uniq_key] if m.uniq_key else []) + m.keys))}</td>"
-            f"<td>{when(m.store_timestamp)}</td><td>{esc(WHERE.get(m.where, m.where))}</td></tr>"
+            f'<td title="{m.store_timestamp}">{_iso(m.store_timestamp)}</td>'
+            f"<td>{esc(WHERE.get(m.where, m.where))}</td></tr>"
             for m in shown
         )
         out.append(
