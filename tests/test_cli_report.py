@@ -23,7 +23,7 @@ from rmqinspect.analysis.recovery.report import LostMessage
 from rmqinspect.analysis.report import incident_report
 from rmqinspect.analysis.verify import Verifier, VerifyOptions
 from rmqinspect.render.report import PageMeta, page
-from rmqinspect.render.report.sections import MAX_LOST_ROWS
+from rmqinspect.render.report.sections import MAX_FINDINGS_PER_CHECK, MAX_LOST_ROWS
 from rmqinspect.store.model import Store, StoreOptions
 from tests.cli_helpers import build_store, orders, run, run_json, tree_state
 from tests.conftest import corpus_store_options, restore_trimmed_store
@@ -80,6 +80,7 @@ class Page(HTMLParser):
             "lost_rows": len(self.having("tr", "lost")),
             "finding_groups": [a["data-check"] for a in self.having("details", "finding-group")],
             "verdict": " ".join(self.text.get("verdict", "").split()),
+            "hexdumps": len([t for t, _ in self.elements if t == "pre"]),
             "complete": "end" in self.text,
         }
 
@@ -187,6 +188,16 @@ def _synth(dest: Path, damage: str) -> Path:
     return dest
 
 
+def _hexdumps_shown(findings: list[dict[str, Any]]) -> int:
+    """The hexdumps of the findings the page lists: the first MAX_FINDINGS_PER_CHECK per check."""
+    shown: dict[str, int] = {}
+    dumps = 0
+    for f in findings:
+        shown[f["check"]] = shown.get(f["check"], 0) + 1
+        dumps += shown[f["check"]] <= MAX_FINDINGS_PER_CHECK and bool(f["hexdump"])
+    return dumps
+
+
 def check_report(
     store: Path, out: Path, options: list[str], browser: bool, version: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -209,6 +220,7 @@ def check_report(
         "lost_rows": min(lost["count"], MAX_LOST_ROWS),
         "finding_groups": list(v["summary"]["findings_by_check"]),
         "verdict": expected_verdict(r, g),
+        "hexdumps": _hexdumps_shown(v["findings"]),
         "complete": True,
     }
     assert len(want["files"]) == v["summary"]["commitlog_files"]

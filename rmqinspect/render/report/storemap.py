@@ -78,6 +78,11 @@ def store_map(report: IncidentReport) -> str:
         if span < length
         else "<p>Each row is one file, from its first byte to its last.</p>"
     )
+    if report.recovery.dledger is not None:
+        scale += (
+            "<p>The rows are DLedger data files: a message's physical offset is its entry's "
+            "position + 48, so the positions above fall inside their entries.</p>"
+        )
     lines = "".join(
         f'<li><span class="key {m.css}"></span>{esc(m.label)}: {num(m.offset)}</li>' for m in marks
     )
