@@ -435,3 +435,16 @@ def test_salvage_counts_come_from_the_salvage_directory(tmp_path: Path) -> None:
     assert f"<th>intact restart discards</th><td>{salvaged['intact_restart_discards']:,}" in html
     bad = run("report", store, "--out", tmp_path / "r2.html", "--salvage", tmp_path)
     assert bad.exit_code == 2 and "report.json" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_a_store_the_broker_refuses_opens_with_the_refusal(tmp_path: Path) -> None:
+    """A directory among the commitlog files: 4.9's load() fails, the page's first sentence is
+    recover's reason, and the queues say the broker does not start."""
+    store = build_store(tmp_path / "s", orders(40))
+    (store / "commitlog" / f"{99999999:020d}").mkdir()
+    doc = check_report(store, tmp_path / "r.html", [], False)
+    assert doc["broker_starts"] is False and doc["flagged"] is True
+    assert doc["verdict"].startswith("the broker refuses to start: ")
+    assert "broker does not start" in (tmp_path / "r.html").read_text(encoding="utf-8")
+    bad = run("report", store, "--out", tmp_path / "x.html", "--broker-version", "x")
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1 and "--broker-version" in bad.stderr

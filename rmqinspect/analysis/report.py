@@ -203,20 +203,21 @@ def _queues(store: Store, recovery: RecoveryReport, groups: GroupsReport) -> tup
             offsets.setdefault(QueueId(row.topic, row.queue_id), []).append(
                 (g.group, row.offset, resets)
             )
-    starts = recovery.broker_starts
+    # Where the broker does not start the restart has no queues: those on disk are shown.
+    after = {QueueId(q.topic, q.queue_id): q for q in recovery.consume_queues}
     out = []
-    for q in recovery.consume_queues:
-        qid = QueueId(q.topic, q.queue_id)
+    for qid in sorted(after.keys() | store.queue_dirs.keys(), key=lambda q: (q.topic, q.queue_id)):
         bounds = queue_bounds(store, qid)
+        q = after.get(qid)
         out.append(
             QueueView(
-                q.topic,
-                q.queue_id,
+                qid.topic,
+                qid.queue_id,
                 bounds.min_offset,
                 bounds.max_offset,
-                q.min_offset_after_start if starts else None,
-                q.max_offset_after_dispatch if starts else None,
-                _changed(q),
+                q.min_offset_after_start if q is not None and recovery.broker_starts else None,
+                q.max_offset_after_dispatch if q is not None and recovery.broker_starts else None,
+                q is not None and _changed(q),
                 tuple(offsets.get(qid, ())),
             )
         )
