@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from rmqinspect.analysis.recovery import RecoveryReport
 from rmqinspect.analysis.report import IncidentReport, MapFile
-from rmqinspect.render.report.text import esc, num
+from rmqinspect.render.report.text import esc, num, when
 
 LABEL = 210  # px left of the bars, for the file names
 WIDTH = 760  # px of one file's bar
@@ -86,6 +86,14 @@ def store_map(report: IncidentReport) -> str:
     lines = "".join(
         f'<li><span class="key {m.css}"></span>{esc(m.label)}: {num(m.offset)}</li>' for m in marks
     )
+    cp = report.recovery.checkpoint
+    if cp is not None and cp.present:
+        # The checkpoint holds times, not offsets (but 5.x's confirm offset, drawn above).
+        lines += (
+            f"<li>checkpoint: physicMsgTimestamp {when(cp.physic_msg_timestamp)}, "
+            f"logicsMsgTimestamp {when(cp.logics_msg_timestamp)}, indexMsgTimestamp "
+            f"{when(cp.index_msg_timestamp)}</li>"
+        )
     return (
         f'{scale}<p class="legend">{legend}</p>'
         f'<svg class="map" width="{LABEL + WIDTH + 10}" height="{height}" '
