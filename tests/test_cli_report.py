@@ -269,7 +269,7 @@ def test_damaged_synth_store_report(tmp_path: Path, damage: str) -> None:
         assert doc["lost_messages"] > 0 and doc["replaying_groups"]
 
 
-def test_clean_store_gets_a_short_calm_page(tmp_path: Path) -> None:
+def test_clean_store_gets_a_short_calm_page(tmp_path: Path, wide_console: None) -> None:
     store = build_store(tmp_path / "s", orders(20))
     doc = run_json("report", store, "--out", tmp_path / "r.html", expect=0)
     html = (tmp_path / "r.html").read_text(encoding="utf-8")
@@ -281,6 +281,12 @@ def test_clean_store_gets_a_short_calm_page(tmp_path: Path) -> None:
     assert p.text["calm"] == "No damage: a restart keeps every message."
     assert not p.having("tr", "lost") and not p.having("details", "finding-group")
     assert len(html) < 40_000
+    table = run("report", store, "--out", tmp_path / "r.html", "--format", "table")
+    assert table.exit_code == 0 and doc["verdict"] in table.stdout
+    lines = run("report", store, "--out", tmp_path / "r.html", "--format", "jsonl")
+    assert [json.loads(line) for line in lines.stdout.splitlines()] == [
+        {**doc, "bytes": json.loads(lines.stdout)["bytes"]}
+    ]
 
 
 # --- no network ----------------------------------------------------------------------------------

@@ -7,7 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from rmqinspect.analysis.report import IncidentReport
-from rmqinspect.render.output import OutputFormat, key_value_table, print_json, print_table
+from rmqinspect.render.output import (
+    OutputFormat,
+    key_value_table,
+    print_json,
+    print_jsonl,
+    print_table,
+)
 from rmqinspect.render.report.page import PageMeta, page
 from rmqinspect.render.report.sections import MAX_LOST_ROWS
 
@@ -40,8 +46,11 @@ def report_json(report: IncidentReport, out: Path, written: int) -> dict[str, An
 
 def render_report(report: IncidentReport, out: Path, written: int, fmt: OutputFormat) -> None:
     doc = report_json(report, out, written)
-    if fmt is not OutputFormat.TABLE:
+    if fmt is OutputFormat.JSON:
         print_json(doc)
+        return
+    if fmt is OutputFormat.JSONL:
+        print_jsonl([doc])
         return
     rows: list[tuple[str, Any]] = [
         ("written", f"{out} ({written:,} bytes)"),
