@@ -41,6 +41,7 @@ from tests.cli_helpers import (
     build_store,
     escaping_store,
     escaping_topics,
+    orders,
     run,
     tree_state,
 )
@@ -158,6 +159,17 @@ def test_commitlog_file_of_the_wrong_size(store: Path) -> None:
     info = doc("info", store, *size)
     assert ("wrong_size", f"commitlog/{FIRST}") in problems(info, store)
     assert doc("recover", store, *size, code=1)["verdict"] == "refuses_to_start"
+
+
+def test_an_index_entry_at_a_record_the_file_end_cuts(tmp_path: Path) -> None:
+    """A record that starts before a truncated file's end and runs past it: the index entries
+    at it are findings (verify once failed on the key spans read past the file)."""
+    store = build_store(tmp_path / "s", orders(40))
+    os.truncate(store / "commitlog" / FIRST, 1000)
+    found = doc("verify", store, "--commitlog-file-size", "4096", code=1)["findings"]
+    cut = [f for f in found if f["check"] == "index.no_record"]
+    assert cut and all(f["physical_offset"] < 1000 for f in cut)
+    assert all(f["detail"].endswith("runs past the end of " + FIRST) for f in cut)
 
 
 def test_empty_checkpoint(store: Path) -> None:

@@ -349,7 +349,12 @@ def _check_records(
         v2 = (magic == cl.MESSAGE_MAGIC_CODE_V2) & ctx.profile.accepts_v2_magic
         header = (magic == cl.MESSAGE_MAGIC_CODE) | v2
         report("index.no_record", sel[~header], "no message record starts there")
-        rows = np.flatnonzero(cols.well_formed)
+        # A record the file's end cuts off reads as zeros past it and can look well formed;
+        # its key spans would lie outside the file.
+        cut = header & (uniq + cols.store_size > len(buf))[inverse]
+        report("index.no_record", sel[cut], f"the record there runs past the end of {f.name}")
+        whole = cols.well_formed & (uniq + cols.store_size <= len(buf))
+        rows = np.flatnonzero(whole)
         if not len(rows):
             return empty
         tids, topics = cols.topic_ids()
@@ -359,7 +364,7 @@ def _check_records(
         record_keys = (owner << 32) | keys.hashes
         has_keys = np.zeros(len(cols), bool)
         has_keys[owner] = True
-        checked = header & cols.well_formed[inverse]
+        checked = header & whole[inverse]
         entry_keys = (inverse << 32) | (hashes[sel] & 0xFFFFFFFF)
         missing = checked & ~members(entry_keys, record_keys)
         for n in np.flatnonzero(missing).tolist():
