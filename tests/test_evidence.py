@@ -110,7 +110,10 @@ INVOCATIONS: dict[str, list[Invocation]] = {
         lambda s, m, d: ("checkpoint", s),
         lambda s, m, d: ("checkpoint", s / "checkpoint"),
     ],
-    "offsets": [lambda s, m, d: ("offsets", s)],
+    "offsets": [
+        lambda s, m, d: ("offsets", s),
+        lambda s, m, d: ("offsets", s, "--at", str(m["store_timestamp"]), "-g", "g1"),
+    ],
     "groups": [lambda s, m, d: ("groups", s, "--after-restart")],
     "transactions": [lambda s, m, d: ("transactions", s)],
     "delays": [lambda s, m, d: ("delays", s)],
