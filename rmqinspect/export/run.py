@@ -28,6 +28,7 @@ from rmqinspect.export.spark_engine import (
     SUBMITTED,
     java_major,
     require_java,
+    require_master,
     run_spark,
 )
 from rmqinspect.render.output import json_text
@@ -111,6 +112,7 @@ def export_opened(
     started = _now()
     if engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
         require_java()  # before OUT is touched
+        require_master(options.master)
     prepare_output_dir(
         out,
         "OUT",
