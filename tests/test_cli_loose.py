@@ -4,6 +4,7 @@ command answers about that file's part of the whole store."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -126,3 +127,23 @@ def test_commands_without_loose_files_refuse_one(store: Path) -> None:
     result = run("verify", store / "commitlog" / SECOND)
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and "not a directory" in result.stderr
+
+
+def test_a_link_or_fifo_in_place_of_the_file_is_one_line(store: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link" / SECOND
+    link.parent.mkdir()
+    link.symlink_to(store / "commitlog" / SECOND)
+    fifo = tmp_path / "fifo" / SECOND
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    for path, says in ((link, "is a symbolic link"), (fifo, "is a FIFO")):
+        result = run("messages", path)
+        assert result.exit_code == 2
+        assert result.stderr.startswith(f"rmqinspect: error: {path}: {says}")
+        assert result.stderr.count("\n") == 1
+
+
+def test_an_empty_commitlog_file_holds_no_message(tmp_path: Path) -> None:
+    empty = tmp_path / SECOND
+    empty.write_bytes(b"")
+    assert run_json("messages", empty, expect=0) == []

@@ -24,7 +24,7 @@ from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE, cq_file_size
 from rmqinspect.format.javamath import java_parse_int
 from rmqinspect.format.names import fits_offset_stream, is_index_name, parse_offset_name
 from rmqinspect.format.sizes import CQ_STORE_UNIT_SIZE
-from rmqinspect.store.files import FileQueue, StoreFile
+from rmqinspect.store.files import FileQueue, StoreFile, open_regular
 from rmqinspect.store.layout import QueueId, is_plain_name
 from rmqinspect.store.model import Store, StoreOptions
 
@@ -59,12 +59,14 @@ def open_loose(path: Path, options: StoreOptions, loose: LooseFile) -> Store:
     """A store of the one file ``path`` (never written); StoreError names the file when its
     name or size cannot be a file of ``loose.kind``."""
     try:
-        st = os.lstat(path)
-    except OSError as err:
-        raise StoreError(f"cannot read: {err.strerror or err}", str(path)) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise StoreError("not a directory, nor a regular file to read on its own", str(path))
-    length = st.st_size
+        # The one check of what a store file may be (no link followed, no FIFO or device).
+        fd = open_regular(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise StoreError("no such file", str(path)) from None
+    try:
+        length = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
     if loose.kind is LooseKind.INDEX:
         return _index_store(path, options, length)
     start = parse_offset_name(path.name)
