@@ -20,6 +20,7 @@ COMMANDS: dict[str, list[str]] = {
     "consumequeue": ["consumequeue", "{store}", "Orders", "0"],
     "index": ["index", "{store}"],
     "offsets": ["offsets", "{store}"],
+    "offsets --at": ["offsets", "{store}", "--at", "0"],
     "groups": ["groups", "{store}", "--after-restart"],
     "lookup --msg-id": ["lookup", "{store}", "--msg-id", "{msg_id}"],
     "lookup --phy-offset": ["lookup", "{store}", "--phy-offset", "{phy}"],
@@ -48,6 +49,7 @@ COMMANDS: dict[str, list[str]] = {
 REFUSED_BY_QUEUE_LAYOUTS = {
     "consumequeue",
     "offsets",
+    "offsets --at",  # the queues' units and their messages' store times
     "groups",  # the queues' bounds, and as the restart's recovery rebuilds them
     "lookup --key --as-recovered",
     "lookup --queue-offset",
@@ -71,7 +73,7 @@ def _run(name: str, store: Path) -> tuple[int, str, str]:
 
 
 def _refusal(layout: str, where: str, name: str) -> str:
-    command = name.removesuffix(" --as-recovered").removesuffix(" --scan")
+    command = name.removesuffix(" --as-recovered").removesuffix(" --scan").removesuffix(" --at")
     said = f"this store uses {layout} ({where}); `{command}` does not support it yet"
     return f"rmqinspect: error: {said}\n"
 

@@ -94,11 +94,26 @@ Invocation = Callable[[Path, dict[str, Any], Path], tuple[str | Path, ...]]
 # Every command that reads a store, as it is run here: (store, first message, a scratch dir).
 INVOCATIONS: dict[str, list[Invocation]] = {
     "info": [lambda s, m, d: ("info", s)],
-    "messages": [lambda s, m, d: ("messages", s)],
-    "consumequeue": [lambda s, m, d: ("consumequeue", s, "Orders", "0", "--all")],
-    "index": [lambda s, m, d: ("index", s, "--entries")],
-    "checkpoint": [lambda s, m, d: ("checkpoint", s)],
-    "offsets": [lambda s, m, d: ("offsets", s)],
+    "messages": [
+        lambda s, m, d: ("messages", s),
+        lambda s, m, d: ("messages", s / "commitlog" / f"{0:020d}"),  # one file on its own
+    ],
+    "consumequeue": [
+        lambda s, m, d: ("consumequeue", s, "Orders", "0", "--all"),
+        lambda s, m, d: ("consumequeue", s / "consumequeue" / "Orders" / "0" / f"{0:020d}"),
+    ],
+    "index": [
+        lambda s, m, d: ("index", s, "--entries"),
+        lambda s, m, d: ("index", min((s / "index").iterdir()), "--entries"),
+    ],
+    "checkpoint": [
+        lambda s, m, d: ("checkpoint", s),
+        lambda s, m, d: ("checkpoint", s / "checkpoint"),
+    ],
+    "offsets": [
+        lambda s, m, d: ("offsets", s),
+        lambda s, m, d: ("offsets", s, "--at", str(m["store_timestamp"]), "-g", "g1"),
+    ],
     "groups": [lambda s, m, d: ("groups", s, "--after-restart")],
     "transactions": [lambda s, m, d: ("transactions", s)],
     "delays": [lambda s, m, d: ("delays", s)],

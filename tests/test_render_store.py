@@ -94,6 +94,9 @@ def test_inventory(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
         "unsupported",
         "problems",
         "dledger",  # null unless the commitlog is DLedger's
+        "topic_configs",
+        "subscription_groups",
+        "config_not_read",
     ]
     assert doc["dledger"] is None
     assert list(doc["commitlog"]) == [

@@ -19,13 +19,19 @@ from rmqinspect.format.checkpoint import CHECKPOINT_READ_LIMIT, Checkpoint, deco
 from rmqinspect.format.config import (
     ConsumerOffsetTable,
     DelayOffsetTable,
+    SubscriptionGroupConfig,
     SubscriptionGroupTable,
+    TopicConfig,
     TopicConfigTable,
     UntypedConfig,
 )
 from rmqinspect.format.index import IndexHeader
 from rmqinspect.format.scan import CheckedRun, WalkPolicy
-from rmqinspect.store.configfiles import ConfigFileResult, load_config_files
+from rmqinspect.store.configfiles import (
+    ConfigFileResult,
+    load_config_files,
+    rocksdb_config_dirs,
+)
 from rmqinspect.store.files import FileQueue, LayoutProblem, read_small
 from rmqinspect.store.layout import UnsupportedLayout
 from rmqinspect.store.model import Store
@@ -117,6 +123,11 @@ class Inventory:
     unsupported: tuple[UnsupportedLayout, ...]
     problems: tuple[LayoutProblem, ...] = field(default_factory=tuple)
     dledger: LedgerSummary | None = None  # a DLedger commitlog's state on disk
+    # What the broker would load from topics.json and subscriptionGroup.json (main, else .bak).
+    topic_configs: tuple[TopicConfig, ...] = ()
+    subscription_groups: tuple[SubscriptionGroupConfig, ...] = ()
+    # RocksDB config directories (5.x) whose contents are not read: (name under config/, what).
+    config_not_read: tuple[tuple[str, str], ...] = ()
 
 
 def build_inventory(store: Store) -> Inventory:
@@ -133,6 +144,7 @@ def build_inventory(store: Store) -> Inventory:
         problems.extend(store.consume_queue_files(qid.topic, qid.queue_id).problems)
     det = store.profile
     ledger = ledger_summary(store)
+    configs = load_config_files(store.config_dir)
     return Inventory(
         root=str(store.root),
         profile=det.profile.value,
@@ -145,10 +157,13 @@ def build_inventory(store: Store) -> Inventory:
         topics=tuple(_topics(bounds)),
         index_files=tuple(_index_files(store)),
         checkpoint=checkpoint_summary(store.checkpoint_path),
-        config_files=tuple(_config_files(store.config_dir)),
+        config_files=tuple(_config_summary(r) for r in configs.values()),
         unsupported=tuple(store.unsupported),
         problems=tuple(problems),
         dledger=ledger,
+        topic_configs=_topic_configs(configs),
+        subscription_groups=_subscription_groups(configs),
+        config_not_read=tuple(rocksdb_config_dirs(store.config_dir)),
     )
 
 
@@ -339,8 +354,18 @@ def checkpoint_summary(path: Path) -> CheckpointSummary:
         return CheckpointSummary(str(path), True, None, err.message)
 
 
-def _config_files(config_dir: Path) -> list[ConfigFileSummary]:
-    return [_config_summary(r) for r in load_config_files(config_dir).values()]
+def _topic_configs(configs: dict[str, ConfigFileResult]) -> tuple[TopicConfig, ...]:
+    value = configs["topics.json"].value
+    table = value.topic_config_table if isinstance(value, TopicConfigTable) else {}
+    return tuple(table[k] for k in sorted(table))
+
+
+def _subscription_groups(
+    configs: dict[str, ConfigFileResult],
+) -> tuple[SubscriptionGroupConfig, ...]:
+    value = configs["subscriptionGroup.json"].value
+    table = value.subscription_group_table if isinstance(value, SubscriptionGroupTable) else {}
+    return tuple(table[k] for k in sorted(table))
 
 
 def _config_summary(r: ConfigFileResult) -> ConfigFileSummary:

@@ -54,6 +54,7 @@ class UnitStatus(StrEnum):
     NO_RECORD = "no_record"  # the bytes there are not a message record
     SIZE_MISMATCH = "size_mismatch"  # a record is there but its TOTALSIZE differs from the unit
     OTHER_QUEUE = "other_queue"  # the record belongs to another topic/queue or queue offset
+    NOT_READ = "not_read"  # a consume queue file read on its own (store/loose.py): no commitlog
 
 
 STATUSES = tuple(UnitStatus)  # a status code is an index into this
@@ -220,6 +221,8 @@ def _resolve(
     left = mark(pre, UnitStatus.PRE_BLANK, "")
     left &= mark(left & ~valid_mask(units), UnitStatus.INVALID, "offset < 0 or size <= 0")
     clq = store.commitlog
+    if store.loose is not None and not clq.files:
+        left &= mark(left, UnitStatus.NOT_READ, "a file read on its own: no commitlog is read")
     beyond = left & (phy >= clq.end_offset)  # all of them without files (end_offset 0)
     left &= mark(beyond, UnitStatus.BEYOND_COMMITLOG, f"commitlog files end at {clq.end_offset}")
     if data_end is not None:

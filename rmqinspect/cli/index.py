@@ -9,17 +9,26 @@ import typer
 
 from rmqinspect.analysis.indexes import IndexEntryRow, index_reports, iter_entries
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import FormatOpt, LimitOpt, StoreArg, open_store, with_store_options
+from rmqinspect.cli.options import (
+    FormatOpt,
+    LimitOpt,
+    StoreOrFileArg,
+    open_store,
+    with_store_options,
+)
 from rmqinspect.render.indexes import render_index
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.store.layout import StorePart
+from rmqinspect.store.loose import LooseFile, LooseKind
 from rmqinspect.store.model import StoreOptions
+
+LOOSE = LooseFile(LooseKind.INDEX)  # STORE may be one index file
 
 
 @handle_errors
 @with_store_options
 def index(
-    store: StoreArg,
+    store: StoreOrFileArg,
     file: Annotated[
         str | None, typer.Argument(help="One index file (name under index/); default: all.")
     ] = None,
@@ -33,10 +42,13 @@ def index(
 ) -> None:
     """Header of each index file with slot occupancy and hash-chain statistics.
 
+    STORE may be one index file on its own (its geometry from its size, or --index-slots and
+    --index-entries).
+
     Example: rmqinspect index STORE 20240501100000000 --entries --limit 50
     """
     fmt = resolve_format(format)
-    with open_store(store, store_options, "index", StorePart.INDEX) as st:
+    with open_store(store, store_options, "index", StorePart.INDEX, LOOSE) as st:
         reports = index_reports(st, file)
         if not reports:
             warn(f"no index files under {st.root / 'index'}")

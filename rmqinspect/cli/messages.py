@@ -18,7 +18,7 @@ from rmqinspect.cli.options import (
     BodyOpt,
     FormatOpt,
     LimitOpt,
-    StoreArg,
+    StoreOrFileArg,
     check_range,
     commitlog_progress,
     open_store,
@@ -30,13 +30,16 @@ from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.message import render_message_stream
 from rmqinspect.render.output import resolve_format
 from rmqinspect.store.layout import StorePart
+from rmqinspect.store.loose import LooseFile, LooseKind
 from rmqinspect.store.model import StoreOptions
+
+LOOSE = LooseFile(LooseKind.COMMITLOG)  # STORE may be one commitlog file
 
 
 @handle_errors
 @with_store_options
 def messages(
-    store: StoreArg,
+    store: StoreOrFileArg,
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
     queue_id: Annotated[
         int | None, typer.Option("--queue-id", "-q", help="Only this queue id.")
@@ -89,6 +92,9 @@ def messages(
 
     Filters combine (AND); exit 1 when filters select no message.
 
+    STORE may be one commitlog file on its own: its name is its first physical offset, its
+    length the file size (or --commitlog-file-size).
+
     Example: rmqinspect messages STORE --topic TopicA --since 2024-05-01T10:00 --limit 20
     """
     since_ms = parse_optional_time(since, "--since")
@@ -125,7 +131,7 @@ def messages(
     )
     fmt = resolve_format(format)
     with (
-        open_store(store, store_options, "messages", StorePart.COMMITLOG) as st,
+        open_store(store, store_options, "messages", StorePart.COMMITLOG, LOOSE) as st,
         commitlog_progress(st, "scanning commitlog", fmt) as advance,
     ):
         shown = render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from rmqinspect.analysis.offsets import offsets_report
+from rmqinspect.analysis.offsets_at import offsets_at
 from rmqinspect.cli.common import EXIT_FINDINGS, handle_errors
 from rmqinspect.cli.options import (
     WITHOUT_RESTART,
@@ -15,10 +16,11 @@ from rmqinspect.cli.options import (
     StoreArg,
     commitlog_progress,
     open_store,
+    parse_time,
     restart_not_emulated,
     with_store_options,
 )
-from rmqinspect.render.offsets import render_offsets
+from rmqinspect.render.offsets import render_offsets, render_offsets_at
 from rmqinspect.render.output import resolve_format, warn
 from rmqinspect.store.model import StoreOptions
 
@@ -29,6 +31,15 @@ def offsets(
     store: StoreArg,
     group: Annotated[str | None, typer.Option("--group", "-g", help="Only this group.")] = None,
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="Instead: per queue the first offset stored at or after this time (epoch ms "
+            "or ISO 8601), as resetOffsetByTime sets it; with --group, its topics' queues and "
+            "how far each committed offset would move.",
+        ),
+    ] = None,
     format: FormatOpt = None,
     *,
     store_options: StoreOptions,
@@ -38,9 +49,16 @@ def offsets(
     queues as a restart rebuilds them (after a crash only the latter is what consumers will
     see); offsets outside \[min, max] are flagged. Exits 1 when --group names no group.
 
-    Example: rmqinspect offsets STORE --group GID_orders
+    Example: rmqinspect offsets STORE --group GID_orders --at 2024-05-01T10:00
     """
     fmt = resolve_format(format)
+    if at is not None:
+        timestamp = parse_time(at, "--at")
+        with open_store(store, store_options, "offsets", WITHOUT_RESTART) as st:
+            at_report = offsets_at(st, timestamp, group, topic)
+        render_offsets_at(at_report, fmt)
+        _check_group(group, at_report.groups)
+        return
     # The restart emulation reads every part of the store; where a layout takes the restart
     # over (RocksDB consume queues), the rows are judged against the queues on disk alone.
     with (
@@ -52,8 +70,12 @@ def offsets(
     if not_emulated is not None and report.rows:
         warn(f"no lag after the restart: {not_emulated}")
     render_offsets(report, fmt)
-    if group is not None and group not in report.groups:
-        known = ", ".join(report.groups) or "none"
+    _check_group(group, report.groups)
+
+
+def _check_group(group: str | None, groups: tuple[str, ...]) -> None:
+    if group is not None and group not in groups:
+        known = ", ".join(groups) or "none"
         print(
             f"rmqinspect: no such group: {group!r} (groups with offsets: {known})", file=sys.stderr
         )

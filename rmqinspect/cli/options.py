@@ -31,6 +31,7 @@ from rmqinspect.format.sizes import (
 )
 from rmqinspect.render.output import OutputFormat, progress_bar, warn
 from rmqinspect.store.layout import ALL_PARTS, StorePart, layout_name
+from rmqinspect.store.loose import LooseFile, is_loose, open_loose
 from rmqinspect.store.model import Store, StoreOptions
 
 R = TypeVar("R")
@@ -84,6 +85,15 @@ StoreArg = Annotated[
     # readable=False: an unreadable store is reported by Store.open, as one line.
     typer.Argument(
         help="The broker's store directory (storePathRootDir).",
+        show_default=False,
+        readable=False,
+    ),
+]
+StoreOrFileArg = Annotated[
+    Path,
+    typer.Argument(
+        help="The broker's store directory (storePathRootDir), or one of its files read on its "
+        "own (geometry from the file's name and length, or the store settings).",
         show_default=False,
         readable=False,
     ),
@@ -266,16 +276,26 @@ def check_range(low: int | None, high: int | None, what: str) -> None:
 
 @contextmanager
 def open_store(
-    path: Path, options: StoreOptions, command: str, reads: StorePart
+    path: Path,
+    options: StoreOptions,
+    command: str,
+    reads: StorePart,
+    loose: LooseFile | None = None,
 ) -> Iterator[Store]:
     """Open the store ``command`` answers about. A layout that takes over a part the answer
     reads is refused here (exit 2, one sentence), the one place every command passes; a forced
-    ``--profile`` the store contradicts is said once on stderr."""
-    with Store.open(path, options) as st:
+    ``--profile`` the store contradicts is said once on stderr. ``loose``: what a path that is
+    a file, not a directory, is read as (store/loose.py); without it a file is refused."""
+    opened = (
+        open_loose(path, options, loose)
+        if loose is not None and is_loose(path)
+        else Store.open(path, options)
+    )
+    with opened as st:
         refusal = st.refusal(command, reads)
         if refusal is not None:
             raise fail(refusal)
-        if reads & StorePart.CONSUME_QUEUES:
+        if reads & StorePart.CONSUME_QUEUES and st.loose is None:
             st.read_rocksdb_queues()
         mismatch = st.profile_mismatch()
         if mismatch is not None:

@@ -9,6 +9,8 @@ Users who already have a Spark session read a store directly::
 from __future__ import annotations
 
 import os
+import sys
+import weakref
 from typing import Any
 
 from rmqinspect.export.progress import Reporter
@@ -26,15 +28,36 @@ __all__ = [
 ]
 
 
+# The sessions read_store registered the source on: registering it again makes Spark warn that
+# it replaced a data source.
+_REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def read_store(
     spark: Any, path: str | os.PathLike[str], table: str = "messages", **options: object
 ) -> Any:
     """The DataFrame of one table of the store at ``path`` (registers the ``rocketmq-store``
-    source on ``spark``). ``options``: the source's options (see :mod:`.source`)."""
+    source on ``spark``, once). ``options``: the source's options (see :mod:`.source`).
+
+    The source's Python workers must import rmqinspect: where neither ``PYSPARK_PYTHON`` nor
+    ``spark.pyspark.python`` names their interpreter, pyspark starts ``python3`` from PATH
+    (outside a virtualenv not activated), so this interpreter is named instead."""
     from rmqinspect.export.source import SOURCE_NAME, StoreDataSource
 
-    spark.dataSource.register(StoreDataSource)
+    if spark not in _REGISTERED:
+        _name_worker_python(spark.sparkContext)
+        spark.dataSource.register(StoreDataSource)
+        _REGISTERED.add(spark)
     reader = spark.read.format(SOURCE_NAME).option("table", table)
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return reader.load(str(path))
+
+
+def _name_worker_python(sc: Any) -> None:
+    """Point the workers of ``sc`` at this interpreter unless the user chose one: a registered
+    source keeps the context's ``pythonExec`` (read from ``PYSPARK_PYTHON`` when the context
+    started, else ``python3``; ``spark.pyspark.python`` reaches it only through spark-submit)."""
+    if "PYSPARK_PYTHON" in os.environ:
+        return
+    sc.pythonExec = sc.getConf().get("spark.pyspark.python") or sys.executable

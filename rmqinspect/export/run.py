@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqinspect import __version__
+from rmqinspect.analysis.stats import store_stats
 from rmqinspect.errors import StoreError
 from rmqinspect.export.arrow_engine import run_arrow
 from rmqinspect.export.plan import source_files
@@ -27,9 +28,11 @@ from rmqinspect.export.spark_engine import (
     SUBMITTED,
     java_major,
     require_java,
+    require_master,
     run_spark,
 )
 from rmqinspect.render.output import json_text
+from rmqinspect.render.stats import stats_json
 from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.store.output import prepare_output_dir
 
@@ -109,6 +112,7 @@ def export_opened(
     started = _now()
     if engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
         require_java()  # before OUT is touched
+        require_master(options.master)
     prepare_output_dir(
         out,
         "OUT",
@@ -125,6 +129,8 @@ def export_opened(
             store, out, options.tables, options.master, options.conf, report.tasks, spark
         )
     rows, hashes = result.rows, result.hashes
+    # `stats`'s numbers, by its own function: the manifest says what the tables hold.
+    stats = stats_json(store_stats(store))
     after = dict(_stat_files(store.root))
     manifest = {
         "schema_version": MANIFEST_VERSION,
@@ -141,6 +147,7 @@ def export_opened(
             t.value: {"rows": rows[t], "path": t.value, "partitioned_by": PARTITION_COLUMN[t]}
             for t in options.tables
         },
+        "stats": stats,
         "source_files": [
             {
                 "path": path,

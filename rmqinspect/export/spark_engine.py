@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -56,6 +57,7 @@ DAEMON_MODULE = "rmqinspect.export.spark_daemon"
 SUBMITTED = "PYSPARK_GATEWAY_PORT"  # set for a Python driver that spark-submit launched
 Tick = Callable[[str, int, int], None]  # (job, tasks done, tasks in all)
 JOB_GROUP = "export"
+PY4J_CALL = "An error occurred while calling"
 
 
 class SparkUnavailable(StoreError):
@@ -76,7 +78,11 @@ def spark_errors() -> Iterator[None]:
     try:
         yield
     except (PySparkException, Py4JError) as err:
-        first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+        # Py4J's first line names the Java call ("An error occurred while calling z:..."):
+        # the Java exception under it says what went wrong.
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        said = [line for line in lines if not line.startswith(PY4J_CALL)]
+        first = (said or lines or [""])[0].lstrip(": ")
         raise SparkJobFailed(f"the Spark job failed: {first or type(err).__name__}") from err
 
 
@@ -110,6 +116,34 @@ def require_java() -> None:
             f"the spark engine needs Java {MIN_JAVA} or newer and {found}; "
             "install it or use --engine arrow"
         )
+
+
+# How long a standalone master gets to accept a connection before the export gives up on it.
+MASTER_PROBE_SECONDS = 5.0
+STANDALONE = "spark://"
+
+
+def require_master(master: str) -> None:
+    """A standalone master URL (``spark://host:port``, several comma-separated for HA) one of
+    whose hosts accepts a connection; else SparkUnavailable in one sentence. Spark's own client
+    keeps trying an unreachable master for a minute (StandaloneAppClient: 3 registration
+    attempts 20 s apart) and then fails the first job with the name of a Py4J call."""
+    if not master.startswith(STANDALONE):
+        return
+    tried = []
+    for address in master.removeprefix(STANDALONE).split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SparkUnavailable(f"--master {master}: {address!r} is not host:port")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), MASTER_PROBE_SECONDS):
+                return
+        except OSError as err:
+            tried.append(f"{address}: {err.strerror or err}")
+    raise SparkUnavailable(
+        f"cannot reach the Spark master {master} ({'; '.join(tried)}): start it, or give "
+        "another --master"
+    )
 
 
 def _spark_jars() -> Path:

@@ -9,10 +9,12 @@ from rich.table import Table
 from rmqinspect.analysis.inventory import Inventory
 from rmqinspect.analysis.ledger import LedgerSummary
 from rmqinspect.analysis.queues import QueueBounds
+from rmqinspect.format.config import SubscriptionGroupConfig, TopicConfig
 from rmqinspect.render.output import (
     Column,
     OutputFormat,
     RowTable,
+    json_text,
     key_value_table,
     print_document,
     print_table,
@@ -105,6 +107,46 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
         "unsupported": [to_jsonable(u) for u in inv.unsupported],
         "problems": [to_jsonable(p) for p in inv.problems],
         "dledger": to_jsonable(inv.dledger) if inv.dledger is not None else None,
+        "topic_configs": [topic_config_json(t) for t in inv.topic_configs],
+        "subscription_groups": [group_config_json(g) for g in inv.subscription_groups],
+        "config_not_read": [
+            {"path": f"config/{name}/", "holds": what} for name, what in inv.config_not_read
+        ],
+    }
+
+
+def topic_config_json(t: TopicConfig) -> dict[str, Any]:
+    """One topics.json entry, as mqadmin ``topicStatus``/``updateTopic`` name its settings."""
+    return {
+        "topic": t.topic_name,
+        "read_queue_nums": t.read_queue_nums,
+        "write_queue_nums": t.write_queue_nums,
+        "perm": t.perm,
+        "perm_text": t.perm_text,
+        "topic_filter_type": t.topic_filter_type,
+        "topic_sys_flag": t.topic_sys_flag,
+        "order": t.order,
+        "attributes": t.attributes,
+    }
+
+
+def group_config_json(g: SubscriptionGroupConfig) -> dict[str, Any]:
+    """One subscriptionGroup.json entry (mqadmin ``getConsumerConfig``); the 5.x-only settings
+    are null where the file has none."""
+    return {
+        "group": g.group_name,
+        "consume_enable": g.consume_enable,
+        "consume_from_min_enable": g.consume_from_min_enable,
+        "consume_broadcast_enable": g.consume_broadcast_enable,
+        "retry_queue_nums": g.retry_queue_nums,
+        "retry_max_times": g.retry_max_times,
+        "broker_id": g.broker_id,
+        "which_broker_when_consume_slowly": g.which_broker_when_consume_slowly,
+        "consume_message_orderly": g.consume_message_orderly,
+        "consume_timeout_minute": g.consume_timeout_minute,
+        "group_retry_policy": to_jsonable(g.group_retry_policy),
+        "group_sys_flag": g.group_sys_flag,
+        "attributes": g.attributes,
     }
 
 
@@ -273,6 +315,8 @@ def inventory_tables(inv: Inventory) -> list[Table | RowTable]:
         )
     tables.append(cfg)
 
+    tables.extend(_config_tables(inv))
+
     if inv.unsupported or inv.problems:
         issues = Table(title="Not supported / problems", title_justify="left")
         issues.add_column("kind")
@@ -287,3 +331,73 @@ def inventory_tables(inv: Inventory) -> list[Table | RowTable]:
             issues.add_row(p.kind, p.path, p.message + fatal)
         tables.append(issues)
     return tables
+
+
+def _yes(flag: bool | None) -> str:
+    return "" if flag is None else "yes" if flag else "no"
+
+
+def _config_tables(inv: Inventory) -> list[Table | RowTable]:
+    """The topics and groups the broker would load, and the RocksDB config not read."""
+    out: list[Table | RowTable] = []
+    if inv.topic_configs:
+        topics = RowTable(
+            "Topic configs (topics.json)",
+            [
+                Column("topic"),
+                Column("read queues", right=True, whole=True),
+                Column("write queues", right=True, whole=True),
+                Column("perm", whole=True),
+                Column("filter", whole=True, drop=2),
+                Column("sys flag", right=True, whole=True, drop=3),
+                Column("order", whole=True),
+                Column("attributes", drop=1),
+            ],
+        )
+        for t in inv.topic_configs:
+            attributes = ", ".join(f"{k}={v}" for k, v in (t.attributes or {}).items())
+            topics.add_row(
+                t.topic_name,
+                t.read_queue_nums,
+                t.write_queue_nums,
+                t.perm_text,
+                t.topic_filter_type,
+                t.topic_sys_flag,
+                _yes(t.order),
+                attributes,
+            )
+        out.append(topics)
+    if inv.subscription_groups:
+        groups = RowTable(
+            "Subscription groups (subscriptionGroup.json)",
+            [
+                Column("group"),
+                Column("consume", whole=True),
+                Column("broadcast", whole=True),
+                Column("retry max", right=True, whole=True),
+                Column("retry queues", right=True, whole=True),
+                Column("broker id", right=True, whole=True, drop=2),
+                Column("when slow", right=True, whole=True, drop=3),
+                Column("retry policy", fold=True, drop=1),
+            ],
+        )
+        for g in inv.subscription_groups:
+            policy = "" if g.group_retry_policy is None else json_text(g.group_retry_policy, None)
+            groups.add_row(
+                g.group_name,
+                _yes(g.consume_enable),
+                _yes(g.consume_broadcast_enable),
+                g.retry_max_times,
+                g.retry_queue_nums,
+                g.broker_id,
+                g.which_broker_when_consume_slowly,
+                policy,
+            )
+        out.append(groups)
+    if inv.config_not_read:
+        rows = [
+            (f"config/{name}/", f"{what}: RocksDB (5.x), not read")
+            for name, what in inv.config_not_read
+        ]
+        out.append(key_value_table("Config not read", rows))
+    return out

@@ -5,16 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from rmqinspect.analysis.offsets import OffsetsReport, OffsetStatus
+from rmqinspect.analysis.offsets_at import OffsetAtTime, OffsetsAtReport
+from rmqinspect.format.times import iso_ms
 from rmqinspect.render.output import (
     Column,
     OutputFormat,
     RowTable,
+    print_document,
     print_jsonl,
     print_plain_json,
+    print_plain_jsonl,
     print_table,
     to_jsonable,
     warn,
 )
+from rmqinspect.render.values import with_times
 
 
 def offsets_json(report: OffsetsReport) -> dict[str, Any]:
@@ -110,3 +115,56 @@ def _range(low: int | None, high: int | None) -> str:
 
 def _status(status: OffsetStatus | None) -> str:
     return "" if status is None else status.value
+
+
+def offsets_at_json(report: OffsetsAtReport) -> dict[str, Any]:
+    return {
+        **with_times({"at_timestamp": report.timestamp}),
+        "group": report.group,
+        "queues": [_at_row(r) for r in report.queues],
+    }
+
+
+def _at_row(r: OffsetAtTime) -> dict[str, Any]:
+    return {
+        "topic": r.topic,
+        "queue_id": r.queue_id,
+        "min_offset": r.min_offset,
+        "max_offset": r.max_offset,
+        "offset": r.offset,
+        **with_times({"store_timestamp": r.store_timestamp}),
+        "committed_offset": r.committed_offset,
+        "moves_by": r.moves_by,
+    }
+
+
+def render_offsets_at(report: OffsetsAtReport, fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.JSONL:
+        print_plain_jsonl(_at_row(r) for r in report.queues)
+        return
+    if print_document(offsets_at_json(report), fmt):
+        return
+    who = f" and {report.group}'s committed offsets" if report.group is not None else ""
+    t = RowTable(
+        f"First offset stored at or after {iso_ms(report.timestamp)} per queue{who}",
+        [
+            Column("topic", whole=True),
+            Column("queue", right=True, whole=True),
+            Column("offset", right=True, whole=True),
+            Column("its store time", whole=True, drop=3),
+            Column("min..max", whole=True, drop=4),
+            Column("committed", right=True, whole=True, drop=2),
+            Column("moves by", right=True, whole=True, drop=1),
+        ],
+    )
+    for r in report.queues:
+        t.add_row(
+            r.topic,
+            r.queue_id,
+            r.offset,
+            "" if r.store_timestamp is None else iso_ms(r.store_timestamp),
+            _range(r.min_offset, r.max_offset),
+            r.committed_offset,
+            r.moves_by,
+        )
+    print_table(t)

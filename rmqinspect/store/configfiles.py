@@ -155,6 +155,28 @@ def load_config_file(config_dir: Path, name: str) -> ConfigFileResult:
     )
 
 
+# Where a 5.x broker with RocksDB-held metadata keeps it instead of the JSON files, each a
+# RocksDB directory under config/: RocksDBTopicConfigManager.configFilePath ("topics"),
+# RocksDBSubscriptionGroupManager and RocksDBConsumerOffsetManager ("subscriptionGroups",
+# "consumerOffsets"), and the unified store of the config v2 managers ("metadata").
+ROCKSDB_CONFIG_DIRS: Mapping[str, str] = MappingProxyType(
+    {
+        "topics": "topic configurations",
+        "subscriptionGroups": "consumer group configurations",
+        "consumerOffsets": "consumer offsets",
+        "metadata": "metadata of the config v2 managers",
+    }
+)
+
+
+def rocksdb_config_dirs(config_dir: Path) -> list[tuple[str, str]]:
+    """The RocksDB config directories present under ``config_dir``: (name, what it holds).
+    Their contents are not read (a RocksDB database, not the JSON the broker falls back to)."""
+    return [
+        (name, what) for name, what in ROCKSDB_CONFIG_DIRS.items() if (config_dir / name).is_dir()
+    ]
+
+
 def load_config_files(config_dir: Path) -> dict[str, ConfigFileResult]:
     """:func:`load_config_file` for every entry of CONFIG_FILES."""
     return {name: load_config_file(config_dir, name) for name in CONFIG_FILES}

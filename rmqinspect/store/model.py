@@ -58,6 +58,16 @@ if TYPE_CHECKING:
     from rmqinspect.store.dledger import DLedgerStore
     from rmqinspect.store.rocksdb_queue import RocksConsumeQueues
 
+# Files and directories only a 5.x broker writes, and what each one says.
+_FIVE_MARKERS = (
+    ("abort.bak", "abort.bak exists (5.x writes the PID into abort)"),
+    ("compaction", "compaction/ exists (5.x compaction store)"),
+    ("timerwheel", "timerwheel exists (5.x timer)"),
+    ("timerlog", "timerlog/ exists (5.x timer)"),
+    ("batchconsumequeue", "batchconsumequeue/ exists (5.x)"),
+    ("config/timercheck", "config/timercheck exists (5.x timer)"),
+)
+
 # The scanner, the consume-queue and checkpoint codecs (numpy) are imported where they are used:
 # a command that reads one record (``lookup --msg-id``) starts without them.
 
@@ -103,6 +113,8 @@ class Store:
     maps: MappedFiles = field(default_factory=MappedFiles)
     # The RocksDB consume queue, once read_rocksdb_queues opened it (None: not read).
     rocksdb: RocksConsumeQueues | None = None
+    # The one file read on its own (store/loose.py): nothing beside it is part of the store.
+    loose: Path | None = None
     _queues: dict[QueueId, FileQueue] = field(default_factory=dict)
     _listings: dict[Path, Listing] = field(default_factory=dict)  # taken by consume_queue
     _profile: ProfileDetection | None = None
@@ -569,25 +581,12 @@ class Store:
     def _looks_like(self) -> ProfileDetection | None:
         """The profile the files show, or None when nothing on disk tells (4.9 by default)."""
         five: list[str] = []
-        for marker, why in (
-            ("abort.bak", "abort.bak exists (5.x writes the PID into abort)"),
-            ("compaction", "compaction/ exists (5.x compaction store)"),
-            ("timerwheel", "timerwheel exists (5.x timer)"),
-            ("timerlog", "timerlog/ exists (5.x timer)"),
-            ("batchconsumequeue", "batchconsumequeue/ exists (5.x)"),
-            ("config/timercheck", "config/timercheck exists (5.x timer)"),
-        ):
+        markers = () if self.loose is not None else _FIVE_MARKERS
+        for marker, why in markers:
             if (self.root / marker).exists():
                 five.append(why)
-        if self.abort_content().strip():
-            five.append("abort holds a PID (5.x)")
-        try:
-            checkpoint = self.checkpoint_file()
-        except StoreError:
-            checkpoint = None  # reported where the checkpoint is read
-        cp = checkpoint.data if checkpoint is not None else b""
-        if len(cp) >= 40 and any(cp[24:40]):
-            five.append("checkpoint has masterFlushedOffset/confirmPhyOffset (5.x)")
+        if self.loose is None:
+            five.extend(self._five_small_files())
         sample = self._sample_records()
         if any(r.magic == cl.MESSAGE_MAGIC_CODE_V2 for r in sample):
             five.append("V2 records (0xDAA320AB) present (5.1+)")
@@ -606,6 +605,20 @@ class Store:
             reason = "properties have no trailing 0x02 and no 5.x files or fields are present"
             return ProfileDetection(Profile.V4_9, False, (reason,))
         return None
+
+    def _five_small_files(self) -> list[str]:
+        """What the abort marker and the checkpoint say of a 5.x broker."""
+        five = []
+        if self.abort_content().strip():
+            five.append("abort holds a PID (5.x)")
+        try:
+            checkpoint = self.checkpoint_file()
+        except StoreError:
+            checkpoint = None  # reported where the checkpoint is read
+        cp = checkpoint.data if checkpoint is not None else b""
+        if len(cp) >= 40 and any(cp[24:40]):
+            five.append("checkpoint has masterFlushedOffset/confirmPhyOffset (5.x)")
+        return five
 
     def _sample_records(self, limit: int = 64) -> list[cl.MessageRecord]:
         """A few records from the start of the newest non-empty commitlog file."""

@@ -24,7 +24,7 @@ from rmqinspect.analysis.lookup.scan import (
     time_tail,
     with_body,
 )
-from rmqinspect.analysis.queues import iter_unit_runs, queue_bounds, unit_at
+from rmqinspect.analysis.queues import QueueBounds, iter_unit_runs, queue_bounds, unit_at
 from rmqinspect.analysis.units import UnitStatus, UnitView, resolve_unit
 from rmqinspect.errors import StoreError
 from rmqinspect.format.columns import RecordColumns
@@ -237,6 +237,20 @@ def _readable(store: Store, qid: QueueId, qoff: int) -> UnitView | None:
         return None
     view = resolve_unit(store, qid.topic, qid.queue_id, qoff, unit)
     return view if view.status is UnitStatus.FOUND and view.message is not None else None
+
+
+def offset_at_time(
+    store: Store, qid: QueueId, bounds: QueueBounds, ts: int
+) -> tuple[int, UnitView | None]:
+    """The first queue offset of ``qid`` whose message was stored at or after ``ts``, and the
+    unit there when it leads to its message: what 5.x answers ``getOffsetInQueueByTime`` with
+    (ConsumeQueue.binarySearchInQueueByTime, BoundaryType.LOWER: the first of equal store
+    times; the queue's max when every message is older; its min when none is). 4.9.8's
+    ConsumeQueue.getOffsetInQueueByTime picks the file by modification time and answers the
+    nearer of the two units around ``ts``: neither is on disk to reproduce offline. ``bounds``:
+    the queue's (:func:`queue_bounds`)."""
+    offset = _first_at_or_after(store, qid, bounds.min_offset, bounds.max_offset, ts)
+    return offset, _readable(store, qid, offset) if offset < bounds.max_offset else None
 
 
 def _first_at_or_after(store: Store, qid: QueueId, low: int, high: int, ts: int) -> int:
