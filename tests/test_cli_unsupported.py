@@ -42,6 +42,7 @@ COMMANDS: dict[str, list[str]] = {
     "transactions": ["transactions", "{store}"],
     "trace": ["trace", "{store}", "--msg-id", "{msg_id}"],
     "timers": ["timers", "{store}"],
+    "pop": ["pop", "{store}"],
     "stats": ["stats", "{store}"],
 }
 REFUSED_BY_QUEUE_LAYOUTS = {
@@ -55,6 +56,7 @@ REFUSED_BY_QUEUE_LAYOUTS = {
     "delays",  # the schedule queues, judged as the restart's recovery leaves them
     "trace",  # committed offsets against each copy's queue, and the restart's keeps
     "timers",  # rmq_sys_wheel_timer's queue against timercheck
+    "pop",  # the popped messages' UNIQ_KEYs, through their queues
 }
 
 

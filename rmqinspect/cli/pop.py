@@ -52,7 +52,9 @@ def pop(
     """
     fmt = resolve_format(format)
     with (
-        open_store(store, store_options, "pop", StorePart.COMMITLOG) as st,
+        open_store(
+            store, store_options, "pop", StorePart.COMMITLOG | StorePart.CONSUME_QUEUES
+        ) as st,
         commitlog_progress(st, "reading POP records", fmt) as advance,
     ):
         report = pop_report(st, group, round(stuck_after * 1000), advance)
