@@ -20,7 +20,7 @@ from rmqinspect.synth.layout import FateSummary
 from rmqinspect.synth.pop import BROKER_NAME, REVIVE_TOPIC, PopTruth
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import MessageSpec, StoreLayout
-from tests.cli_helpers import SMALL_LAYOUT, build_store, orders, run, run_json
+from tests.cli_helpers import SMALL_LAYOUT, SMALL_OPTS, build_store, orders, run, run_json
 
 T0 = 1_700_000_000_000
 LAYOUT = replace(SMALL_LAYOUT, profile=Profile.V5_3)
@@ -293,3 +293,47 @@ def test_pop_on_synth_fact_by_fact(synth_store: tuple[Path, FateSummary]) -> Non
     [group] = doc["groups"]
     assert group["counts"]["acked"] == sum(t.acked for t in fate.pop)
     assert group["retry_copies"] == sum(copies.values()) == fate.pop_retry
+
+
+# --- trace ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("uniq", "state", "outcome"),
+    [
+        ("U0", "acked", "consumed"),
+        ("U2", "revived", "revived"),
+        ("U3", "awaiting_revive", "awaiting_revive"),
+        ("U4", "in_flight", "in_flight"),
+    ],
+)
+def test_trace_says_what_the_pops_say(tmp_path: Path, uniq: str, state: str, outcome: str) -> None:
+    # gp's committed offset (5) is past every message: it moved at pop time, so only the
+    # checkpoints tell the in-flight and unacked ones from the consumed.
+    root = _placed_store(tmp_path / "s")
+    doc = run_json("trace", root, "--uniq-key", uniq, *SMALL_OPTS, expect=0)
+    [chain] = doc["chains"]
+    original = next(c for c in chain["copies"] if c["topic"] == TOPIC)
+    assert [(p["group"], p["state"]) for p in original["pops"]] == [(GROUP, state)]
+    fate = next(g for g in chain["groups"] if g["group"] == GROUP)
+    assert fate["outcome"] == outcome
+    assert "popped 1 time(s)" in fate["summary"]
+    if uniq == "U2":  # the revived copy joins the chain by its UNIQ_KEY
+        assert [c["role"] for c in chain["copies"]] == ["original", "retry"]
+
+
+def test_trace_on_synth_pop_follows_revives(synth_store: tuple[Path, FateSummary]) -> None:
+    root, fate = synth_store
+    revived = next(t for t in fate.pop if not t.acked and t.topic == "TopicB")
+    doc = run_json("trace", root, "--uniq-key", revived.uniq_key or "", expect=0)
+    [chain] = doc["chains"]
+    by_topic = {c["topic"]: c for c in chain["copies"]}
+    assert [p["state"] for p in by_topic["TopicB"]["pops"]] == ["revived"]
+    pops_in_retry = [
+        (t.topic, t.acked) for t in fate.pop if t.uniq_key == revived.uniq_key and t is not revived
+    ]
+    retry = [c for c in chain["copies"] if c["topic"].startswith(f"%RETRY%{GROUP_POP}+")]
+    assert len(retry) == len(pops_in_retry) >= 1
+    last_acked = pops_in_retry[-1][1]
+    group = next(g for g in chain["groups"] if g["group"] == GROUP_POP)
+    assert group["outcome"] == ("consumed" if last_acked else "revived")

@@ -204,7 +204,11 @@ def pop_report(
     group: str | None = None,
     stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS,
     progress: Progress | None = None,
+    *,
+    read_uniq_keys: bool = True,
 ) -> PopReport:
+    """``read_uniq_keys``: read each popped message's UNIQ_KEY through its consume queue (and
+    so count its revived copies); ``trace``, which matches by queue offset, does without."""
     recs = _walk(store, progress)
     findings: list[PopFinding] = []
     cks, acks, queues = _decode(recs.stored, findings)
@@ -214,7 +218,7 @@ def pop_report(
     copies = _retry_copies(recs.retry_copies)
     messages: list[PopMessage] = []
     for ck in cks.values():
-        messages.extend(_messages(store, ck, now, revive_progress, copies))
+        messages.extend(_messages(store, ck, now, revive_progress, copies, read_uniq_keys))
     if group is not None:
         cks = {k: c for k, c in cks.items() if c.group == group}
         messages = [m for m in messages if m.group == group]
@@ -506,6 +510,7 @@ def _messages(
     now: int | None,
     revive_progress: dict[tuple[str, int], int],
     copies: dict[str, Counter[str]],
+    read_uniq_keys: bool,
 ) -> list[PopMessage]:
     num = min(max(ck.num, 0), pop.BITMAP_BITS)
     if ck.queue_offset_diff:
@@ -527,7 +532,7 @@ def _messages(
             state = PopState.REVIVED
         else:
             state = PopState.AWAITING_REVIVE
-        uniq = _uniq_key(store, ck.topic, ck.queue_id, offset)
+        uniq = _uniq_key(store, ck.topic, ck.queue_id, offset) if read_uniq_keys else None
         revived = sum(
             n
             for topic, n in copies.get(uniq or "", Counter()).items()
@@ -594,3 +599,30 @@ def _groups(
             )
         )
     return out
+
+
+def has_pop_records(store: Store) -> bool:
+    """Whether the store has a revive queue or timer queue that could hold POP records (so a
+    reader may skip the walk where there is none)."""
+    return any(pop.is_revive_topic(q.topic) or q.topic == TIMER_TOPIC for q in store.queue_dirs)
+
+
+def pop_outcome(group: str, pops: list[PopMessage]) -> tuple[str, str] | None:
+    """What the newest pop of a copy by ``group`` says of it, for ``trace``: (outcome, words),
+    or None when the group did not pop it (a push group's offset speaks for it)."""
+    mine = [m for m in pops if m.group == group]
+    if not mine:
+        return None
+    last = max(mine, key=lambda m: m.pop_time)
+    where = f"{last.topic}:{last.queue_id} offset {last.queue_offset}"
+    popped = f"popped {len(mine)} time(s), the last at {last.pop_time}"
+    words = {
+        PopState.ACKED: f"{popped}, acked",
+        PopState.IN_FLIGHT: f"{popped}, not acked, invisible until {last.invisible_until}: in "
+        f"flight at {where}",
+        PopState.AWAITING_REVIVE: f"{popped}, not acked, due for revive since "
+        f"{last.invisible_until}: awaiting the revive service at {where}",
+        PopState.REVIVED: f"{popped}, not acked: revived into its POP retry topic",
+    }
+    outcome = "consumed" if last.state is PopState.ACKED else last.state.value
+    return outcome, words[last.state]
