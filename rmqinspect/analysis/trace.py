@@ -39,7 +39,8 @@ from rmqinspect.analysis.offsets import (
     offsets_report,
     start_without_offset,
 )
-from rmqinspect.analysis.pop import PopMessage, has_pop_records, pop_outcome, pop_report
+from rmqinspect.analysis.pop import PopMessage, pop_outcome, pop_report
+from rmqinspect.analysis.pop_records import has_pop_records
 from rmqinspect.analysis.queues import queue_bounds
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
 from rmqinspect.analysis.transactions import FindingKind as TxFindingKind

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rmqinspect.analysis.pop import INCONSISTENT, FindingKind, PopReport, PopState
+from rmqinspect.analysis.pop import PopReport, PopState
+from rmqinspect.analysis.pop_records import INCONSISTENT, FindingKind
 from rmqinspect.format.pop import REVIVE_GROUP
 from rmqinspect.render.output import (
     SEVERITY_STYLES,
