@@ -70,11 +70,13 @@ def _ack(ck: pop.CheckPoint, offset: int, batch: bool = False) -> pop.Ack:
 
 # Checkpoints of the hand-placed store: A (2 messages, acked by an ack and a bAck the timer
 # still holds), B (revived: the progress is past it, one retry copy), C (long field names, due
-# and not passed: awaiting revive, overdue), D (in flight, still in the timer).
+# and not passed: awaiting revive, overdue), D (in flight, still in the timer), E (not passed,
+# but a retry copy was stored at its revive time: the persisted progress lags the revive).
 CK_A = _ck(0, T0 + 10, 60_000, n=2)
 CK_B = _ck(2, T0 + 20, 10_000)
 CK_C = _ck(3, T0 + 30, 10_000)
 CK_D = _ck(4, T0 + 150_000, 100_000)
+CK_E = _ck(5, T0 + 40, 10_000)
 NOW = T0 + 200_000
 
 
@@ -89,31 +91,35 @@ def _long_names(ck: pop.CheckPoint) -> bytes:
 
 def _placed_store(root: Path) -> Path:
     sources = [
-        MessageSpec(topic=TOPIC, body=b"m", uniq_key=f"U{i}", store_timestamp=T0) for i in range(5)
+        MessageSpec(topic=TOPIC, body=b"m", uniq_key=f"U{i}", store_timestamp=T0) for i in range(6)
     ]
-    retry = MessageSpec(
-        topic=f"%RETRY%{GROUP}+{TOPIC}",
-        body=b"m",
-        uniq_key="U2",
-        properties={pop.FIRST_POP_TIME: str(CK_B.pop_time)},
-        reconsume_times=1,
-        store_timestamp=CK_B.revive_time + 5,
-    )
+    retries = [
+        MessageSpec(
+            topic=f"%RETRY%{GROUP}+{TOPIC}",
+            body=b"m",
+            uniq_key=f"U{ck.start_offset}",
+            properties={pop.FIRST_POP_TIME: str(ck.pop_time)},
+            reconsume_times=1,
+            store_timestamp=ck.revive_time + 5,
+        )
+        for ck in (CK_B, CK_E)
+    ]
     specs = [
         *sources,
         *_ck_specs(CK_A, 0, True),
         *_ck_specs(CK_B, 1, True),
         *_ck_specs(CK_C, 1, True, _long_names(CK_C)),
+        *_ck_specs(CK_E, 1, True),
         _ack_spec(_ack(CK_A, 0), T0 + 40, 0, True),
         _ack_spec(_ack(CK_A, 0), CK_A.revive_time, 0, False),
         _ack_spec(_ack(CK_A, 1, batch=True), T0 + 41, 0, True),  # not delivered yet
-        retry,
+        *retries,
         *_ck_specs(CK_D, 2, False),
         MessageSpec(topic="Other", body=b"x", store_timestamp=NOW),
     ]
     specs.sort(key=lambda s: s.store_timestamp or 0)
-    # Revive queue 0: A's ck and ack are done with; queue 1: B's ck (offset 0), not C's.
-    offsets = {PROGRESS: {0: 2, 1: 1}, f"{TOPIC}@{GROUP}": {0: 5}}
+    # Revive queue 0: A's ck and ack are done with; queue 1: B's ck (offset 0), not C's or E's.
+    offsets = {PROGRESS: {0: 2, 1: 1}, f"{TOPIC}@{GROUP}": {0: 6}}
     return build_store(root, specs, LAYOUT, consumer_offsets=offsets)
 
 
@@ -128,24 +134,27 @@ def test_pop_states_on_placed_records(tmp_path: Path) -> None:
         2: "revived",
         3: "awaiting_revive",
         4: "in_flight",
+        5: "revived",
     }
     by_offset = {m["queue_offset"]: m for m in doc["messages"]}
     assert by_offset[2]["revived"] == 1 and by_offset[2]["uniq_key"] == "U2"
     assert by_offset[0]["revived"] == 0
     assert by_offset[4]["invisible_until"] == CK_D.revive_time
-    assert [m["uniq_key"] for m in doc["messages"]] == [f"U{i}" for i in range(5)]
+    assert [m["uniq_key"] for m in doc["messages"]] == [f"U{i}" for i in range(6)]
+    assert [m["revive_uncommitted"] for m in doc["messages"]] == [False] * 5 + [True]
     assert doc["undelivered"] == {"ck": 1, "ack": 1}
     [group] = doc["groups"]
     assert group["group"] == GROUP
-    assert group["counts"] == {"in_flight": 1, "awaiting_revive": 1, "acked": 2, "revived": 1}
-    assert group["outstanding"] == 2 and group["retry_copies"] == 1
-    assert group["revived_messages"] == {"1": 1}
+    assert group["counts"] == {"in_flight": 1, "awaiting_revive": 1, "acked": 2, "revived": 2}
+    assert group["outstanding"] == 2 and group["retry_copies"] == 2
+    assert group["revived_messages"] == {"1": 2}
     assert group["oldest_awaiting"]["queue_offset"] == 3
     queues = {q["queue_id"]: q for q in doc["revive_queues"]}
     assert (queues[0]["checkpoints"], queues[0]["acks"], queues[0]["progress"]) == (1, 1, 2)
-    assert (queues[1]["checkpoints"], queues[1]["max_offset"], queues[1]["progress"]) == (2, 2, 1)
-    # C is due 190 s before the newest record: overdue, the only finding.
-    assert [(f["kind"], f["group"]) for f in doc["findings"]] == [("overdue", GROUP)]
+    assert (queues[1]["checkpoints"], queues[1]["max_offset"], queues[1]["progress"]) == (3, 3, 1)
+    # C is due 190 s before the newest record: overdue; E is revived again by a restart.
+    kinds = {(f["kind"], f["group"]) for f in doc["findings"]}
+    assert kinds == {("overdue", GROUP), ("revive_uncommitted", GROUP)}
     cks = {c["start_offset"]: c for c in doc["checkpoints"]}
     assert cks[0]["merged_bit_map"] == 0b11 and cks[0]["bit_map"] == 0
     assert cks[4]["revive_position"] is None and cks[4]["timer_position"] is not None
@@ -155,11 +164,17 @@ def test_pop_states_on_placed_records(tmp_path: Path) -> None:
 
 def test_pop_threshold_and_group_filter(tmp_path: Path) -> None:
     root = _placed_store(tmp_path / "s")
-    # Due 190 s ago: within a 200 s threshold, nothing is overdue (exit 0).
+    # Due 190 s ago: within a 200 s threshold, nothing is overdue (exit 0); the duplicate a
+    # restart makes is said, not gated on.
     doc = run_json("pop", root, "--stuck-after", "200", expect=0)
-    assert doc["findings"] == []
+    assert [f["kind"] for f in doc["findings"]] == ["revive_uncommitted"]
+    table = run("pop", root, "--stuck-after", "200", "--format", "table")
+    assert (
+        "verdict: nothing inconsistent or overdue; 2 message(s) outstanding, 1 revived again"
+        in (" ".join(table.stdout.split()))
+    )
     assert run_json("pop", root, "--group", "nobody", expect=0)["messages"] == []
-    assert len(run_json("pop", root, "--group", GROUP, expect=1)["messages"]) == 5
+    assert len(run_json("pop", root, "--group", GROUP, expect=1)["messages"]) == 6
 
 
 def test_pop_table_says_the_caveat_and_verdict(tmp_path: Path) -> None:
@@ -337,3 +352,11 @@ def test_trace_on_synth_pop_follows_revives(synth_store: tuple[Path, FateSummary
     last_acked = pops_in_retry[-1][1]
     group = next(g for g in chain["groups"] if g["group"] == GROUP_POP)
     assert group["outcome"] == ("consumed" if last_acked else "revived")
+
+
+def test_synth_pop_needs_fate_on_5x(tmp_path: Path) -> None:
+    old = run("synth", tmp_path / "a", "--messages", "10", "--fate", "--pop", "-q")
+    assert old.exit_code == 2 and "--pop needs a 5.x --profile" in old.stderr
+    alone = run("synth", tmp_path / "b", "--profile", "5.3", "--messages", "10", "--pop", "-q")
+    assert alone.exit_code == 2 and "pop needs fate" in alone.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -87,6 +87,10 @@ class PopMessage:
     uniq_key: str | None
     revived: int  # copies of it in the group's POP retry topics (by UNIQ_KEY)
     checkpoint_position: int
+    # Revived (a copy stored at or after its revive time) though the revive service's persisted
+    # progress is not past its checkpoint: a restart reads the checkpoint again and revives it
+    # a second time (apache/rocketmq#7724's duplicate).
+    revive_uncommitted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +168,17 @@ def pop_report(
         messages = [m for m in messages if m.group == group]
         findings = [f for f in findings if f.group in (group, None)]
     for m in messages:
+        if m.revive_uncommitted:
+            findings.append(
+                PopFinding(
+                    FindingKind.REVIVE_UNCOMMITTED,
+                    m.checkpoint_position,
+                    m.group,
+                    f"{m.topic}:{m.queue_id} offset {m.queue_offset} was revived, but "
+                    f"{pop.REVIVE_GROUP}'s persisted progress is not past its checkpoint: a "
+                    "restart revives it again (a duplicate delivery)",
+                )
+            )
         if m.state is PopState.AWAITING_REVIVE and now is not None:
             late = now - m.invisible_until
             if late > stuck_after_ms:
@@ -219,12 +234,13 @@ def _revive_progress(store: Store) -> dict[tuple[str, int], int]:
     return out
 
 
-def _retry_copies(copies: list[cl.MessageRecord]) -> dict[str, Counter[str]]:
-    """UNIQ_KEY -> POP retry copies by topic: ``reviveRetry`` keeps the properties."""
-    out: dict[str, Counter[str]] = {}
+def _retry_copies(copies: list[cl.MessageRecord]) -> dict[str, list[tuple[str, int]]]:
+    """UNIQ_KEY -> its POP retry copies (topic, store time): ``reviveRetry`` keeps the
+    properties."""
+    out: dict[str, list[tuple[str, int]]] = {}
     for rec in copies:
         if rec.uniq_key is not None:
-            out.setdefault(rec.uniq_key, Counter())[rec.topic] += 1
+            out.setdefault(rec.uniq_key, []).append((rec.topic, rec.store_timestamp))
     return out
 
 
@@ -242,7 +258,7 @@ def _messages(
     ck: Checkpoint,
     now: int | None,
     revive_progress: dict[tuple[str, int], int],
-    copies: dict[str, Counter[str]],
+    copies: dict[str, list[tuple[str, int]]],
     read_uniq_keys: bool,
 ) -> list[PopMessage]:
     num = min(max(ck.num, 0), pop.BITMAP_BITS)
@@ -266,15 +282,18 @@ def _messages(
         else:
             state = PopState.AWAITING_REVIVE
         uniq = _uniq_key(store, ck.topic, ck.queue_id, offset) if read_uniq_keys else None
-        revived = sum(
-            n
-            for topic, n in copies.get(uniq or "", Counter()).items()
+        mine = [
+            at
+            for topic, at in copies.get(uniq or "", ())
             if topic.startswith(prefix) and len(topic) > len(prefix)
-        )
+        ]
+        uncommitted = state is PopState.AWAITING_REVIVE and any(at >= ck.revive_time for at in mine)
+        if uncommitted:
+            state = PopState.REVIVED
         out.append(
             PopMessage(
                 ck.group, ck.topic, ck.queue_id, offset, ck.pop_time, ck.revive_time, state,
-                uniq, revived, ck_position(ck),
+                uniq, len(mine), ck_position(ck), uncommitted,
             )
         )  # fmt: skip
     return out

@@ -31,10 +31,12 @@ class FindingKind(StrEnum):
     ACK_OUTSIDE_CK = "ack_outside_ck"  # the ack offset is none of its checkpoint's messages
     REVIVE_TAG_UNKNOWN = "revive_tag_unknown"  # a revive-topic record tagged neither ck nor ack
     OVERDUE = "overdue"  # awaiting revive longer than the threshold
+    REVIVE_UNCOMMITTED = "revive_uncommitted"  # revived, the progress not persisted past it
 
 
-# What is inconsistent on disk, as opposed to what only waits too long.
-INCONSISTENT = frozenset(FindingKind) - {FindingKind.OVERDUE}
+# What is inconsistent on disk, as opposed to what only waits too long (exit 1 for either) or
+# what a restart repeats (said, not gated on: the broker's own behaviour after a crash).
+INCONSISTENT = frozenset(FindingKind) - {FindingKind.OVERDUE, FindingKind.REVIVE_UNCOMMITTED}
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,7 +148,7 @@ def render_pop(report: PopReport, fmt: OutputFormat) -> None:
 
 def pop_verdict(report: PopReport) -> Text:
     """The last line: inconsistencies and overdue messages (what ``pop`` exits 1 for), else
-    what is outstanding."""
+    what is outstanding and what a restart revives again."""
     bad = sum(f.kind in INCONSISTENT for f in report.findings)
     overdue = sum(f.kind is FindingKind.OVERDUE for f in report.findings)
     if bad or overdue:
@@ -156,8 +156,9 @@ def pop_verdict(report: PopReport) -> Text:
             f"{bad} inconsistenc{'y' if bad == 1 else 'ies'}, {overdue} overdue message(s)", "bad"
         )
     outstanding = sum(g.outstanding for g in report.groups)
-    if outstanding:
-        return verdict_line(
-            f"nothing inconsistent or overdue; {outstanding} message(s) outstanding", "doubt"
-        )
+    again = sum(f.kind is FindingKind.REVIVE_UNCOMMITTED for f in report.findings)
+    if outstanding or again:
+        parts = [f"{outstanding} message(s) outstanding"] if outstanding else []
+        parts += [f"{again} revived again by a restart"] if again else []
+        return verdict_line(f"nothing inconsistent or overdue; {', '.join(parts)}", "doubt")
     return verdict_line("nothing inconsistent, overdue or outstanding", "good")
