@@ -50,6 +50,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format import pop
 from rmqinspect.format.config import ConsumerOffsetTable
 from rmqinspect.format.fate import RETRY_PREFIX
+from rmqinspect.format.times import iso_ms
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.model import Store
 
@@ -361,13 +362,13 @@ def pop_outcome(group: str, pops: list[PopMessage]) -> tuple[str, str] | None:
         return None
     last = max(mine, key=lambda m: m.pop_time)
     where = f"{last.topic}:{last.queue_id} offset {last.queue_offset}"
-    popped = f"popped {len(mine)} time(s), the last at {last.pop_time}"
+    popped = f"popped {len(mine)} time(s), the last at {iso_ms(last.pop_time) or last.pop_time}"
+    until = iso_ms(last.invisible_until) or last.invisible_until
     words = {
         PopState.ACKED: f"{popped}, acked",
-        PopState.IN_FLIGHT: f"{popped}, not acked, invisible until {last.invisible_until}: in "
-        f"flight at {where}",
-        PopState.AWAITING_REVIVE: f"{popped}, not acked, due for revive since "
-        f"{last.invisible_until}: awaiting the revive service at {where}",
+        PopState.IN_FLIGHT: f"{popped}, not acked, invisible until {until}: in flight at {where}",
+        PopState.AWAITING_REVIVE: f"{popped}, not acked, due for revive since {until}: awaiting "
+        f"the revive service at {where}",
         PopState.REVIVED: f"{popped}, not acked: revived into its POP retry topic",
     }
     outcome = "consumed" if last.state is PopState.ACKED else last.state.value
