@@ -4,6 +4,7 @@ hand-placed stores and fact by fact on ``synth --fate --pop`` stores."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,16 @@ def test_synth_pop_needs_fate_on_5x(tmp_path: Path) -> None:
     alone = run("synth", tmp_path / "b", "--profile", "5.3", "--messages", "10", "--pop", "-q")
     assert alone.exit_code == 2 and "pop needs fate" in alone.stderr
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_synth_pop_summary_agrees_with_pop(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    made = run("synth", store, "--profile", "5.3", "--messages", "300", "--fate", "--pop", "--json")
+    assert made.exit_code == 0, made.stderr
+    said = json.loads(made.stdout)["fate"]["pop"]
+    doc = run_json("pop", store, expect=0)
+    assert said["checkpoints"] == len(doc["checkpoints"]) > 0
+    assert said["acked"] == doc["groups"][0]["counts"]["acked"]
+    assert said["in_timer"] == doc["undelivered"]["ck"] == 0
+    plain = run("synth", tmp_path / "p", "--profile", "5.3", "--messages", "50", "--fate", "--json")
+    assert json.loads(plain.stdout)["fate"]["pop"] is None
