@@ -15,9 +15,9 @@ The rules, from RocketMQ 5.3.3 (``broker/.../processor``, ``store/.../pop``):
   ``it`` invisibleTime, ``bm`` bitMap (bit i: message i acked), ``n`` num (a byte), ``q``
   queueId, ``t`` topic, ``c`` cid (the group), ``ro`` reviveOffset, ``d`` queueOffsetDiff
   (message i is at ``so + d[i]``; absent in old checkpoints: ``so + i``,
-  ``PopCheckPoint.ackOffsetByIndex``), ``bn`` brokerName, ``rp`` rePutTimes (a string).
-  Builds before the annotations serialised the getters' long names (``startOffset``...): both
-  are read.
+  ``PopCheckPoint.ackOffsetByIndex``), ``bn`` brokerName, ``rp`` rePutTimes (a string), and
+  ``reviveTime``, a getter fastjson writes too (nothing reads it back). Builds before the
+  annotations serialised the getters' long names (``startOffset``...): both are read.
 - ``AckMessageProcessor.appendAck`` / ``PopBufferMergeService.putAckToStore``: an ack is a
   message with tag ``ack`` (``AckMsg``: ``ao`` ackOffset, ``so``, ``c`` consumerGroup, ``t``,
   ``q``, ``pt``, ``bn``; ``alternateNames`` the long ones) or ``bAck`` (``BatchAckMsg``: ``aol``
@@ -266,6 +266,8 @@ def encode_checkpoint(ck: CheckPoint) -> bytes:
             "d": None if ck.queue_offset_diff is None else list(ck.queue_offset_diff),
             "bn": ck.broker_name,
             "rp": ck.re_put_times,
+            # fastjson writes every getter: getReviveTime() too (read back by no setter).
+            "reviveTime": ck.revive_time,
         }
     )
 
