@@ -105,6 +105,8 @@ def _placed_store(root: Path) -> Path:
         )
         for ck in (CK_B, CK_E)
     ]
+    # Another group's POP retry topic, whose name starts with gp's: not gp's copy.
+    other = replace(retries[0], topic=f"%RETRY%{GROUP}2+{TOPIC}", uniq_key="U0")
     specs = [
         *sources,
         *_ck_specs(CK_A, 0, True),
@@ -115,6 +117,7 @@ def _placed_store(root: Path) -> Path:
         _ack_spec(_ack(CK_A, 0), CK_A.revive_time, 0, False),
         _ack_spec(_ack(CK_A, 1, batch=True), T0 + 41, 0, True),  # not delivered yet
         *retries,
+        other,
         *_ck_specs(CK_D, 2, False),
         MessageSpec(topic="Other", body=b"x", store_timestamp=NOW),
     ]

@@ -49,7 +49,7 @@ from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import pop
 from rmqinspect.format.config import ConsumerOffsetTable
-from rmqinspect.format.fate import RETRY_PREFIX
+from rmqinspect.format.fate import retry_topic_kind
 from rmqinspect.format.times import iso_ms
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.model import Store
@@ -269,8 +269,6 @@ def _messages(
     if ck.revive_topic is not None and ck.revive_queue_id is not None:
         committed = revive_progress.get((ck.revive_topic, ck.revive_queue_id))
         passed = committed is not None and committed > (ck.revive_queue_offset or 0)
-    # The group's POP retry topics: %RETRY%<group>+<topic> or _<topic> (format.fate).
-    prefix = RETRY_PREFIX + ck.group
     out: list[PopMessage] = []
     for index in range(num):
         offset = pop.offset_at(ck.start_offset, ck.queue_offset_diff, index)
@@ -286,7 +284,7 @@ def _messages(
         mine = [
             at
             for topic, at in copies.get(uniq or "", ())
-            if topic.startswith(prefix) and len(topic) > len(prefix)
+            if retry_topic_kind(topic, ck.group) == "pop_retry"
         ]
         uncommitted = state is PopState.AWAITING_REVIVE and any(at >= ck.revive_time for at in mine)
         if uncommitted:
@@ -327,10 +325,7 @@ def _groups(
     for name in names:
         mine = [m for m in messages if m.group == name]
         counts = {s.value: sum(1 for m in mine if m.state is s) for s in PopState}
-        prefix = RETRY_PREFIX + name
-        copies = [
-            r for r in retry_copies if r.topic.startswith(prefix) and len(r.topic) > len(prefix)
-        ]
+        copies = [r for r in retry_copies if retry_topic_kind(r.topic, name) == "pop_retry"]
         revived: Counter[int] = Counter()
         seen: set[str] = set()
         for m in mine:
