@@ -130,7 +130,10 @@ def _placed_store(root: Path) -> Path:
 def test_pop_states_on_placed_records(tmp_path: Path) -> None:
     root = _placed_store(tmp_path / "s")
     doc = run_json("pop", root, expect=1)
-    assert doc["now"] == NOW
+    assert (doc["reference_timestamp"], doc["reference_basis"]) == (
+        NOW,
+        "the store's newest store time",
+    )
     states = {(m["queue_offset"]): m["state"] for m in doc["messages"]}
     assert states == {
         0: "acked",
@@ -179,6 +182,13 @@ def test_pop_threshold_and_group_filter(tmp_path: Path) -> None:
     )
     assert run_json("pop", root, "--group", "nobody", expect=0)["messages"] == []
     assert len(run_json("pop", root, "--group", GROUP, expect=1)["messages"]) == 6
+    # --now before D's revive time and after C's + 60 s: the same states; after D's: D is due,
+    # not passed, overdue once 60 s late.
+    later = run_json("pop", root, "--now", str(CK_D.revive_time + 61_000), expect=1)
+    assert later["reference_basis"] == "--now"
+    states = {m["queue_offset"]: m["state"] for m in later["messages"]}
+    assert states[4] == "awaiting_revive"
+    assert sorted(f["kind"] for f in later["findings"]).count("overdue") == 2
 
 
 def test_pop_table_says_the_caveat_and_verdict(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ message is:
 
 - ``acked``: its bit is set in the checkpoint's bitmap or an ack names it
   (``PopReviveService.consumeReviveMessage``: ``setBit(indexOfAck(ao))``);
-- ``in_flight``: not acked, its revive time (pop time + invisible time) is after now (the
-  newest store timestamp of the commitlog);
+- ``in_flight``: not acked, its revive time (pop time + invisible time) is after now (``--now``,
+  else the newest store timestamp of the commitlog);
 - ``revived``: not acked, due, and the revive service's progress (``CID_RMQ_SYS_REVIVE_GROUP``
   in ``consumerOffset.json``, per revive queue) is past the checkpoint's revive-queue offset:
   ``reviveRetry`` stored it again in the POP retry topic (copies counted by UNIQ_KEY, with
@@ -120,7 +120,8 @@ class ReviveQueue:
 @dataclass(frozen=True, slots=True)
 class PopReport:
     source: str
-    now: int | None  # the newest store timestamp: what "due" is measured against
+    reference_timestamp: int | None  # "now", what due is measured against
+    reference_basis: str
     stuck_after_ms: int
     undelivered: dict[str, int]  # checkpoints / acks the timer holds, not yet in a revive queue
     revive_queues: tuple[ReviveQueue, ...]
@@ -150,16 +151,23 @@ def pop_report(
     stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS,
     progress: Progress | None = None,
     *,
+    now: int | None = None,
     read_uniq_keys: bool = True,
 ) -> PopReport:
-    """``read_uniq_keys``: read each popped message's UNIQ_KEY through its consume queue (and
+    """``now``: what due is measured against (default: the newest store time).
+    ``read_uniq_keys``: read each popped message's UNIQ_KEY through its consume queue (and
     so count its revived copies); ``trace``, which matches by queue offset, does without."""
     recs = walk(store, progress)
     findings: list[PopFinding] = []
     cks, acks, queues = decode(recs.stored, findings)
     merge(cks, acks, findings)
     revive_progress = _revive_progress(store)
-    now = recs.newest
+    if now is not None:
+        basis = "--now"
+    elif recs.newest is not None:
+        now, basis = recs.newest, "the store's newest store time"
+    else:
+        basis = "no record in the commitlog"
     copies = _retry_copies(recs.retry_copies)
     messages: list[PopMessage] = []
     for ck in cks.values():
@@ -195,7 +203,8 @@ def pop_report(
     ordered = sorted(cks.values(), key=ck_position)
     return PopReport(
         source="commitlog scan",
-        now=now,
+        reference_timestamp=now,
+        reference_basis=basis,
         stuck_after_ms=stuck_after_ms,
         undelivered=_undelivered(ordered, acks, group),
         revive_queues=tuple(_queues(queues, revive_progress)),

@@ -13,6 +13,7 @@ from rmqinspect.cli.options import (
     StoreArg,
     commitlog_progress,
     open_store,
+    parse_optional_time,
     with_store_options,
 )
 from rmqinspect.render.output import resolve_format
@@ -37,6 +38,14 @@ def pop(
             "service before it counts as overdue.",
         ),
     ] = DEFAULT_STUCK_AFTER_MS / 1000,
+    now: Annotated[
+        str | None,
+        typer.Option(
+            "--now",
+            help="What in flight and due are measured against (epoch ms or ISO 8601); default: "
+            "the store's newest store time.",
+        ),
+    ] = None,
     format: FormatOpt = None,
     *,
     store_options: StoreOptions,
@@ -51,13 +60,14 @@ def pop(
     Example: rmqinspect pop STORE --group groupPop
     """
     fmt = resolve_format(format)
+    reference = parse_optional_time(now, "--now")
     with (
         open_store(
             store, store_options, "pop", StorePart.COMMITLOG | StorePart.CONSUME_QUEUES
         ) as st,
         commitlog_progress(st, "reading POP records", fmt) as advance,
     ):
-        report = pop_report(st, group, round(stuck_after * 1000), advance)
+        report = pop_report(st, group, round(stuck_after * 1000), advance, now=reference)
     render_pop(report, fmt)
     if report.inconsistent or report.overdue:
         raise typer.Exit(EXIT_FINDINGS)

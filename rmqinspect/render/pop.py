@@ -30,7 +30,8 @@ NO_POP = "no POP checkpoints or acks"
 def pop_json(report: PopReport) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "source": report.source,
-        "now": report.now,
+        "reference_timestamp": report.reference_timestamp,
+        "reference_basis": report.reference_basis,
         "stuck_after_ms": report.stuck_after_ms,
         "caveat": report.caveat,
         "undelivered": report.undelivered,
@@ -55,7 +56,8 @@ def render_pop(report: PopReport, fmt: OutputFormat) -> None:
         return
     print_line(
         f"{len(report.checkpoints)} checkpoint(s), {len(report.messages)} popped message(s) "
-        f"({report.source}), measured against the newest record ({time_cell(report.now)})"
+        f"({report.source}), now: {time_cell(report.reference_timestamp)} "
+        f"({report.reference_basis})"
     )
     if any(report.undelivered.values()):
         held = ", ".join(f"{n} {what}(s)" for what, n in report.undelivered.items())
