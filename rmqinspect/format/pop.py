@@ -248,7 +248,8 @@ def decode_ack(body: bytes, batch: bool) -> Ack:
 def _json(fields: dict[str, Any]) -> bytes:
     """fastjson's ``JSON.toJSONString``: keys sorted (``SortField``), nulls left out."""
     kept = {k: v for k, v in sorted(fields.items()) if v is not None}
-    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False).encode()
+    # String.getBytes(UTF_8) writes an unpaired surrogate as "?".
+    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")
 
 
 def encode_checkpoint(ck: CheckPoint) -> bytes:
