@@ -168,14 +168,13 @@ def pop_report(
         now, basis = recs.newest, "the store's newest store time"
     else:
         basis = "no record in the commitlog"
+    if group is not None:
+        cks = {k: c for k, c in cks.items() if c.group == group}
+        findings = [f for f in findings if f.group in (group, None)]
     copies = _retry_copies(recs.retry_copies)
     messages: list[PopMessage] = []
     for ck in cks.values():
         messages.extend(_messages(store, ck, now, revive_progress, copies, read_uniq_keys))
-    if group is not None:
-        cks = {k: c for k, c in cks.items() if c.group == group}
-        messages = [m for m in messages if m.group == group]
-        findings = [f for f in findings if f.group in (group, None)]
     for m in messages:
         if m.revive_uncommitted:
             findings.append(
