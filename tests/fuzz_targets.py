@@ -32,6 +32,7 @@ from rmqinspect.format import (
     index,
     markers,
     names,
+    pop,
     properties,
     scan,
 )
@@ -359,6 +360,36 @@ def message_ids(data: bytes) -> None:
             fn(uniq, reference, UTC)
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def pop_bodies(data: bytes) -> None:
+    """POP checkpoint and ack bodies raise only DecodeError; what decodes encodes back to the same
+    record, and a checkpoint's offsets map back to their indexes."""
+    with contextlib.suppress(DecodeError):
+        ck = pop.decode_checkpoint(data)
+        again = pop.decode_checkpoint(pop.encode_checkpoint(ck))
+        # Java's UTF-8 writes an unpaired surrogate (a \ud800 escape read back) as "?".
+        texts = (ck.topic, ck.group, ck.broker_name or "", ck.re_put_times or "")
+        assert again == ck or not all(_utf8(t) for t in texts)
+        diff = ck.queue_offset_diff
+        for i in range(min(max(ck.num, 0), len(diff) if diff else 32, 32)):
+            found = ck.index_of(ck.offset_at(i))
+            assert found == i or (diff is not None and diff.index(diff[i]) == found), i
+    for batch in (False, True):
+        with contextlib.suppress(DecodeError):
+            ack = pop.decode_ack(data, batch)
+            back = pop.decode_ack(pop.encode_ack(ack), batch)
+            texts = (ack.topic, ack.group, ack.broker_name or "")
+            assert back == ack or not all(_utf8(t) for t in texts)
+    pop.is_cancel(data)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     f.__name__: f
     for f in (
@@ -375,6 +406,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
         fastjson_loads,
         property_text,
         message_ids,
+        pop_bodies,
     )
 }
 
@@ -403,6 +435,13 @@ def seeds(target: str) -> list[bytes]:
         "fastjson_loads": cfg,
         "property_text": [b"KEYS\x01a b\x02TAGS\x01t\x02UNIQ_KEY\x01u"],
         "message_ids": [bytes(8) + b"0A01020300002A9F000000000000792E"],
+        "pop_bodies": [
+            b'{"so":1,"pt":1,"it":1,"n":1,"q":0,"t":"\\ud800","c":"g"}',
+            b'{"bm":1,"bn":"broker-a","c":"g","d":[0,2],"it":20000,"n":2,"pt":1700000000000,'
+            b'"q":1,"reviveTime":1700000020000,"ro":0,"so":5,"t":"TopicP"}',
+            b'{"ao":7,"bn":"broker-a","c":"g","pt":1700000000000,"q":1,"so":5,"t":"TopicP"}',
+            b'{"aol":[5,7],"so":5,"c":"g","t":"TopicP","q":1,"pt":1,"startOffset":4}',
+        ],
     }
     return by_target[target]
 

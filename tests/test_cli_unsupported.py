@@ -43,6 +43,7 @@ COMMANDS: dict[str, list[str]] = {
     "transactions": ["transactions", "{store}"],
     "trace": ["trace", "{store}", "--msg-id", "{msg_id}"],
     "timers": ["timers", "{store}"],
+    "pop": ["pop", "{store}"],
     "stats": ["stats", "{store}"],
     "report": ["report", "{store}", "--out", "{store}.html"],
 }
@@ -59,6 +60,7 @@ REFUSED_BY_QUEUE_LAYOUTS = {
     "trace",  # committed offsets against each copy's queue, and the restart's keeps
     "timers",  # rmq_sys_wheel_timer's queue against timercheck
     "report",  # the restart's prediction and verify's units
+    "pop",  # the popped messages' UNIQ_KEYs, through their queues
 }
 
 

@@ -118,6 +118,7 @@ INVOCATIONS: dict[str, list[Invocation]] = {
     "transactions": [lambda s, m, d: ("transactions", s)],
     "delays": [lambda s, m, d: ("delays", s)],
     "timers": [lambda s, m, d: ("timers", s)],
+    "pop": [lambda s, m, d: ("pop", s)],
     "stats": [lambda s, m, d: ("stats", s)],
     "trace": [
         lambda s, m, d: ("trace", s, "--msg-id", m["msg_id"], *SMALL_OPTS),

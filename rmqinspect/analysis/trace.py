@@ -23,7 +23,7 @@ it).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
@@ -39,6 +39,8 @@ from rmqinspect.analysis.offsets import (
     offsets_report,
     start_without_offset,
 )
+from rmqinspect.analysis.pop import PopMessage, pop_outcome, pop_report
+from rmqinspect.analysis.pop_records import has_pop_records
 from rmqinspect.analysis.queues import queue_bounds
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
 from rmqinspect.analysis.transactions import FindingKind as TxFindingKind
@@ -137,6 +139,7 @@ class Copy:
     groups: tuple[GroupState, ...]
     restart: Restart
     traces: tuple[TraceRecord, ...] = ()
+    pops: tuple[PopMessage, ...] = ()  # POP groups' pops of this copy (analysis.pop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -738,6 +741,7 @@ def _chain(
     pool: _Pool,
     ctx: _Context,
     txs: TransactionsReport | None,
+    pops: dict[tuple[str, int, int], list[PopMessage]],
     q: TraceQuery,
     findings: list[Finding],
 ) -> Chain:
@@ -777,13 +781,19 @@ def _chain(
         _copy(store, r, how, ctx, q.trace_topics, findings, traces.get(r.position, ()))
         for r, how in all_records
     ]
+    # A POP group's committed offset moves at pop time: its checkpoints and acks say more.
+    copies = [
+        replace(c, pops=tuple(pops.get((c.topic, c.queue_id, c.queue_offset), ()))) for c in copies
+    ]
     _origin_findings(store, records, pool, findings)
     base = _base_topic(copies)
     groups = sorted(
         {g for (t, _), rows in ctx.consumer.items() if t == base for g, _, _ in rows}
         | {c.group for c in copies if c.group is not None}
     )
-    fates = tuple(_group_fate(store, g, base, copies, q.consume_from_where) for g in groups)
+    fates = tuple(
+        _pop_fate(_group_fate(store, g, base, copies, q.consume_from_where), copies) for g in groups
+    )
     summary = [f.summary for f in fates]
     if not fates:
         summary.append("no consumer group has a committed offset on " + (base or "its topic"))
@@ -797,6 +807,20 @@ def _chain(
         summary.append("no retry copies")
     uniq = next(iter(sorted(keys)), None)
     return Chain(uniq, base, tuple(copies), fates, state, tuple(summary))
+
+
+def _pop_fate(fate: GroupFate, copies: list[Copy]) -> GroupFate:
+    """A POP group's fate from its newest popped copy's checkpoint, where it has one."""
+    for c in reversed(copies):
+        said = pop_outcome(fate.group, list(c.pops))
+        if said is None:
+            continue
+        outcome, words = said
+        if outcome != "consumed":
+            return replace(fate, outcome=outcome, summary=f"{fate.group}: {words}")
+        head = fate.summary if fate.outcome == "consumed" else f"consumed by {fate.group}"
+        return replace(fate, outcome=outcome, summary=f"{head} ({words})")
+    return fate
 
 
 def _trace_finding(position: int, p: TraceProblem) -> Finding:
@@ -834,7 +858,11 @@ def trace_report(store: Store, q: TraceQuery, progress: Progress | None = None) 
     ctx = _context(store, progress)
     has_half = any(r.topic == HALF_TOPIC for r in pool.records.values())
     txs = transactions_report(store, progress=progress) if has_half else None
-    chains = tuple(_chain(store, c, pool, ctx, txs, q, findings) for c in components)
+    pops: dict[tuple[str, int, int], list[PopMessage]] = {}
+    if has_pop_records(store):
+        for m in pop_report(store, progress=progress, read_uniq_keys=False).messages:
+            pops.setdefault((m.topic, m.queue_id, m.queue_offset), []).append(m)
+    chains = tuple(_chain(store, c, pool, ctx, txs, pops, q, findings) for c in components)
     keeps = ctx.keeps
     return TraceReport(
         query,

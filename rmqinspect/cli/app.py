@@ -77,6 +77,7 @@ _COMMANDS = {
     "transactions": "transactions",
     "trace": "trace",
     "timers": "timers",
+    "pop": "pop",
     "stats": "stats",
     "report": "report",
 }

@@ -114,6 +114,15 @@ def synth(
             "transactions, consumer and delay offsets (one past its queue's max).",
         ),
     ] = False,
+    pop: Annotated[
+        bool,
+        typer.Option(
+            "--pop",
+            help="With --fate on a 5.x profile: groupPop's POP checkpoints and acks, stored "
+            "through the timer topic into rmq_sys_REVIVE_LOG_DefaultCluster as the broker "
+            "stores them, and the revive service's progress (docs/pop.md).",
+        ),
+    ] = False,
     prop_crc: Annotated[
         bool, typer.Option("--prop-crc", help="enabledAppendPropCRC (profile 5.3 only).")
     ] = False,
@@ -189,9 +198,12 @@ def synth(
             compress_type=compress_type,
             compress_over=compress_over,
             fate=fate,
+            pop=pop,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    if pop and profile is Profile.V4_9:
+        raise typer.BadParameter("--pop needs a 5.x --profile: 4.9 brokers have no POP")
     if rocksdb and (profile is not Profile.V5_3 or dledger):
         # RocksDB consume queues came with 5.2; the DLedger store keeps file queues.
         raise typer.BadParameter("--rocksdb needs --profile 5.3 and no --dledger")

@@ -90,6 +90,16 @@ def fate_json(fate: FateSummary) -> Any:
             "max_offset": max_offset,
         },
         "examples": dict(fate.examples),
+        "pop": _pop_counts(fate) if fate.pop else None,
+    }
+
+
+def _pop_counts(fate: FateSummary) -> dict[str, int]:
+    """``--pop``: the checkpoints written, acked, and still only in the timer at the end."""
+    return {
+        "checkpoints": len(fate.pop),
+        "acked": sum(t.acked for t in fate.pop),
+        "in_timer": sum(t.ck_revive_position is None for t in fate.pop),
     }
 
 
@@ -132,6 +142,13 @@ def synth_table(summary: StoreSummary, seconds: float, damages: list[damage.Dama
             f"{fate.schedule} delayed sends, {fate.scheduled_delivery} delivered, "
             f"{fate.pending_delays} schedule units pending",
         )
+        if fate.pop:
+            pop = _pop_counts(fate)
+            table.add_row(
+                "POP",
+                f"{pop['checkpoints']} checkpoints, {pop['acked']} acked, {pop['in_timer']} "
+                "still in the timer",
+            )
         states = ", ".join(f"{n} {state}" for state, n in fate.transactions.items())
         table.add_row("transactions", f"{states}; {fate.half_checks} check copies")
         group, topic, queue_id, committed, max_offset = fate.offset_ahead

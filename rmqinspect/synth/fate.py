@@ -84,6 +84,7 @@ from rmqinspect.format.fate import (
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.ids import encode_offset_msg_id
 from rmqinspect.format.javamap import java_map_order
+from rmqinspect.format.pop import FIRST_POP_TIME, REVIVE_GROUP
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.trace_data import TraceRecord
 from rmqinspect.synth.clientid import ClientIds
@@ -94,13 +95,13 @@ from rmqinspect.synth.layout import (
     FateTrace,
     MessageColumns,
 )
+from rmqinspect.synth.pop import REVIVE_TOPIC, PopBroker
 from rmqinspect.synth.records import Row, columns
 from rmqinspect.synth.writer import StoreWriter
 
 GROUP_OK = "groupOK"
 GROUP_RETRY = "groupRetry"
 GROUP_POP = "groupPop"
-FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME
 MAX_RECONSUME_TIMES = 3  # groupRetry's DefaultMQPushConsumer.setMaxReconsumeTimes(3)
 CLEAN_HORIZON_MS = 150_000
 CRASH_AFTER_MS = 70_000
@@ -238,6 +239,7 @@ class FateSimulator:
         broker_host: HostAddress,
         start_ms: int,
         crash: bool,
+        pop: bool = False,
     ) -> None:
         self.profile = profile
         self.trailing = profile.properties_trailing_separator
@@ -300,6 +302,8 @@ class FateSimulator:
             )
         }
         self.trace_messages: list[FateTrace] = []
+        # --pop: groupPop's checkpoints and acks (5.x)
+        self.pop = PopBroker(self._pop_put, self._at, _POP_INVISIBLE_MS) if pop else None
         self.truth: list[_Copy] = []
         self.delivery_log: list[FateDelivery] = []
 
@@ -479,6 +483,8 @@ class FateSimulator:
             self.delivery_log.append(FateDelivery(group, copy.physical_offset, at, ok))
             if group in self.tracers:
                 self._at(at, functools.partial(self._consumed, group, copy, ok))
+            if group == GROUP_POP and self.pop is not None:
+                self._at(at, functools.partial(self._popped, copy, ok))
             if not ok:
                 self._at(at, functools.partial(self._failed, group, copy))
             p = copy.properties
@@ -544,6 +550,29 @@ class FateSimulator:
         scheduled.role = Role.SCHEDULE
         self.counts["retry_schedule"] += 1
         self._put(scheduled, now, delay=str(level))
+
+    def _popped(self, copy: _Copy, ok: bool, now: int) -> None:
+        """``groupPop`` popped ``copy``: its checkpoint now, its ack once the listener is done."""
+        assert self.pop is not None
+        self.pop.popped(
+            GROUP_POP,
+            copy.topic,
+            copy.queue_id,
+            copy.queue_offset,
+            copy.properties.get(props.UNIQ_KEY),
+            now,
+            now + _CONSUME_MS if ok else None,
+        )
+
+    def _pop_put(
+        self, topic: str, queue_id: int, properties: dict[str, str], body: bytes, at: int
+    ) -> tuple[int, int, int]:
+        """A record the broker itself stores for POP (:mod:`rmqinspect.synth.pop`)."""
+        record = _Copy(
+            topic, queue_id, properties, body, at, self.broker_host, self.broker_host, 0, 0, 0
+        )
+        self._put(record, at)
+        return record.physical_offset, record.queue_offset, record.store_timestamp
 
     def _revive(self, copy: _Copy, popped: int, now: int) -> None:
         """``PopReviveService.reviveRetry``: the unacked message again, in the POP retry topic."""
@@ -869,6 +898,10 @@ class FateSimulator:
                     table.setdefault(f"{RETRY_PREFIX}{group}@{group}", {0: 0})
             if self.txs:
                 table[f"{HALF_TOPIC}@{CHECK_GROUP}"] = {0: self._check_offset(at)}
+            if self.pop is not None and self.pop.done:
+                # The revive service commits on the broker: no client lag.
+                revived_at = self._persist_times(_CONSUMER_PERSIST_MS)[len(tables)]
+                table[f"{REVIVE_TOPIC}@{REVIVE_GROUP}"] = self.pop.revive_offsets(revived_at)
             group, topic, queue_id, ahead, _ = self.offset_ahead(topics)
             table.setdefault(f"{topic}@{group}", {})[queue_id] = ahead
             tables.append({k: table[k] for k in _java_order(table)})
@@ -974,6 +1007,7 @@ class FateSimulator:
             records=tuple(_record(c) for c in self.truth),
             deliveries=tuple(self.delivery_log),
             traces=tuple(self.trace_messages),
+            pop=() if self.pop is None else self.pop.truths(),
             transaction_states={
                 uniq: tx.fate if tx.done else "pending"
                 for tx in self.txs

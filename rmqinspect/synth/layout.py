@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,9 @@ from rmqinspect.format.host import HostAddress
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM, IndexGeometry
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.trace_data import TraceRecord
+
+if TYPE_CHECKING:
+    from rmqinspect.synth.pop import PopTruth
 
 DEFAULT_STORE_HOST = HostAddress(bytes([10, 0, 0, 1]), 10911)
 DEFAULT_BORN_HOST = HostAddress(bytes([10, 0, 0, 2]), 50001)
@@ -194,6 +197,7 @@ class FateSummary:
     records: tuple[FateRecord, ...] = ()
     deliveries: tuple[FateDelivery, ...] = ()
     traces: tuple[FateTrace, ...] = ()
+    pop: tuple[PopTruth, ...] = ()  # --pop: each pop and what became of it
     transaction_states: dict[str, str] = field(default_factory=dict)
 
 

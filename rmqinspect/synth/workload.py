@@ -139,6 +139,7 @@ class WorkloadConfig:
     compress_type: Codec = Codec.ZLIB
     compress_over: int = COMPRESS_OVER
     fate: bool = False
+    pop: bool = False  # with fate on 5.x: groupPop's checkpoints and acks (synth.pop)
 
     def __post_init__(self) -> None:
         if self.messages < 0 or self.body_size < 0 or self.compress_over < 0:
@@ -147,6 +148,8 @@ class WorkloadConfig:
             raise ValueError("topics must be 1..702 and queues 1..1024")
         if self.burst < 1:
             raise ValueError("burst must be at least 1")
+        if self.pop and not self.fate:
+            raise ValueError("pop needs fate: the checkpoints are groupPop's")
 
     @property
     def checkpoint_lag_ms(self) -> int:
@@ -281,6 +284,7 @@ class _Generator:
                 layout.store_host,
                 config.start_ms,
                 config.crash,
+                config.pop,
             )
         self.templates: dict[int, tuple[str, Callable[[Sequence[str]], tuple[str, ...]]]] = {}
         self.recent = _Recent()
