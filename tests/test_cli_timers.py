@@ -191,7 +191,7 @@ def test_synth_states_fire_times_and_topics(tmp_path: Path) -> None:
         "last_fire_time": None,
         "delivered": 1,
         "recalled": 1,
-        "metrics_count": None,
+        "metrics_count": 2,  # TimerMetrics: enqueued minus dequeued and recalled
     }
     assert doc["wheel_slots_used"] == doc["wheel_slots_valid"] == 5
     # Slots against the read time (T0+5 s): +1 s (read already), +60 s, +2 h (a target and

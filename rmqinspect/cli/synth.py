@@ -160,6 +160,16 @@ def synth(
             "(docs/rocksdb-consume-queue.md); written after --damage.",
         ),
     ] = False,
+    timers: Annotated[
+        int,
+        typer.Option(
+            "--timers",
+            min=0,
+            max=600,
+            help="Timer messages (profile 5.3, no --crash): the 5.x timer store with pending, "
+            "delivered, rolled and recalled ones (docs/timer-store.md).",
+        ),
+    ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -189,12 +199,15 @@ def synth(
             compress_type=compress_type,
             compress_over=compress_over,
             fate=fate,
+            timers=timers,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     if rocksdb and (profile is not Profile.V5_3 or dledger):
         # RocksDB consume queues came with 5.2; the DLedger store keeps file queues.
         raise typer.BadParameter("--rocksdb needs --profile 5.3 and no --dledger")
+    if timers and profile is not Profile.V5_3:
+        raise typer.BadParameter("--timers needs --profile 5.3 (the timer store came with 5.x)")
     started = time.perf_counter()
     try:
         summary = write_workload(out_dir, config, layout)

@@ -43,6 +43,7 @@ from rmqinspect.format.profile import Profile
 from rmqinspect.format.properties import encode_properties_map, properties_template
 from rmqinspect.synth.clientid import ClientIds
 from rmqinspect.synth.fate import FATE_DELAY_LEVELS, FateSimulator
+from rmqinspect.synth.timer import TimerWorkload
 from rmqinspect.synth.writer import (
     DEFAULT_CLOCK_START_MS,
     MessageColumns,
@@ -139,6 +140,7 @@ class WorkloadConfig:
     compress_type: Codec = Codec.ZLIB
     compress_over: int = COMPRESS_OVER
     fate: bool = False
+    timers: int = 0  # timer messages (5.x timer store, rmqinspect.synth.timer)
 
     def __post_init__(self) -> None:
         if self.messages < 0 or self.body_size < 0 or self.compress_over < 0:
@@ -147,6 +149,8 @@ class WorkloadConfig:
             raise ValueError("topics must be 1..702 and queues 1..1024")
         if self.burst < 1:
             raise ValueError("burst must be at least 1")
+        if self.timers and self.crash:
+            raise ValueError("timers are written for a clean stop only (no --crash)")
 
     @property
     def checkpoint_lag_ms(self) -> int:
@@ -589,12 +593,21 @@ def write_workload(
         flush_lag_ms=config.checkpoint_lag_ms,
     ) as writer:
         generator.write(writer)
+        timers = None
+        if config.timers:
+            start = writer.last_store_timestamp
+            timers = TimerWorkload(writer, topic_name(0), config.queues, config.timers, start)
+            timers.run()
         fate = generator.fate
         if fate is None:
             current, previous = _consumer_offsets(writer, config, generator.draws)
             writer.set_consumer_offsets(current, previous)
-            return writer.close()
-        writer.set_consumer_offsets(*fate.consumer_offsets(generator.topics))
-        writer.set_delay_offsets(*fate.delay_offsets())
-        writer.set_retry_max_times(fate.retry_max_times())
-        return replace(writer.close(), fate=fate.summary(generator.topics))
+            summary = writer.close()
+        else:
+            writer.set_consumer_offsets(*fate.consumer_offsets(generator.topics))
+            writer.set_delay_offsets(*fate.delay_offsets())
+            writer.set_retry_max_times(fate.retry_max_times())
+            summary = replace(writer.close(), fate=fate.summary(generator.topics))
+        if timers is None:
+            return summary
+        return replace(summary, timers=timers.write())
