@@ -4,6 +4,8 @@ against the writer's truth (:class:`~rmqinspect.synth.layout.TimerSummary`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -152,3 +154,39 @@ def test_verify_is_clean_and_synth_refuses_4_9(synth_timers: StoreSummary, tmp_p
     assert doc["findings"] == []
     result = run("synth", str(tmp_path / "x"), "--timers", "6", "-q")
     assert result.exit_code == 2 and "--timers needs --profile 5.3" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("damage", "timer_kinds", "verify_checks"),
+    [
+        ("timer-cycle", {"timerlog.cycle"}, {"timer.chain"}),
+        ("timer-cross-slot", {"timerlog.chain_into_other_slot"}, {"timer.chain"}),
+        (
+            "timer-truncated",
+            {"timerlog.truncated", "timerlog.chain_outside_log"},
+            {"timer.log", "timer.chain"},
+        ),
+        ("timer-commitlog-cut", {"timerlog.past_commitlog_end"}, {"timer.points_past_end"}),
+    ],
+)
+def test_synth_timer_damage_is_a_finding(
+    tmp_path: Path, damage: str, timer_kinds: set[str], verify_checks: set[str]
+) -> None:
+    store = tmp_path / "s"
+    made = run(
+        "synth", str(store), "--profile", "5.3", "-n", "40", "--timers", "30",
+        "--damage", damage, "--json",
+    )  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    [placed] = json.loads(made.stdout)["damage"]
+    doc = run_json("timers", store, expect=1)
+    assert {f["kind"] for f in doc["findings"]} == timer_kinds
+    if damage in ("timer-cycle", "timer-cross-slot"):
+        # The walk meets the unit the altered prevPos points at.
+        [finding] = doc["findings"]
+        assert re.search(rf"timerlog offset {placed['details']['prev_pos']}\b", finding["message"])
+    elif damage == "timer-commitlog-cut":
+        [finding] = doc["findings"]
+        assert re.search(rf"commitlog offset {placed['details']['cut']}\b", finding["message"])
+    checks = run_json("verify", store, expect=1)["summary"]["findings_by_check"]
+    assert verify_checks <= set(checks)

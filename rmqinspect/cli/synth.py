@@ -17,7 +17,7 @@ from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.synth import render_synth
-from rmqinspect.synth import damage
+from rmqinspect.synth import damage, timer_damage
 from rmqinspect.synth.rocksdb import move_queues_to_rocksdb
 from rmqinspect.synth.workload import WorkloadConfig, topic_name, write_workload
 from rmqinspect.synth.writer import StoreLayout, StoreSummary
@@ -31,6 +31,10 @@ class DamageKind(enum.StrEnum):
     MISSING_CQ = "missing-cq"
     STALE_TAIL = "stale-tail"
     TORN_HEADER = "torn-header"
+    TIMER_CYCLE = "timer-cycle"
+    TIMER_CROSS_SLOT = "timer-cross-slot"
+    TIMER_TRUNCATED = "timer-truncated"
+    TIMER_COMMITLOG_CUT = "timer-commitlog-cut"
 
 
 _ZERO_REGION_BYTES = 256
@@ -56,6 +60,14 @@ def _apply(kind: DamageKind, root: Path, summary: StoreSummary) -> damage.Damage
         return damage.remove_cq_dir(root, topic, 0)
     if kind is DamageKind.TORN_HEADER:
         return damage.torn_entry_header(root)
+    if kind is DamageKind.TIMER_CYCLE:
+        return timer_damage.chain_cycle(root)
+    if kind is DamageKind.TIMER_CROSS_SLOT:
+        return timer_damage.chain_into_other_slot(root)
+    if kind is DamageKind.TIMER_TRUNCATED:
+        return timer_damage.truncated_timerlog(root)
+    if kind is DamageKind.TIMER_COMMITLOG_CUT:
+        return timer_damage.commitlog_cut_under_timer(root, summary.commitlog_end)
     return damage.stale_bytes_past_write_position(root)
 
 

@@ -59,6 +59,7 @@ def synth_json(summary: StoreSummary, seconds: float, damages: list[damage.Damag
                 "ranges": [[r.path, r.start, r.end] for r in d.ranges],
                 "removed": list(d.removed),
                 "created": list(d.created),
+                "details": dict(d.details),
             }
             for d in damages
         ],
