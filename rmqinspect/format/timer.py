@@ -137,6 +137,17 @@ def slots_match(
     return ok
 
 
+def restart_read_ms(
+    last_read_ms: int | None, now_ms: int, precision_ms: int = DEFAULT_PRECISION_MS
+) -> int:
+    """``TimerMessageStore.recover``: where a restart at ``now_ms`` resumes reading the wheel,
+    timercheck's lastReadTimeMs pulled forward to at least formatTimeMs(now) - slotsTotal
+    slots + TIMER_BLANK_SLOTS slots (7 days less 60 slots; no checkpoint reads as 0)."""
+    floor = now_ms // precision_ms * precision_ms
+    earliest = floor - (SLOTS_TOTAL - TIMER_BLANK_SLOTS) * precision_ms
+    return earliest if last_read_ms is None else max(last_read_ms, earliest)
+
+
 @dataclass(frozen=True, slots=True)
 class TimerCheckpoint:
     """``config/timercheck`` as ``TimerCheckpoint``'s constructor reads it."""
