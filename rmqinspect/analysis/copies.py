@@ -3,9 +3,11 @@ its own (the ``message_copies`` export table; ``trace`` follows one message with
 rules, :mod:`rmqinspect.format.fate`).
 
 A message's first record is an original send (its topic, or ``SCHEDULE_TOPIC_XXXX`` for a
-delayed send, or the half of a transaction); every other record that carries its properties is
-a copy: a retry or DLQ copy, a retry's schedule copy, a due delayed message stored again in its
-real topic, a half's check copy or given-up copy, a commit or rollback. Where the copy itself
+delayed send, ``rmq_sys_wheel_timer`` for a 5.x timer send, or the half of a transaction); every
+other record that carries its properties is a copy: a retry or DLQ copy, a retry's schedule
+copy, a due delayed message stored again in its real topic, a timer roll or a fired timer
+message, a half's check copy or given-up copy, a commit or rollback (a timer recall's marker
+shares the UNIQ_KEY but is no copy). Where the copy itself
 names its source, the row says where that is (``linked_by``):
 
 - ``origin_message_id``: a retry, DLQ or retry-schedule copy's ``ORIGIN_MESSAGE_ID`` is the
@@ -42,9 +44,9 @@ from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.model import Store
 
 # Records that are no copy of a message, whatever properties they carry.
-_NOT_COPIES = frozenset({Role.TRACE, Role.OP, Role.OFFSET_MOVED_EVENT})
+_NOT_COPIES = frozenset({Role.TRACE, Role.OP, Role.OFFSET_MOVED_EVENT, Role.TIMER_RECALL})
 # Roles a message's first record has; such a record is a copy only when it names a source.
-_SENDS = frozenset({Role.ORIGINAL, Role.SCHEDULE, Role.HALF})
+_SENDS = frozenset({Role.ORIGINAL, Role.SCHEDULE, Role.HALF, Role.TIMER})
 
 
 @dataclass(frozen=True, slots=True)

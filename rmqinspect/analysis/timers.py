@@ -98,6 +98,7 @@ class Recall:
     target: str  # TIMER_DEL_UNIQKEY: <topic>+<uniqKey>
     matched: bool  # an entry of the timerlog carries that key
     queue_offset: int | None = None  # the marker's, in rmq_sys_wheel_timer
+    magic: int | None = None  # the unit's (MAGIC_DELETE, with MAGIC_ROLL when it rolls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,7 +430,9 @@ def _entries(
         p = record.properties
         if magics[i] & timer.MAGIC_DELETE:
             target = p.get(timer.TIMER_DEL_UNIQKEY) or ""
-            recalls.append(Recall(pos, offsets[i], slots[i], target, False, record.queue_offset))
+            recalls.append(
+                Recall(pos, offsets[i], slots[i], target, False, record.queue_offset, magics[i])
+            )
             continue
         topic = p.get(props.REAL_TOPIC) or ""
         uniq = p.get(props.UNIQ_KEY) or ""

@@ -22,6 +22,7 @@ it).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -41,11 +42,13 @@ from rmqinspect.analysis.offsets import (
 )
 from rmqinspect.analysis.queues import queue_bounds
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
+from rmqinspect.analysis.trace_timer import TIMER_ROLES, TimerUnit, timer_line, timer_units
 from rmqinspect.analysis.transactions import FindingKind as TxFindingKind
 from rmqinspect.analysis.transactions import TransactionsReport, transactions_report
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
+from rmqinspect.format import timer
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.fate import (
     HALF_TOPIC,
@@ -54,6 +57,7 @@ from rmqinspect.format.fate import (
     Role,
     dlq_topic,
     link_keys,
+    long_property,
     retry_topic,
     role_of,
 )
@@ -65,6 +69,9 @@ from rmqinspect.format.times import iso_ms
 from rmqinspect.format.trace_data import TraceProblem, TraceRecord, decode_trace_data
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
+
+# Copies in the topic the producer sent to that a consumer of it receives.
+_DELIVERED = frozenset({Role.ORIGINAL, Role.SCHEDULED_DELIVERY, Role.COMMIT, Role.TIMER_DELIVERY})
 
 
 class Search(StrEnum):
@@ -137,6 +144,8 @@ class Copy:
     groups: tuple[GroupState, ...]
     restart: Restart
     traces: tuple[TraceRecord, ...] = ()
+    fire_timestamp: int | None = None  # timer copies and deliveries: TIMER_OUT_MS
+    timer: TimerUnit | None = None  # timer-topic copies: their timerlog unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,17 +589,20 @@ def _copy(
         groups,
         _restart(store, ctx, rec.position),
         traces,
+        long_property(p, timer.TIMER_OUT_MS)
+        if role in TIMER_ROLES or role is Role.TIMER_DELIVERY
+        else None,
     )
 
 
 def _base_topic(copies: list[Copy]) -> str | None:
     for c in copies:
-        if c.role in (Role.ORIGINAL, Role.SCHEDULED_DELIVERY, Role.COMMIT):
+        if c.role in _DELIVERED:
             return c.topic
     for c in copies:
         if c.retry_topic is not None:
             return c.retry_topic
-        if c.role in (Role.SCHEDULE, Role.HALF) and c.real_topic is not None:
+        if c.role in (Role.SCHEDULE, Role.HALF, Role.TIMER) and c.real_topic is not None:
             return c.real_topic
     return None
 
@@ -612,8 +624,7 @@ def _group_fate(
     delivered = [
         c
         for c in copies
-        if (c.topic == base and c.role in (Role.ORIGINAL, Role.SCHEDULED_DELIVERY, Role.COMMIT))
-        or (c.role is Role.RETRY and c.group == group)
+        if (c.topic == base and c.role in _DELIVERED) or (c.role is Role.RETRY and c.group == group)
     ]
     w = _waiting(copies, (retry, base), delivered)
     if w is not None:
@@ -778,6 +789,15 @@ def _chain(
         for r, how in all_records
     ]
     _origin_findings(store, records, pool, findings)
+    timed = [c.physical_offset for c in copies if c.role in TIMER_ROLES]
+    if timed:
+        units = timer_units(store, timed)
+        copies = [
+            dataclasses.replace(c, timer=units.get(c.physical_offset))
+            if c.role in TIMER_ROLES
+            else c
+            for c in copies
+        ]
     base = _base_topic(copies)
     groups = sorted(
         {g for (t, _), rows in ctx.consumer.items() if t == base for g, _, _ in rows}
@@ -793,6 +813,9 @@ def _chain(
             summary.append(_wait_words(w, None))
     if state is not None:
         summary.append(f"transaction {state.replace('_', ' ')}")
+    if timed:
+        fire = next((c.fire_timestamp for c in copies if c.role in TIMER_ROLES), None)
+        summary.append(timer_line([c.role for c in copies], [c.timer for c in copies], fire))
     if not any(c.role in (Role.RETRY, Role.DLQ) for c in copies):
         summary.append("no retry copies")
     uniq = next(iter(sorted(keys)), None)
