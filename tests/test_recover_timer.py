@@ -6,6 +6,7 @@ fact by fact against the real 5.3.3 broker's restart of ``timer_clean`` and agai
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ def test_real_broker_restart_of_timer_clean(conformance_timer_dir: Path, tmp_pat
     assert t["due_pending"] == restart["pendingFiredAfterRestart"] == 46
     assert t["skipped_pending"] == len(restart["lostDueButNotDelivered"]) == 0
     assert (t["units_cut"], t["enqueued_again"], t["units_dropped"]) == (0, 0, 0)
+    assert t["delivered_again"] == len(restart["keysWithSeveralTopicCopiesAfterRestart"]) == 0
     assert doc["verdict"] == "no_loss"
 
 
@@ -135,3 +137,37 @@ def test_table(tmp_path: Path, wide_console: None) -> None:
     assert "Timer store after the restart" in result.stdout
     line = next(x for x in result.stdout.splitlines() if "enqueue resumes at" in x)
     assert f"{summary.timers.timer_queue_offset if summary.timers else -1} (" in line
+
+
+def test_checkpoint_behind_delivered_slots_fires_them_again(tmp_path: Path) -> None:
+    """A crash before timercheck caught up with the dequeue: the restart reads the delivered
+    short timers' slots again and stores a second copy of each (timer_crash_early's
+    duplicates)."""
+    summary = _synth(tmp_path / "s")
+    truth = summary.timers
+    assert truth is not None
+    shorts = [p for p in truth.timers if p.kind == "short"]
+    back = min(p.slot_ms for p in shorts)  # the read time the crash left: the first short slot
+    check = summary.root / "config" / "timercheck"
+    data = bytearray(check.read_bytes())
+    data[0:8] = back.to_bytes(8, "big")
+    check.write_bytes(bytes(data))
+    t = run_json("recover", summary.root, expect=0)["timer"]
+    assert (t["read_timestamp"], t["read_rule"]) == (back, "timercheck")
+    assert t["delivered_again"] == len(shorts) == sum(p.slot_ms >= back for p in shorts)
+
+
+def test_truncated_timerlog(tmp_path: Path) -> None:
+    summary = _synth(tmp_path / "s")
+    truth = summary.timers
+    assert truth is not None
+    log = summary.root / "timerlog" / f"{0:020d}"
+    os.truncate(log, truth.timerlog_units * timer.UNIT_SIZE - timer.UNIT_SIZE // 2)
+    t = run_json("recover", summary.root, expect=0)["timer"]
+    assert t["timerlog_end"] == (truth.timerlog_units - 1) * timer.UNIT_SIZE
+    assert (t["timerlog_units"], t["flushed_units_lost"]) == (truth.timerlog_units - 1, 1)
+    # The lost unit's slot still ends at it: reviseSlot moves it back to an earlier unit of the
+    # slot, or, alone in its slot, it points past the end.
+    last = truth.timerlog_units - 1
+    alone = sum(1 for s in truth.slots.values() if s[1] == last * timer.UNIT_SIZE and s[0] == s[1])
+    assert (t["slots_revised"], t["slots_past_end"]) == (1 - alone, alone)

@@ -16,6 +16,9 @@
 4. The read time: lastReadTimeMs, pulled forward to at least now - 7 days + 60 slots
    (:func:`rmqinspect.format.timer.restart_read_ms`); ``checkPhyPos`` re-reads from the
    first position of any slot (from the read time on) whose lastPos is still past the end.
+   The wheel is read again from there: a slot already delivered from but not yet behind the
+   checkpointed read time (a crash before the checkpoint caught up) fires again, so its
+   messages get a second copy in their real topic (timer duplicates).
 
 Units whose record the commitlog's recovery cut stay in the timerlog: their slot's dequeue
 reads nothing there (apache/rocketmq#10668).
@@ -80,6 +83,7 @@ class TimerRecoveryReport:
     read_rule: str  # timercheck or seven_days_back
     skipped_pending: int  # pending entries between lastReadTimeMs and currReadTimeMs
     due_pending: int  # pending entries from currReadTimeMs to now: fired at once, late
+    delivered_again: int  # delivered entries in slots from currReadTimeMs on: fired again
     units_cut: int  # units whose record lies past the recovered commitlog end
     units_cut_listed: list[TimerUnitCut] = field(default_factory=list)
     load_failures: list[LoadFailure] = field(default_factory=list)
@@ -158,6 +162,11 @@ def recover_timer_store(
         read_rule=read_rule,
         skipped_pending=t.counts.get("skipped_by_restart", 0),
         due_pending=_due(t.entries, read, t.reference_timestamp),
+        delivered_again=sum(
+            1
+            for e in t.entries
+            if read is not None and e.state == "delivered" and e.slot_timestamp >= read
+        ),
         units_cut=len(cut),
         units_cut_listed=cut[:UNITS_LISTED],
         load_failures=failures,
