@@ -12,6 +12,7 @@ import pytest
 
 from rmqinspect.format import timer
 from rmqinspect.format.profile import Profile
+from rmqinspect.format.times import iso_ms
 from rmqinspect.synth.layout import PlacedTimer, StoreSummary
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import StoreLayout
@@ -69,6 +70,16 @@ def test_each_class_is_followed_through_the_timer(synth_timers: StoreSummary, ki
     }[kind]
     line = next(s for s in chain["summary"] if s.startswith("timer message"))
     assert words in line
+    # A group of the real topic: the pending ones wait in the timer, a recalled one never comes.
+    assert chain["groups"]
+    for g in chain["groups"]:
+        if kind in ("mid", "roll", "rolled"):
+            assert g["outcome"] == "in_delay"
+            assert g["summary"] == f"the message waits in the timer until {iso_ms(t.fire_ms)}"
+        elif kind == "recalled":
+            assert g["outcome"] == "not_delivered"
+        else:
+            assert g["outcome"] in ("consumed", "pending")
 
 
 _ROLES = {

@@ -700,24 +700,30 @@ def _waiting(
     copies: list[Copy], real_topics: tuple[str | None, ...], delivered: list[Copy]
 ) -> Copy | None:
     """The newest schedule copy bound for one of ``real_topics`` that the schedule service has
-    not delivered: delayOffset.json is not past it and no later copy with its reconsume count
-    was stored."""
+    not delivered (delayOffset.json is not past it and no later copy with its reconsume count
+    was stored), or timer copy whose unit is pending."""
     waiting = [
         c
         for c in copies
-        if c.role is Role.SCHEDULE
-        and c.real_topic in real_topics
-        and c.delivered is not True
-        and not any(
-            d.physical_offset > c.physical_offset and d.reconsume_times == c.reconsume_times
-            for d in delivered
+        if (
+            c.role is Role.SCHEDULE
+            and c.real_topic in real_topics
+            and c.delivered is not True
+            and not any(
+                d.physical_offset > c.physical_offset and d.reconsume_times == c.reconsume_times
+                for d in delivered
+            )
         )
+        or (c.real_topic in real_topics and c.timer is not None and c.timer.state == "pending")
     ]
     return waiting[-1] if waiting else None
 
 
 def _wait_words(w: Copy, retry: str | None) -> str:
     what = "the retry copy" if retry is not None and w.real_topic == retry else "the message"
+    if w.timer is not None:
+        fire = iso_ms(w.fire_timestamp) or w.fire_timestamp
+        return f"{what} waits in the timer until {fire}"
     due = "" if w.due_timestamp is None else f" until {iso_ms(w.due_timestamp) or w.due_timestamp}"
     return f"{what} waits in delay level {w.delay_level}{due}"
 
