@@ -10,14 +10,16 @@ from typing import Any
 
 import pytest
 
+from rmqinspect.export.schema import Table
 from rmqinspect.format import timer
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.times import iso_ms
 from rmqinspect.synth.layout import PlacedTimer, StoreSummary
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import StoreLayout
-from tests.cli_helpers import run_json
+from tests.cli_helpers import run, run_json
 from tests.conftest import restore_trimmed_store
+from tests.export_helpers import read_table
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +123,31 @@ def test_real_broker_copies(conformance_timer_dir: Path, tmp_path: Path) -> None
         magic = m["copiesInInputStore"][0]["timerLogUnits"][0]["magic"]
         assert chain["copies"][0]["timer"]["magic"] == magic
         assert bool(magic & timer.MAGIC_ROLL) == (key == "roll-003")
+
+
+def test_message_copies_holds_roll_copies_and_deliveries(
+    synth_timers: StoreSummary, tmp_path: Path
+) -> None:
+    """The export's copies: a roll copy and a delivered copy per timer message that has one,
+    linked by UNIQ_KEY; the timer sends and the recall markers are no copies."""
+    assert synth_timers.timers is not None
+    out = tmp_path / "out"
+    done = run(
+        "export", synth_timers.root, out, "--engine", "arrow", "--tables", "message_copies",
+        "--jobs", "1",
+    )  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    rows = read_table(out, Table.MESSAGE_COPIES).to_pylist()
+    timed = {t.uniq_key for t in synth_timers.timers.timers}
+    got = sorted(
+        (r["physical_offset"], r["role"], r["uniq_key"], r["linked_by"])
+        for r in rows
+        if r["uniq_key"] in timed
+    )
+    want = sorted(
+        [(t.roll_offset, "timer_roll", t.uniq_key, "uniq_key")
+         for t in synth_timers.timers.timers if t.roll_offset is not None]
+        + [(t.delivered_offset, "timer_delivery", t.uniq_key, "uniq_key")
+           for t in synth_timers.timers.timers if t.delivered_offset is not None]
+    )  # fmt: skip
+    assert got == want and len(want) == 2 * (12 // 6)
