@@ -12,14 +12,18 @@ from typing import Any
 
 from rmqinspect.format import timer
 from rmqinspect.format.profile import Profile
-from rmqinspect.synth.layout import StoreSummary
-from rmqinspect.synth.timer_damage import commitlog_cut_under_timer
+from rmqinspect.synth.layout import StoreSummary, TimerSummary
+from rmqinspect.synth.timer_damage import checkpoint_behind, commitlog_cut_under_timer
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import StoreLayout
 from tests.cli_helpers import run, run_json
 from tests.conftest import restore_trimmed_store
 
 DAY = 86_400_000
+
+
+def end_of(truth: TimerSummary) -> int:
+    return truth.timerlog_units * timer.UNIT_SIZE
 
 
 def _synth(root: Path) -> StoreSummary:
@@ -51,7 +55,7 @@ def test_real_broker_restart_of_timer_clean(conformance_timer_dir: Path, tmp_pat
     assert t["due_pending"] == restart["pendingFiredAfterRestart"] == 46
     assert t["skipped_pending"] == len(restart["lostDueButNotDelivered"]) == 0
     assert (t["units_cut"], t["enqueued_again"], t["units_dropped"]) == (0, 0, 0)
-    assert t["delivered_again"] == len(restart["keysWithSeveralTopicCopiesAfterRestart"]) == 0
+    assert t["fired_again"] == len(restart["keysWithSeveralTopicCopiesAfterRestart"]) == 0
     assert doc["verdict"] == "no_loss"
 
 
@@ -139,22 +143,21 @@ def test_table(tmp_path: Path, wide_console: None) -> None:
     assert f"{summary.timers.timer_queue_offset if summary.timers else -1} (" in line
 
 
-def test_checkpoint_behind_delivered_slots_fires_them_again(tmp_path: Path) -> None:
-    """A crash before timercheck caught up with the dequeue: the restart reads the delivered
-    short timers' slots again and stores a second copy of each (timer_crash_early's
+def test_checkpoint_behind_fires_delivered_and_rolled_again(tmp_path: Path) -> None:
+    """A crash before timercheck caught up with the dequeue (synth's timer-checkpoint-behind):
+    the restart reads the slots already fired from again, storing a second delivered copy of
+    each short timer and a second roll copy of each rolled one (timer_crash_early's
     duplicates)."""
     summary = _synth(tmp_path / "s")
     truth = summary.timers
     assert truth is not None
-    shorts = [p for p in truth.timers if p.kind == "short"]
-    back = min(p.slot_ms for p in shorts)  # the read time the crash left: the first short slot
-    check = summary.root / "config" / "timercheck"
-    data = bytearray(check.read_bytes())
-    data[0:8] = back.to_bytes(8, "big")
-    check.write_bytes(bytes(data))
+    back = checkpoint_behind(summary.root).details["last_read_time_ms"]
+    assert back == min([p.slot_ms for p in truth.timers] + [p.fire_ms for p in truth.timers])
     t = run_json("recover", summary.root, expect=0)["timer"]
     assert (t["read_timestamp"], t["read_rule"]) == (back, "timercheck")
-    assert t["delivered_again"] == len(shorts) == sum(p.slot_ms >= back for p in shorts)
+    assert t["last_timer_log_flush_pos"] == 0 and t["timerlog_end"] == end_of(truth)
+    fired = [p for p in truth.timers if p.state in ("delivered", "rolled")]
+    assert t["fired_again"] == len(fired) == sum(p.slot_ms >= back for p in fired) > 0
 
 
 def test_truncated_timerlog(tmp_path: Path) -> None:

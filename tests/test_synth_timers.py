@@ -190,3 +190,19 @@ def test_synth_timer_damage_is_a_finding(
         assert re.search(rf"commitlog offset {placed['details']['cut']}\b", finding["message"])
     checks = run_json("verify", store, expect=1)["summary"]["findings_by_check"]
     assert verify_checks <= set(checks)
+
+
+def test_checkpoint_behind_through_the_cli(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    made = run(
+        "synth", str(store), "--profile", "5.3", "-n", "20", "--timers", "12",
+        "--damage", "timer-checkpoint-behind", "--json",
+    )  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    doc = json.loads(made.stdout)
+    [placed] = doc["damage"]
+    assert placed["kind"] == "timer_checkpoint_behind"
+    assert doc["timers"]["by_state"] == {"delivered": 2, "pending": 6, "recalled": 2, "rolled": 2}
+    check = run_json("timers", store, expect=0)["timercheck"]
+    assert check["last_read_timestamp"] == placed["details"]["last_read_time_ms"]
+    assert check["last_timer_log_flush_pos"] == 0

@@ -35,6 +35,7 @@ class DamageKind(enum.StrEnum):
     TIMER_CROSS_SLOT = "timer-cross-slot"
     TIMER_TRUNCATED = "timer-truncated"
     TIMER_COMMITLOG_CUT = "timer-commitlog-cut"
+    TIMER_CHECKPOINT_BEHIND = "timer-checkpoint-behind"
 
 
 _ZERO_REGION_BYTES = 256
@@ -66,6 +67,8 @@ def _apply(kind: DamageKind, root: Path, summary: StoreSummary) -> damage.Damage
         return timer_damage.chain_into_other_slot(root)
     if kind is DamageKind.TIMER_TRUNCATED:
         return timer_damage.truncated_timerlog(root)
+    if kind is DamageKind.TIMER_CHECKPOINT_BEHIND:
+        return timer_damage.checkpoint_behind(root)
     if kind is DamageKind.TIMER_COMMITLOG_CUT:
         return timer_damage.commitlog_cut_under_timer(root, summary.commitlog_end)
     return damage.stale_bytes_past_write_position(root)

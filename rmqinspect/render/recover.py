@@ -230,7 +230,7 @@ def _timer_tables(t: TimerRecoveryReport) -> list[Table | RowTable]:
         ("wheel read resumes at", f"{time_cell(t.read_timestamp)} ({t.read_rule})"),
         ("pending skipped", t.skipped_pending),
         ("pending due at once", t.due_pending),
-        ("delivered, fired again", t.delivered_again),
+        ("delivered or rolled, fired again", t.fired_again),
         ("units whose record is cut", t.units_cut),
     ]
     tables: list[Table | RowTable] = [key_value_table("Timer store after the restart", rows)]

@@ -6,6 +6,7 @@ every helper mutates the store it is given, in place; never point one at evidenc
   dequeue's walk from lastPos never reaches -1;
 - :func:`chain_into_other_slot`: a slot's oldest unit points at a unit of another slot;
 - :func:`truncated_timerlog`: the timerlog file ends inside its last unit (a copy cut short);
+- :func:`checkpoint_behind`: timercheck left behind the dequeue by a crash;
 - :func:`commitlog_cut_under_timer`: apache/rocketmq#10668's signature, the commitlog's tail
   lost (zeroed from the last timer-topic record on) while the timerlog kept the units that
   point there.
@@ -114,4 +115,26 @@ def commitlog_cut_under_timer(root: str | os.PathLike[str], data_end: int) -> Da
         "units point past the commitlog's end (apache/rocketmq#10668)",
         zeroed.ranges,
         details={"cut": start},
+    )
+
+
+def checkpoint_behind(root: str | os.PathLike[str]) -> Damage:
+    """timercheck as a crash soon after the sends leaves it (``timer_crash_early``): the read
+    time back at the first slot a unit sits in and the flush position 0, so the restart reads
+    the slots already delivered from again."""
+    store = Path(root)
+    units = _units(_log_file(store))
+    if not len(units):
+        raise ValueError("the timerlog holds no unit")
+    back = int(timer.slot_times(units).min())
+    path = store / "config" / "timercheck"
+    data = bytearray(path.read_bytes())
+    data[0:16] = back.to_bytes(8, "big", signed=True) + bytes(8)
+    path.write_bytes(bytes(data))
+    return Damage(
+        "timer_checkpoint_behind",
+        f"set timercheck's lastReadTimeMs back to {back} (the first unit's slot) and its "
+        "lastTimerLogFlushPos to 0, as a crash before the checkpoint caught up leaves them",
+        (ByteRange("config/timercheck", 0, 16),),
+        details={"last_read_time_ms": back},
     )

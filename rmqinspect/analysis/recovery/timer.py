@@ -83,7 +83,7 @@ class TimerRecoveryReport:
     read_rule: str  # timercheck or seven_days_back
     skipped_pending: int  # pending entries between lastReadTimeMs and currReadTimeMs
     due_pending: int  # pending entries from currReadTimeMs to now: fired at once, late
-    delivered_again: int  # delivered entries in slots from currReadTimeMs on: fired again
+    fired_again: int  # delivered or rolled entries in slots from currReadTimeMs on
     units_cut: int  # units whose record lies past the recovered commitlog end
     units_cut_listed: list[TimerUnitCut] = field(default_factory=list)
     load_failures: list[LoadFailure] = field(default_factory=list)
@@ -162,10 +162,10 @@ def recover_timer_store(
         read_rule=read_rule,
         skipped_pending=t.counts.get("skipped_by_restart", 0),
         due_pending=_due(t.entries, read, t.reference_timestamp),
-        delivered_again=sum(
+        fired_again=sum(
             1
             for e in t.entries
-            if read is not None and e.state == "delivered" and e.slot_timestamp >= read
+            if read is not None and e.state in ("delivered", "rolled") and e.slot_timestamp >= read
         ),
         units_cut=len(cut),
         units_cut_listed=cut[:UNITS_LISTED],
