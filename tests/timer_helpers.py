@@ -12,6 +12,7 @@ from rmqinspect.format import properties as props
 from rmqinspect.format import timer
 from rmqinspect.format.profile import Profile
 from rmqinspect.synth.timer import TimerFiles
+from rmqinspect.synth.timer_damage import chain_cycle, chain_into_other_slot
 from rmqinspect.synth.writer import MessageSpec, StoreWriter
 from tests.cli_helpers import SMALL_LAYOUT
 
@@ -83,14 +84,6 @@ class TimerStore:
         return self.root
 
 
-def _cycle(rows: list[dict[str, int]]) -> None:
-    rows[0]["prev_pos"] = timer.UNIT_SIZE  # slot's last unit (1) -> 0 -> 1 -> ...
-
-
-def _into_other_slot(rows: list[dict[str, int]]) -> None:
-    rows[1]["prev_pos"] = 2 * timer.UNIT_SIZE  # unit 2 is in another slot
-
-
 def _wrong_slot_time(slots: dict[int, list[int]]) -> None:
     slots[T0 + 60_000][3] = timer.slot_index(T0 + 61_000)  # T0+60 s's slot, one slot on
 
@@ -109,10 +102,12 @@ def hostile_timer_store(root: Path, variant: str) -> Path:
     s.add("A", T0 + 60_000)
     s.add("B", T0 + 60_000)
     s.add("C", T0 + 90_000)
-    if variant == "cycle":
-        return s.close(T0, units=_cycle)
-    if variant == "chain_into_other_slot":
-        return s.close(T0, units=_into_other_slot)
+    if variant == "cycle":  # A points back at B: B -> A -> B -> ...
+        chain_cycle(s.close(T0))
+        return root
+    if variant == "chain_into_other_slot":  # C's chain runs into B, in A and B's slot
+        chain_into_other_slot(s.close(T0))
+        return root
     if variant == "slot_time_mismatch":
         return s.close(T0, slots=_wrong_slot_time)
     if variant == "past_commitlog_end":
