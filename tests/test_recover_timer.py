@@ -174,3 +174,33 @@ def test_truncated_timerlog(tmp_path: Path) -> None:
     last = truth.timerlog_units - 1
     alone = sum(1 for s in truth.slots.values() if s[1] == last * timer.UNIT_SIZE and s[0] == s[1])
     assert (t["slots_revised"], t["slots_past_end"]) == (1 - alone, alone)
+
+
+def test_synth_crash_after_the_roll_copies(tmp_path: Path) -> None:
+    """synth --timers --crash: the roll copies are past the reput (no units yet) and the
+    checkpoint is before their roll slot. The restart dispatches them into the timer queue, the
+    timer enqueues them from where its log ends, and fires the rolled ones' slots again."""
+    config = WorkloadConfig(messages=80, body_size=64, topics=2, queues=4, timers=36, crash=True)
+    summary = write_workload(tmp_path / "s", config, StoreLayout(profile=Profile.V5_3))
+    truth = summary.timers
+    assert truth is not None and summary.crashed
+    rolled = [p for p in truth.timers if p.kind == "rolled"]
+    assert rolled and all(
+        p.roll_offset is not None and p.roll_timerlog_offset is None and p.state == "pending"
+        for p in rolled
+    )
+    doc = run_json("recover", summary.root, expect=0)
+    assert doc["recovery_path"] == "abnormal"
+    t = doc["timer"]
+    assert (t["read_timestamp"], t["timer_queue_offset"]) == (
+        truth.last_read_ms,
+        truth.timer_queue_offset,
+    )
+    assert t["timer_queue_max_offset"] == truth.timer_queue_offset + len(rolled)
+    assert t["to_enqueue"] == len(rolled) and t["enqueued_again"] == 0
+    # The rolled ones' first units sit in the slot after the read time, before the newest
+    # store time (the default "now"): due at once.
+    assert all(truth.last_read_ms <= p.slot_ms for p in rolled)
+    assert t["due_pending"] == len(rolled)
+    counts = run_json("timers", summary.root, expect=0)["counts"]
+    assert (counts["due"], counts.get("rolled", 0)) == (len(rolled), 0)

@@ -181,8 +181,9 @@ def synth(
             "--timers",
             min=0,
             max=600,
-            help="Timer messages (profile 5.3, no --crash): the 5.x timer store with pending, "
-            "delivered, rolled and recalled ones (docs/timer-store.md).",
+            help="Timer messages (profile 5.3): the 5.x timer store with pending, delivered, "
+            "rolled and recalled ones (docs/timer-store.md); with --crash the broker dies "
+            "after the roll copies were stored, before the timer caught up.",
         ),
     ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,

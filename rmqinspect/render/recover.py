@@ -225,6 +225,7 @@ def _timer_tables(t: TimerRecoveryReport) -> list[Table | RowTable]:
             "timer queue after the restart",
             f"[{cell_text(t.timer_queue_min_offset)}, {cell_text(t.timer_queue_max_offset)})",
         ),
+        ("to enqueue", t.to_enqueue),
         ("enqueued again", t.enqueued_again),
         ("restart at", f"{time_cell(t.now_timestamp)} ({t.now_basis})"),
         ("wheel read resumes at", f"{time_cell(t.read_timestamp)} ({t.read_rule})"),

@@ -229,7 +229,7 @@ class TimerSummary:
     timers: tuple[PlacedTimer, ...]
     timerlog_units: int
     last_read_ms: int  # timercheck's lastReadTimeMs: where the stop left the wheel
-    timer_queue_offset: int  # rmq_sys_wheel_timer's max offset (all enqueued)
+    timer_queue_offset: int  # one past the last rmq_sys_wheel_timer offset the timer enqueued
     slots: dict[int, tuple[int, int, int]]  # slot time -> (firstPos, lastPos, num)
     metrics: dict[str, int]  # TimerMetrics' count per real topic
 

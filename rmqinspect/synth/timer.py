@@ -55,6 +55,7 @@ class TimerFiles:
         self.slots: dict[int, list[int]] = {}
         self.metrics: dict[str, int] = {}
         self.metrics_stamp = 0
+        self.queue_end = 0  # one past the last timer-queue offset enqueued
 
     def out_ms(self, deliver_ms: int) -> int:
         """``HookUtils.transformTimerMessage``: the delivery time rounded down to the
@@ -100,6 +101,7 @@ class TimerFiles:
         )
         slot[0] = pos if slot[0] == -1 else slot[0]
         slot[1] = pos
+        self.queue_end = max(self.queue_end, put.queue_offset + 1)
         slot[2] += -1 if delete else 1
         self.count(real_topic, -1 if delete else 1, write_ms)
         return pos
@@ -197,10 +199,22 @@ class TimerWorkload:
     the store: the ``rolled`` ones sent a day before the others (so that their roll slot, half
     a roll window on, fires within the run), then the others at ``T``, the recalls at T+3.5 s,
     the short ones' deliveries and the roll copies as their slots fire, and the stop at T+8 s
-    (timercheck's read time)."""
+    (timercheck's read time).
+
+    With ``crash`` the broker is killed just after the roll copies were stored (T+5 s on): the
+    reput had not dispatched them, so the timer has not enqueued them (no units, the rolled
+    ones' first units still pending), and timercheck's read time is the last whole second
+    before their roll slot (the checkpoint lags the dequeue)."""
 
     def __init__(
-        self, writer: StoreWriter, real_topic: str, queues: int, count: int, start_ms: int
+        self,
+        writer: StoreWriter,
+        real_topic: str,
+        queues: int,
+        count: int,
+        start_ms: int,
+        *,
+        crash: bool = False,
     ) -> None:
         self.writer = writer
         self.files = TimerFiles(writer)
@@ -211,6 +225,7 @@ class TimerWorkload:
         self.first = start_ms // 1000 * 1000 + 1000
         # The rolled ones' roll slot is half a (2-day) window after their write time.
         self.t = self.first + DAY_MS - _ROLL_LEAD_MS
+        self.crash = crash
         self._summary: TimerSummary | None = None
 
     def run(self) -> TimerSummary:
@@ -227,19 +242,21 @@ class TimerWorkload:
         events = [(self.t + 3_500 + n, 0, m.i) for n, m in enumerate(recalls)]
         events += [(m.slot_ms + 100 + n, 1, m.i) for n, m in enumerate(fired)]
         stop = self.t + _STOP_AFTER_MS
+        # A crash stops the reput at the first roll copy: nothing after it is dispatched.
+        undispatched = self.t + _ROLL_LEAD_MS if self.crash else stop
         for at, fire, i in sorted(events):
             if at >= stop:
                 raise ValueError("too many timer messages for the run's 8 seconds")
             if fire:
-                self._fire(sent[i], at)
+                self._fire(sent[i], at, dispatch=at < undispatched)
             else:
                 self._recall(sent[i], at)
         files = self.files
         self._summary = TimerSummary(
             tuple(_placed(sent[i], self.real_topic) for i in sorted(sent)),
             len(files.units),
-            stop,
-            self.writer.next_queue_offsets().get((timer.TIMER_TOPIC, 0), 0),
+            undispatched - 1000 if self.crash else stop,
+            files.queue_end,
             {t: (v[0], v[1], v[2]) for t, v in files.slots.items()},
             dict(files.metrics),
         )
@@ -316,9 +333,10 @@ class TimerWorkload:
         pos = self.files.enqueue(put, self.real_topic, m.fire, at, delete=True)
         m.recall, m.state = (put.physical_offset, pos), "recalled"
 
-    def _fire(self, m: _Sent, at: int) -> None:
+    def _fire(self, m: _Sent, at: int, dispatch: bool) -> None:
         """The slot fired: a roll unit's message goes back into the timer topic with
-        TIMER_ROLL_TIMES and is enqueued again; any other is delivered to its real topic."""
+        TIMER_ROLL_TIMES and is enqueued again (once dispatched: the timer reads its queue);
+        any other is delivered to its real topic."""
         rolls = bool(m.unit["magic"] & timer.MAGIC_ROLL)
         p = {
             **m.user,
@@ -340,8 +358,14 @@ class TimerWorkload:
             properties=p,
             born_timestamp=m.put.store_timestamp,
             store_timestamp=at,
+            dispatch=dispatch,
         )
         put = self.writer.put(spec)
+        if rolls and not dispatch:
+            # Not in the timer queue yet, so not enqueued; the checkpoint lags the dequeue,
+            # so the first unit is still pending (the restart fires its slot again).
+            m.roll = (put.physical_offset, -1)
+            return
         self.files.count(self.real_topic, -1, at)
         if rolls:
             pos = self.files.enqueue(put, self.real_topic, m.fire, at)
@@ -366,7 +390,7 @@ def _placed(m: _Sent, real_topic: str) -> PlacedTimer:
         magic=m.unit["magic"],
         delivered_offset=m.delivered,
         roll_offset=None if m.roll is None else m.roll[0],
-        roll_timerlog_offset=None if m.roll is None else m.roll[1],
+        roll_timerlog_offset=None if m.roll is None or m.roll[1] < 0 else m.roll[1],
         recall_offset=None if m.recall is None else m.recall[0],
         recall_timerlog_offset=None if m.recall is None else m.recall[1],
     )

@@ -149,8 +149,6 @@ class WorkloadConfig:
             raise ValueError("topics must be 1..702 and queues 1..1024")
         if self.burst < 1:
             raise ValueError("burst must be at least 1")
-        if self.timers and self.crash:
-            raise ValueError("timers are written for a clean stop only (no --crash)")
 
     @property
     def checkpoint_lag_ms(self) -> int:
@@ -295,8 +293,9 @@ class _Generator:
         config = self.config
         total = config.messages
         fate = self.fate
-        # With fate the crash comes later, its undispatched tail is the fate's last records.
-        crashed = config.crash and fate is None
+        # With fate (or timers) the crash comes later, its undispatched tail is the fate's
+        # (the timers') last records.
+        crashed = config.crash and fate is None and not config.timers
         undispatched_from = total - min(config.burst, total // 10) if crashed else total
         base = 0
         batch = _FIRST_BATCH
@@ -596,7 +595,9 @@ def write_workload(
         timers = None
         if config.timers:
             start = writer.last_store_timestamp
-            timers = TimerWorkload(writer, topic_name(0), config.queues, config.timers, start)
+            timers = TimerWorkload(
+                writer, topic_name(0), config.queues, config.timers, start, crash=config.crash
+            )
             timers.run()
         fate = generator.fate
         if fate is None:

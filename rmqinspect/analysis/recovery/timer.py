@@ -77,6 +77,7 @@ class TimerRecoveryReport:
     timer_queue_min_offset: int | None  # the timer queue after the commitlog's recovery
     timer_queue_max_offset: int | None
     enqueued_again: int  # timer-topic messages from currQueueOffset on already in the log
+    to_enqueue: int  # timer-queue messages from currQueueOffset to the queue's max
     now_timestamp: int | None
     now_basis: str
     read_timestamp: int | None  # currReadTimeMs
@@ -156,6 +157,7 @@ def recover_timer_store(
             1 for e in t.entries if e.queue_offset is not None and current <= e.queue_offset
         )
         + sum(1 for r in t.recalls if r.queue_offset is not None and current <= r.queue_offset),
+        to_enqueue=max((qmax if qmax is not None else current) - current, 0),
         now_timestamp=t.reference_timestamp,
         now_basis=t.reference_basis,
         read_timestamp=read,
