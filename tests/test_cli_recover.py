@@ -20,6 +20,7 @@ from tests.cli_helpers import SMALL_LAYOUT, SMALL_OPTS, build_store, run
 
 TOP_LEVEL_KEYS = {
     "schema_version",
+    "timer",
     "store",
     "profile",
     "profile_reasons",
@@ -115,7 +116,7 @@ def test_clean_store_exits_0_with_the_documented_schema(clean: Path) -> None:
     assert doc["schema_version"] == 1
     assert doc["recovery_path"] == "normal" and doc["broker_starts"] is True
     assert doc["loses_data"] is False and doc["apply"] is None
-    assert doc["dledger"] is None
+    assert doc["dledger"] is None and doc["timer"] is None  # no timer store
     assert doc["lost_messages"] == {
         "count": 0,
         "listed": 0,

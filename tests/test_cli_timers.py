@@ -191,7 +191,7 @@ def test_synth_states_fire_times_and_topics(tmp_path: Path) -> None:
         "last_fire_time": None,
         "delivered": 1,
         "recalled": 1,
-        "metrics_count": None,
+        "metrics_count": 2,  # TimerMetrics: enqueued minus dequeued and recalled
     }
     assert doc["wheel_slots_used"] == doc["wheel_slots_valid"] == 5
     # Slots against the read time (T0+5 s): +1 s (read already), +60 s, +2 h (a target and
@@ -289,13 +289,17 @@ def test_missing_timercheck_and_short_wheel(tmp_path: Path) -> None:
 
 
 def test_timer_files_are_only_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``timers`` and ``verify`` open the timer store's files read-only, non-blocking and
-    without following links, map them read-only, and change nothing; ``info`` says who reads
-    the timer store."""
+    """``timers``, ``verify`` and ``recover`` open the timer store's files read-only,
+    non-blocking and without following links, map them read-only, and change nothing; ``info``
+    says who reads the timer store."""
     store = _basic(tmp_path / "s").close(last_read=T0 + 5000)
     before = tree_state(store)
     log = record_file_access(monkeypatch)
-    for args in (("timers", store), ("verify", store, *SMALL_OPTS)):
+    for args in (
+        ("timers", store),
+        ("verify", store, *SMALL_OPTS),
+        ("recover", store, *SMALL_OPTS),
+    ):
         result = run(*args, "--format", "json")
         assert result.exit_code == 0, (args, result.stderr)
     monkeypatch.undo()
@@ -309,7 +313,7 @@ def test_timer_files_are_only_read(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert opened and all(a.flags & SAFE_OPEN == SAFE_OPEN for a in opened)
     assert tree_state(store) == before
     notes = {u["kind"]: u["note"] for u in run_json("info", store, expect=0)["unsupported"]}
-    assert "read by `timers` and `verify`" in notes["timer"]
+    assert "read by `timers`, `verify`, `recover` and `trace`" in notes["timer"]
 
 
 @settings(

@@ -28,6 +28,7 @@ def _ci_script(heading: str = "#### Verify recovery in CI") -> str:
         "#### Verify recovery in CI",
         "#### Predict a DLedger restart",
         "#### Investigate duplicate consumption after a crash",
+        "#### Find timer messages a lost commitlog tail stranded",
     ],
 )
 def test_verify_recovery_in_ci_example(tmp_path: Path, heading: str) -> None:

@@ -1,17 +1,18 @@
-"""A writer of small 5.x timer stores, as ``TimerMessageStore.doEnqueue`` writes them: each timer
-message's record in rmq_sys_wheel_timer, its timerlog unit in its slot's chain, the wheel and
-timercheck; and the hostile variants ``timers`` and ``verify`` report."""
+"""Small 5.x timer stores for tests, written through the synth timer writer
+(:class:`rmqinspect.synth.timer.TimerFiles`, ``TimerMessageStore.doEnqueue``'s write side) with
+hand-picked slots; and the hostile variants ``timers`` and ``verify`` report."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from rmqinspect.format import properties as props
 from rmqinspect.format import timer
-from rmqinspect.format.encode import encode_timer_slot, encode_timer_units, encode_timercheck
 from rmqinspect.format.profile import Profile
+from rmqinspect.synth.timer import TimerFiles
+from rmqinspect.synth.timer_damage import chain_cycle, chain_into_other_slot
 from rmqinspect.synth.writer import MessageSpec, StoreWriter
 from tests.cli_helpers import SMALL_LAYOUT
 
@@ -20,20 +21,15 @@ T0 = 1_800_000_000_000  # whole seconds: the writer's currWriteTimeMs
 DAY = 86_400_000
 
 
-@dataclass
-class _Unit:
-    fields: dict[str, int]
-    slot: int  # slot time (ms)
-
-
 class TimerStore:
-    """Writes a store with a timer store: each timer message's record in rmq_sys_wheel_timer,
-    its timerlog unit in its slot's chain (``doEnqueue``), the wheel and timercheck."""
+    """A store whose timer messages sit in slots the test names: each one's record in
+    rmq_sys_wheel_timer, its timerlog unit in its slot's chain, the wheel and timercheck."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.w = StoreWriter(root, LAYOUT)
-        self.units: list[_Unit] = []
+        self.files = TimerFiles(self.w)
+        self.timer_records = 0
 
     def add(
         self,
@@ -49,27 +45,16 @@ class TimerStore:
         p = {props.REAL_TOPIC: "Orders", props.REAL_QID: "1", timer.TIMER_OUT_MS: str(fire)}
         if roll_times is not None:
             p[timer.TIMER_ROLL_TIMES] = str(roll_times)
+            self.files.count("Orders", -1, T0)  # the roll dequeued the previous unit
         if recall is not None:
             p[timer.TIMER_DEL_UNIQKEY] = recall
         put = self.w.put(
             MessageSpec(topic=timer.TIMER_TOPIC, uniq_key=uniq, properties=p, store_timestamp=T0)
         )
+        self.timer_records += 1
         magic = timer.MAGIC_DEFAULT | (timer.MAGIC_ROLL if rolls else 0)
         magic |= timer.MAGIC_DELETE if recall is not None else 0
-        at = fire if slot is None else slot
-        self.units.append(
-            _Unit(
-                {
-                    "magic": magic,
-                    "curr_write_time_ms": T0,
-                    "delayed_time_offset_ms": at - T0,
-                    "physical_offset": put.physical_offset,
-                    "store_size": put.size,
-                    "topic_hash": 0,
-                },
-                at,
-            )
-        )
+        self.files.add_unit(put, "Orders", T0, fire if slot is None else slot, magic)
         return put.physical_offset
 
     def deliver(self, uniq: str) -> None:
@@ -79,6 +64,7 @@ class TimerStore:
                 topic="Orders", queue_id=1, uniq_key=uniq, properties=p, store_timestamp=T0 + 1
             )
         )
+        self.files.count("Orders", -1, T0 + 1)  # the dequeue
 
     def close(
         self,
@@ -90,43 +76,12 @@ class TimerStore:
         padding: int = 4 * timer.UNIT_SIZE,
     ) -> Path:
         self.w.close()
-        wheel: dict[int, list[int]] = {}  # slot time -> [first, last, num, where it is written]
-        rows = []
-        for i, u in enumerate(self.units):
-            pos = i * timer.UNIT_SIZE
-            slot = wheel.setdefault(u.slot, [-1, -1, 0, timer.slot_index(u.slot)])
-            rows.append({**u.fields, "prev_pos": slot[1]})
-            slot[0] = pos if slot[0] == -1 else slot[0]
-            slot[1] = pos
-            slot[2] += -1 if u.fields["magic"] & timer.MAGIC_DELETE else 1
         if units is not None:
-            units(rows)
+            units(self.files.units)
         if slots is not None:
-            slots(wheel)
-        (self.root / "timerlog").mkdir()
-        log = encode_timer_units(rows)
-        (self.root / "timerlog" / f"{0:020d}").write_bytes(log + bytes(padding))
-        with open(self.root / "timerwheel", "wb") as fh:
-            fh.truncate(timer.WHEEL_FILE_SIZE)
-            for time, (first, last, num, index) in wheel.items():
-                fh.seek(index * timer.SLOT_SIZE)
-                fh.write(encode_timer_slot(time, first, last, num))
-        cp = timer.TimerCheckpoint(
-            last_read, len(log) if flush_pos is None else flush_pos, 0, 0, 0, T0, 1
-        )
-        queue_max = sum(1 for _ in self.units)
-        cp = replace(cp, last_timer_queue_offset=queue_max, master_timer_queue_offset=queue_max)
-        (self.root / "config").mkdir(exist_ok=True)
-        (self.root / "config" / "timercheck").write_bytes(encode_timercheck(cp).ljust(4096, b"\0"))
+            slots(self.files.slots)
+        self.files.write(last_read, self.timer_records, flush_pos=flush_pos, padding=padding)
         return self.root
-
-
-def _cycle(rows: list[dict[str, int]]) -> None:
-    rows[0]["prev_pos"] = timer.UNIT_SIZE  # slot's last unit (1) -> 0 -> 1 -> ...
-
-
-def _into_other_slot(rows: list[dict[str, int]]) -> None:
-    rows[1]["prev_pos"] = 2 * timer.UNIT_SIZE  # unit 2 is in another slot
 
 
 def _wrong_slot_time(slots: dict[int, list[int]]) -> None:
@@ -147,10 +102,12 @@ def hostile_timer_store(root: Path, variant: str) -> Path:
     s.add("A", T0 + 60_000)
     s.add("B", T0 + 60_000)
     s.add("C", T0 + 90_000)
-    if variant == "cycle":
-        return s.close(T0, units=_cycle)
-    if variant == "chain_into_other_slot":
-        return s.close(T0, units=_into_other_slot)
+    if variant == "cycle":  # A points back at B: B -> A -> B -> ...
+        chain_cycle(s.close(T0))
+        return root
+    if variant == "chain_into_other_slot":  # C's chain runs into B, in A and B's slot
+        chain_into_other_slot(s.close(T0))
+        return root
     if variant == "slot_time_mismatch":
         return s.close(T0, slots=_wrong_slot_time)
     if variant == "past_commitlog_end":

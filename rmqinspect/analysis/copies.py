@@ -3,9 +3,11 @@ its own (the ``message_copies`` export table; ``trace`` follows one message with
 rules, :mod:`rmqinspect.format.fate`).
 
 A message's first record is an original send (its topic, or ``SCHEDULE_TOPIC_XXXX`` for a
-delayed send, or the half of a transaction); every other record that carries its properties is
-a copy: a retry or DLQ copy, a retry's schedule copy, a due delayed message stored again in its
-real topic, a half's check copy or given-up copy, a commit or rollback. Where the copy itself
+delayed send, ``rmq_sys_wheel_timer`` for a 5.x timer send, or the half of a transaction); every
+other record that carries its properties is a copy: a retry or DLQ copy, a retry's schedule
+copy, a due delayed message stored again in its real topic, a timer roll or a fired timer
+message, a half's check copy or given-up copy, a commit or rollback (a timer recall's marker
+shares the UNIQ_KEY but is no copy). Where the copy itself
 names its source, the row says where that is (``linked_by``):
 
 - ``origin_message_id``: a retry, DLQ or retry-schedule copy's ``ORIGIN_MESSAGE_ID`` is the
@@ -32,6 +34,7 @@ import numpy.typing as npt
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
+from rmqinspect.format import timer
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.commitlog import TRANSACTION_TYPE_MASK
 from rmqinspect.format.config import ConsumerOffsetTable, split_topic_group
@@ -42,9 +45,16 @@ from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.model import Store
 
 # Records that are no copy of a message, whatever properties they carry.
-_NOT_COPIES = frozenset({Role.TRACE, Role.OP, Role.OFFSET_MOVED_EVENT})
+_NOT_COPIES = frozenset({Role.TRACE, Role.OP, Role.OFFSET_MOVED_EVENT, Role.TIMER_RECALL})
+# The properties role_of decides by (besides the topic and the transaction type).
+_ROLE_PROPERTIES = (
+    props.REAL_TOPIC,
+    timer.TIMER_DEQUEUE_MS,
+    timer.TIMER_ROLL_TIMES,
+    timer.TIMER_DEL_UNIQKEY,
+)
 # Roles a message's first record has; such a record is a copy only when it names a source.
-_SENDS = frozenset({Role.ORIGINAL, Role.SCHEDULE, Role.HALF})
+_SENDS = frozenset({Role.ORIGINAL, Role.SCHEDULE, Role.HALF, Role.TIMER})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,29 +76,27 @@ def copy_rows(
     known_groups: tuple[str, ...] = (),
     trace_topics: tuple[str, ...] = (TRACE_TOPIC,),
 ) -> CopyRows:
-    """The copies among ``cols``' records. Roles are decided once per (topic, whether
-    ``REAL_TOPIC`` is set, transaction type), not per record."""
+    """The copies among ``cols``' records. Roles are decided once per (topic, which of the
+    properties :func:`role_of` looks at are set, transaction type), not per record."""
     everything = np.arange(len(cols), dtype=np.int64)
     text = PropertiesText(cols, everything)
     has = {
         name: text.spans(name)[0] >= 0
-        for name in (props.REAL_TOPIC, props.ORIGIN_MESSAGE_ID, props.RETRY_TOPIC, CHECK_TIMES)
+        for name in (
+            *_ROLE_PROPERTIES,
+            props.ORIGIN_MESSAGE_ID,
+            props.RETRY_TOPIC,
+            CHECK_TIMES,
+        )
     }
     topic_ids, topic_bytes = cols.topic_ids()
     topics = [decode_text(t) for t in topic_bytes]
     tx = (cols.sys_flag.astype(np.int64) & TRANSACTION_TYPE_MASK) >> 2
-    kinds, inverse = np.unique(
-        (topic_ids * 2 + has[props.REAL_TOPIC]) * 4 + tx, return_inverse=True
-    )
-    kind_roles = [
-        role_of(
-            topics[int(k) // 8],
-            {props.REAL_TOPIC: ""} if (int(k) // 4) % 2 else {},
-            int(k) % 4 << 2,
-            trace_topics,
-        )
-        for k in kinds
-    ]
+    key = topic_ids
+    for name in _ROLE_PROPERTIES:
+        key = key * 2 + has[name]
+    kinds, inverse = np.unique(key * 4 + tx, return_inverse=True)
+    kind_roles = [_kind_role(int(k), topics, trace_topics) for k in kinds]
     every = list(Role)
     role_ids = np.array([every.index(r) for r in kind_roles], np.int64)[inverse]
     sends = np.isin(role_ids, [every.index(r) for r in _SENDS])
@@ -111,6 +119,18 @@ def copy_rows(
         linked.append(how)
     row_topics = [topics[i] for i in topic_ids[rows].tolist()]
     return CopyRows(rows, row_topics, roles, groups, uniq, origin, sources, linked)
+
+
+def _kind_role(kind: int, topics: list[str], trace_topics: tuple[str, ...]) -> Role:
+    """:func:`role_of` for one kind: its transaction type, then one bit per
+    ``_ROLE_PROPERTIES`` name (the last name lowest), then the topic."""
+    tx, rest = kind % 4, kind // 4
+    present: dict[str, str] = {}
+    for name in reversed(_ROLE_PROPERTIES):
+        if rest % 2:
+            present[name] = ""
+        rest //= 2
+    return role_of(topics[rest], present, tx << 2, trace_topics)
 
 
 def _source(role: Role, origin: str | None, prepared: int) -> tuple[int | None, str]:

@@ -97,6 +97,8 @@ class Recall:
     slot_timestamp: int
     target: str  # TIMER_DEL_UNIQKEY: <topic>+<uniqKey>
     matched: bool  # an entry of the timerlog carries that key
+    queue_offset: int | None = None  # the marker's, in rmq_sys_wheel_timer
+    magic: int | None = None  # the unit's (MAGIC_DELETE, with MAGIC_ROLL when it rolls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +210,7 @@ def timers_report(
     last_read = check.last_read_timestamp if check is not None else None
     restart_read: int | None = None
     if reference is not None:
-        # TimerMessageStore.recover: formatTimeMs(now) - slotsTotal * precision + 60 * precision.
-        floor = reference // PRECISION_MS * PRECISION_MS
-        earliest = floor - (timer.SLOTS_TOTAL - timer.TIMER_BLANK_SLOTS) * PRECISION_MS
-        restart_read = earliest if last_read is None else max(last_read, earliest)
+        restart_read = timer.restart_read_ms(last_read, reference, PRECISION_MS)
     entries, recalls = _entries(log, walk, last_read, restart_read, reference, findings)
     valid = _wheel(wheel, log, findings)
     qmin, qmax, not_enqueued = _timer_queue(store, check, findings, notes)
@@ -430,8 +429,9 @@ def _entries(
             continue
         p = record.properties
         if magics[i] & timer.MAGIC_DELETE:
+            target = p.get(timer.TIMER_DEL_UNIQKEY) or ""
             recalls.append(
-                Recall(pos, offsets[i], slots[i], p.get(timer.TIMER_DEL_UNIQKEY) or "", False)
+                Recall(pos, offsets[i], slots[i], target, False, record.queue_offset, magics[i])
             )
             continue
         topic = p.get(props.REAL_TOPIC) or ""

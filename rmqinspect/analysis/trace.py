@@ -22,6 +22,7 @@ it).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -43,11 +44,13 @@ from rmqinspect.analysis.pop import PopMessage, pop_outcome, pop_report
 from rmqinspect.analysis.pop_records import has_pop_records
 from rmqinspect.analysis.queues import queue_bounds
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
+from rmqinspect.analysis.trace_timer import TIMER_ROLES, TimerUnit, timer_line, timer_units
 from rmqinspect.analysis.transactions import FindingKind as TxFindingKind
 from rmqinspect.analysis.transactions import TransactionsReport, transactions_report
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
+from rmqinspect.format import timer
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.fate import (
     HALF_TOPIC,
@@ -56,6 +59,7 @@ from rmqinspect.format.fate import (
     Role,
     dlq_topic,
     link_keys,
+    long_property,
     retry_topic,
     role_of,
 )
@@ -67,6 +71,9 @@ from rmqinspect.format.times import iso_ms
 from rmqinspect.format.trace_data import TraceProblem, TraceRecord, decode_trace_data
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
+
+# Copies in the topic the producer sent to that a consumer of it receives.
+_DELIVERED = frozenset({Role.ORIGINAL, Role.SCHEDULED_DELIVERY, Role.COMMIT, Role.TIMER_DELIVERY})
 
 
 class Search(StrEnum):
@@ -140,6 +147,8 @@ class Copy:
     restart: Restart
     traces: tuple[TraceRecord, ...] = ()
     pops: tuple[PopMessage, ...] = ()  # POP groups' pops of this copy (analysis.pop)
+    fire_timestamp: int | None = None  # timer copies and deliveries: TIMER_OUT_MS
+    timer: TimerUnit | None = None  # timer-topic copies: their timerlog unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,17 +592,20 @@ def _copy(
         groups,
         _restart(store, ctx, rec.position),
         traces,
+        long_property(p, timer.TIMER_OUT_MS)
+        if role in TIMER_ROLES or role is Role.TIMER_DELIVERY
+        else None,
     )
 
 
 def _base_topic(copies: list[Copy]) -> str | None:
     for c in copies:
-        if c.role in (Role.ORIGINAL, Role.SCHEDULED_DELIVERY, Role.COMMIT):
+        if c.role in _DELIVERED:
             return c.topic
     for c in copies:
         if c.retry_topic is not None:
             return c.retry_topic
-        if c.role in (Role.SCHEDULE, Role.HALF) and c.real_topic is not None:
+        if c.role in (Role.SCHEDULE, Role.HALF, Role.TIMER) and c.real_topic is not None:
             return c.real_topic
     return None
 
@@ -615,8 +627,7 @@ def _group_fate(
     delivered = [
         c
         for c in copies
-        if (c.topic == base and c.role in (Role.ORIGINAL, Role.SCHEDULED_DELIVERY, Role.COMMIT))
-        or (c.role is Role.RETRY and c.group == group)
+        if (c.topic == base and c.role in _DELIVERED) or (c.role is Role.RETRY and c.group == group)
     ]
     w = _waiting(copies, (retry, base), delivered)
     if w is not None:
@@ -692,24 +703,30 @@ def _waiting(
     copies: list[Copy], real_topics: tuple[str | None, ...], delivered: list[Copy]
 ) -> Copy | None:
     """The newest schedule copy bound for one of ``real_topics`` that the schedule service has
-    not delivered: delayOffset.json is not past it and no later copy with its reconsume count
-    was stored."""
+    not delivered (delayOffset.json is not past it and no later copy with its reconsume count
+    was stored), or timer copy whose unit is pending."""
     waiting = [
         c
         for c in copies
-        if c.role is Role.SCHEDULE
-        and c.real_topic in real_topics
-        and c.delivered is not True
-        and not any(
-            d.physical_offset > c.physical_offset and d.reconsume_times == c.reconsume_times
-            for d in delivered
+        if (
+            c.role is Role.SCHEDULE
+            and c.real_topic in real_topics
+            and c.delivered is not True
+            and not any(
+                d.physical_offset > c.physical_offset and d.reconsume_times == c.reconsume_times
+                for d in delivered
+            )
         )
+        or (c.real_topic in real_topics and c.timer is not None and c.timer.state == "pending")
     ]
     return waiting[-1] if waiting else None
 
 
 def _wait_words(w: Copy, retry: str | None) -> str:
     what = "the retry copy" if retry is not None and w.real_topic == retry else "the message"
+    if w.timer is not None:
+        fire = iso_ms(w.fire_timestamp) or w.fire_timestamp
+        return f"{what} waits in the timer until {fire}"
     due = "" if w.due_timestamp is None else f" until {iso_ms(w.due_timestamp) or w.due_timestamp}"
     return f"{what} waits in delay level {w.delay_level}{due}"
 
@@ -786,6 +803,15 @@ def _chain(
         replace(c, pops=tuple(pops.get((c.topic, c.queue_id, c.queue_offset), ()))) for c in copies
     ]
     _origin_findings(store, records, pool, findings)
+    timed = [c.physical_offset for c in copies if c.role in TIMER_ROLES]
+    if timed:
+        units = timer_units(store, timed)
+        copies = [
+            dataclasses.replace(c, timer=units.get(c.physical_offset))
+            if c.role in TIMER_ROLES
+            else c
+            for c in copies
+        ]
     base = _base_topic(copies)
     groups = sorted(
         {g for (t, _), rows in ctx.consumer.items() if t == base for g, _, _ in rows}
@@ -803,6 +829,9 @@ def _chain(
             summary.append(_wait_words(w, None))
     if state is not None:
         summary.append(f"transaction {state.replace('_', ' ')}")
+    if timed:
+        fire = next((c.fire_timestamp for c in copies if c.role in TIMER_ROLES), None)
+        summary.append(timer_line([c.role for c in copies], [c.timer for c in copies], fire))
     if not any(c.role in (Role.RETRY, Role.DLQ) for c in copies):
         summary.append("no retry copies")
     uniq = next(iter(sorted(keys)), None)

@@ -19,6 +19,7 @@ from rmqinspect.cli.options import (
     StoreArg,
     commitlog_progress,
     open_store,
+    parse_optional_time,
     with_store_options,
 )
 from rmqinspect.render.output import resolve_format, warn
@@ -62,6 +63,15 @@ def recover(
             "record's __CRC32# property instead of the body CRC, and stops at the first mismatch.",
         ),
     ] = False,
+    now: Annotated[
+        str | None,
+        typer.Option(
+            "--now",
+            help="When the broker restarts (epoch ms or ISO 8601), for the timer store's read "
+            "time (pulled forward to now - 7 days + 60 slots); default: the store's newest "
+            "store time.",
+        ),
+    ] = None,
     format: FormatOpt = None,
     apply_to: Annotated[
         Path | None,
@@ -80,6 +90,10 @@ def recover(
 ) -> None:
     """Predict exactly what a broker restart keeps, cuts, deletes and rebuilds.
 
+    A 5.x timer store gets its own section: the timerlog's recovered end, where enqueueing
+    of rmq_sys_wheel_timer resumes, the wheel's read time, and the timer units whose records
+    the commitlog's recovery cuts.
+
     Exit status: 0 when the restart loses nothing, 2 on unreadable input,
     1 when it would discard messages or the broker would refuse to start.
 
@@ -96,6 +110,8 @@ def recover(
         message_index_safe=message_index_safe,
         force_verify_prop_crc=force_verify_prop_crc,
         lost_limit=lost_limit,
+        read_timer=True,
+        now=parse_optional_time(now, "--now"),
     )
     fmt = resolve_format(format)
     with (

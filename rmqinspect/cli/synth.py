@@ -17,7 +17,7 @@ from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from rmqinspect.format.profile import Profile
 from rmqinspect.render.synth import render_synth
-from rmqinspect.synth import damage
+from rmqinspect.synth import damage, timer_damage
 from rmqinspect.synth.rocksdb import move_queues_to_rocksdb
 from rmqinspect.synth.workload import WorkloadConfig, topic_name, write_workload
 from rmqinspect.synth.writer import StoreLayout, StoreSummary
@@ -31,6 +31,11 @@ class DamageKind(enum.StrEnum):
     MISSING_CQ = "missing-cq"
     STALE_TAIL = "stale-tail"
     TORN_HEADER = "torn-header"
+    TIMER_CYCLE = "timer-cycle"
+    TIMER_CROSS_SLOT = "timer-cross-slot"
+    TIMER_TRUNCATED = "timer-truncated"
+    TIMER_COMMITLOG_CUT = "timer-commitlog-cut"
+    TIMER_CHECKPOINT_BEHIND = "timer-checkpoint-behind"
 
 
 _ZERO_REGION_BYTES = 256
@@ -56,6 +61,16 @@ def _apply(kind: DamageKind, root: Path, summary: StoreSummary) -> damage.Damage
         return damage.remove_cq_dir(root, topic, 0)
     if kind is DamageKind.TORN_HEADER:
         return damage.torn_entry_header(root)
+    if kind is DamageKind.TIMER_CYCLE:
+        return timer_damage.chain_cycle(root)
+    if kind is DamageKind.TIMER_CROSS_SLOT:
+        return timer_damage.chain_into_other_slot(root)
+    if kind is DamageKind.TIMER_TRUNCATED:
+        return timer_damage.truncated_timerlog(root)
+    if kind is DamageKind.TIMER_CHECKPOINT_BEHIND:
+        return timer_damage.checkpoint_behind(root)
+    if kind is DamageKind.TIMER_COMMITLOG_CUT:
+        return timer_damage.commitlog_cut_under_timer(root, summary.commitlog_end)
     return damage.stale_bytes_past_write_position(root)
 
 
@@ -169,6 +184,17 @@ def synth(
             "(docs/rocksdb-consume-queue.md); written after --damage.",
         ),
     ] = False,
+    timers: Annotated[
+        int,
+        typer.Option(
+            "--timers",
+            min=0,
+            max=600,
+            help="Timer messages (profile 5.3): the 5.x timer store with pending, delivered, "
+            "rolled and recalled ones (docs/timer-store.md); with --crash the broker dies "
+            "after the roll copies were stored, before the timer caught up.",
+        ),
+    ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -199,6 +225,7 @@ def synth(
             compress_over=compress_over,
             fate=fate,
             pop=pop,
+            timers=timers,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
@@ -207,6 +234,8 @@ def synth(
     if rocksdb and (profile is not Profile.V5_3 or dledger):
         # RocksDB consume queues came with 5.2; the DLedger store keeps file queues.
         raise typer.BadParameter("--rocksdb needs --profile 5.3 and no --dledger")
+    if timers and profile is not Profile.V5_3:
+        raise typer.BadParameter("--timers needs --profile 5.3 (the timer store came with 5.x)")
     started = time.perf_counter()
     try:
         summary = write_workload(out_dir, config, layout)

@@ -54,7 +54,9 @@ def trace(
     *,
     store_options: StoreOptions,
 ) -> None:
-    """Follow a message through delay, retry, DLQ, transactions and traces: the original and
+    """Follow a message through delay, retry, DLQ, transactions, traces and the 5.x timer
+    (its record in rmq_sys_wheel_timer, roll copies, a recall's marker, each with its timerlog
+    unit, and the delivered copy): the original and
     every copy (linked by UNIQ_KEY and ORIGIN_MESSAGE_ID, op and commit records by the half they
     resolve), ordered by physical offset, each with its delay level and due time, each consumer
     group's committed offset against it (consumed or pending) and what the predicted restart

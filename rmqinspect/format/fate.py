@@ -27,6 +27,13 @@ The rules, from RocketMQ's broker (4.9.8 and 5.3.3 agree unless noted):
   and ``preparedTransactionOffset`` = the half's physical offset.
 - Traces: ``RMQ_SYS_TRACE_TOPIC`` (``TopicValidator.RMQ_SYS_TRACE_TOPIC``) or the topic a client
   names (``customizedTraceTopic``) holds ``TraceDataEncoder`` bodies (:mod:`.trace_data`).
+- Timers (5.x, ``HookUtils.handleScheduleMessage``/``transformTimerMessage``,
+  ``TimerMessageStore.convert``/``convertMessage``, ``RecallMessageProcessor``): a timer send
+  is stored in ``rmq_sys_wheel_timer`` with ``REAL_TOPIC``/``REAL_QID``/``TIMER_OUT_MS``; a
+  roll stores it there again with ``TIMER_ROLL_TIMES``; a recall stores a marker there with the
+  same ``UNIQ_KEY`` and ``TIMER_DEL_UNIQKEY``; when it fires it is stored in its real topic
+  with ``TIMER_ENQUEUE_MS``/``TIMER_DEQUEUE_MS`` (the properties, ``REAL_TOPIC`` included,
+  kept). The timerlog unit of each timer-topic record is :mod:`rmqinspect.format.timer`'s.
 - ``OFFSET_MOVED_EVENT`` (4.9 ``PullMessageProcessor.generateOffsetMovedEvent``): a reset of a
   consumer offset, recorded as a message.
 """
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from rmqinspect.format import properties as props
+from rmqinspect.format import timer
 from rmqinspect.format.commitlog import (
     SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
@@ -75,6 +83,10 @@ class Role(StrEnum):
     GIVEN_UP = "given_up"
     TRACE = "trace"
     OFFSET_MOVED_EVENT = "offset_moved_event"
+    TIMER = "timer"  # a timer send waiting in rmq_sys_wheel_timer
+    TIMER_ROLL = "timer_roll"  # stored there again by a roll (TIMER_ROLL_TIMES)
+    TIMER_RECALL = "timer_recall"  # a recall's delete marker (TIMER_DEL_UNIQKEY)
+    TIMER_DELIVERY = "timer_delivery"  # a fired timer message stored in its real topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,9 +178,14 @@ def role_of(
 ) -> Role:
     """The role of one stored record. System topics decide first; a commit/rollback type comes
     next (it lands in the real topic); a real topic with ``REAL_TOPIC`` is a due delayed
-    message (``messageTimeup`` keeps the property)."""
+    message (``messageTimeup`` keeps the property), or with ``TIMER_DEQUEUE_MS`` a fired timer
+    message."""
     if topic == SCHEDULE_TOPIC:
         return Role.SCHEDULE
+    if topic == timer.TIMER_TOPIC:
+        if timer.TIMER_DEL_UNIQKEY in properties:
+            return Role.TIMER_RECALL
+        return Role.TIMER_ROLL if timer.TIMER_ROLL_TIMES in properties else Role.TIMER
     if topic.startswith(DLQ_PREFIX):
         return Role.DLQ
     if topic.startswith(RETRY_PREFIX):
@@ -188,6 +205,8 @@ def role_of(
         return Role.COMMIT
     if tx == TRANSACTION_ROLLBACK_TYPE:
         return Role.ROLLBACK
+    if timer.TIMER_DEQUEUE_MS in properties:
+        return Role.TIMER_DELIVERY
     if props.REAL_TOPIC in properties:
         return Role.SCHEDULED_DELIVERY
     return Role.ORIGINAL

@@ -42,6 +42,8 @@ TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELAY_SEC = "TIMER_DELAY_SEC"  # the producer's setDelayTimeSec
+TIMER_DELAY_MS = "TIMER_DELAY_MS"  # the producer's setDelayTimeMs
 
 UNIT_SIZE = 52  # TimerLog.UNIT_SIZE
 MIN_BLANK_LEN = 16  # TimerLog.MIN_BLANK_LEN: size int, 0 long, BLANK_MAGIC_CODE int
@@ -133,6 +135,17 @@ def slots_match(
     negative)."""
     ok: npt.NDArray[np.bool_] = (stored >= 0) & (stored % WHEEL_SLOTS == indices)
     return ok
+
+
+def restart_read_ms(
+    last_read_ms: int | None, now_ms: int, precision_ms: int = DEFAULT_PRECISION_MS
+) -> int:
+    """``TimerMessageStore.recover``: where a restart at ``now_ms`` resumes reading the wheel,
+    timercheck's lastReadTimeMs pulled forward to at least formatTimeMs(now) - slotsTotal
+    slots + TIMER_BLANK_SLOTS slots (7 days less 60 slots; no checkpoint reads as 0)."""
+    floor = now_ms // precision_ms * precision_ms
+    earliest = floor - (SLOTS_TOTAL - TIMER_BLANK_SLOTS) * precision_ms
+    return earliest if last_read_ms is None else max(last_read_ms, earliest)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from rmqinspect.analysis.recovery import ApplyReport, LostMessage, QueueReport, RecoveryReport
 from rmqinspect.analysis.recovery.report import DLedgerReport, LedgerState
+from rmqinspect.analysis.recovery.timer import TimerRecoveryReport
 from rmqinspect.render.output import (
     Column,
     OutputFormat,
@@ -90,6 +91,8 @@ def recover_tables(
     tables: list[Table | RowTable | Text] = [_summary(report)]
     if report.dledger is not None:
         tables.append(_dledger_table(report.dledger))
+    if report.timer is not None:
+        tables.extend(_timer_tables(report.timer))
     if report.load_failures:
         t = Table(title="Why the broker refuses to start", title_justify="left")
         for col in ("kind", "path", "message"):
@@ -198,6 +201,62 @@ def _ledger_cell(s: LedgerState) -> str:
         f"{s.ledger_end_index} (end term {s.ledger_end_term}); committed {s.committed_index} "
         f"at {s.committed_pos}; max offset {s.max_offset}"
     )
+
+
+def _timer_tables(t: TimerRecoveryReport) -> list[Table | RowTable]:
+    """The timer store after the restart, and the units whose records the restart cuts."""
+    log = f"{t.timerlog_end} ({t.timerlog_end_reason}, {t.timerlog_units} units)"
+    rows: list[tuple[str, Any]] = [
+        ("timercheck read time", time_cell(t.last_read_timestamp)),
+        ("timercheck flush pos", t.last_timer_log_flush_pos),
+        (
+            "timercheck queue offsets",
+            f"{t.last_timer_queue_offset} (master {t.master_timer_queue_offset})",
+        ),
+        ("timerlog recovery from", t.recovery_begin_offset),
+        ("timerlog end", log),
+        ("units dropped", t.units_dropped),
+        ("timerlog files deleted", ", ".join(t.timerlog_files_deleted) or "none"),
+        ("flushed units lost", t.flushed_units_lost),
+        ("slots revised", t.slots_revised),
+        ("slots still past the end", t.slots_past_end),
+        ("enqueue resumes at", f"{t.timer_queue_offset} ({t.queue_offset_rule})"),
+        (
+            "timer queue after the restart",
+            f"[{cell_text(t.timer_queue_min_offset)}, {cell_text(t.timer_queue_max_offset)})",
+        ),
+        ("to enqueue", t.to_enqueue),
+        ("enqueued again", t.enqueued_again),
+        ("restart at", f"{time_cell(t.now_timestamp)} ({t.now_basis})"),
+        ("wheel read resumes at", f"{time_cell(t.read_timestamp)} ({t.read_rule})"),
+        ("pending skipped", t.skipped_pending),
+        ("pending due at once", t.due_pending),
+        ("delivered or rolled, fired again", t.fired_again),
+        ("units whose record is cut", t.units_cut),
+    ]
+    tables: list[Table | RowTable] = [key_value_table("Timer store after the restart", rows)]
+    if t.units_cut_listed:
+        cut = RowTable(
+            f"Timer units whose commitlog record the restart cuts ({len(t.units_cut_listed)} "
+            f"of {t.units_cut} listed)",
+            [
+                Column("timerlog offset", right=True, whole=True),
+                Column("physical offset", right=True, whole=True),
+                Column("state"),
+                Column("uniq key", drop=1),
+                Column("slot time", drop=2),
+            ],
+        )
+        for u in t.units_cut_listed:
+            cut.add_row(
+                u.timerlog_offset,
+                u.physical_offset,
+                u.state,
+                u.uniq_key,
+                time_cell(u.slot_timestamp),
+            )
+        tables.append(cut)
+    return tables
 
 
 def _dledger_table(d: DLedgerReport) -> Table:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import Any
 
 from rich.table import Table
 
 from rmqinspect.render.output import json_text, print_table
 from rmqinspect.synth import damage
-from rmqinspect.synth.layout import FateSummary
+from rmqinspect.synth.layout import FateSummary, TimerSummary
 from rmqinspect.synth.writer import StoreSummary
 
 
@@ -50,6 +51,7 @@ def synth_json(summary: StoreSummary, seconds: float, damages: list[damage.Damag
             "committed_index": summary.dledger.committed_index,
         },
         "fate": None if summary.fate is None else fate_json(summary.fate),
+        "timers": None if summary.timers is None else timers_json(summary.timers),
         "damage": [
             {
                 "kind": d.kind,
@@ -57,10 +59,24 @@ def synth_json(summary: StoreSummary, seconds: float, damages: list[damage.Damag
                 "ranges": [[r.path, r.start, r.end] for r in d.ranges],
                 "removed": list(d.removed),
                 "created": list(d.created),
+                "details": dict(d.details),
             }
             for d in damages
         ],
         "seconds": round(seconds, 3),
+    }
+
+
+def timers_json(timers: TimerSummary) -> Any:
+    """Counts of what ``--timers`` placed, by class and by the state ``timers`` gives it."""
+    return {
+        "messages": len(timers.timers),
+        "by_kind": dict(sorted(Counter(t.kind for t in timers.timers).items())),
+        "by_state": dict(sorted(Counter(t.state for t in timers.timers).items())),
+        "timerlog_units": timers.timerlog_units,
+        "wheel_slots": len(timers.slots),
+        "last_read_timestamp": timers.last_read_ms,
+        "timer_queue_offset": timers.timer_queue_offset,
     }
 
 
@@ -154,6 +170,13 @@ def synth_table(summary: StoreSummary, seconds: float, damages: list[damage.Dama
         group, topic, queue_id, committed, max_offset = fate.offset_ahead
         table.add_row(
             "offset ahead", f"{topic}@{group} queue {queue_id}: {committed} > max {max_offset}"
+        )
+    if summary.timers is not None:
+        timer_states = Counter(t.state for t in summary.timers.timers)
+        table.add_row(
+            "timers",
+            ", ".join(f"{n} {state}" for state, n in sorted(timer_states.items()))
+            + f"; {summary.timers.timerlog_units} timerlog units",
         )
     for d in damages:
         table.add_row("damage", d.description)

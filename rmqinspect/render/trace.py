@@ -53,6 +53,12 @@ def trace_json(report: TraceReport) -> dict[str, Any]:
 
 
 def _delay_cell(c: Copy) -> str:
+    """A schedule copy's level and due time; a timer copy's slot, timerlog unit and state."""
+    if c.timer is not None:
+        u = c.timer
+        late = f" ({u.late.replace('_', ' ')})" if u.late else ""
+        slot = iso_ms(u.slot_timestamp) or u.slot_timestamp
+        return f"timer slot {slot}, unit {u.timerlog_offset}: {u.state.replace('_', ' ')}{late}"
     if c.delay_level is None or c.delay_level <= 0:
         return ""
     if c.due_timestamp is None:

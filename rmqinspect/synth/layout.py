@@ -202,6 +202,43 @@ class FateSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacedTimer:
+    """One timer message as ``synth --timers`` left it (:mod:`rmqinspect.synth.timer`).
+    ``state`` is the state ``timers`` gives its first unit: delivered, pending, recalled or
+    rolled (a roll copy carries it on)."""
+
+    key: str  # KEYS: <kind>-<i>
+    kind: str  # short, mid, hours, roll, rolled, recalled
+    uniq_key: str
+    real_topic: str
+    real_queue_id: int
+    fire_ms: int  # TIMER_OUT_MS
+    state: str
+    physical_offset: int  # the record in rmq_sys_wheel_timer
+    queue_offset: int  # in rmq_sys_wheel_timer
+    timerlog_offset: int
+    slot_ms: int  # the slot its unit sits in
+    magic: int
+    delivered_offset: int | None = None  # the copy in the real topic
+    roll_offset: int | None = None  # the roll copy in rmq_sys_wheel_timer
+    roll_timerlog_offset: int | None = None
+    recall_offset: int | None = None  # the delete marker
+    recall_timerlog_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimerSummary:
+    """The truth of ``synth --timers``: every timer message, the checkpoint, the wheel."""
+
+    timers: tuple[PlacedTimer, ...]
+    timerlog_units: int
+    last_read_ms: int  # timercheck's lastReadTimeMs: where the stop left the wheel
+    timer_queue_offset: int  # one past the last rmq_sys_wheel_timer offset the timer enqueued
+    slots: dict[int, tuple[int, int, int]]  # slot time -> (firstPos, lastPos, num)
+    metrics: dict[str, int]  # TimerMetrics' count per real topic
+
+
+@dataclass(frozen=True, slots=True)
 class StoreSummary:
     """What :meth:`StoreWriter.close` left on disk."""
 
@@ -219,6 +256,7 @@ class StoreSummary:
     crashed: bool
     dledger: LedgerSummary | None = None  # set when the commitlog is DLedger's
     fate: FateSummary | None = None  # set by the workload's --fate
+    timers: TimerSummary | None = None  # set by the workload's --timers
 
 
 @dataclass(slots=True)

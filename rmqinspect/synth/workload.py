@@ -43,6 +43,7 @@ from rmqinspect.format.profile import Profile
 from rmqinspect.format.properties import encode_properties_map, properties_template
 from rmqinspect.synth.clientid import ClientIds
 from rmqinspect.synth.fate import FATE_DELAY_LEVELS, FateSimulator
+from rmqinspect.synth.timer import TimerWorkload
 from rmqinspect.synth.writer import (
     DEFAULT_CLOCK_START_MS,
     MessageColumns,
@@ -140,6 +141,7 @@ class WorkloadConfig:
     compress_over: int = COMPRESS_OVER
     fate: bool = False
     pop: bool = False  # with fate on 5.x: groupPop's checkpoints and acks (synth.pop)
+    timers: int = 0  # timer messages (5.x timer store, rmqinspect.synth.timer)
 
     def __post_init__(self) -> None:
         if self.messages < 0 or self.body_size < 0 or self.compress_over < 0:
@@ -295,8 +297,9 @@ class _Generator:
         config = self.config
         total = config.messages
         fate = self.fate
-        # With fate the crash comes later, its undispatched tail is the fate's last records.
-        crashed = config.crash and fate is None
+        # With fate (or timers) the crash comes later, its undispatched tail is the fate's
+        # (the timers') last records.
+        crashed = config.crash and fate is None and not config.timers
         undispatched_from = total - min(config.burst, total // 10) if crashed else total
         base = 0
         batch = _FIRST_BATCH
@@ -593,12 +596,23 @@ def write_workload(
         flush_lag_ms=config.checkpoint_lag_ms,
     ) as writer:
         generator.write(writer)
+        timers = None
+        if config.timers:
+            start = writer.last_store_timestamp
+            timers = TimerWorkload(
+                writer, topic_name(0), config.queues, config.timers, start, crash=config.crash
+            )
+            timers.run()
         fate = generator.fate
         if fate is None:
             current, previous = _consumer_offsets(writer, config, generator.draws)
             writer.set_consumer_offsets(current, previous)
-            return writer.close()
-        writer.set_consumer_offsets(*fate.consumer_offsets(generator.topics))
-        writer.set_delay_offsets(*fate.delay_offsets())
-        writer.set_retry_max_times(fate.retry_max_times())
-        return replace(writer.close(), fate=fate.summary(generator.topics))
+            summary = writer.close()
+        else:
+            writer.set_consumer_offsets(*fate.consumer_offsets(generator.topics))
+            writer.set_delay_offsets(*fate.delay_offsets())
+            writer.set_retry_max_times(fate.retry_max_times())
+            summary = replace(writer.close(), fate=fate.summary(generator.topics))
+        if timers is None:
+            return summary
+        return replace(summary, timers=timers.write())

@@ -243,6 +243,11 @@ class StoreWriter:
         """Physical offset of the last record put (-1 before the first)."""
         return self._last_offset
 
+    @property
+    def last_store_timestamp(self) -> int:
+        """The store time of the last message put (0 before the first)."""
+        return int(self._stamps[-1][-1]) if self._stamps and len(self._stamps[-1]) else 0
+
     def next_queue_offsets(self) -> dict[tuple[str, int], int]:
         """The queue offset the next message of each (topic, queue) would get."""
         return dict(self._next_offsets)
@@ -495,8 +500,7 @@ class StoreWriter:
             self._ledger.write_state(flushed - 1, earlier - 1, self.layout.dledger_self_id)
             home = self._ledger.home.name
             ledger = LedgerSummary(home, self._ledger.next_index, self._ledger.term, flushed - 1)
-        last = int(self._stamps[-1][-1]) if self._stamps and len(self._stamps[-1]) else 0
-        self._config.write(self.root / "config", last)
+        self._config.write(self.root / "config", self.last_store_timestamp)
         queues, index = self._dispatcher.queues, self._dispatcher.index
         self._summary = StoreSummary(
             root=self.root,

@@ -62,6 +62,7 @@ from rmqinspect.analysis.recovery.report import (
 )
 from rmqinspect.analysis.recovery.served import ServingState
 from rmqinspect.analysis.recovery.state import BrokerState, RecoverOptions, load
+from rmqinspect.analysis.recovery.timer import recover_timer_store
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.format.javamath import jdiv
@@ -194,6 +195,8 @@ def run_recovery(
             None if unserved is None else unserved.kept_damage,
         ),
     )
+    if opts.read_timer:
+        _recover_timer(store, report, opts.now)
     return RecoveryOutcome(
         report,
         state.commitlog_deleted + state.commitlog_deleted_at_load,
@@ -203,6 +206,17 @@ def run_recovery(
         checkpoint_after,
         None if failure is not None else served_check(state).serving_state(state.checks.reput),
     )
+
+
+def _recover_timer(store: Store, report: RecoveryReport, now: int | None) -> None:
+    """The timer store's recovery, which ``BrokerController`` runs after the message store's
+    load (``TimerMessageStore.load``): a timer file it refuses stops the broker too."""
+    end = report.end_after_start if report.broker_starts else None
+    section = recover_timer_store(store, end, report.consume_queues, now)
+    report.timer = section
+    if section is not None and section.load_failures:
+        report.load_failures.extend(section.load_failures)
+        report.broker_starts = False
 
 
 def analyze_recovery(

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rmqinspect.analysis.recovery.timer import TimerRecoveryReport
 
 SCHEMA_VERSION = 1
 _WHERE = {
@@ -326,6 +330,8 @@ class RecoveryReport:
     queues_without_consume_queue: list[str] | None  # queues with records but none exists
     warnings: list[str]
     dledger: DLedgerReport | None = None  # set for a DLedger commitlog
+    # The 5.x timer store after the restart (RecoverOptions.read_timer and a timer store).
+    timer: TimerRecoveryReport | None = None
 
     @property
     def loses_data(self) -> bool | None:

@@ -40,6 +40,11 @@ class RecoverOptions:
     # state is wanted (queue bounds, the rebuilt index): the report's loss fields are then None.
     find_lost: bool = True
     master: bool = True  # brokerId 0: the reput skips an unreadable region instead of stalling
+    # Emulate the 5.x timer store's recovery too (recovery/timer.py: a second walk of the
+    # commitlog, so only ``recover`` asks for it), the restart happening at ``now`` (epoch ms;
+    # None: the store's newest store time).
+    read_timer: bool = False
+    now: int | None = None
 
 
 class LoadFailed(Exception):
