@@ -592,7 +592,7 @@ def _copy(
         groups,
         _restart(store, ctx, rec.position),
         traces,
-        long_property(p, timer.TIMER_OUT_MS)
+        fire_timestamp=long_property(p, timer.TIMER_OUT_MS)
         if role in TIMER_ROLES or role is Role.TIMER_DELIVERY
         else None,
     )
