@@ -131,10 +131,9 @@ def load_batch_queue(
             units = bcq_units_array(buf[: min(f.length, files.file_size)])
             valid = bcq_valid_prefix(units)
             if valid:
-                u = units[valid - 1]
-                last_phy = int(u["phy_offset"])
-                last_end = last_phy + int(u["size"])
-            del units, u
+                last_phy = int(units["phy_offset"][valid - 1])
+                last_end = last_phy + int(units["size"][valid - 1])
+            del units
         finally:
             buf.release()
         wrote[index] = valid * BCQ_STORE_UNIT_SIZE
