@@ -72,8 +72,8 @@ class BatchQueue:
         self, maps: MappedFiles, start: int, stop: int, chunk: int, *, everything: bool = False
     ) -> Iterator[BatchChunk]:
         """The units whose queue offsets meet ``[start, stop)``, in file order, at most
-        ``chunk`` a piece. ``everything``: every whole unit of the files, past the recovered
-        end too (``consumequeue --all``)."""
+        ``chunk`` a piece. ``everything``: past the recovered end too (``consumequeue
+        --all``)."""
         for f, wrote in zip(self.files.files, self.wrote, strict=True):
             limit = f.length if everything else wrote
             if limit < BCQ_STORE_UNIT_SIZE:
@@ -83,10 +83,10 @@ class BatchQueue:
                 units = bcq_units_array(buf[: limit - limit % BCQ_STORE_UNIT_SIZE])
                 base = units["msg_base_offset"].astype(np.int64)
                 end = base + units["batch_size"].astype(np.int64)
-                # ranges, not a search: a hostile file's bases need not rise
-                hit = np.flatnonzero((end > start) & (base < stop)) if not everything else None
+                # ranges, not a search: a hostile file's bases need not rise (an all-zero
+                # unit serves no offset, so files' zero tails are never listed)
+                picked = np.flatnonzero((end > start) & (base < stop))
                 del base, end
-                picked = np.arange(len(units)) if hit is None else hit
                 for a in range(0, len(picked), chunk):
                     idx = picked[a : a + chunk]
                     if not len(idx):
