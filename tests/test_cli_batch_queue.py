@@ -228,3 +228,26 @@ def test_an_inner_num_the_unit_does_not_say_is_a_finding(tmp_path: Path) -> None
     listed = run_json("consumequeue", root, TOPIC, "1", expect=0)
     assert listed["units"][-1]["detail"] == wrong["detail"]
     assert listed["queue"]["max_offset"] == 45
+
+
+def test_synth_batch_queue_writes_what_the_commands_read(tmp_path: Path) -> None:
+    """``synth --batch-queue N``: N batches of 1-4 messages (batch i: queue i % 2, keys
+    BATCH-i), before the workload, with topics.json's queue.type attribute."""
+    root = tmp_path / "s"
+    args = ["--profile", "5.3", "-n", "200", "--queues", "2", "--batch-queue", "40", "-q"]
+    assert run("synth", root, *args, "--cq-file-size", "200").exit_code == 0
+    topics = (root / "config" / "topics.json").read_text()
+    assert '"queue.type":"BatchCQ"' in topics
+    for queue_id in (0, 1):
+        doc = run_json("consumequeue", root, "BatchTopic", str(queue_id), expect=0)
+        batches = list(range(queue_id, 40, 2))
+        sizes = [1 + i % 4 for i in batches]
+        assert [u["batch_size"] for u in doc["units"]] == sizes
+        assert [u["message"]["keys"] for u in doc["units"]] == [[f"BATCH-{i}"] for i in batches]
+        assert [u["queue_offset"] for u in doc["units"]] == [sum(sizes[:k]) for k in range(20)]
+        assert doc["queue"]["max_offset"] == sum(sizes) == (40, 60)[queue_id]
+        assert doc["queue"]["file_count"] == 2  # 10 units a file
+    verified = run_json("verify", root, expect=0)
+    assert not [f for f in verified["findings"] if "BatchTopic" in f["file"]]
+    refused = run("synth", tmp_path / "old", "--batch-queue", "1", "-q")
+    assert refused.exit_code == 2 and not (tmp_path / "old").exists()

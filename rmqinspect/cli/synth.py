@@ -160,6 +160,17 @@ def synth(
             "(docs/rocksdb-consume-queue.md); written after --damage.",
         ),
     ] = False,
+    batch_queue: Annotated[
+        int,
+        typer.Option(
+            "--batch-queue",
+            min=0,
+            metavar="N",
+            help="BatchConsumeQueue (profile 5.x): N producer batches of 1-4 messages to topic "
+            "BatchTopic (queue.type=BatchCQ), each one inner-batch record, units in "
+            "batchconsumequeue/ (docs/batch-consume-queue.md).",
+        ),
+    ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -189,9 +200,12 @@ def synth(
             compress_type=compress_type,
             compress_over=compress_over,
             fate=fate,
+            batch_records=batch_queue,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    if batch_queue and profile is Profile.V4_9:
+        raise typer.BadParameter("--batch-queue needs a 5.x --profile (BatchCQ came with 5.0)")
     if rocksdb and (profile is not Profile.V5_3 or dledger):
         # RocksDB consume queues came with 5.2; the DLedger store keeps file queues.
         raise typer.BadParameter("--rocksdb needs --profile 5.3 and no --dledger")

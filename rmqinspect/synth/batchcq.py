@@ -14,6 +14,7 @@ import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rmqinspect.format import properties as props
 from rmqinspect.format.batchcq import BCQ_STORE_UNIT_SIZE, encode_bcq_unit
@@ -22,6 +23,9 @@ from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.format.names import offset_file_name
 from rmqinspect.store.layout import QueueId, plain_name
 from rmqinspect.synth.files import create_file, write_at
+
+if TYPE_CHECKING:
+    from rmqinspect.synth.writer import StoreWriter as StoreWriterLike
 
 INNER_BATCH_SYS_FLAG = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
 BATCH_CQ_ATTRIBUTES = {"queue.type": "BatchCQ"}  # TopicAttributes.QUEUE_TYPE_ATTRIBUTE
@@ -82,3 +86,26 @@ class BatchQueueFiles:
 
     def _path(self) -> Path:
         return self.directory / offset_file_name(self.file_start)
+
+
+BATCH_TOPIC = "BatchTopic"  # the workload's BatchCQ topic (synth --batch-queue)
+
+
+def write_batches(
+    writer: StoreWriterLike, records: int, queues: int, body_size: int, end_ms: int
+) -> None:
+    """``records`` producer batches of 1-4 messages to :data:`BATCH_TOPIC` (queue ``i %
+    queues``, keys ``BATCH-<i>``, tag ``Batch``), each stored as one inner-batch record, a
+    millisecond apart up to ``end_ms`` (where the rest of the workload's clock starts)."""
+    writer.declare_batch_topic(BATCH_TOPIC, queues)
+    for i in range(records):
+        count = 1 + i % 4
+        bodies = [(b"batch %d message %d " % (i, k)).ljust(body_size, b".") for k in range(count)]
+        writer.put_inner_batch(
+            BATCH_TOPIC,
+            i % queues,
+            bodies,
+            tags="Batch",
+            keys=f"BATCH-{i}",
+            store_timestamp=end_ms - records + i,
+        )
