@@ -21,6 +21,7 @@ from tests.batch_helpers import (
     set_batch_size,
 )
 from tests.cli_helpers import run, run_json
+from tests.export_helpers import snapshot
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +143,21 @@ def test_info_and_verify_read_the_batch_queues(placed: tuple[Path, list[Batch]])
     doc = run_json("verify", root, expect=0)
     assert doc["findings"] == []
     assert doc["summary"]["units_checked"] == 31  # 30 batch units and Plain's one
+
+
+def test_the_batch_queues_are_only_read(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    batch_store(root, consumer_offsets={0: 3})
+    before = snapshot(root)
+    for args in (
+        ("consumequeue", root, TOPIC, "0", "--all"),
+        ("lookup", root, "--queue-offset", f"{TOPIC}:1:5"),
+        ("offsets", root),
+        ("groups", root),
+        ("verify", root),
+    ):
+        assert run(*args, "--format", "json").exit_code == 0, args
+    assert snapshot(root) == before
 
 
 def _verify(root: Path, code: int) -> dict[str, list[dict[str, Any]]]:
