@@ -1,4 +1,5 @@
-"""What a BatchConsumeQueue unit says of its record (docs/batch-consume-queue.md): the one rule
+"""BatchConsumeQueue units for ``consumequeue`` (docs/batch-consume-queue.md): what lies past
+the recovered end, the units as views, and what a unit says of its record, the one rule
 ``consumequeue`` and ``verify`` apply beyond the unit rule of analysis/units.py.
 
 The reput sets a unit's msgBaseOffset and batchSize from the record's ``INNER_BASE`` and
@@ -10,11 +11,22 @@ and ``INNER_BASE`` when it assigns the queue offset (``BatchConsumeQueue.assignQ
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+
+from rmqinspect.analysis.units import UnitStatus, UnitView, resolve_unit
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
+from rmqinspect.format.batchcq import BCQ_STORE_UNIT_SIZE
 from rmqinspect.format.javamath import java_parse_int, java_parse_long
+from rmqinspect.store.batch_queue import BatchQueue
+from rmqinspect.store.model import Store
 
 _SHORT_MAX = 0x7FFF
+_NO_END = 2**63
+_CHUNK = 8192
 
 
 def batch_mismatch(record: cl.MessageRecord, base: int, batch_size: int) -> str | None:
@@ -36,3 +48,41 @@ def batch_mismatch(record: cl.MessageRecord, base: int, batch_size: int) -> str 
     if java_parse_long(base_text) != base:
         return f"msgBaseOffset {base} but the record's {props.INNER_BASE} is {base_text[:40]!r}"
     return None
+
+
+def batch_extent(store: Store, bq: BatchQueue, max_offset: int) -> tuple[int, int]:
+    """(non-zero units past the recovered end, the end of the furthest batch of a non-zero
+    unit on disk, at least ``max_offset``): what ``consumequeue --all`` lists past the end."""
+    stale, end_on_disk = 0, max_offset
+    ends = {f.path: f.start + w for f, w in zip(bq.files.files, bq.wrote, strict=True)}
+    for c in bq.chunks(store.maps, 0, _NO_END, _CHUNK, everything=True):
+        past = c.positions + c.file.start >= ends[c.file.path]
+        nonzero = c.units.view(np.uint8).reshape(len(c), BCQ_STORE_UNIT_SIZE).any(axis=1)
+        stale += int(np.count_nonzero(past & nonzero))
+        batch_ends = (c.bases + c.batch_sizes)[nonzero]
+        if len(batch_ends):
+            end_on_disk = max(end_on_disk, int(batch_ends.max()))
+    return stale, end_on_disk
+
+
+def batch_unit_views(
+    store: Store, bq: BatchQueue, start: int, stop: int, everything: bool, limit: int | None
+) -> Iterator[UnitView]:
+    """The units serving ``[start, stop)`` (``everything``: past the recovered end too),
+    ``limit`` of them: each resolved at its msgBaseOffset (where its record is written), with
+    its batchSize, and checked against the record's ``INNER_NUM``/``INNER_BASE``."""
+    qid = bq.qid
+    shown = 0
+    for c in bq.chunks(store.maps, start, stop, _CHUNK, everything=everything):
+        for u, base, n in zip(c.units, c.bases.tolist(), c.batch_sizes.tolist(), strict=True):
+            if limit is not None and shown >= limit:
+                return
+            unit = (int(u["phy_offset"]), int(u["size"]), int(u["tags_code"]))
+            view = resolve_unit(store, qid.topic, qid.queue_id, base, unit, check_tags=True)
+            view = replace(view, batch_size=n)
+            if view.status is UnitStatus.FOUND and view.message is not None:
+                why = batch_mismatch(view.message, base, n)
+                if why is not None:
+                    view = replace(view, detail=why)
+            shown += 1
+            yield view

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.analysis.batch_units import batch_mismatch
-from rmqinspect.analysis.units import UnitStatus, UnitView, resolve_unit
+from rmqinspect.analysis.batch_units import batch_extent, batch_unit_views
+from rmqinspect.analysis.units import UnitView, resolve_unit
 from rmqinspect.errors import StoreError
-from rmqinspect.format.batchcq import BCQ_STORE_UNIT_SIZE, bcq_as_file_units
+from rmqinspect.format.batchcq import bcq_as_file_units
 from rmqinspect.format.consumequeue import (
     CQ_STORE_UNIT_SIZE,
     PRE_BLANK_SIZE,
@@ -143,7 +143,7 @@ def _rocksdb_bounds(store: Store, qid: QueueId) -> QueueBounds:
 def _batch_bounds(qid: QueueId, bq: BatchQueue) -> QueueBounds:
     files = bq.files.files
     # minOffsetInQueue is -1 for a queue whose first file holds no unit: nothing to consume
-    min_offset = max(bq.min_offset, 0) if bq.min_offset >= 0 else bq.max_offset
+    min_offset = bq.min_offset if bq.min_offset >= 0 else bq.max_offset
     return QueueBounds(
         qid.topic,
         qid.queue_id,
@@ -499,7 +499,9 @@ def queue_listing(
         return _rocksdb_listing(store, qid, bounds, start, show_all)
     bq = store.batch_queue(qid)
     if bq is not None:
-        return _batch_listing(store, bq, bounds, start, show_all)
+        stale, end_on_disk = batch_extent(store, bq, bounds.max_offset)
+        first = bounds.first_unit if start is None else start
+        return QueueListing(bounds, first, end_on_disk if show_all else bounds.max_offset, stale)
     queue = store.consume_queue_files(topic, queue_id)
     extents = {f.path: _data_units(store, f) for f in queue.files}
     end_on_disk = max(
@@ -524,30 +526,6 @@ def _rocksdb_listing(
     stale = sum(len(rows) for _, rows in db.runs(qid, bounds.max_offset, _NO_END, UNIT_CHUNK))
     first = bounds.first_unit if start is None else start
     return QueueListing(bounds, first, end_on_disk if show_all else bounds.max_offset, stale)
-
-
-def _batch_listing(
-    store: Store, bq: BatchQueue, bounds: QueueBounds, start: int | None, show_all: bool
-) -> QueueListing:
-    """:func:`queue_listing` of a BatchConsumeQueue: the units after maxOffset are the whole
-    units past the recovered end that are not all zeros (``--all`` lists them)."""
-    stale = 0
-    end_on_disk = bounds.max_offset
-    for c in bq.chunks(store.maps, 0, _NO_END, UNIT_CHUNK, everything=True):
-        past = c.positions + c.file.start >= _recovered_end(bq, c.file)
-        nonzero = c.units.view(np.uint8).reshape(len(c), BCQ_STORE_UNIT_SIZE).any(axis=1)
-        stale += int(np.count_nonzero(past & nonzero))
-        ends = (c.bases + c.batch_sizes)[nonzero]
-        if len(ends):
-            end_on_disk = max(end_on_disk, int(ends.max()))
-    first = bounds.first_unit if start is None else start
-    return QueueListing(bounds, first, end_on_disk if show_all else bounds.max_offset, stale)
-
-
-def _recovered_end(bq: BatchQueue, f: StoreFile) -> int:
-    """The stream offset where the broker's load stops reading ``f``."""
-    i = bq.files.files.index(f)
-    return f.start + bq.wrote[i]
 
 
 def _data_units(store: Store, f: StoreFile) -> int:
@@ -597,38 +575,10 @@ def list_units(
         return
     bq = store.batch_queue(QueueId(topic, queue_id))
     if bq is not None:
-        yield from _batch_units(store, bq, listing, limit)
+        everything = listing.stop > listing.bounds.max_offset
+        yield from batch_unit_views(store, bq, listing.start, listing.stop, everything, limit)
         return
     n = count if limit is None else min(count, limit)
     for qoff, unit, repeat in iter_unit_runs(store, topic, queue_id, listing.start, n):
         view = resolve_unit(store, topic, queue_id, qoff, unit, check_tags=True)
         yield view if repeat == 1 else replace(view, repeat=repeat)
-
-
-def _batch_units(
-    store: Store, bq: BatchQueue, listing: QueueListing, limit: int | None
-) -> Iterator[UnitView]:
-    """A BatchConsumeQueue's units of the listing, ``limit`` of them: each resolved at its
-    msgBaseOffset (where its record is written) and checked against the record's
-    ``INNER_NUM``/``INNER_BASE``."""
-    qid = bq.qid
-    shown = 0
-    all_units = listing.stop > listing.bounds.max_offset
-    span = listing.stop - listing.start
-    for c in _batch_chunks(store, bq, listing.start, span, UNIT_CHUNK, all_units=all_units):
-        assert c.batch is not None
-        for i, (base, n) in enumerate(
-            zip(c.batch.bases.tolist(), c.batch.batch_sizes.tolist(), strict=True)
-        ):
-            if limit is not None and shown >= limit:
-                return
-            u = c.units[i]
-            unit = (int(u["phy_offset"]), int(u["size"]), int(u["tags_code"]))
-            view = resolve_unit(store, qid.topic, qid.queue_id, base, unit, check_tags=True)
-            view = replace(view, batch_size=n)
-            if view.status is UnitStatus.FOUND and view.message is not None:
-                why = batch_mismatch(view.message, base, n)
-                if why is not None:
-                    view = replace(view, detail=why)
-            shown += 1
-            yield view

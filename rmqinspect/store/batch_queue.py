@@ -64,10 +64,6 @@ class BatchQueue:
     first_base: int = -1  # msgBaseOffset of the first file's first unit (-1: none)
     min_note: str = ""
 
-    @property
-    def unit_count(self) -> int:
-        return sum(w // BCQ_STORE_UNIT_SIZE for w in self.wrote)
-
     def chunks(
         self, maps: MappedFiles, start: int, stop: int, chunk: int, *, everything: bool = False
     ) -> Iterator[BatchChunk]:
@@ -89,8 +85,6 @@ class BatchQueue:
                 del base, end
                 for a in range(0, len(picked), chunk):
                     idx = picked[a : a + chunk]
-                    if not len(idx):
-                        continue
                     first = int(idx[0])
                     if int(idx[-1]) - first + 1 == len(idx):
                         rows = units[first : first + len(idx)].copy()
