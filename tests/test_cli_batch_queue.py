@@ -16,6 +16,7 @@ from tests.batch_helpers import (
     TOPIC,
     Batch,
     batch_store,
+    patch_unit,
     queue_file,
     set_base,
     set_batch_size,
@@ -294,3 +295,15 @@ def test_any_unit_bytes_are_findings_never_tracebacks(tmp_path: Path, seed: int)
         result = run(*args, "--format", "json")
         assert result.exit_code in (0, 1), (args, result.stderr)
         assert "unexpected" not in result.stderr, (args, result.stderr)
+
+
+def test_a_tags_code_dispatch_would_not_write_is_a_finding(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    batches = batch_store(root)
+    patch_unit(root, 1, 2, 12, (7).to_bytes(8, "big"))  # the third unit's tagsCode
+    (wrong,) = _verify(root, 1)["consumequeue.tags_code"]
+    b = _queue(batches, 1)[2]
+    assert (wrong["file_position"], wrong["physical_offset"]) == (92, b.put.physical_offset)
+    assert wrong["detail"].startswith("unit tagsCode 7: dispatch computes ")
+    listed = run_json("consumequeue", root, TOPIC, "1", "--limit", "3", expect=0)
+    assert listed["units"][2]["tags_code_ok"] is False

@@ -5,7 +5,8 @@ analysis/verify/queues.py checks file units.
   (``BatchConsumeQueue.recover``) leads to a record of its size in its queue at its
   msgBaseOffset (the unit rule, :func:`~rmqinspect.analysis.units.resolve_units`); the record's
   ``INNER_NUM``/``INNER_BASE`` are the unit's batchSize and msgBaseOffset
-  (:func:`~rmqinspect.analysis.batch_units.batch_mismatch`); each unit's msgBaseOffset is
+  (:func:`~rmqinspect.analysis.batch_units.batch_mismatch`), and its tagsCode is the one
+  dispatch computes for the record; each unit's msgBaseOffset is
   the one before's plus its batchSize (``assignBatchQueueOffset`` hands out offsets in a row:
   one going backwards or skipping is damage); units after the recovered end are stale.
 * Records to units (:func:`batch_coverage`): a record of a BatchCQ topic is served by the unit
@@ -23,6 +24,7 @@ from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.analysis.verify.queues import unit_finding
 from rmqinspect.errors import StoreError
 from rmqinspect.format.batchcq import BCQ_STORE_UNIT_SIZE, bcq_as_file_units
+from rmqinspect.format.consumequeue import EXT_MAX_ADDR
 from rmqinspect.format.npbytes import I64
 from rmqinspect.store.batch_queue import BatchQueue
 from rmqinspect.store.layout import QueueId
@@ -79,13 +81,7 @@ def check_batch_queue(ctx: Context, qid: QueueId, data_end: int, findings: Findi
                 if found is not None:
                     check, detail = found[0], f"unit ({phy}, {size}): {found[1]}"
             else:
-                try:
-                    record = ctx.store.read_message(phy, with_body=False)
-                    why = batch_mismatch(record, int(bases[i]), int(sizes[i]))
-                except StoreError:
-                    why = None  # found a moment ago: the commitlog checks say what is wrong
-                if why is not None:
-                    check, detail = "batchcq.batch_size", why
+                check, detail = _record_checks(ctx, units[i], int(bases[i]), int(sizes[i]))
             if check:
                 findings.add(
                     check,
@@ -100,6 +96,29 @@ def check_batch_queue(ctx: Context, qid: QueueId, data_end: int, findings: Findi
         checked += len(c)
     _stale(ctx, bq, qid, findings)
     return checked
+
+
+def _record_checks(ctx: Context, unit: np.void, base: int, batch_size: int) -> tuple[str, str]:
+    """What the found unit's record says of it: its INNER_NUM/INNER_BASE against the unit's
+    batch (``batchcq.batch_size``), else the tagsCode dispatch computes for it against the
+    unit's (``consumequeue.tags_code``; ext addresses are not checked); ("", "") when both
+    agree."""
+    phy, tags = int(unit["phy_offset"]), int(unit["tags_code"])
+    try:
+        checked = ctx.store.check_at(phy, ctx.store.check_options(check_crc=False, read_body=False))
+    except StoreError:
+        return "", ""  # found a moment ago: the commitlog checks say what is wrong there
+    if checked.record is None:
+        return "", ""
+    why = batch_mismatch(checked.record, base, batch_size)
+    if why is not None:
+        return "batchcq.batch_size", why
+    if tags > EXT_MAX_ADDR and tags != checked.tags_code:
+        return (
+            "consumequeue.tags_code",
+            f"unit tagsCode {tags}: dispatch computes {checked.tags_code}",
+        )
+    return "", ""
 
 
 def _stale(ctx: Context, bq: BatchQueue, qid: QueueId, findings: Findings) -> None:
