@@ -165,7 +165,8 @@ class Store:
         if queue_dirs is None:
             queue_dirs = discover_queues(path / "consumequeue", problems)
         batch_dirs = discover_queues(path / BATCH_QUEUE_DIR, problems)
-        queue_dirs = _sorted_queues({**queue_dirs, **batch_dirs})
+        if batch_dirs:  # a sort of 100,000 queues for nothing costs tens of milliseconds
+            queue_dirs = _sorted_queues({**queue_dirs, **batch_dirs})
         index_files = list_index(path / "index", problems)
         store = cls(
             root=path,
