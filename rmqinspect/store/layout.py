@@ -69,8 +69,8 @@ class UnsupportedLayout:
 #    docs/rocksdb-consume-queue.md §5), verify's unit checks and the export do not read it.
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
 #    index; what is read from those is right, and the restart of those is unchanged. The
-#    timer's files are read by `timers` and `verify` (store/timer.py), listed here so that
-#    `info` says so.
+#    timer's files are read by `timers`, `verify` and the export's timers table
+#    (store/timer.py), listed here so that `info` says so.
 _LAYOUTS: dict[str, tuple[str, StorePart]] = {
     "dledger": ("DLedger", StorePart.SALVAGE),
     "dledger_mixed": (
@@ -272,7 +272,8 @@ def detect_unsupported(
                     "timer",
                     root / name,
                     "5.x timer store (timerlog/, timerwheel, config/timercheck): read by "
-                    "`timers` and `verify`; recover and export do not read it yet",
+                    "`timers`, `verify` and the export's timers table; recover does not read "
+                    "it yet",
                 )
             )
     log_dir = root / "compaction" / "compactionLog"
