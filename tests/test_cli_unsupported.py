@@ -47,21 +47,6 @@ COMMANDS: dict[str, list[str]] = {
     "stats": ["stats", "{store}"],
     "report": ["report", "{store}", "--out", "{store}.html"],
 }
-REFUSED_BY_QUEUE_LAYOUTS = {
-    "consumequeue",
-    "offsets",
-    "offsets --at",  # the queues' units and their messages' store times
-    "groups",  # the queues' bounds, and as the restart's recovery rebuilds them
-    "lookup --key --as-recovered",
-    "lookup --queue-offset",
-    "lookup --time",
-    "recover",
-    "delays",  # the schedule queues, judged as the restart's recovery leaves them
-    "trace",  # committed offsets against each copy's queue, and the restart's keeps
-    "timers",  # rmq_sys_wheel_timer's queue against timercheck
-    "report",  # the restart's prediction and verify's units
-    "pop",  # the popped messages' UNIQ_KEYs, through their queues
-}
 
 
 def _run(name: str, store: Path) -> tuple[int, str, str]:
@@ -106,10 +91,11 @@ def test_dledger_store_is_answered_by_every_command_but_salvage(tmp_path: Path) 
     assert run("checkpoint", store, "--format", "json").exit_code == 0
 
 
-# RocksDB consume queues are read (tests/test_cli_rocksdb.py) by every command but those that
-# emulate the restart, which does not read them yet.
-REFUSED_BY_ROCKSDB = {
-    "groups",  # --after-restart (without it, groups reads the database)
+# RocksDB consume queues (tests/test_cli_rocksdb.py) and BatchConsumeQueues
+# (tests/test_cli_batch_queue.py) are read by every command but those that emulate the restart,
+# which does not read them yet.
+REFUSED_BY_QUEUE_LAYOUTS = {
+    "groups",  # --after-restart (without it, groups reads the queues)
     "lookup --key --as-recovered",
     "recover",
     "trace",
@@ -120,7 +106,12 @@ REFUSED_BY_ROCKSDB = {
 @pytest.mark.parametrize(
     ("make", "layout", "where", "refused"),
     [
-        (move_queues_to_rocksdb, "RocksDB consume queues", "consumequeue/", REFUSED_BY_ROCKSDB),
+        (
+            move_queues_to_rocksdb,
+            "RocksDB consume queues",
+            "consumequeue/",
+            REFUSED_BY_QUEUE_LAYOUTS,
+        ),
         (
             lambda s: _batch_queue(s),
             "BatchConsumeQueue",

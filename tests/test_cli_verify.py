@@ -103,7 +103,7 @@ def test_readme_documents_every_check_id() -> None:
     section = readme[start : readme.index("\n### ", start + 1)]
     documented = set(
         re.findall(
-            r"`((?:commitlog|dledger|consumequeue|index|checkpoint|config|offsets|store|timer)\.[a-z_]+)`",
+            r"`((?:commitlog|dledger|consumequeue|batchcq|index|checkpoint|config|offsets|store|timer)\.[a-z_]+)`",
             section,
         )
     )

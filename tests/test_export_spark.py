@@ -353,3 +353,22 @@ def test_both_engines_write_decompressed_bodies(
     a = read_table(tmp_path / "arrow", Table.MESSAGES)
     s = read_table(tmp_path / "spark", Table.MESSAGES)
     assert s.schema.equals(a.schema) and sorted_rows(s).equals(sorted_rows(a))
+
+
+def test_the_data_source_reads_the_timers_table(spark: Any, tmp_path: Path) -> None:
+    """The Spark DataSource's timers batches match the declared schema (``read`` builds each
+    batch with it) and hold the arrow engine's rows (tests/test_export_timers.py checks those
+    against the writer)."""
+    from tests.test_export_timers import timers_store
+
+    store, placed = timers_store(tmp_path / "store")
+    wanted = (Table.TIMERS,)
+    export_store(store, tmp_path / "arrow", ExportOptions(wanted, engine=Engine.ARROW, jobs=1))
+    a = read_table(tmp_path / "arrow", Table.TIMERS)
+    assert a.schema.equals(SCHEMAS[Table.TIMERS])
+    df = read_store(spark, store, table="timers")
+    assert df.columns == SCHEMAS[Table.TIMERS].names
+    names = ["timerlog_offset", "physical_offset", "state", "uniq_key", "roll_times"]
+    rows = sorted(tuple(r) for r in df.select(*names).collect())
+    assert rows == sorted(zip(*(a.column(n).to_pylist() for n in names), strict=True))
+    assert sorted(r[1] for r in rows) == sorted(placed)

@@ -19,6 +19,7 @@ from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, enco
 from rmqinspect.format.index import INDEX_HEADER_SIZE, IndexGeometry, IndexHeader
 from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.synth.writer import MessageSpec, PutResult, StoreLayout, StoreWriter
+from tests.batch_helpers import batch_store, queue_file, set_base, set_batch_size
 from tests.conftest import FIXTURES
 from tests.damage_matrix import Record, records
 from tests.timer_helpers import T0, hostile_timer_store
@@ -388,11 +389,25 @@ RECIPES: dict[str, tuple[Path, Recipe]] = {
     "store.unsupported": (
         CLEAN,
         lambda r: (
-            (r / "batchconsumequeue" / "T" / "0").mkdir(parents=True)
-            or (r / "batchconsumequeue" / "T" / "0" / f"{0:020d}").write_bytes(bytes(46))
+            (r / "compaction" / "compactionLog" / "T" / "0").mkdir(parents=True)
+            or (r / "compaction" / "compactionLog" / "T" / "0" / f"{0:020d}").write_bytes(bytes(16))
         ),
     ),
+    # BatchConsumeQueue (tests/batch_helpers.py: Batched/0 and /1, 10 units a file)
+    "batchcq.base_offset": (CLEAN, _fresh(lambda r: (batch_store(r), set_base(r, 0, 3, 0)))),
+    "batchcq.batch_size": (
+        CLEAN,
+        _fresh(lambda r: (batch_store(r), set_batch_size(r, 1, 14, 3))),  # INNER_NUM 2
+    ),
+    "batchcq.torn_unit": (
+        CLEAN,
+        _fresh(lambda r: (batch_store(r), os.truncate(queue_file(r, 1, 1), 5 * 46 + 20))),
+    ),
 }
+
+
+_BCQ0 = "batchconsumequeue/Batched/0/00000000000000000000"
+_BCQ1_1 = "batchconsumequeue/Batched/1/00000000000000000460"
 
 
 def test_every_check_has_a_recipe() -> None:
@@ -650,7 +665,22 @@ FIRES: dict[str, dict[str, Places | int]] = {
         "offsets.no_queue": [("config/consumerOffset.json", None)],
     },
     "store.unsupported": {
-        "store.unsupported": [("batchconsumequeue", None)],
+        "store.unsupported": [("compaction/compactionLog", None)],
+    },
+    "batchcq.base_offset": {
+        # unit 3 claims offset 0 (backwards), so unit 4 skips from 3 to 8; the record of unit 3
+        # is at offset 5, and offsets 0 and 5 no longer lead to the records written there
+        "batchcq.base_offset": [(_BCQ0, 3 * 46), (_BCQ0, 4 * 46)],
+        "consumequeue.queue_offset_mismatch": [(_BCQ0, 3 * 46)],
+        "consumequeue.missing_unit": [("commitlog/00000000000000000000", None)] * 2,
+    },
+    "batchcq.batch_size": {
+        "batchcq.batch_size": [(_BCQ1_1, 4 * 46)],
+    },
+    "batchcq.torn_unit": {
+        "batchcq.torn_unit": [(_BCQ1_1, 5 * 46)],
+        # shorter than the queue's other file: MappedFileQueue.load refuses it
+        "consumequeue.file_size": [(_BCQ1_1, None)],
     },
     "timer.log": {
         "timer.log": [(_TIMERLOG, 156)],

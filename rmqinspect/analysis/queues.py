@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from rmqinspect.analysis.batch_units import batch_extent, batch_unit_views
 from rmqinspect.analysis.units import UnitView, resolve_unit
 from rmqinspect.errors import StoreError
+from rmqinspect.format.batchcq import bcq_as_file_units
 from rmqinspect.format.consumequeue import (
     CQ_STORE_UNIT_SIZE,
     PRE_BLANK_SIZE,
@@ -25,6 +27,7 @@ from rmqinspect.format.consumequeue import (
 from rmqinspect.format.npbytes import I64
 from rmqinspect.format.rocksdb_cq import as_file_units
 from rmqinspect.format.scan import data_extent
+from rmqinspect.store.batch_queue import BatchChunk, BatchQueue
 from rmqinspect.store.consume_queue import ConsumeQueue, CorrectMinOffsetError
 from rmqinspect.store.files import FileQueue, StoreFile
 from rmqinspect.store.layout import QueueId
@@ -58,9 +61,14 @@ def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
     """The queue's bounds as the broker computes them when it loads the store unchanged:
     ``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file
     (both from :class:`ConsumeQueue`, the model the recovery emulation uses too). A queue the
-    RocksDB consume queue holds: its offset family's entries as the broker reads them."""
+    RocksDB consume queue holds: its offset family's entries as the broker reads them. A
+    BatchConsumeQueue: ``BatchConsumeQueue.recover`` and ``correctMinOffset`` (its offsets are
+    message offsets, ``first_unit`` the first unit's msgBaseOffset)."""
     if store.rocksdb_queue(qid):
         return _rocksdb_bounds(store, qid)
+    bq = store.batch_queue(qid)
+    if bq is not None:
+        return _batch_bounds(qid, bq)
     queue = store.consume_queue_files(qid.topic, qid.queue_id)
     files = queue.files
     total_bytes = sum(f.length for f in files)
@@ -132,6 +140,26 @@ def _rocksdb_bounds(store: Store, qid: QueueId) -> QueueBounds:
     )
 
 
+def _batch_bounds(qid: QueueId, bq: BatchQueue) -> QueueBounds:
+    files = bq.files.files
+    # minOffsetInQueue is -1 for a queue whose first file holds no unit: nothing to consume
+    min_offset = bq.min_offset if bq.min_offset >= 0 else bq.max_offset
+    return QueueBounds(
+        qid.topic,
+        qid.queue_id,
+        len(files),
+        sum(f.length for f in files),
+        min_offset,
+        bq.max_offset,
+        bq.first_base if bq.first_base >= 0 else min_offset,
+        0,
+        bq.max_physic,
+        bq.last_phy_offset,
+        (),
+        bq.min_note,
+    )
+
+
 def loaded_queue(store: Store, qid: QueueId) -> tuple[ConsumeQueue, str]:
     """The queue as the broker holds it after loading the store unchanged
     (``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file),
@@ -190,7 +218,37 @@ def all_queue_bounds(store: Store) -> list[QueueBounds]:
 
 def unit_at(store: Store, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int]:
     """The raw (phyOffset, size, tagsCode) of one unit; StoreError when no file holds it."""
+    return unit_holding(store, topic, queue_id, queue_offset)[1]
+
+
+def unit_holding(
+    store: Store, topic: str, queue_id: int, queue_offset: int
+) -> tuple[int, tuple[int, int, int]]:
+    """The unit serving ``queue_offset`` and the queue offset it is written for: the offset
+    itself, except in a BatchConsumeQueue, where a unit serves ``[msgBaseOffset,
+    msgBaseOffset + batchSize)`` and its record is written at msgBaseOffset. StoreError when
+    none does."""
     qid = QueueId(topic, queue_id)
+    bq = store.batch_queue(qid)
+    if bq is not None:
+        c = bq.unit_holding(store.maps, queue_offset)
+        if c is None:
+            raise StoreError(
+                f"no batch consume queue unit of {qid} serves queue offset {queue_offset} "
+                f"(it serves [{max(bq.min_offset, 0)}, {bq.max_offset}))",
+                str(bq.files.directory),
+            )
+        u = c.units[0]
+        return int(u["msg_base_offset"]), (
+            int(u["phy_offset"]),
+            int(u["size"]),
+            int(u["tags_code"]),
+        )
+    return queue_offset, _unit_at(store, qid, queue_offset)
+
+
+def _unit_at(store: Store, qid: QueueId, queue_offset: int) -> tuple[int, int, int]:
+    topic, queue_id = qid.topic, qid.queue_id
     if store.rocksdb_queue(qid):
         assert store.rocksdb is not None
         unit = store.rocksdb.unit(qid, queue_offset)
@@ -220,16 +278,23 @@ class UnitChunk:
     first_queue_offset: int
     position: int  # byte position of the first unit in ``file``
     units: npt.NDArray[np.void]  # CQ_UNIT_DTYPE rows
+    # A BatchConsumeQueue's units: each one's msgBaseOffset and batchSize (a unit serves
+    # batchSize offsets from its base, so offsets are not first + index).
+    batch: BatchChunk | None = None
 
     def __len__(self) -> int:
         return len(self.units)
 
     @property
     def queue_offsets(self) -> I64:
+        if self.batch is not None:
+            return self.batch.bases
         return self.first_queue_offset + np.arange(len(self), dtype=np.int64)
 
     @property
     def positions(self) -> I64:
+        if self.batch is not None:
+            return self.batch.positions
         return self.position + np.arange(len(self), dtype=np.int64) * CQ_STORE_UNIT_SIZE
 
 
@@ -240,9 +305,14 @@ def iter_unit_chunks(
     store: Store, topic: str, queue_id: int, start: int, limit: int | None, chunk: int = UNIT_CHUNK
 ) -> Iterator[UnitChunk]:
     """The queue's units from queue offset ``start`` over its files, at most ``limit``, in
-    chunks of at most ``chunk`` units that never span two files (RocksDB: nor a missing key)."""
+    chunks of at most ``chunk`` units that never span two files (RocksDB: nor a missing key).
+    A BatchConsumeQueue: the units serving the queue offsets ``[start, start + limit)``."""
     if store.rocksdb_queue(QueueId(topic, queue_id)):
         yield from _rocksdb_chunks(store, QueueId(topic, queue_id), start, limit, chunk)
+        return
+    bq = store.batch_queue(QueueId(topic, queue_id))
+    if bq is not None:
+        yield from _batch_chunks(store, bq, start, limit, chunk)
         return
     queue = store.consume_queue_files(topic, queue_id)
     left = limit
@@ -274,6 +344,22 @@ def _rocksdb_chunks(
     where = StoreFile(db.directory, 0, 0)
     for first, rows in db.runs(qid, start, stop, chunk):
         yield UnitChunk(where, first, 0, as_file_units(rows))
+
+
+def _batch_chunks(
+    store: Store,
+    bq: BatchQueue,
+    start: int,
+    limit: int | None,
+    chunk: int,
+    *,
+    all_units: bool = False,
+) -> Iterator[UnitChunk]:
+    """The BatchConsumeQueue's units serving ``[start, start + limit)``, as file units with
+    their bases and batch sizes."""
+    stop = _NO_END if limit is None else start + limit
+    for c in bq.chunks(store.maps, start, stop, chunk, everything=all_units):
+        yield UnitChunk(c.file, int(c.bases[0]), c.position, bcq_as_file_units(c.units), c)
 
 
 def _file_chunks(
@@ -325,7 +411,17 @@ _ZERO_UNIT = (0, 0, 0)
 def _file_runs(
     store: Store, topic: str, queue_id: int, start: int, limit: int | None
 ) -> Iterator[UnitRun]:
-    """:func:`iter_unit_runs` before runs that meet at a chunk's or a file's edge are joined."""
+    """:func:`iter_unit_runs` before runs that meet at a chunk's or a file's edge are joined.
+    A BatchConsumeQueue's unit comes as (msgBaseOffset, unit, batchSize): it serves that many
+    offsets."""
+    if store.batch_queue(QueueId(topic, queue_id)) is not None:
+        for c in iter_unit_chunks(store, topic, queue_id, start, limit):
+            assert c.batch is not None
+            for base, n, u in zip(
+                c.batch.bases.tolist(), c.batch.batch_sizes.tolist(), c.units, strict=True
+            ):
+                yield base, (int(u["phy_offset"]), int(u["size"]), int(u["tags_code"])), n
+        return
     if store.rocksdb_queue(QueueId(topic, queue_id)):
         for c in iter_unit_chunks(store, topic, queue_id, start, limit):
             yield from _chunk_runs(c)
@@ -401,6 +497,11 @@ def queue_listing(
     bounds = queue_bounds(store, qid)
     if store.rocksdb_queue(qid):
         return _rocksdb_listing(store, qid, bounds, start, show_all)
+    bq = store.batch_queue(qid)
+    if bq is not None:
+        stale, end_on_disk = batch_extent(store, bq, bounds.max_offset)
+        first = bounds.first_unit if start is None else start
+        return QueueListing(bounds, first, end_on_disk if show_all else bounds.max_offset, stale)
     queue = store.consume_queue_files(topic, queue_id)
     extents = {f.path: _data_units(store, f) for f in queue.files}
     end_on_disk = max(
@@ -471,6 +572,11 @@ def list_units(
 ) -> Iterator[UnitView]:
     count = listing.stop - listing.start
     if count <= 0:
+        return
+    bq = store.batch_queue(QueueId(topic, queue_id))
+    if bq is not None:
+        everything = listing.stop > listing.bounds.max_offset
+        yield from batch_unit_views(store, bq, listing.start, listing.stop, everything, limit)
         return
     n = count if limit is None else min(count, limit)
     for qoff, unit, repeat in iter_unit_runs(store, topic, queue_id, listing.start, n):

@@ -75,6 +75,8 @@ class UnitView:
     # Consecutive units this row stands for: more than 1 for a run of all-zero units (a queue
     # range over files of zeros would list each one, billions in sparse files).
     repeat: int = 1
+    # A BatchConsumeQueue unit's batchSize: it serves [queue_offset, queue_offset + batch_size).
+    batch_size: int | None = None
 
     @property
     def tags_code_ok(self) -> bool | None:

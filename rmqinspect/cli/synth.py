@@ -195,6 +195,17 @@ def synth(
             "after the roll copies were stored, before the timer caught up.",
         ),
     ] = 0,
+    batch_queue: Annotated[
+        int,
+        typer.Option(
+            "--batch-queue",
+            min=0,
+            metavar="N",
+            help="BatchConsumeQueue (profile 5.x): N producer batches of 1-4 messages to topic "
+            "BatchTopic (queue.type=BatchCQ), each one inner-batch record, units in "
+            "batchconsumequeue/ (docs/batch-consume-queue.md).",
+        ),
+    ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -226,11 +237,14 @@ def synth(
             fate=fate,
             pop=pop,
             timers=timers,
+            batch_records=batch_queue,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     if pop and profile is Profile.V4_9:
         raise typer.BadParameter("--pop needs a 5.x --profile: 4.9 brokers have no POP")
+    if batch_queue and profile is Profile.V4_9:
+        raise typer.BadParameter("--batch-queue needs a 5.x --profile (BatchCQ came with 5.0)")
     if rocksdb and (profile is not Profile.V5_3 or dledger):
         # RocksDB consume queues came with 5.2; the DLedger store keeps file queues.
         raise typer.BadParameter("--rocksdb needs --profile 5.3 and no --dledger")

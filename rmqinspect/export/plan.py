@@ -19,6 +19,7 @@ import numpy as np
 from rmqinspect.analysis.indexes import entry_numbers, open_index_files
 from rmqinspect.analysis.queues import all_queue_bounds
 from rmqinspect.export.records import record_runs
+from rmqinspect.export.timers import TimersPart
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.format.index import INDEX_ENTRY_SIZE
 from rmqinspect.store.files import StoreFile
@@ -148,7 +149,7 @@ class FileGroup:
     source: str = ""  # hashing reads files the other parts count already
 
 
-Part = CommitlogRange | QueueSlice | IndexSlice | OffsetsPart | FileGroup
+Part = CommitlogRange | QueueSlice | IndexSlice | OffsetsPart | FileGroup | TimersPart
 
 
 def commitlog_file(store: Store, name: str) -> StoreFile:

@@ -25,6 +25,7 @@ class Table(StrEnum):
     GROUP_OFFSETS = "group_offsets"
     FINDINGS = "findings"
     MESSAGE_COPIES = "message_copies"
+    TIMERS = "timers"
 
 
 MESSAGES = pa.schema(
@@ -177,6 +178,35 @@ MESSAGE_COPIES = pa.schema(
     ]
 )
 
+# One row per timerlog unit of the 5.x timer store (export/timers.py): its fields, and what
+# ``timers`` says of it (state: pending, delivered, recalled, rolled, unreadable, or recall for
+# a recall marker's unit; late: overdue, skipped_by_restart or due, for a pending entry).
+TIMERS = pa.schema(
+    [
+        ("timerlog_offset", pa.int64()),
+        ("prev_pos", pa.int64()),
+        ("magic", pa.int32()),
+        ("write_timestamp", MS_UTC),
+        ("delayed_time_offset_ms", pa.int32()),
+        ("slot_timestamp", MS_UTC),
+        ("physical_offset", pa.int64()),
+        ("store_size", pa.int32()),
+        ("topic_hash", pa.int32()),
+        ("state", pa.string()),
+        ("late", pa.string()),
+        ("real_topic", pa.string()),
+        ("real_queue_id", pa.int32()),
+        ("uniq_key", pa.string()),
+        ("fire_timestamp", MS_UTC),
+        ("queue_offset", pa.int64()),
+        ("roll_times", pa.int32()),
+        ("recall_target", pa.string()),
+        ("recall_matched", pa.bool_()),
+        ("source_file", pa.string()),
+        ("file_position", pa.int64()),
+    ]
+)
+
 SCHEMAS: dict[Table, pa.Schema] = {
     Table.MESSAGES: MESSAGES,
     Table.CONSUME_QUEUE: CONSUME_QUEUE,
@@ -185,6 +215,7 @@ SCHEMAS: dict[Table, pa.Schema] = {
     Table.GROUP_OFFSETS: GROUP_OFFSETS,
     Table.FINDINGS: FINDINGS,
     Table.MESSAGE_COPIES: MESSAGE_COPIES,
+    Table.TIMERS: TIMERS,
 }
 
 PARTITION_COLUMN: dict[Table, str | None] = {t: None for t in Table} | {

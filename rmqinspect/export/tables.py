@@ -43,6 +43,7 @@ from rmqinspect.export.schema import (
     MS_UTC,
     Table,
 )
+from rmqinspect.export.timers import TimersPart, timers_batches
 from rmqinspect.export.topics import partition_column
 from rmqinspect.format import batch
 from rmqinspect.format import commitlog as cl
@@ -68,6 +69,8 @@ def read_part(
         yield from ((Table.CONSUME_QUEUE, b) for b in consume_queue_batches(store, part))
     elif isinstance(part, IndexSlice) and Table.INDEX_ENTRIES in tables:
         yield from ((Table.INDEX_ENTRIES, b) for b in index_entry_batches(store, part))
+    elif isinstance(part, TimersPart) and Table.TIMERS in tables:
+        yield from ((Table.TIMERS, b) for b in timers_batches(store))
     elif isinstance(part, OffsetsPart):
         if Table.CONSUMER_OFFSETS in tables:
             yield Table.CONSUMER_OFFSETS, consumer_offsets_batch(store)

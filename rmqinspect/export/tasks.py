@@ -29,6 +29,7 @@ from rmqinspect.export.plan import (
 )
 from rmqinspect.export.schema import PARTITION_COLUMN, Table
 from rmqinspect.export.tables import file_crc32c, read_part
+from rmqinspect.export.timers import plan_timers
 from rmqinspect.store import mapguard
 from rmqinspect.store.model import Store
 from rmqinspect.store.run_cache import RunCache
@@ -71,6 +72,8 @@ def plan_parts(store: Store, tables: Sequence[Table], hashes: bool = True) -> li
         parts += plan_index(store)
     if Table.CONSUMER_OFFSETS in tables or Table.GROUP_OFFSETS in tables:
         parts.append(OffsetsPart())  # one small task reads the config files for both
+    if Table.TIMERS in tables:
+        parts += plan_timers(store)
     if hashes:
         parts += plan_hashes(store.root)
     return parts

@@ -25,7 +25,7 @@ from rmqinspect.render.output import (
 
 
 def unit_json(u: UnitView, body: BodyFormat) -> dict[str, Any]:
-    return {
+    out = {
         "queue_offset": u.queue_offset,
         "phy_offset": u.phy_offset,
         "size": u.size,
@@ -38,6 +38,9 @@ def unit_json(u: UnitView, body: BodyFormat) -> dict[str, Any]:
         "message": None if u.message is None else message_json(u.message, body),
         "repeat": u.repeat,
     }
+    if u.batch_size is not None:  # a BatchConsumeQueue unit
+        out["batch_size"] = u.batch_size
+    return out
 
 
 def render_queue_listing(
@@ -108,5 +111,8 @@ def _units_table(units: list[UnitView], with_title: bool) -> RowTable:
         if u.repeat > 1:
             offset += f"..{u.queue_offset + u.repeat - 1}"
             what = f"{u.repeat} zero units: {what}"
+        if u.batch_size is not None:
+            offset += f"..{u.queue_offset + u.batch_size - 1}" if u.batch_size > 1 else ""
+            what = f"batch of {u.batch_size}: {what}"
         table.add_row(offset, u.phy_offset, u.size, tags, u.status.value, what)
     return table

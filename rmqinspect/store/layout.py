@@ -61,15 +61,16 @@ class UnsupportedLayout:
 #    DLedger data (a store switched over: reads below the divide go to the old log) and
 #    several DLedger homes (which one is the node's is not on disk) are not read: every part
 #    depends on which log answers.
-#  - BatchConsumeQueue: the queues of (some) topics are not in consumequeue/<topic>/<id>,
-#    and the broker's recovery and reput count them.
+#  - BatchConsumeQueue: read (store/batch_queue.py) by the commands that read queues
+#    without the restart, and checked by verify; the restart (BatchConsumeQueue's recovery
+#    and truncation, the reput's inner batches) and the export's unit ranges do not read it.
 #  - RocksDB consume queue: read (store/rocksdb_queue.py) by the commands that read queues
 #    without the restart; the restart of it (RocksDBConsumeQueueStore's lazy correction,
 #    docs/rocksdb-consume-queue.md §5), verify's unit checks and the export do not read it.
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
 #    index; what is read from those is right, and the restart of those is unchanged. The
-#    timer's files are read by `timers`, `verify`, `recover` and `trace` (store/timer.py),
-#    listed here so that `info` says so.
+#    timer's files are read by `timers`, `verify`, `recover`, `trace` and the export's
+#    timers table (store/timer.py), listed here so that `info` says so.
 _LAYOUTS: dict[str, tuple[str, StorePart]] = {
     "dledger": ("DLedger", StorePart.SALVAGE),
     "dledger_mixed": (
@@ -81,7 +82,7 @@ _LAYOUTS: dict[str, tuple[str, StorePart]] = {
         ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
     ),
     "rocksdb_consume_queue": ("RocksDB consume queues", StorePart.RESTART | StorePart.VERIFY),
-    "batch_consume_queue": ("BatchConsumeQueue", StorePart.CONSUME_QUEUES | StorePart.RESTART),
+    "batch_consume_queue": ("BatchConsumeQueue", StorePart.RESTART | StorePart.EXPORT),
     "timer": ("the 5.x timer store", StorePart(0)),
     "compaction": ("the compaction store", StorePart(0)),
 }
@@ -245,7 +246,13 @@ def detect_unsupported(
     bcq = root / "batchconsumequeue"
     if _has_entries(bcq):
         found.append(
-            _unsupported("batch_consume_queue", bcq, "BatchConsumeQueue (5.x) is not decoded yet")
+            _unsupported(
+                "batch_consume_queue",
+                bcq,
+                "BatchConsumeQueue (5.x, queue.type=BatchCQ): read by the commands that read "
+                "queues and by verify; the restart emulation (recover, groups --after-restart) "
+                "and the export do not read it yet",
+            )
         )
     cq = rocksdb_queue_dir(root)
     if cq is not None:
@@ -265,7 +272,7 @@ def detect_unsupported(
                     "timer",
                     root / name,
                     "5.x timer store (timerlog/, timerwheel, config/timercheck): read by "
-                    "`timers`, `verify`, `recover` and `trace`; the export does not read it yet",
+                    "`timers`, `verify`, `recover`, `trace` and the export's timers table",
                 )
             )
     log_dir = root / "compaction" / "compactionLog"

@@ -55,6 +55,7 @@ from rmqinspect.store.live import Fingerprint, live_evidence, lock_holder
 
 if TYPE_CHECKING:
     from rmqinspect.format.scan import FileEvent, WalkPolicy
+    from rmqinspect.store.batch_queue import BatchQueue
     from rmqinspect.store.dledger import DLedgerStore
     from rmqinspect.store.rocksdb_queue import RocksConsumeQueues
 
@@ -115,6 +116,10 @@ class Store:
     rocksdb: RocksConsumeQueues | None = None
     # The one file read on its own (store/loose.py): nothing beside it is part of the store.
     loose: Path | None = None
+    # The BatchConsumeQueues (batchconsumequeue/<topic>/<id>), also in queue_dirs: a topic the
+    # broker serves from one has no consumequeue/ units that it reads.
+    batch_dirs: dict[QueueId, Path] = field(default_factory=dict)
+    _batch: dict[QueueId, BatchQueue] = field(default_factory=dict)
     _queues: dict[QueueId, FileQueue] = field(default_factory=dict)
     _listings: dict[Path, Listing] = field(default_factory=dict)  # taken by consume_queue
     _profile: ProfileDetection | None = None
@@ -171,12 +176,16 @@ class Store:
         problems = list(plain.problems if not use_ledger or ledger is None else ledger.problems)
         if queue_dirs is None:
             queue_dirs = discover_queues(path / "consumequeue", problems)
+        batch_dirs = discover_queues(path / BATCH_QUEUE_DIR, problems)
+        if batch_dirs:  # a sort of 100,000 queues for nothing costs tens of milliseconds
+            queue_dirs = _sorted_queues({**queue_dirs, **batch_dirs})
         index_files = list_index(path / "index", problems)
         store = cls(
             root=path,
             options=opts,
             commitlog=commitlog,
             queue_dirs=queue_dirs,
+            batch_dirs=batch_dirs,
             index_files=index_files,
             dledger=ledger if use_ledger else None,
             problems=problems,
@@ -298,13 +307,25 @@ class Store:
         # configuration, not on disk.
         for qid in self.rocksdb.queues:
             self.queue_dirs[qid] = directory
-        self.queue_dirs = dict(
-            sorted(self.queue_dirs.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))
-        )
+        self.queue_dirs = _sorted_queues(self.queue_dirs)
 
     def rocksdb_queue(self, qid: QueueId) -> bool:
         """Whether the queue's units are held by the RocksDB consume queue."""
         return self.rocksdb is not None and qid in self.rocksdb.queues
+
+    def batch_queue(self, qid: QueueId) -> BatchQueue | None:
+        """The queue's BatchConsumeQueue as the broker loads it (store/batch_queue.py); None
+        when the queue is not one."""
+        if qid not in self.batch_dirs:
+            return None
+        q = self._batch.get(qid)
+        if q is None:
+            from rmqinspect.store.batch_queue import load_batch_queue
+
+            files = self.consume_queue_files(qid.topic, qid.queue_id)
+            q = load_batch_queue(self.maps, qid, files, self.commitlog.min_offset)
+            self._batch[qid] = q
+        return q
 
     def consume_queue_files(self, topic: str, queue_id: int) -> FileQueue:
         """The files of one consume queue (empty when the directory does not exist); the
@@ -315,6 +336,13 @@ class Store:
         if queue is None and self.rocksdb_queue(qid):
             # No files: its units are the database's (analysis/queues.py reads them).
             queue = FileQueue(self.rocksdb.directory if self.rocksdb else self.root, 0)
+            self._queues[qid] = queue
+        if queue is None and qid in self.batch_dirs:
+            from rmqinspect.format.batchcq import DEFAULT_BCQ_FILE_SIZE
+
+            queue = list_family(
+                self.batch_dirs[qid], None, f"batch consume queue {qid}", DEFAULT_BCQ_FILE_SIZE
+            )
             self._queues[qid] = queue
         if queue is None:
             directory = self.queue_dirs.get(qid)
@@ -348,7 +376,7 @@ class Store:
     def _inferred_cq_file_size(self) -> int:
         counts: dict[int, int] = {}
         for qid, directory in self.queue_dirs.items():
-            if self.rocksdb_queue(qid):
+            if self.rocksdb_queue(qid) or qid in self.batch_dirs:
                 continue
             try:
                 listing = list_directory(directory, "consume queue")
@@ -629,3 +657,10 @@ class Store:
             if found:
                 return found
         return []
+
+
+BATCH_QUEUE_DIR = "batchconsumequeue"  # StorePathConfigHelper.getStorePathBatchConsumeQueue
+
+
+def _sorted_queues(queues: dict[QueueId, Path]) -> dict[QueueId, Path]:
+    return dict(sorted(queues.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id)))

@@ -19,6 +19,7 @@ from rmqinspect.format.javahash import index_key, java_hash, prefixed_key_hashes
 from rmqinspect.format.names import offset_file_name
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.layout import QueueId
+from rmqinspect.synth.batchcq import BatchQueueFiles, bcq_file_size
 from rmqinspect.synth.files import create_file, write_at, write_pieces
 from rmqinspect.synth.layout import MessageColumns, StoreLayout
 
@@ -113,7 +114,8 @@ class Dispatcher:
         self.index = IndexBuilder(
             layout.index_geometry, namer, materialise=True, on_rolled=self._write_index
         )
-        self.queues: dict[tuple[str, int], ConsumeQueueFiles] = {}
+        self.queues: dict[tuple[str, int], ConsumeQueueFiles | BatchQueueFiles] = {}
+        self.batch_topics: set[str] = set()  # topics of queue.type BatchCQ
         self._queue_numbers: dict[tuple[str, int], int] = {}
         self._tag_codes: dict[str, int] = {}
         self.dispatched = 0
@@ -131,9 +133,14 @@ class Dispatcher:
         if number is None:
             number = self._queue_numbers[key] = len(self._queue_numbers) + 1
             topic, queue_id = key
-            self.queues[key] = ConsumeQueueFiles(
-                self.cq_dir.parent, QueueId(topic, queue_id), self.cq_file_size
-            )
+            if topic in self.batch_topics:
+                self.queues[key] = BatchQueueFiles(
+                    self.cq_dir.parent, QueueId(topic, queue_id), bcq_file_size(self.cq_file_size)
+                )
+            else:
+                self.queues[key] = ConsumeQueueFiles(
+                    self.cq_dir.parent, QueueId(topic, queue_id), self.cq_file_size
+                )
         return number
 
     def add(
@@ -146,8 +153,10 @@ class Dispatcher:
         length: npt.NDArray[np.int64],
         queue_offset: npt.NDArray[np.int64],
         queue_number: npt.NDArray[np.int64],
+        batch_size: npt.NDArray[np.int64],
     ) -> None:
-        """Buffer what the dispatchers receive for the dispatched messages of a batch."""
+        """Buffer what the dispatchers receive for the dispatched messages of a batch
+        (``batch_size``: the queue offsets each takes, ``INNER_NUM`` in a BatchCQ topic)."""
         rows = np.flatnonzero(dispatch)
         if not rows.size:
             return
@@ -167,6 +176,7 @@ class Dispatcher:
                 queue_number[rows],
                 queue_offset[rows],
                 tags_code,
+                batch_size[rows],
             )
         )
         if self.index_enabled and len(c.keys):
@@ -214,7 +224,7 @@ class Dispatcher:
         """Hand the buffered dispatch requests to the consume queues and the index."""
         if not self._pending:
             return
-        phy, size, ts, sys_flag, queue, qoff, tags = (
+        phy, size, ts, sys_flag, queue, qoff, tags, batch = (
             np.concatenate(col) for col in zip(*self._pending, strict=True)
         )
         entering = np.flatnonzero(queue)
@@ -228,8 +238,21 @@ class Dispatcher:
             bounds = np.flatnonzero(np.diff(queue_of[order])) + 1
             queues = list(self.queues.values())
             for group in np.split(order, bounds):
+                files = queues[int(queue_of[group[0]]) - 1]
+                if isinstance(files, BatchQueueFiles):
+                    rows = entering[group]
+                    for k in rows.tolist():
+                        files.append(
+                            int(phy[k]),
+                            int(size[k]),
+                            int(tags[k]),
+                            int(ts[k]),
+                            int(qoff[k]),
+                            int(batch[k]),
+                        )
+                    continue
                 first = int(qoff[entering[group[0]]])
-                queues[int(queue_of[group[0]]) - 1].append(units[group], first)
+                files.append(units[group], first)
         if self.index_enabled:
             hashes = [h for h, _ in self._pending_keys]
             owners = [o for _, o in self._pending_keys]

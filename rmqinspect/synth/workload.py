@@ -41,6 +41,7 @@ from rmqinspect.format.index_build import IndexNamer
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.properties import encode_properties_map, properties_template
+from rmqinspect.synth.batchcq import write_batches
 from rmqinspect.synth.clientid import ClientIds
 from rmqinspect.synth.fate import FATE_DELAY_LEVELS, FateSimulator
 from rmqinspect.synth.timer import TimerWorkload
@@ -142,6 +143,9 @@ class WorkloadConfig:
     fate: bool = False
     pop: bool = False  # with fate on 5.x: groupPop's checkpoints and acks (synth.pop)
     timers: int = 0  # timer messages (5.x timer store, rmqinspect.synth.timer)
+    # BatchConsumeQueue (5.x): inner-batch records of a queue.type=BatchCQ topic written first
+    # (synth/batchcq.py)
+    batch_records: int = 0
 
     def __post_init__(self) -> None:
         if self.messages < 0 or self.body_size < 0 or self.compress_over < 0:
@@ -152,6 +156,8 @@ class WorkloadConfig:
             raise ValueError("burst must be at least 1")
         if self.pop and not self.fate:
             raise ValueError("pop needs fate: the checkpoints are groupPop's")
+        if self.batch_records < 0:
+            raise ValueError("batch records must not be negative")
 
     @property
     def checkpoint_lag_ms(self) -> int:
@@ -595,6 +601,12 @@ def write_workload(
         crash=config.crash,
         flush_lag_ms=config.checkpoint_lag_ms,
     ) as writer:
+        if config.batch_records:
+            # first: a crash stops dispatch at the workload's last burst, after which the
+            # writer takes no dispatched record
+            write_batches(
+                writer, config.batch_records, config.queues, config.body_size, config.start_ms
+            )
         generator.write(writer)
         timers = None
         if config.timers:

@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +49,13 @@ from rmqinspect.format.commitlog import (
 from rmqinspect.format.config import TopicConfig
 from rmqinspect.format.encode import reserve_prop_crc, rewrite_delay
 from rmqinspect.format.index_build import IndexNamer
+from rmqinspect.format.profile import Profile
+from rmqinspect.synth.batchcq import (
+    BATCH_CQ_ATTRIBUTES,
+    INNER_BATCH_SYS_FLAG,
+    inner_batch_body,
+    inner_num,
+)
 from rmqinspect.synth.commitlog import CommitLogFiles
 from rmqinspect.synth.dispatch import Dispatcher, UtcNamer
 from rmqinspect.synth.dledger import DLedgerFiles
@@ -229,6 +237,47 @@ class StoreWriter:
         """Write this config for the topic in ``topics.json`` instead of a derived one."""
         self._config.declare_topic(config)
 
+    def declare_batch_topic(self, topic: str, queues: int = 1) -> None:
+        """Make ``topic`` a BatchConsumeQueue topic (``queue.type=BatchCQ``, 5.x): its units
+        go to ``batchconsumequeue/`` and a record takes ``INNER_NUM`` queue offsets."""
+        if self._profile is Profile.V4_9:
+            raise ValueError("BatchConsumeQueue topics need a 5.x profile")
+        if any(t == topic for t, _ in self._dispatcher.queues):
+            raise ValueError(f"topic {topic} already has messages")
+        self._dispatcher.batch_topics.add(topic)
+        self._config.declare_topic(
+            TopicConfig(
+                topic_name=topic,
+                read_queue_nums=queues,
+                write_queue_nums=queues,
+                attributes=dict(BATCH_CQ_ATTRIBUTES),
+            )
+        )
+
+    def put_inner_batch(
+        self, topic: str, queue_id: int, bodies: list[bytes], **spec: Any
+    ) -> PutResult:
+        """Append a producer's batch to a BatchCQ topic as the broker stores it: one record
+        with the messages in its body (``MessageDecoder.encodeMessages``), sysFlag
+        ``NEED_UNWRAP | INNER_BATCH``, ``INNER_NUM`` = their count and ``INNER_BASE`` = the
+        queue offset it gets. ``spec``: further :class:`MessageSpec` fields."""
+        if topic not in self._dispatcher.batch_topics:
+            raise ValueError(f"{topic} is not a BatchCQ topic (declare_batch_topic)")
+        base = self._next_offsets.get((topic, queue_id), 0)
+        extra = dict(spec.pop("properties", None) or {})
+        extra[props.INNER_NUM] = str(len(bodies))
+        extra[props.INNER_BASE] = str(base)
+        return self.put(
+            MessageSpec(
+                topic,
+                inner_batch_body(bodies),
+                queue_id,
+                properties=extra,
+                sys_flag=INNER_BATCH_SYS_FLAG | spec.pop("sys_flag", 0),
+                **spec,
+            )
+        )
+
     @property
     def end_offset(self) -> int:
         """Physical offset where the next record would start (before any roll)."""
@@ -376,7 +425,7 @@ class StoreWriter:
         offsets, runs = self._log.place(length)
         tran = sys_flag & TRANSACTION_TYPE_MASK
         enters = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
-        queue_offset, queue_number = self._queue_offsets(c, enters)
+        queue_offset, queue_number, batch_size = self._queue_offsets(c, enters, properties)
         parts = RecordParts(
             heads(c, infos, length, offsets, queue_offset, sys_flag, born6, store6, body_length),
             c.bodies,
@@ -400,17 +449,19 @@ class StoreWriter:
         if not dispatch.all():
             self._dispatch_stopped = True
         self._dispatcher.add(
-            c, dispatch, enters, sys_flag, offsets, length, queue_offset, queue_number
+            c, dispatch, enters, sys_flag, offsets, length, queue_offset, queue_number, batch_size
         )
         return PlacedColumns(offsets, length, queue_offset, blanks)
 
     def _queue_offsets(
-        self, c: MessageColumns, enters: npt.NDArray[np.bool_]
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        self, c: MessageColumns, enters: npt.NDArray[np.bool_], properties: list[bytes]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Queue offsets (NOT/COMMIT messages take the next one of their queue; PREPARED and
-        ROLLBACK get 0) and consume-queue numbers (0: no unit) for a batch."""
+        ROLLBACK get 0), consume-queue numbers (0: no unit) and how many offsets each takes
+        (``INNER_NUM`` in a BatchCQ topic, ``assignBatchQueueOffset``; else 1) for a batch."""
         count = len(c.topic)
         queue_offset = np.zeros(count, dtype=np.int64)
+        batch_size = np.ones(count, dtype=np.int64)
         queue_number = np.zeros(count, dtype=np.int64)
         queue_id = np.asarray(c.queue_id, dtype=np.int64)
         combined = np.asarray(c.topic, dtype=np.int64) * (int(queue_id.max(initial=0)) + 1)
@@ -425,12 +476,19 @@ class StoreWriter:
             entering = rows[enters[rows]]
             if entering.size:
                 base = self._next_offsets.get(key, 0)
-                queue_offset[entering] = base + np.arange(entering.size)
-                self._next_offsets[key] = base + entering.size
+                if key[0] in self._dispatcher.batch_topics:
+                    sizes = np.array([inner_num(properties[r]) for r in entering.tolist()])
+                    batch_size[entering] = sizes
+                    starts = np.cumsum(sizes) - sizes
+                    queue_offset[entering] = base + starts
+                    self._next_offsets[key] = base + int(sizes.sum())
+                else:
+                    queue_offset[entering] = base + np.arange(entering.size)
+                    self._next_offsets[key] = base + entering.size
                 queue_number[entering] = self._dispatcher.queue_number(key)
         for t in np.unique(np.asarray(c.topic)[(np.asarray(c.sys_flag) & MULTI_TAGS_FLAG) != 0]):
             self._config.multi_tag_topics.add(c.topics[int(t)])
-        return queue_offset, queue_number
+        return queue_offset, queue_number, batch_size
 
     def _raw_properties(
         self, spec: MessageSpec, raw: bytes

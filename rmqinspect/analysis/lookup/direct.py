@@ -24,7 +24,7 @@ from rmqinspect.analysis.lookup.scan import (
     time_tail,
     with_body,
 )
-from rmqinspect.analysis.queues import QueueBounds, iter_unit_runs, queue_bounds, unit_at
+from rmqinspect.analysis.queues import QueueBounds, iter_unit_runs, queue_bounds, unit_holding
 from rmqinspect.analysis.units import UnitStatus, UnitView, resolve_unit
 from rmqinspect.errors import StoreError
 from rmqinspect.format.columns import RecordColumns
@@ -64,14 +64,21 @@ def lookup_queue_offset(
             f"[{bounds.min_offset}, {bounds.max_offset})"
         )
     try:
-        unit = unit_at(store, topic, queue_id, offset)
+        # a BatchConsumeQueue's unit serves the offsets of its batch from its msgBaseOffset
+        written_at, unit = unit_holding(store, topic, queue_id, offset)
     except StoreError as err:
         result.rejected.append(Rejected(-1, err.message))
         if offset >= bounds.max_offset:
             find_undispatched(store, result, topic, queue_id, offset, progress)
         return result
-    view = resolve_unit(store, topic, queue_id, offset, unit)
-    result.query["unit"] = {"phy_offset": view.phy_offset, "size": view.size, "tags_code": unit[2]}
+    view = resolve_unit(store, topic, queue_id, written_at, unit)
+    shown: dict[str, int] = {} if written_at == offset else {"msg_base_offset": written_at}
+    result.query["unit"] = {
+        **shown,
+        "phy_offset": view.phy_offset,
+        "size": view.size,
+        "tags_code": unit[2],
+    }
     if view.status is UnitStatus.FOUND and view.message is not None:
         result.hits.append(Hit(view.message, Via.CONSUME_QUEUE))
         return result
@@ -182,9 +189,10 @@ def _readable_units(
         if unit == (0, 0, 0):
             yield qoff, qoff + n - 1, None
         else:
+            # n > 1: a BatchConsumeQueue unit, whose record serves its n offsets
             view = resolve_unit(store, qid.topic, qid.queue_id, qoff, unit)
             found = view.status is UnitStatus.FOUND and view.message is not None
-            yield qoff, qoff, view if found else None
+            yield qoff, qoff + n - 1, view if found else None
         at = qoff + n
     if at < stop:
         yield at, stop - 1, None
@@ -232,10 +240,10 @@ def _readable(store: Store, qid: QueueId, qoff: int) -> UnitView | None:
     """The unit at ``qoff`` when it leads to its message; None when it does not, or when no
     consume-queue file holds it."""
     try:
-        unit = unit_at(store, qid.topic, qid.queue_id, qoff)
+        written_at, unit = unit_holding(store, qid.topic, qid.queue_id, qoff)
     except StoreError:
         return None
-    view = resolve_unit(store, qid.topic, qid.queue_id, qoff, unit)
+    view = resolve_unit(store, qid.topic, qid.queue_id, written_at, unit)
     return view if view.status is UnitStatus.FOUND and view.message is not None else None
 
 
@@ -260,12 +268,13 @@ def _first_at_or_after(store: Store, qid: QueueId, low: int, high: int, ts: int)
     on to the next one that does, so damage cannot turn it past an earlier match."""
     while low < high:
         mid = (low + high) // 2
-        probe, view = mid, None
-        for probe, _, view in _readable_units(store, qid, mid, high):  # noqa: B007
+        last, view = mid, None
+        for _, last, view in _readable_units(store, qid, mid, high):  # noqa: B007
             if view is not None:
                 break
         if view is not None and view.message is not None and view.message.store_timestamp < ts:
-            low = probe + 1
+            # past every offset the unit serves (a batch's: more than one), so low rises
+            low = max(last, mid) + 1
         else:
             high = mid
     return low

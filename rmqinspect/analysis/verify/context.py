@@ -4,7 +4,6 @@ and (per process) the consume queues as the broker loads them."""
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,12 +30,9 @@ class Context:
         self.delay_table = dict(store.delay_table)
         self.check = store.check_options(check_crc=options.check_crc, read_body=True)
         self._queues: dict[QueueId, ConsumeQueue | None] = {}
-        bcq = store.root / "batchconsumequeue"
-        self.batch_topics = (
-            frozenset(e.name for e in os.scandir(bcq) if e.is_dir())
-            if bcq.is_dir()
-            else frozenset()
-        )
+        self._batch_units: dict[QueueId, dict[int, int]] = {}
+        # topics served from batchconsumequeue/ (analysis/verify/batch_queues.py)
+        self.batch_topics = frozenset(q.topic for q in store.batch_dirs)
 
     def rel(self, path: Path | str) -> str:
         """A path as findings name it: relative to the store root."""
@@ -50,6 +46,17 @@ class Context:
     def index_files(self) -> list[IndexFileInfo]:
         """Every index file with its header and geometry, in load order."""
         return open_index_files(self.store)
+
+    def batch_units(self, qid: QueueId) -> dict[int, int]:
+        """msgBaseOffset -> commitlog offset of each unit of a BatchConsumeQueue as the broker
+        loads it (empty when the queue has none), kept for the records of later runs."""
+        found = self._batch_units.get(qid)
+        if found is None:
+            found = self._batch_units[qid] = {}
+            bq = self.store.batch_queue(qid)
+            for c in bq.chunks(self.store.maps, 0, 2**63, 1 << 14) if bq is not None else ():
+                found.update(zip(c.bases.tolist(), c.units["phy_offset"].tolist(), strict=True))
+        return found
 
     def queue(self, qid: QueueId) -> ConsumeQueue | None:
         """The queue as the broker loads it (None when its directory does not exist)."""

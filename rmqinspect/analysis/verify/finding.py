@@ -122,6 +122,19 @@ CHECKS = _checks(
         "tagsCode differs from the tag hash (or, in SCHEDULE_TOPIC_XXXX, the delivery time)",
     ),
     ("consumequeue.units_after_end", W, "non-zero units after the queue's last valid unit"),
+    # BatchConsumeQueue (analysis/verify/batch_queues.py)
+    (
+        "batchcq.base_offset",
+        E,
+        "a BatchConsumeQueue unit whose msgBaseOffset does not follow the unit before's batch",
+    ),
+    (
+        "batchcq.batch_size",
+        E,
+        "a BatchConsumeQueue unit whose batchSize or msgBaseOffset is not its record's "
+        "INNER_NUM or INNER_BASE",
+    ),
+    ("batchcq.torn_unit", W, "a BatchConsumeQueue file ending inside a 46-byte unit"),
     (
         "consumequeue.missing_queue",
         E,
@@ -188,7 +201,7 @@ CHECKS = _checks(
         W,
         "timercheck missing, unreadable, or past the timer queue's max offset",
     ),
-    ("store.unsupported", I, "a layout verify does not check yet (BatchCQ, compaction, ...)"),
+    ("store.unsupported", I, "a layout verify does not check yet (compaction, ...)"),
 )
 
 del E, W, I

@@ -133,6 +133,6 @@ def check_offsets(ctx: Context, restart: RecoveryReport | None, findings: Findin
 
 def check_unsupported(ctx: Context, findings: Findings) -> None:
     for u in ctx.store.unsupported:
-        if u.kind in ("dledger", "timer"):
+        if u.kind in ("dledger", "timer", "batch_consume_queue"):
             continue  # verify checks these (DLedger: only other commands refuse it)
         findings.add("store.unsupported", ctx.rel(u.path), f"{u.note}; verify does not check it")

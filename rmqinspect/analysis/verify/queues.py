@@ -113,11 +113,14 @@ class QueueCoverage:
         bounds = np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1]
         for key, group in zip(uniq.tolist(), np.split(order, bounds), strict=True):
             qid = QueueId(topics[key >> 32], wrap32(key & 0xFFFFFFFF))
-            if qid.topic in ctx.batch_topics:
-                continue  # a BatchConsumeQueue topic: not checked yet (store.unsupported)
             members = rows[group]
             positions = cols.positions[members] + cols.file_start
             qoffs = cols.queue_offset[members]
+            if qid.topic in ctx.batch_topics:
+                from rmqinspect.analysis.verify.batch_queues import batch_coverage
+
+                batch_coverage(ctx, qid, positions, qoffs, file, findings)
+                continue
             q = ctx.queue(qid)
             if q is None:
                 self.lagging.setdefault(qid, Lagging()).add(positions, qoffs)
@@ -434,7 +437,7 @@ def _check_units(
     heard = np.flatnonzero(~quiet)
     fields = (units[name][heard].tolist() for name in ("phy_offset", "size", "tags_code"))
     for i, phy, size, tags in zip(heard.tolist(), *fields, strict=True):
-        found = _finding(res, i, size, qid, data_end)
+        found = unit_finding(res, i, size, qid, data_end)
         if found is None:
             continue
         check, detail = found
@@ -459,7 +462,7 @@ _CODE_PRE_BLANK = STATUSES.index(UnitStatus.PRE_BLANK)
 _CODE_INVALID = STATUSES.index(UnitStatus.INVALID)
 
 
-def _finding(
+def unit_finding(
     res: UnitResolution, i: int, size: int, qid: QueueId, data_end: int
 ) -> tuple[str, str] | None:
     """The check id and detail of unit ``i`` (of ``size``), which is neither found, invalid nor a

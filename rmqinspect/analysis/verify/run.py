@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
+from rmqinspect.analysis.verify.batch_queues import check_batch_queue
 from rmqinspect.analysis.verify.commitlog import FileResult, check_file, check_files
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
 from rmqinspect.analysis.verify.dledger import EntrySpan, check_ledger
@@ -89,6 +90,8 @@ def _commitlog_unit(ctx: Context, index: int) -> FileResult:
 def _queue_unit(ctx: Context, arg: tuple[str, int, int, int]) -> tuple[Findings, int]:
     topic, queue_id, index, data_end = arg
     findings = Findings()
+    if index < 0:  # a BatchConsumeQueue, checked whole (its units are found by their bases)
+        return findings, check_batch_queue(ctx, QueueId(topic, queue_id), data_end, findings)
     f = ctx.store.consume_queue_files(topic, queue_id).files[index]
     units = check_queue_file(ctx, QueueId(topic, queue_id), f, data_end, findings)
     return findings, units
@@ -238,8 +241,10 @@ class Verifier:
         queue_args = [
             (qid.topic, qid.queue_id, i, data_end)
             for qid in store.queue_dirs
+            if qid not in store.batch_dirs
             for i in range(len(store.consume_queue_files(qid.topic, qid.queue_id).files))
         ]
+        queue_args += [(qid.topic, qid.queue_id, -1, data_end) for qid in store.batch_dirs]
         index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
         queue_parts = self._map(_queue_unit, queue_args)
         index_results = self._map(_index_unit, index_args)
