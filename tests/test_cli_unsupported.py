@@ -22,7 +22,7 @@ COMMANDS: dict[str, list[str]] = {
     "offsets": ["offsets", "{store}"],
     "groups": ["groups", "{store}", "--after-restart"],
     "lookup --msg-id": ["lookup", "{store}", "--msg-id", "{msg_id}"],
-    "lookup --phy-offset": ["lookup", "{store}", "--phy-offset", "{phy}"],
+    "lookup --physical-offset": ["lookup", "{store}", "--physical-offset", "{phy}"],
     "lookup --key": ["lookup", "{store}", "--key", "ORDER-1", "--topic", "Orders"],
     "lookup --key --as-recovered": [
         "lookup",
@@ -35,8 +35,16 @@ COMMANDS: dict[str, list[str]] = {
     ],
     "lookup --key --scan": ["lookup", "{store}", "--key", "ORDER-1", "--topic", "Orders", "--scan"],
     "lookup --queue-offset": ["lookup", "{store}", "--queue-offset", "Orders:0:1"],
-    "lookup --time": ["lookup", "{store}", "--time", "..", "--topic", "Orders"],
-    "lookup --time --scan": ["lookup", "{store}", "--time", "..", "--topic", "Orders", "--scan"],
+    "lookup --since/--until": ["lookup", "{store}", "--since", "0", "--topic", "Orders"],
+    "lookup --since/--until --scan": [
+        "lookup",
+        "{store}",
+        "--since",
+        "0",
+        "--topic",
+        "Orders",
+        "--scan",
+    ],
     "recover": ["recover", "{store}"],
     "delays": ["delays", "{store}"],
     "transactions": ["transactions", "{store}"],
@@ -50,7 +58,7 @@ REFUSED_BY_QUEUE_LAYOUTS = {
     "groups",  # the queues' bounds, and as the restart's recovery rebuilds them
     "lookup --key --as-recovered",
     "lookup --queue-offset",
-    "lookup --time",
+    "lookup --since/--until",
     "recover",
     "delays",  # the schedule queues, judged as the restart's recovery leaves them
     "trace",  # committed offsets against each copy's queue, and the restart's keeps

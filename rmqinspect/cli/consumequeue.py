@@ -11,8 +11,11 @@ from rmqinspect.cli.common import handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,
     FormatOpt,
+    FromQueueOffsetOpt,
     LimitOpt,
     StoreArg,
+    hidden_alias,
+    merged,
     open_store,
     with_store_options,
 )
@@ -29,10 +32,8 @@ def consumequeue(
     store: StoreArg,
     topic: Annotated[str, typer.Argument(help="Topic (directory name under consumequeue/).")],
     queue_id: Annotated[int, typer.Argument(help="Queue id.")],
-    from_offset: Annotated[
-        int | None,
-        typer.Option("--from", min=0, help="First queue offset (default: first unit on disk)."),
-    ] = None,
+    from_offset: FromQueueOffsetOpt = None,
+    old_from: Annotated[int | None, hidden_alias("--from", min=0)] = None,
     limit: LimitOpt = None,
     show_all: Annotated[
         bool,
@@ -45,8 +46,9 @@ def consumequeue(
 ) -> None:
     """List a consume queue's units, each with the message it points to or why it points nowhere.
 
-    Example: rmqinspect consumequeue STORE TopicA 0 --from 100 --limit 20
+    Example: rmqinspect consumequeue STORE TopicA 0 --from-queue-offset 100 --limit 20
     """
+    from_offset = merged(from_offset, old_from, "--from-queue-offset", "--from")
     fmt = resolve_format(format)
     reads = StorePart.CONSUME_QUEUES | StorePart.COMMITLOG
     with open_store(store, store_options, "consumequeue", reads) as st:

@@ -14,9 +14,13 @@ from rmqinspect.cli.options import (
     BodyOpt,
     FormatOpt,
     LimitOpt,
+    SinceOpt,
     StoreArg,
+    UntilOpt,
     check_range,
     commitlog_progress,
+    hidden_alias,
+    merged,
     open_store,
     parse_optional_time,
     parse_time,
@@ -28,7 +32,8 @@ from rmqinspect.render.output import resolve_format
 from rmqinspect.store.layout import ALL_PARTS, StorePart
 from rmqinspect.store.model import Store, StoreOptions
 
-_MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--phy-offset", "--time")
+_MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--physical-offset")
+_TIME_MODE = "--since/--until"  # the window alone: messages of --topic stored in it
 
 
 @handle_errors
@@ -51,20 +56,19 @@ def lookup(
         str | None,
         typer.Option("--queue-offset", help="TOPIC:QUEUE_ID:OFFSET, via the consume queue."),
     ] = None,
-    phy_offset: Annotated[
-        int | None, typer.Option("--phy-offset", help="Read the record at this physical offset.")
+    physical_offset: Annotated[
+        int | None,
+        typer.Option("--physical-offset", help="Read the record at this physical offset."),
     ] = None,
-    time_range: Annotated[
-        str | None,
-        typer.Option("--time", help="FROM..TO store time (ms or ISO 8601); needs --topic."),
+    topic: Annotated[
+        str | None, typer.Option("--topic", "-t", help="Topic of the key or time window.")
     ] = None,
-    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Topic of the key.")] = None,
-    begin: Annotated[
-        str | None, typer.Option("--begin", help="Index time window start (ms or ISO 8601).")
-    ] = None,
-    end: Annotated[
-        str | None, typer.Option("--end", help="Index time window end (ms or ISO 8601).")
-    ] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    old_phy_offset: Annotated[int | None, hidden_alias("--phy-offset")] = None,
+    time_range: Annotated[str | None, hidden_alias("--time")] = None,
+    begin: Annotated[str | None, hidden_alias("--begin")] = None,
+    end: Annotated[str | None, hidden_alias("--end")] = None,
     max_num: Annotated[
         int | None,
         typer.Option(
@@ -89,31 +93,41 @@ def lookup(
     *,
     store_options: StoreOptions,
 ) -> None:
-    """Find messages: exactly one of --msg-id, --uniq-key, --key, --queue-offset, --phy-offset,
-    --time. Exits 0 when something is found, 1 when nothing is.
+    """Find messages: exactly one of --msg-id, --uniq-key, --key, --queue-offset,
+    --physical-offset, or --since/--until alone (with --topic: the messages stored in that
+    window; with --key or --uniq-key they narrow the index search). Exits 0 when something is
+    found, 1 when nothing is.
 
     Examples:
       rmqinspect lookup STORE --msg-id 0A01020300002A9F000000000000792E
       rmqinspect lookup STORE --key ORDER-42 --topic TopicA
       rmqinspect lookup STORE --queue-offset TopicA:0:17
     """
+    physical_offset = merged(physical_offset, old_phy_offset, "--physical-offset", "--phy-offset")
+    since = merged(since, begin, "--since", "--begin")
+    until = merged(until, end, "--until", "--end")
+    if time_range is not None and (since is not None or until is not None):
+        raise fail("--time is the old spelling of --since/--until: give only those")
+    begin_ms = parse_optional_time(since, "--since")
+    end_ms = parse_optional_time(until, "--until")
+    check_range(begin_ms, end_ms, "--since/--until")
     given = [
         name
         for name, value in zip(
-            _MODES, (msg_id, uniq_key, key, queue_offset, phy_offset, time_range), strict=True
+            _MODES, (msg_id, uniq_key, key, queue_offset, physical_offset), strict=True
         )
         if value is not None
     ]
+    window = _time_range(time_range) if time_range is not None else None
+    if window is not None or (not given and (begin_ms is not None or end_ms is not None)):
+        given.append(_TIME_MODE)
+        window = window or (begin_ms or 0, _or_max(end_ms))
     if len(given) != 1:
-        raise fail(f"give exactly one of {', '.join(_MODES)} (got {len(given)})")
+        raise fail(f"give exactly one of {', '.join(_MODES)}, or {_TIME_MODE} (got {len(given)})")
     if as_recovered and key is None and uniq_key is None:
         raise fail("--as-recovered applies to --key and --uniq-key")
-    if (key is not None or time_range is not None) and topic is None:
+    if (key is not None or window is not None) and topic is None:
         raise fail(f"{given[0]} needs --topic")
-    begin_ms = parse_optional_time(begin, "--begin")
-    end_ms = parse_optional_time(end, "--end")
-    check_range(begin_ms, end_ms, "--begin/--end")
-    window = _time_range(time_range) if time_range is not None else None
     fmt = resolve_format(format)
     with (
         open_store(
@@ -123,8 +137,8 @@ def lookup(
     ):
         if msg_id is not None:
             result = lk.lookup_msg_id(st, msg_id)
-        elif phy_offset is not None:
-            result = lk.lookup_phy_offset(st, phy_offset)
+        elif physical_offset is not None:
+            result = lk.lookup_phy_offset(st, physical_offset)
         elif queue_offset is not None:
             result = _queue_offset(st, queue_offset, advance)
         elif window is not None:
@@ -165,7 +179,7 @@ def _reads(mode: str, scan: bool, as_recovered: bool) -> StorePart:
         return reads
     if mode in ("--key", "--uniq-key"):
         reads |= StorePart.INDEX | (ALL_PARTS if as_recovered else StorePart(0))
-    elif mode in ("--queue-offset", "--time"):
+    elif mode in ("--queue-offset", _TIME_MODE):
         reads |= StorePart.CONSUME_QUEUES
     return reads
 

@@ -17,8 +17,12 @@ from rmqinspect.cli.common import EXIT_FINDINGS, handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,
     FormatOpt,
+    FromOpt,
     LimitOpt,
+    SinceOpt,
     StoreArg,
+    ToOpt,
+    UntilOpt,
     check_range,
     commitlog_progress,
     open_store,
@@ -41,19 +45,10 @@ def messages(
     queue_id: Annotated[
         int | None, typer.Option("--queue-id", "-q", help="Only this queue id.")
     ] = None,
-    from_offset: Annotated[
-        int | None, typer.Option("--from", min=0, help="First physical offset (inclusive).")
-    ] = None,
-    to_offset: Annotated[
-        int | None, typer.Option("--to", min=0, help="Last physical offset (exclusive).")
-    ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option("--since", help="Store time from (epoch ms or ISO 8601; no zone = UTC)."),
-    ] = None,
-    until: Annotated[
-        str | None, typer.Option("--until", help="Store time up to, inclusive (ms or ISO 8601).")
-    ] = None,
+    from_offset: FromOpt = None,
+    to_offset: ToOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
     tag: Annotated[str | None, typer.Option("--tag", help="Only this tag (TAGS).")] = None,
     key: Annotated[
         str | None, typer.Option("--key", help="Only messages with this key (KEYS).")

@@ -228,6 +228,44 @@ LimitOpt = Annotated[
     int | None, typer.Option("--limit", "-n", min=0, help="Stop after this many results.")
 ]
 
+# The vocabulary (README "Vocabulary"): one spelling per concept in every command. A time
+# window is --since/--until (store time), a commitlog range --from/--to (physical offsets), a
+# queue range --from-queue-offset, an output directory --out/-o, a count -n/--limit, the output
+# -F/--format. Old spellings stay for a release as hidden aliases (HiddenAlias + merged).
+SinceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--since", help="Store time from, inclusive (epoch ms or ISO 8601; no zone = UTC)."
+    ),
+]
+UntilOpt = Annotated[
+    str | None, typer.Option("--until", help="Store time up to, inclusive (ms or ISO 8601).")
+]
+FromOpt = Annotated[
+    int | None, typer.Option("--from", min=0, help="First physical offset (inclusive).")
+]
+ToOpt = Annotated[int | None, typer.Option("--to", min=0, help="Last physical offset (exclusive).")]
+FromQueueOffsetOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--from-queue-offset", min=0, help="First queue offset (default: first unit on disk)."
+    ),
+]
+OUT_NAMES = ("--out", "-o")  # every output directory (salvage, recover's copy, export)
+T = TypeVar("T")
+
+
+def hidden_alias(name: str, min: int | None = None) -> Any:
+    """An old spelling of an option, parsed but not shown in --help (README "Changed")."""
+    return typer.Option(name, hidden=True, show_default=False, min=min)
+
+
+def merged(value: T | None, old: T | None, option: str, alias: str) -> T | None:
+    """The option's value, given under its name or under its old spelling (not both)."""
+    if value is not None and old is not None:
+        raise fail(f"{alias} is the old spelling of {option}: give only {option}")
+    return value if value is not None else old
+
 
 _EPOCH_MS = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit() also takes "²"
 
