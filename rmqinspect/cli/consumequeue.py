@@ -16,7 +16,9 @@ from rmqinspect.cli.options import (
     StoreArg,
     hidden_alias,
     merged,
+    no_such_topic,
     open_store,
+    topic_not_found,
     with_store_options,
 )
 from rmqinspect.format.message_json import BodyFormat
@@ -52,6 +54,8 @@ def consumequeue(
     fmt = resolve_format(format)
     reads = StorePart.CONSUME_QUEUES | StorePart.COMMITLOG
     with open_store(store, store_options, "consumequeue", reads) as st:
+        if no_such_topic(st, topic):
+            raise topic_not_found(topic)
         listing = queue_listing(st, topic, queue_id, from_offset, show_all)
         bad = render_queue_listing(
             listing, list_units(st, listing, topic, queue_id, limit), fmt, body

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from rmqinspect.analysis import Progress
 from rmqinspect.analysis import lookup as lk
 from rmqinspect.cli.common import EXIT_FINDINGS, fail, handle_errors
 from rmqinspect.cli.options import (
@@ -21,19 +20,22 @@ from rmqinspect.cli.options import (
     commitlog_progress,
     hidden_alias,
     merged,
+    no_such_topic,
     open_store,
     parse_optional_time,
     parse_time,
+    topic_not_found,
     with_store_options,
 )
 from rmqinspect.format.message_json import BodyFormat
 from rmqinspect.render.lookup import render_lookup
 from rmqinspect.render.output import resolve_format
 from rmqinspect.store.layout import ALL_PARTS, StorePart
-from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.store.model import StoreOptions
 
 _MODES = ("--msg-id", "--uniq-key", "--key", "--queue-offset", "--physical-offset")
 _TIME_MODE = "--since/--until"  # the window alone: messages of --topic stored in it
+_BY_TOPIC = ("--uniq-key", "--key", "--queue-offset", _TIME_MODE)
 
 
 @handle_errors
@@ -128,6 +130,7 @@ def lookup(
         raise fail("--as-recovered applies to --key and --uniq-key")
     if (key is not None or window is not None) and topic is None:
         raise fail(f"{given[0]} needs --topic")
+    ref = _queue_ref(queue_offset) if queue_offset is not None else None
     fmt = resolve_format(format)
     with (
         open_store(
@@ -139,8 +142,8 @@ def lookup(
             result = lk.lookup_msg_id(st, msg_id)
         elif physical_offset is not None:
             result = lk.lookup_phy_offset(st, physical_offset)
-        elif queue_offset is not None:
-            result = _queue_offset(st, queue_offset, advance)
+        elif ref is not None:
+            result = lk.lookup_queue_offset(st, *ref, advance)
         elif window is not None:
             assert topic is not None
             start, stop = window
@@ -167,6 +170,12 @@ def lookup(
                 result = lk.lookup_key(
                     st, q, scan=scan, limit=limit, restart=restart, progress=advance
                 )
+        # Nothing found for a topic the store does not know: that, not "try --scan" (the
+        # commitlog's undispatched tail was read; a --scan read every record).
+        asked = ref[0] if ref is not None else topic
+        if not result.found and given[0] in _BY_TOPIC and no_such_topic(st, asked):
+            assert asked is not None
+            raise topic_not_found(asked)
         render_lookup(result, fmt, body)
     if not result.found:
         raise typer.Exit(EXIT_FINDINGS)
@@ -188,12 +197,11 @@ def _or_max(value: int | None) -> int:
     return lk.LONG_MAX if value is None else value
 
 
-def _queue_offset(st: Store, text: str, progress: Progress) -> lk.LookupResult:
+def _queue_ref(text: str) -> tuple[str, int, int]:
     try:
-        topic, queue_id, offset = lk.parse_queue_ref(text)
+        return lk.parse_queue_ref(text)
     except ValueError as err:
         raise fail(f"--queue-offset: {err}") from None
-    return lk.lookup_queue_offset(st, topic, queue_id, offset, progress)
 
 
 def _time_range(text: str) -> tuple[int, int]:

@@ -25,8 +25,10 @@ from rmqinspect.cli.options import (
     UntilOpt,
     check_range,
     commitlog_progress,
+    no_such_topic,
     open_store,
     parse_optional_time,
+    topic_not_found,
     with_store_options,
 )
 from rmqinspect.format import commitlog as cl
@@ -124,6 +126,10 @@ def messages(
         commitlog_progress(st, "scanning commitlog", fmt) as advance,
     ):
         shown = render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")
+        unknown = shown == 0 and no_such_topic(st, topic)
+    if unknown:
+        assert topic is not None
+        raise topic_not_found(topic)
     if shown == 0 and flt.selects:
         raise typer.Exit(EXIT_FINDINGS)  # like lookup and grep: the filters found nothing
 

@@ -16,8 +16,9 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from rmqinspect.analysis import Progress
+from rmqinspect.analysis.lookup import known_topics
 from rmqinspect.analysis.offsets import ConsumeFromWhere
-from rmqinspect.cli.common import fail
+from rmqinspect.cli.common import EXIT_FINDINGS, fail
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.commitlog import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from rmqinspect.format.javamath import INT_MAX, LONG_MAX, LONG_MIN
@@ -30,6 +31,7 @@ from rmqinspect.format.sizes import (
     INDEX_HEADER_SIZE,
 )
 from rmqinspect.render.output import OutputFormat, progress_bar, warn
+from rmqinspect.render.values import printable
 from rmqinspect.store.layout import ALL_PARTS, StorePart, layout_name
 from rmqinspect.store.model import Store, StoreOptions
 
@@ -324,6 +326,23 @@ def open_store(
             # Malformed keys and values met while reading, each said once, whatever the exit.
             for problem in st.rocksdb.problems if st.rocksdb is not None else ():
                 warn(f"{problem.path}: {problem.message}")
+
+
+def no_such_topic(store: Store, topic: str | None) -> bool:
+    """Whether ``--topic`` names a topic the store does not know: no consume queue and not in
+    topics.json (the topics lookup's index search knows, :func:`known_topics`)."""
+    return topic is not None and topic not in known_topics(store)
+
+
+def topic_not_found(topic: str) -> typer.Exit:
+    """Every command's answer to a topic the store does not know: not found, like grep's
+    nothing (one line, exit 1), where an empty answer would read as "no messages"."""
+    print(
+        f"rmqinspect: no such topic: '{printable(topic)}' (no consume queue, not in "
+        "topics.json)",
+        file=sys.stderr,
+    )
+    return typer.Exit(EXIT_FINDINGS)
 
 
 # Where a layout takes the restart over (RocksDB consume queues), a command whose answer

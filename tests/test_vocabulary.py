@@ -1,0 +1,114 @@
+"""One vocabulary across commands (README "Vocabulary"): the same spelling and the same answer
+for the same thing, and the old spellings still parse as hidden aliases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import build_store, orders, run
+
+NO_SUCH_TOPIC = "rmqinspect: no such topic: 'Nope' (no consume queue, not in topics.json)\n"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_store(tmp_path_factory.mktemp("vocab") / "store", orders(12))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("messages", "--topic", "Nope"),
+        ("offsets", "--topic", "Nope"),
+        ("consumequeue", "Nope", "0"),
+        ("lookup", "--key", "ORDER-1", "--topic", "Nope"),
+        ("lookup", "--uniq-key", "0A0000000000000000000000", "--topic", "Nope"),
+        ("lookup", "--since", "0", "--topic", "Nope"),
+        ("lookup", "--queue-offset", "Nope:0:0"),
+    ],
+)
+def test_a_topic_the_store_does_not_know_is_not_found_in_every_command(
+    store: Path, args: tuple[str, ...]
+) -> None:
+    """Not "nothing" (exit 0), not a usage error (exit 2), not "try --scan": one line, exit 1."""
+    result = run(args[0], store, *args[1:], "--format", "jsonl")
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr == NO_SUCH_TOPIC
+    assert result.stdout == ""
+
+
+def test_a_known_topic_with_nothing_matching_is_still_just_nothing(store: Path) -> None:
+    result = run("messages", store, "--topic", "Orders", "--since", "1", "--until", "2")
+    assert result.exit_code == 1 and "no such topic" not in result.stderr
+    assert run("offsets", store, "--topic", "Orders", "-F", "json").exit_code == 0
+
+
+# (new spelling, old spelling): the same command line but for the one option.
+ALIASES = [
+    (
+        ("lookup", "--since", "1000000", "--until", "1000005", "--topic", "Orders"),
+        ("lookup", "--time", "1000000..1000005", "--topic", "Orders"),
+    ),
+    (
+        ("lookup", "--key", "ORDER-3", "--topic", "Orders", "--since", "0", "--until", "9"),
+        ("lookup", "--key", "ORDER-3", "--topic", "Orders", "--begin", "0", "--end", "9"),
+    ),
+    (("lookup", "--physical-offset", "0"), ("lookup", "--phy-offset", "0")),
+    (
+        ("consumequeue", "Orders", "0", "--from-queue-offset", "1"),
+        ("consumequeue", "Orders", "0", "--from", "1"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("new", "old"), ALIASES)
+def test_old_spellings_are_hidden_aliases(
+    store: Path, new: tuple[str, ...], old: tuple[str, ...]
+) -> None:
+    now = run(new[0], store, *new[1:], "-F", "json")
+    before = run(old[0], store, *old[1:], "-F", "json")
+    assert (now.exit_code, now.stdout) == (before.exit_code, before.stdout)
+    assert now.stdout.strip() not in ("", "[]")
+    shown = run(new[0], "--help").stdout
+    changed = next(a for a in old if a not in new)
+    assert f"{changed} " not in shown and f"{changed}\n" not in shown
+
+
+def test_old_and_new_spelling_together_is_a_usage_error(store: Path) -> None:
+    result = run("lookup", store, "--physical-offset", "0", "--phy-offset", "0")
+    assert result.exit_code == 2
+    assert "--phy-offset is the old spelling of --physical-offset" in result.stderr
+
+
+def test_recover_out_and_its_old_spelling(store: Path, tmp_path: Path) -> None:
+    first = run("recover", store, "--out", tmp_path / "a", "-F", "json")
+    second = run("recover", store, "--apply-to", tmp_path / "b", "-F", "json")
+    assert first.exit_code == second.exit_code == 0
+    assert first.stdout.replace(str(tmp_path / "a"), "OUT") == second.stdout.replace(
+        str(tmp_path / "b"), "OUT"
+    )
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(
+        p.name for p in (tmp_path / "b").iterdir()
+    )
+
+
+def test_synth_speaks_format_and_limit_like_the_rest(tmp_path: Path) -> None:
+    """-F json as every command (--json hidden); -n is --limit elsewhere, so synth spells its
+    count --messages (-n hidden); piped, the summary is plain lines, not a drawn table."""
+    new = run("synth", tmp_path / "a", "--messages", "30", "--plain", "-F", "json")
+    old = run("synth", tmp_path / "b", "-n", "30", "--plain", "--json")
+    assert new.exit_code == old.exit_code == 0
+    assert '"messages": 30' in new.stdout and '"messages": 30' in old.stdout
+    plain = run("synth", tmp_path / "c", "--messages", "30", "--plain")
+    assert plain.stdout.splitlines()[1] == "messages: 30 (30 dispatched)"
+    assert "┃" not in plain.stdout and "│" not in plain.stdout
+    shown = run("synth", "--help").stdout
+    assert "--json" not in shown and " -n " not in shown and "--format" in shown
+
+
+def test_verify_offers_only_the_fail_on_values_it_takes() -> None:
+    shown = run("verify", "--help").stdout
+    assert "<error|warning>" in shown and "info" not in shown.split("--fail-on", 1)[1][:60]
+    assert run("verify", ".", "--fail-on", "info").exit_code == 2
