@@ -864,7 +864,7 @@ def test_a_file_name_that_is_not_utf8(store: Path, wide_console: None) -> None:
     assert utf8_json("recover", store, "--apply-to", out, code=1)["apply"] is None
     assert refusal in utf8_table("recover", store, code=1)
     found = utf8_json("verify", store, code=1)["findings"]
-    assert {f["file"] for f in found if f["check"] == "commitlog.file_name"} == {name}
+    assert {f["file"] for f in found if f["check_id"] == "commitlog.file_name"} == {name}
     assert {r.get("file") for r in utf8_jsonl("verify", store, code=1)} >= {name}
     assert name in utf8_table("verify", store, code=1)
     utf8_json("export", store, store.parent / "export", "--engine", "arrow", "--jobs", "1")
@@ -912,7 +912,7 @@ def test_lone_surrogate_escapes_in_config_json(store: Path, wide_console: None) 
     assert topic in {r["topic"] for r in utf8_jsonl("offsets", store)}
     assert topic in utf8_table("offsets", store)
     found = utf8_json("verify", store)["findings"]
-    assert {f["topic"] for f in found if f["check"] == "offsets.no_queue"} == {topic}
+    assert {f["topic"] for f in found if f["check_id"] == "offsets.no_queue"} == {topic}
     assert f"{topic}/0 @19" in utf8_table("verify", store)
     utf8_json("export", store, store.parent / "export", "--engine", "arrow", "--jobs", "1")
     exported = parquet_rows(store.parent / "export" / "consumer_offsets")

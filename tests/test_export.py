@@ -119,7 +119,7 @@ def test_messages_round_trip_against_the_messages_command(name: str, tmp_path: P
 
 
 FINDING_FIELDS = (
-    "check",
+    "check_id",
     "severity",
     "file",
     "file_position",
@@ -145,7 +145,7 @@ def test_findings_are_what_verify_finds(crashed: tuple[Path, Path]) -> None:
     # verify's first commitlog finding is the record where recovery stops.
     bad = run_json("recover", store, expect=1)["commitlog"]["first_bad_record"]
     first = min(
-        (f for f in findings if f["check"].startswith("commitlog.")),
+        (f for f in findings if f["check_id"].startswith("commitlog.")),
         key=lambda f: f["physical_offset"],
     )
     assert first["physical_offset"] == bad["offset"]
@@ -160,7 +160,7 @@ def test_body_crc_mismatch_is_a_finding_and_stays_a_message(tmp_path: Path) -> N
     bad = run_json("recover", store, expect=1)["commitlog"]["first_bad_record"]
     findings = read_table(tmp_path / "out", Table.FINDINGS).to_pylist()
     assert findings == _verify_findings(store)
-    crc = [f for f in findings if f["check"] == "commitlog.body_crc"]
+    crc = [f for f in findings if f["check_id"] == "commitlog.body_crc"]
     assert [f["physical_offset"] for f in crc] == [bad["offset"]]
     messages = read_table(tmp_path / "out", Table.MESSAGES)
     damaged = messages.filter(pa.compute.equal(messages.column("physical_offset"), bad["offset"]))

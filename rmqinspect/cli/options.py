@@ -338,8 +338,7 @@ def topic_not_found(topic: str) -> typer.Exit:
     """Every command's answer to a topic the store does not know: not found, like grep's
     nothing (one line, exit 1), where an empty answer would read as "no messages"."""
     print(
-        f"rmqinspect: no such topic: '{printable(topic)}' (no consume queue, not in "
-        "topics.json)",
+        f"rmqinspect: no such topic: '{printable(topic)}' (no consume queue, not in topics.json)",
         file=sys.stderr,
     )
     return typer.Exit(EXIT_FINDINGS)

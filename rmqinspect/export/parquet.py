@@ -44,7 +44,7 @@ DICTIONARY_COLUMNS = (
     "tags_code_kind",
     "status",
     "file",
-    "check",
+    "check_id",
     "severity",
 )
 # Columns whose min/max would prune nothing: bodies, maps and lists (their statistics cost about

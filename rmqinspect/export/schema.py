@@ -146,7 +146,7 @@ GROUP_OFFSETS = pa.schema(
 # Shaped for ``verify``'s findings: one row per problem, located by file and offset.
 FINDINGS = pa.schema(
     [
-        ("check", pa.string()),
+        ("check_id", pa.string()),  # not "check": a reserved word in SQL (DuckDB)
         ("severity", pa.string()),
         ("file", pa.string()),
         ("file_position", pa.int64()),

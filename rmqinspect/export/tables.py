@@ -241,7 +241,7 @@ def findings_batch(findings: Sequence[Finding]) -> pa.RecordBatch:
     """``verify``'s findings as ``findings`` rows (the hex dumps stay in ``verify -F json``)."""
     return pa.RecordBatch.from_pydict(
         {
-            "check": [f.check for f in findings],
+            "check_id": [f.check for f in findings],
             "severity": [f.severity.value for f in findings],
             "file": [encodable(f.file) for f in findings],
             "file_position": [f.file_position for f in findings],
