@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import build_store, orders, run
+from tests.cli_helpers import build_store, orders, run, run_json
 
 NO_SUCH_TOPIC = "rmqinspect: no such topic: 'Nope' (no consume queue, not in topics.json)\n"
 
@@ -112,3 +112,40 @@ def test_verify_offers_only_the_fail_on_values_it_takes() -> None:
     shown = run("verify", "--help").stdout
     assert "<error|warning>" in shown and "info" not in shown.split("--fail-on", 1)[1][:60]
     assert run("verify", ".", "--fail-on", "info").exit_code == 2
+
+
+BODY_LENGTH_POS = 84  # BODYLEN in a v1 record (rocketmq-store-format.md §2.1)
+
+
+def test_one_damaged_record_has_one_name_in_every_report(tmp_path: Path) -> None:
+    """A torn BODYLEN fails the body CRC before the sizes are compared: the walk without CRCs
+    (messages) said parse_exception where verify, recover and salvage say body_crc_mismatch.
+    Every report now names the record, its file (relative to the store) and its position
+    alike."""
+    store = build_store(tmp_path / "store", orders(12))
+    docs = run_json("messages", store, "--body", "none", expect=0)
+    bad = docs[5]["physical_offset"]
+    log = store / "commitlog" / f"{0:020d}"
+    with log.open("r+b") as fh:
+        fh.seek(bad + BODY_LENGTH_POS)
+        length = int.from_bytes(fh.read(4), "big")
+        fh.seek(bad + BODY_LENGTH_POS)
+        fh.write((length - 1).to_bytes(4, "big"))
+    where = {"file": "commitlog/00000000000000000000", "file_position": bad}
+
+    (skipped,) = [d["skipped"] for d in run_json("messages", store, expect=0) if "skipped" in d]
+    assert skipped["reason"] == "body_crc_mismatch"
+    assert {k: skipped[k] for k in where} == where
+
+    findings = run_json("verify", store, expect=1)["findings"]
+    (crc,) = [f for f in findings if f["physical_offset"] == bad and f["severity"] == "error"]
+    assert crc["detail"].startswith("body_crc_mismatch: ")
+    assert {k: crc[k] for k in where} == where
+
+    first_bad = run_json("recover", store, expect=1)["commitlog"]["first_bad_record"]
+    assert first_bad["reason"] == "body_crc_mismatch"
+
+    report = run_json("salvage", store, "--out", tmp_path / "out", expect=0)
+    (damaged,) = report["damaged_ranges"]
+    assert damaged["reason"] == "body_crc_mismatch"
+    assert {k: damaged[k] for k in where} == where
