@@ -200,7 +200,7 @@ def test_consume_queue_rows_are_the_consumequeue_units(tmp_path: Path) -> None:
         (r for r in table if (r["topic"], r["queue_id"]) == ("TopicB", 0)),
         key=lambda r: r["queue_offset"],
     )
-    fields = ("queue_offset", "phy_offset", "size", "tags_code", "tags_code_kind", "status")
+    fields = ("queue_offset", "physical_offset", "size", "tags_code", "tags_code_kind", "status")
     assert [{k: r[k] for k in fields} for r in mine] == [{k: u[k] for k in fields} for u in units]
     assert {"found", "no_record"} <= {r["status"] for r in mine}  # units past the end
     assert all(r["source_file"].startswith("consumequeue/TopicB/0/") for r in mine)
@@ -214,16 +214,16 @@ def test_index_entries_and_consumer_offsets_are_the_commands_rows(
     entries = read_table(out, Table.INDEX_ENTRIES)
     times = _ms(entries, "store_timestamp")
     got = [
-        (r["source_file"], r["entry"], r["key_hash"], r["slot"], r["phy_offset"], r["prev"], t)
+        (r["source_file"], r["entry"], r["key_hash"], r["slot"], r["physical_offset"], r["prev"], t)
         for r, t in zip(entries.to_pylist(), times, strict=True)
     ]
     want = [
         (
-            f"index/{e['file']}",
+            e["file"],
             e["entry"],
             e["key_hash"],
             e["slot"],
-            e["phy_offset"],
+            e["physical_offset"],
             e["prev"],
             e["store_timestamp"],
         )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import build_store, orders, run, run_json
+from tests.cli_helpers import build_store, orders, run, run_json, run_jsonl
 
 NO_SUCH_TOPIC = "rmqinspect: no such topic: 'Nope' (no consume queue, not in topics.json)\n"
 
@@ -149,3 +149,21 @@ def test_one_damaged_record_has_one_name_in_every_report(tmp_path: Path) -> None
     (damaged,) = report["damaged_ranges"]
     assert damaged["reason"] == "body_crc_mismatch"
     assert {k: damaged[k] for k in where} == where
+
+
+def test_a_records_position_is_physical_offset_and_files_are_relative(store: Path) -> None:
+    """index entries and consume-queue units said phy_offset beside messages' physical_offset,
+    and index named files by the store's path: one name, one meaning."""
+    doc = run_json("index", store, "--entries", expect=0)
+    (report,) = doc["files"]
+    assert report["file"] == f"index/{report['name']}"
+    messages = {m["physical_offset"] for m in run_json("messages", store, expect=0)}
+    assert {e["file"] for e in doc["entries"]} == {report["file"]}
+    assert {e["physical_offset"] for e in doc["entries"]} == messages
+    units = run_jsonl("consumequeue", store, "Orders", "0", expect=0)
+    assert units and all(u["physical_offset"] == u["message"]["physical_offset"] for u in units)
+    assert all("phy_offset" not in u for u in units)
+    first = min(messages)
+    found = run_json("lookup", store, "--physical-offset", str(first), expect=0)
+    assert found["mode"] == "physical_offset"
+    assert [m["physical_offset"] for m in found["messages"]] == [first]

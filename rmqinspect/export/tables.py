@@ -304,7 +304,7 @@ def index_entry_batches(store: Store, part: IndexSlice) -> Iterator[pa.RecordBat
     for b in entry_blocks(store, info, range(part.start, part.stop)):
         yield pa.RecordBatch.from_arrays(
             [
-                pa.repeat(pa.scalar(f"index/{b.file}"), len(b.number)),
+                pa.repeat(pa.scalar(b.file), len(b.number)),
                 pa.array(b.number, pa.int32()),
                 pa.array(b.key_hash, pa.int32()),
                 pa.array(b.slot, pa.int32()),

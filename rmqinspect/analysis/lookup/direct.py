@@ -71,7 +71,11 @@ def lookup_queue_offset(
             find_undispatched(store, result, topic, queue_id, offset, progress)
         return result
     view = resolve_unit(store, topic, queue_id, offset, unit)
-    result.query["unit"] = {"phy_offset": view.phy_offset, "size": view.size, "tags_code": unit[2]}
+    result.query["unit"] = {
+        "physical_offset": view.phy_offset,
+        "size": view.size,
+        "tags_code": unit[2],
+    }
     if view.status is UnitStatus.FOUND and view.message is not None:
         result.hits.append(Hit(view.message, Via.CONSUME_QUEUE))
         return result
