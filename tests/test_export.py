@@ -148,9 +148,9 @@ def test_findings_are_what_verify_finds(crashed: tuple[Path, Path]) -> None:
         (f for f in findings if f["check_id"].startswith("commitlog.")),
         key=lambda f: f["physical_offset"],
     )
-    assert first["physical_offset"] == bad["offset"]
+    assert first["physical_offset"] == bad["physical_offset"]
     assert first["file"] == f"commitlog/{bad['file']}"
-    assert first["file_position"] == bad["position"]
+    assert first["file_position"] == bad["file_position"]
     assert first["severity"] == "error"
 
 
@@ -161,9 +161,11 @@ def test_body_crc_mismatch_is_a_finding_and_stays_a_message(tmp_path: Path) -> N
     findings = read_table(tmp_path / "out", Table.FINDINGS).to_pylist()
     assert findings == _verify_findings(store)
     crc = [f for f in findings if f["check_id"] == "commitlog.body_crc"]
-    assert [f["physical_offset"] for f in crc] == [bad["offset"]]
+    assert [f["physical_offset"] for f in crc] == [bad["physical_offset"]]
     messages = read_table(tmp_path / "out", Table.MESSAGES)
-    damaged = messages.filter(pa.compute.equal(messages.column("physical_offset"), bad["offset"]))
+    damaged = messages.filter(
+        pa.compute.equal(messages.column("physical_offset"), bad["physical_offset"])
+    )
     assert damaged.column("body_crc_ok").to_pylist() == [False]
 
 

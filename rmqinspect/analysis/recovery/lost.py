@@ -136,7 +136,9 @@ def _past_end(
             if isinstance(event, Skipped):
                 if event.result.magic in headers:
                     # At the cut, the recovery's own verdict is the why.
-                    at_cut = cut_at is not None and cut_at.offset == disk.start + event.start
+                    at_cut = (
+                        cut_at is not None and cut_at.physical_offset == disk.start + event.start
+                    )
                     listing.damage(cut_at if cut_at is not None and at_cut else _bad(event, disk))
                 continue
             cols = event.columns
@@ -166,7 +168,7 @@ def _rejected(
     found: dict[int, BadRecord] = {}
     if not len(cols):
         return found
-    if cut_at is not None and disk.start + int(cols.positions[0]) == cut_at.offset:
+    if cut_at is not None and disk.start + int(cols.positions[0]) == cut_at.physical_offset:
         found[0] = cut_at
     recover = state.checks.recover
     if not (recover.check_crc and recover.force_verify_prop_crc):
