@@ -3,6 +3,7 @@ for the same thing, and the old spellings still parse as hidden aliases."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,81 @@ def test_a_records_position_is_physical_offset_and_files_are_relative(store: Pat
     found = run_json("lookup", store, "--physical-offset", str(first), expect=0)
     assert found["mode"] == "physical_offset"
     assert [m["physical_offset"] for m in found["messages"]] == [first]
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+TYPER_OWN = {"--help", "--install-completion", "--show-completion"}
+# Every hidden option: an old spelling kept for a release, each parsed by a test above.
+HIDDEN = {
+    "lookup": {"--phy-offset", "--time", "--begin", "--end"},
+    "consumequeue": {"--from"},
+    "recover": {"--apply-to"},
+    "synth": {"-n", "--json", "-q"},
+}
+
+
+def _options() -> dict[str, list[tuple[tuple[str, ...], bool]]]:
+    """Per command, each option's spellings and whether it is hidden."""
+    import typer.main
+
+    from rmqinspect.cli.app import app
+
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    return {
+        name: [
+            (tuple(p.opts), bool(getattr(p, "hidden", False)))
+            for p in command.params
+            if p.param_type_name == "option" and not TYPER_OWN & set(p.opts)
+        ]
+        for name, command in group.commands.items()
+    }
+
+
+def _section(text: str, start: str, end: str) -> str:
+    return text[text.index(start) : text.index(end, text.index(start))]
+
+
+def test_every_option_is_in_the_vocabulary_or_its_commands_section() -> None:
+    """The rule: an option two commands take is a row of README's Vocabulary table (one
+    meaning everywhere); an option of one command alone is described in README (its section).
+    A short flag stands for one long option in every command."""
+    text = README.read_text(encoding="utf-8")
+    table = _section(text, "### Vocabulary", "Every command takes")
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    takers: dict[str, set[str]] = {}
+    shorts: dict[str, set[str]] = {}
+    for command, options in _options().items():
+        for spellings, hidden in options:
+            if hidden:
+                continue
+            long = next(s for s in spellings if s.startswith("--"))
+            takers.setdefault(long, set()).add(command)
+            for short in (s for s in spellings if not s.startswith("--")):
+                shorts.setdefault(short, set()).add(long)
+    assert {s: longs for s, longs in shorts.items() if len(longs) > 1} == {}
+    shared = {long for long, commands in takers.items() if len(commands) > 1}
+    assert {
+        long
+        for long in shared
+        if not any(_names(long, re.split(r"(?<!\\)\|", row)[1]) for row in rows)
+    } == set()
+    assert {long for long in takers.keys() - shared if not _names(long, text)} == set()
+
+
+def _names(option: str, text: str) -> bool:
+    """Whether ``text`` names ``option`` as a word (`--x`, `cmd --x Y`, `--a/--x`)."""
+    return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text) is not None
+
+
+def test_every_hidden_option_is_an_old_spelling_listed_as_changed() -> None:
+    text = README.read_text(encoding="utf-8")
+    changed = _section(text, "## Changed names and behaviour", "## For developers")
+    hidden = {
+        command: {s for spellings, h in options if h for s in spellings}
+        for command, options in _options().items()
+    }
+    assert {c: h for c, h in hidden.items() if h} == HIDDEN
+    for command, spellings in HIDDEN.items():
+        for old in spellings:
+            assert _names(old, changed), (command, old)

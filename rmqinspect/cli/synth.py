@@ -161,7 +161,8 @@ def synth(
             "(docs/rocksdb-consume-queue.md); written after --damage.",
         ),
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing.")] = False,
+    old_quiet: Annotated[bool, typer.Option("-q", hidden=True)] = False,
     format: FormatOpt = None,
     old_messages: Annotated[int | None, hidden_alias("-n", min=0)] = None,
     as_json: Annotated[bool, typer.Option("--json", hidden=True)] = False,
@@ -171,8 +172,8 @@ def synth(
 
     Example: rmqinspect synth /tmp/store --messages 100000 --body-size 1000 --crash
     """
-    # -n is --limit in every other command: here it stays a hidden alias of --messages for a
-    # release, as --json does of -F json.
+    # -n is --limit and -q --queue-id in the other commands: here they stay hidden aliases of
+    # --messages and --quiet for a release, as --json does of -F json.
     messages = old_messages if old_messages is not None else messages
     fmt = OutputFormat.JSON if as_json else format or OutputFormat.TABLE
     try:
@@ -211,7 +212,7 @@ def synth(
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     seconds = time.perf_counter() - started
-    if quiet:
+    if quiet or old_quiet:
         return
     render_synth(summary, seconds, damages, fmt)
 

@@ -41,7 +41,7 @@ def trace(
     key: Annotated[
         str | None, typer.Option("--key", help="Business key (KEYS); needs --topic.")
     ] = None,
-    topic: Annotated[str | None, typer.Option("--topic", help="The topic of --key.")] = None,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="The topic of --key.")] = None,
     trace_topic: Annotated[
         list[str] | None,
         typer.Option(
