@@ -146,6 +146,7 @@ def test_one_damaged_record_has_one_name_in_every_report(tmp_path: Path) -> None
     first_bad = run_json("recover", store, expect=1)["commitlog"]["first_bad_record"]
     assert first_bad["reason"] == "body_crc_mismatch"
     assert (first_bad["physical_offset"], first_bad["file_position"]) == (bad, bad)
+    assert first_bad["file"] == where["file"]
 
     report = run_json("salvage", store, "--out", tmp_path / "out", expect=0)
     (damaged,) = report["damaged_ranges"]

@@ -198,7 +198,7 @@ class LostMessage:
     tags: str | None
     store_timestamp: int
     transaction: str
-    file: str
+    file: str  # relative to the store
     where: str  # past_end (in the cut file), deleted_file, or no_queue_unit (kept, unserved)
 
 
