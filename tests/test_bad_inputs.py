@@ -933,7 +933,7 @@ def test_a_queue_directory_name_that_is_not_utf8(store: Path, wide_console: None
     assert any(f.startswith(f"consumequeue/{topic}/") for f in files)
     utf8_json("export", store, store.parent / "export", "--engine", "arrow", "--jobs", "1")
     units = parquet_rows(store.parent / "export" / "consume_queue")
-    assert {u["source_file"] for u in units if u["topic"] == topic} == {
+    assert {u["file"] for u in units if u["topic"] == topic} == {
         f"consumequeue/{topic}/{q}/{FIRST}" for q in range(4)
     }
 

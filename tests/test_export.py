@@ -110,9 +110,9 @@ def test_messages_round_trip_against_the_messages_command(name: str, tmp_path: P
         assert born[row["physical_offset"]] == msg["born_timestamp"]
         assert row["physical_offset_field"] == msg.get("physical_offset_field")
         assert row[TOPIC_PARTITION] == partition_value(msg["topic"])
-        start = int(row["source_file"].rpartition("/")[2])
+        start = int(row["file"].rpartition("/")[2])
         assert row["file_position"] == row["physical_offset"] - start
-        raw = (store / row["source_file"]).read_bytes()
+        raw = (store / row["file"]).read_bytes()
         record = raw[row["file_position"] : row["file_position"] + row["store_size"]]
         assert row["record_crc32c"] == crc32c.crc32c(record)
         assert row["dledger_index"] is None and row["dledger_term"] is None  # a plain store
@@ -205,7 +205,7 @@ def test_consume_queue_rows_are_the_consumequeue_units(tmp_path: Path) -> None:
     fields = ("queue_offset", "physical_offset", "size", "tags_code", "tags_code_kind", "status")
     assert [{k: r[k] for k in fields} for r in mine] == [{k: u[k] for k in fields} for u in units]
     assert {"found", "no_record"} <= {r["status"] for r in mine}  # units past the end
-    assert all(r["source_file"].startswith("consumequeue/TopicB/0/") for r in mine)
+    assert all(r["file"].startswith("consumequeue/TopicB/0/") for r in mine)
 
 
 def test_index_entries_and_consumer_offsets_are_the_commands_rows(
@@ -216,7 +216,7 @@ def test_index_entries_and_consumer_offsets_are_the_commands_rows(
     entries = read_table(out, Table.INDEX_ENTRIES)
     times = _ms(entries, "store_timestamp")
     got = [
-        (r["source_file"], r["entry"], r["key_hash"], r["slot"], r["physical_offset"], r["prev"], t)
+        (r["file"], r["entry"], r["key_hash"], r["slot"], r["physical_offset"], r["prev"], t)
         for r, t in zip(entries.to_pylist(), times, strict=True)
     ]
     want = [

@@ -39,7 +39,6 @@ DICTIONARY_COLUMNS = (
     "store_host",
     "tags",
     "compression",
-    "source_file",
     "restart_keeps",
     "tags_code_kind",
     "status",

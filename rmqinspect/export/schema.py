@@ -57,7 +57,7 @@ MESSAGES = pa.schema(
         ("body_stored", pa.binary()),  # a compressed body as stored; null for the others
         ("body_error", pa.string()),  # why a compressed body does not decompress
         ("physical_offset_field", pa.int64()),  # null unless it differs from physical_offset
-        ("source_file", pa.string()),
+        ("file", pa.string()),
         ("file_position", pa.int64()),
         ("restart_keeps", pa.bool_()),  # null when the broker would refuse to start
         ("record_crc32c", pa.int64()),
@@ -78,14 +78,14 @@ CONSUME_QUEUE = pa.schema(
         ("tags_code_kind", pa.string()),
         ("status", pa.string()),
         ("detail", pa.string()),
-        ("source_file", pa.string()),
+        ("file", pa.string()),
         ("file_position", pa.int64()),
     ]
 )
 
 INDEX_ENTRIES = pa.schema(
     [
-        ("source_file", pa.string()),
+        ("file", pa.string()),
         ("entry", pa.int32()),
         ("key_hash", pa.int32()),
         ("slot", pa.int32()),

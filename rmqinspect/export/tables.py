@@ -187,7 +187,7 @@ def messages_batch(
         "physical_offset_field": pc.if_else(
             pc.equal(field, phy), pa.scalar(None, pa.int64()), field
         ),
-        "source_file": pa.repeat(pa.scalar(source_file), n),
+        "file": pa.repeat(pa.scalar(source_file), n),
         "file_position": pa.array(phy_np - file_start),
         "restart_keeps": _restart_keeps(keeps, source_file.rpartition("/")[2], phy_np, unserved),
         "record_crc32c": pa.array(run.record_crc32c),
