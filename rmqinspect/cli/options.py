@@ -233,7 +233,7 @@ LimitOpt = Annotated[
 # The vocabulary (README "Vocabulary"): one spelling per concept in every command. A time
 # window is --since/--until (store time), a commitlog range --from/--to (physical offsets), a
 # queue range --from-queue-offset, an output directory --out/-o, a count -n/--limit, the output
-# -F/--format. Old spellings stay for a release as hidden aliases (HiddenAlias + merged).
+# -F/--format. Old spellings stay for a release as hidden aliases (hidden_alias + merged).
 SinceOpt = Annotated[
     str | None,
     typer.Option(
