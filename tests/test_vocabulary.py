@@ -28,6 +28,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("lookup", "--uniq-key", "0A0000000000000000000000", "--topic", "Nope"),
         ("lookup", "--since", "0", "--topic", "Nope"),
         ("lookup", "--queue-offset", "Nope:0:0"),
+        ("trace", "--key", "ORDER-1", "--topic", "Nope"),
     ],
 )
 def test_a_topic_the_store_does_not_know_is_not_found_in_every_command(
