@@ -163,7 +163,7 @@ HOSTILE_TEXT = ("²", "１２", "9" * 5000, "\x1b[31mred\n", "a\nb", "", " ", ".
 
 
 def commands(store: Path, out: Path, probe: Probe, rng: random.Random) -> list[list[str]]:
-    """Every command on ``store`` (``out``: a fresh --apply-to directory per run)."""
+    """Every command on ``store`` (``out``: a fresh recover --out directory per run)."""
     s = str(store)
     t = probe.topic
     text = rng.choice(HOSTILE_TEXT)
@@ -180,10 +180,10 @@ def commands(store: Path, out: Path, probe: Probe, rng: random.Random) -> list[l
         ["lookup", s, "--key", probe.key, "--topic", t],
         ["lookup", s, "--key", probe.key, "--topic", t, "--as-recovered"],
         ["lookup", s, "--queue-offset", f"{t}:{probe.queue_id}:1"],
-        ["lookup", s, "--phy-offset", str(probe.phy_offset)],
-        ["lookup", s, "--time", f"..{probe.timestamp + 5000}", "--topic", t],
+        ["lookup", s, "--physical-offset", str(probe.phy_offset)],
+        ["lookup", s, "--until", str(probe.timestamp + 5000), "--topic", t],
         ["recover", s],
-        ["recover", s, "--apply-to", str(out)],
+        ["recover", s, "--out", str(out)],
         ["verify", s, "--hexdump"],
         ["salvage", s, "--out", str(out.with_name(out.name + "-salvage"))],
         ["export", s, str(out.with_name(out.name + "-export")), "--engine", "arrow", "--jobs", "1"],

@@ -81,8 +81,8 @@ def _argv(command: str, store: Path, out: Path, topic: str) -> list[str]:
     return {
         "verify": [*RMQ, "verify", str(store), *tail],
         "export": [*RMQ, "export", str(store), str(out), "--engine", "arrow", *tail],
-        "lookup": [*RMQ, "lookup", str(store), "--time", "0..9999999999999", "-t", topic, *tail],
-        "recover": [*RMQ, "recover", str(store), "--apply-to", str(out), *tail],
+        "lookup": [*RMQ, "lookup", str(store), "--since", "0", "-t", topic, *tail],
+        "recover": [*RMQ, "recover", str(store), "--out", str(out), *tail],
         "consumequeue": [*RMQ, "consumequeue", str(store), topic, "0", *tail],
         "offsets": [*RMQ, "offsets", str(store), *tail],
     }[command]

@@ -56,7 +56,7 @@ def test_consumequeue_lists_each_unit_with_its_batch(
         assert unit["status"] == "found"
         assert unit["queue_offset"] == b.base
         assert unit["batch_size"] == b.count
-        assert unit["phy_offset"] == b.put.physical_offset
+        assert unit["physical_offset"] == b.put.physical_offset
         assert unit["size"] == b.put.size
         assert unit["tags_code_ok"] is True
         assert unit["detail"] is None
@@ -87,7 +87,7 @@ def test_lookup_queue_offset_inside_a_batch(
     doc = run_json("lookup", root, "--queue-offset", f"{TOPIC}:{queue_id}:{offset}", expect=0)
     assert [m["physical_offset"] for m in doc["messages"]] == [b.put.physical_offset]
     assert doc["messages"][0]["keys"] == [b.keys]
-    assert doc["query"]["unit"]["phy_offset"] == b.put.physical_offset
+    assert doc["query"]["unit"]["physical_offset"] == b.put.physical_offset
     if offset != b.base:
         assert doc["query"]["unit"]["msg_base_offset"] == b.base
 
@@ -165,7 +165,7 @@ def _verify(root: Path, code: int) -> dict[str, list[dict[str, Any]]]:
     doc = run_json("verify", root, expect=code)
     out: dict[str, list[dict[str, Any]]] = {}
     for f in doc["findings"]:
-        out.setdefault(f["check"], []).append(f)
+        out.setdefault(f["check_id"], []).append(f)
     return out
 
 

@@ -85,9 +85,13 @@ def test_stale_units_after_the_end_are_counted_and_listed_with_all(tmp_path: Pat
 
 def test_unknown_queue_is_a_usage_error(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(2))
-    result = run("consumequeue", store, "Nope", "0")
+    result = run("consumequeue", store, "Orders", "7")
     assert result.exit_code == 2
-    assert "Nope" in result.stderr
+    assert "no consume queue Orders/7" in result.stderr
+    # A topic the store does not know is "not found", as in messages, offsets and lookup.
+    result = run("consumequeue", store, "Nope", "0")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith("rmqinspect: no such topic: 'Nope'")
     table = run("consumequeue", store, "Orders", "0", "--format", "table")
     assert table.exit_code == 0 and "Consume queue Orders/0" in table.stdout
 

@@ -148,7 +148,7 @@ def _damaged_store(tmp_path: Path, n: int = 600) -> tuple[Path, list[dict[str, A
 def _file_of(store: Path, offset: int) -> tuple[str, int]:
     starts = sorted(int(p.name) for p in (store / "commitlog").iterdir())
     start = max(s for s in starts if s <= offset)
-    return str(store / "commitlog" / f"{start:020d}"), start
+    return f"commitlog/{start:020d}", start  # relative to the store, as every report says
 
 
 def _scribble(store: Path, at: int, seed: int, length: int = 64) -> None:
@@ -171,7 +171,7 @@ def test_messages_list_every_message_but_the_scribbled_one(tmp_path: Path) -> No
         expected.append(
             {
                 "file": path,
-                "file_offset": docs[k]["physical_offset"] - start,
+                "file_position": docs[k]["physical_offset"] - start,
                 "physical_offset": docs[k]["physical_offset"],
                 "length": docs[k + 1]["physical_offset"] - docs[k]["physical_offset"],
                 "reason": "bad_magic",
@@ -182,7 +182,9 @@ def test_messages_list_every_message_but_the_scribbled_one(tmp_path: Path) -> No
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2
     for line, want in zip(lines, expected, strict=True):
-        assert f"{want['file']}: byte {want['file_offset']}: skipped {want['length']} bytes" in line
+        assert (
+            f"{want['file']}: byte {want['file_position']}: skipped {want['length']} bytes" in line
+        )
         assert "bad_magic" in line
     # JSON keeps the array of message objects, with the ranges where they occur.
     array = run_json("messages", store, "--body", "hex", expect=0)

@@ -55,7 +55,7 @@ def test_filters_and_bak_fallback(tmp_path: Path) -> None:
         tmp_path / "s", orders(4), consumer_offsets={"Orders@g1": {0: 1}, "Orders@g2": {0: 2}}
     )
     assert [r["group"] for r in run_jsonl("offsets", store, "--group", "g2", expect=0)] == ["g2"]
-    assert run_jsonl("offsets", store, "--topic", "Nope", expect=0) == []
+    assert run_jsonl("offsets", store, "--topic", "Nope", expect=1) == []
     (store / "config" / "consumerOffset.json").write_text("{", encoding="utf-8")
     result = run("offsets", store, "--format", "json")
     assert result.exit_code == 0

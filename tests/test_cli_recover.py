@@ -144,13 +144,16 @@ def test_torn_tail_exits_1_and_names_the_bad_record(clean: Path) -> None:
     d = damage.torn_tail(clean)
     doc = recover_json(clean, code=1)
     bad = doc["commitlog"]["first_bad_record"]
-    assert bad["offset"] == d.details["message_offset"] == doc["commitlog"]["max_offset"]
+    assert bad["physical_offset"] == d.details["message_offset"] == doc["commitlog"]["max_offset"]
     assert bad["reason"] in ("body_crc_mismatch", "bad_magic")
     assert doc["loses_data"] is True
     # Without the CRC check the torn record still fails, on its zeroed fields: never passes.
     relaxed = recover_json(clean, "--no-check-crc", code=1)
     relaxed_bad = relaxed["commitlog"]["first_bad_record"]
-    assert (relaxed_bad["offset"], relaxed_bad["reason"]) == (bad["offset"], "total_size_mismatch")
+    assert (relaxed_bad["physical_offset"], relaxed_bad["reason"]) == (
+        bad["physical_offset"],
+        "total_size_mismatch",
+    )
     assert relaxed["commitlog"]["max_offset"] == doc["commitlog"]["max_offset"]
     assert relaxed["lost_messages"]["damaged_records"] == 1 and relaxed["loses_data"] is True
 

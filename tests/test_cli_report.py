@@ -193,8 +193,8 @@ def _hexdumps_shown(findings: list[dict[str, Any]]) -> int:
     shown: dict[str, int] = {}
     dumps = 0
     for f in findings:
-        shown[f["check"]] = shown.get(f["check"], 0) + 1
-        dumps += shown[f["check"]] <= MAX_FINDINGS_PER_CHECK and bool(f["hexdump"])
+        shown[f["check_id"]] = shown.get(f["check_id"], 0) + 1
+        dumps += shown[f["check_id"]] <= MAX_FINDINGS_PER_CHECK and bool(f["hexdump"])
     return dumps
 
 

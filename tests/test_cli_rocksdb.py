@@ -68,7 +68,7 @@ def test_consumequeue_lists_the_units_the_database_holds(rocks: tuple[Path, Rock
         listed = out["units"]
         assert isinstance(listed, list)
         assert [
-            (u["queue_offset"], u["phy_offset"], u["size"], u["tags_code"]) for u in listed
+            (u["queue_offset"], u["physical_offset"], u["size"], u["tags_code"]) for u in listed
         ] == [(q, u[0], u[1], u[2]) for q, u in sorted(units.items())]
         for u in listed:
             assert u["status"] == "found" and u["message"]["queue_offset"] == u["queue_offset"]
@@ -129,7 +129,7 @@ def test_lookup_by_queue_offset_and_time(rocks: tuple[Path, RocksPlaced]) -> Non
                 expect=0,
             )
             assert out["query"]["unit"] == {  # type: ignore[index]
-                "phy_offset": unit[0],
+                "physical_offset": unit[0],
                 "size": unit[1],
                 "tags_code": unit[2],
             }

@@ -86,7 +86,7 @@ def test_stats_report_the_ranges_the_walk_skips(tmp_path: Path) -> None:
     assert s["skipped"] == skipped and s["skipped_ranges"] == 1
     assert s["skipped_bytes"] == skipped[0]["length"] >= victim["store_size"]
     assert s["records"] == 11 and s["bytes"] == sum(d["store_size"] for d in after)
-    assert "skipped" in result.stderr and f"byte {skipped[0]['file_offset']}" in result.stderr
+    assert "skipped" in result.stderr and f"byte {skipped[0]['file_position']}" in result.stderr
 
 
 def test_stats_table_shows_each_breakdown(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ def test_damage_exits_1_and_names_the_offset() -> None:
     assert result.exit_code == 1
     (finding,) = json.loads(result.stdout)["findings"]
     assert finding == {
-        "check": "commitlog.body_crc",
+        "check_id": "commitlog.body_crc",
         "severity": "error",
         "file": "commitlog/00000000000000065536",
         "detail": finding["detail"],
@@ -65,7 +65,7 @@ def test_no_crc_skips_the_body_crc() -> None:
 def test_jsonl_is_findings_then_the_summary() -> None:
     result = run("verify", STORES / "stale_tail49", "--format", "jsonl", "--hexdump")
     lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [line["check"] for line in lines[:-1]] == ["commitlog.physical_offset"] * 3
+    assert [line["check_id"] for line in lines[:-1]] == ["commitlog.physical_offset"] * 3
     assert all(line["hexdump"] for line in lines[:-1])
     assert set(lines[-1]) == {"summary"}
 
@@ -118,7 +118,7 @@ def test_delay_levels_are_the_brokers(conformance_consume_dir: Path) -> None:
     default = run("verify", store, "--format", "json")
     assert default.exit_code == 1
     findings = json.loads(default.stdout)["findings"]
-    assert {(f["check"], f["topic"]) for f in findings} == {
+    assert {(f["check_id"], f["topic"]) for f in findings} == {
         ("consumequeue.tags_code", "SCHEDULE_TOPIC_XXXX")
     }
     assert all(f["detail"].endswith("--delay-levels?") for f in findings)

@@ -257,8 +257,8 @@ def test_a_body_that_does_not_decompress_is_a_finding_not_a_crash(tmp_path: Path
     assert all(d.get("body_error") is None for o, d in docs.items() if o != offset)
 
     found = jsonl("verify", root, code=1)
-    findings = [f for f in found if "check" in f]
-    assert [(f["check"], f["physical_offset"]) for f in findings] == [
+    findings = [f for f in found if "check_id" in f]
+    assert [(f["check_id"], f["physical_offset"]) for f in findings] == [
         ("commitlog.body_compression", offset)
     ]
 
@@ -277,7 +277,7 @@ def test_a_body_that_does_not_decompress_is_a_finding_not_a_crash(tmp_path: Path
         r["physical_offset"]: r for r in read_table(tmp_path / "out", Table.MESSAGES).to_pylist()
     }
     assert exported[offset]["body_error"] == bad["body_error"]
-    checks = read_table(tmp_path / "out", Table.FINDINGS).column("check").to_pylist()
+    checks = read_table(tmp_path / "out", Table.FINDINGS).column("check_id").to_pylist()
     assert checks == ["commitlog.body_compression"]
 
 

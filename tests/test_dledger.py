@@ -274,7 +274,7 @@ def test_torn_entry_whose_header_survives_is_kept_and_served(tmp_path: Path) -> 
     assert d is not None and report.commitlog is not None
     assert d.data_end == entry_end(last) and d.end_reason == "end_of_data"
     assert not d.data_files_deleted and report.lost_messages.count == 0
-    assert [b.offset for b in d.kept_damage] == [last.physical_offset - 48]
+    assert [b.physical_offset for b in d.kept_damage] == [last.physical_offset - 48]
     assert d.kept_damage[0].reason == cl.CheckReason.TOTAL_SIZE_MISMATCH.value
     q = next(
         q for q in report.consume_queues if (q.topic, q.queue_id) == (last.topic, last.queue_id)
@@ -327,7 +327,7 @@ def test_torn_entry_header_ends_the_data(tmp_path: Path) -> None:
     assert d is not None and c is not None
     assert d.data_end == last.physical_offset - 48 == torn.details["entry_offset"]
     assert d.end_reason == cl.CheckReason.POS_FIELD_MISMATCH.value
-    assert d.first_bad_entry is not None and d.first_bad_entry.offset == d.data_end
+    assert d.first_bad_entry is not None and d.first_bad_entry.physical_offset == d.data_end
     assert d.after_load.ledger_end_index == 298 and d.index_end == 299 * 32
     assert c.max_offset == d.data_end == d.after_start.max_offset
     assert report.cq_truncation

@@ -128,13 +128,13 @@ INVOCATIONS: dict[str, list[Invocation]] = {
         lambda s, m, d: ("lookup", s, "--msg-id", m["msg_id"]),
         lambda s, m, d: ("lookup", s, "--key", "ORDER-35", "--topic", "Orders"),
         lambda s, m, d: ("lookup", s, "--uniq-key", m["uniq_key"], "--as-recovered"),
-        lambda s, m, d: ("lookup", s, "--time", "..", "--topic", "Orders", "--scan"),
+        lambda s, m, d: ("lookup", s, "--since", "0", "--topic", "Orders", "--scan"),
         lambda s, m, d: ("lookup", s, "--queue-offset", "Orders:0:17"),
-        lambda s, m, d: ("lookup", s, "--phy-offset", str(m["physical_offset"])),
+        lambda s, m, d: ("lookup", s, "--physical-offset", str(m["physical_offset"])),
     ],
     "recover": [
         lambda s, m, d: ("recover", s, *SMALL_OPTS),
-        lambda s, m, d: ("recover", s, *SMALL_OPTS, "--apply-to", d / "after"),
+        lambda s, m, d: ("recover", s, *SMALL_OPTS, "--out", d / "after"),
     ],
     "verify": [lambda s, m, d: ("verify", s, "--hexdump")],
     "salvage": [lambda s, m, d: ("salvage", s, "--out", d / "salvaged")],
@@ -193,19 +193,19 @@ def test_store_files_are_never_opened_for_writing(
     opened = [a for a in on_store if a.call == "os.open"]
     unsafe = [a for a in opened if a.flags & SAFE_OPEN != SAFE_OPEN]
     assert opened and not unsafe, unsafe
-    # The hooks do tell writes: --apply-to's, into its own directory, are seen as such.
+    # The hooks do tell writes: recover --out's, into its own directory, are seen as such.
     dest = (tmp_path / "after").resolve()
     assert any(a.writable and Path(a.path).is_relative_to(dest) for a in log)
     assert tree_state(store) == before
 
 
 def test_no_command_writes_into_a_store_it_is_told_to_write_to(tmp_path: Path) -> None:
-    """--apply-to refuses the store itself, a directory inside it and one holding it; the
+    """recover --out refuses the store itself, a directory inside it and one holding it; the
     store is left exactly as it was."""
     store = build_store(tmp_path / "store", orders(10))
     before = tree_state(store)
     for dest in (store, store / "commitlog", store / "new", tmp_path):
-        result = run("recover", store, *SMALL_OPTS, "--apply-to", dest)
+        result = run("recover", store, *SMALL_OPTS, "--out", dest)
         assert result.exit_code == 2, dest
         assert result.stderr.startswith("rmqinspect: error: ") and result.stderr.count("\n") == 1
     assert tree_state(store) == before
@@ -213,7 +213,7 @@ def test_no_command_writes_into_a_store_it_is_told_to_write_to(tmp_path: Path) -
 
 # Every command that writes, into OUT (a scratch dir's "out").
 WRITERS: list[Invocation] = [
-    lambda s, m, d: ("recover", s, "--apply-to", d / "out"),
+    lambda s, m, d: ("recover", s, "--out", d / "out"),
     lambda s, m, d: ("salvage", s, "--out", d / "out"),
     lambda s, m, d: ("export", s, d / "out", "--engine", "arrow"),
     lambda s, m, d: ("report", s, "--out", d / "out"),

@@ -110,16 +110,16 @@ def test_messages_round_trip_against_the_messages_command(name: str, tmp_path: P
         assert born[row["physical_offset"]] == msg["born_timestamp"]
         assert row["physical_offset_field"] == msg.get("physical_offset_field")
         assert row[TOPIC_PARTITION] == partition_value(msg["topic"])
-        start = int(row["source_file"].rpartition("/")[2])
+        start = int(row["file"].rpartition("/")[2])
         assert row["file_position"] == row["physical_offset"] - start
-        raw = (store / row["source_file"]).read_bytes()
+        raw = (store / row["file"]).read_bytes()
         record = raw[row["file_position"] : row["file_position"] + row["store_size"]]
         assert row["record_crc32c"] == crc32c.crc32c(record)
         assert row["dledger_index"] is None and row["dledger_term"] is None  # a plain store
 
 
 FINDING_FIELDS = (
-    "check",
+    "check_id",
     "severity",
     "file",
     "file_position",
@@ -145,12 +145,12 @@ def test_findings_are_what_verify_finds(crashed: tuple[Path, Path]) -> None:
     # verify's first commitlog finding is the record where recovery stops.
     bad = run_json("recover", store, expect=1)["commitlog"]["first_bad_record"]
     first = min(
-        (f for f in findings if f["check"].startswith("commitlog.")),
+        (f for f in findings if f["check_id"].startswith("commitlog.")),
         key=lambda f: f["physical_offset"],
     )
-    assert first["physical_offset"] == bad["offset"]
-    assert first["file"] == f"commitlog/{bad['file']}"
-    assert first["file_position"] == bad["position"]
+    assert first["physical_offset"] == bad["physical_offset"]
+    assert first["file"] == bad["file"]
+    assert first["file_position"] == bad["file_position"]
     assert first["severity"] == "error"
 
 
@@ -160,10 +160,12 @@ def test_body_crc_mismatch_is_a_finding_and_stays_a_message(tmp_path: Path) -> N
     bad = run_json("recover", store, expect=1)["commitlog"]["first_bad_record"]
     findings = read_table(tmp_path / "out", Table.FINDINGS).to_pylist()
     assert findings == _verify_findings(store)
-    crc = [f for f in findings if f["check"] == "commitlog.body_crc"]
-    assert [f["physical_offset"] for f in crc] == [bad["offset"]]
+    crc = [f for f in findings if f["check_id"] == "commitlog.body_crc"]
+    assert [f["physical_offset"] for f in crc] == [bad["physical_offset"]]
     messages = read_table(tmp_path / "out", Table.MESSAGES)
-    damaged = messages.filter(pa.compute.equal(messages.column("physical_offset"), bad["offset"]))
+    damaged = messages.filter(
+        pa.compute.equal(messages.column("physical_offset"), bad["physical_offset"])
+    )
     assert damaged.column("body_crc_ok").to_pylist() == [False]
 
 
@@ -200,10 +202,10 @@ def test_consume_queue_rows_are_the_consumequeue_units(tmp_path: Path) -> None:
         (r for r in table if (r["topic"], r["queue_id"]) == ("TopicB", 0)),
         key=lambda r: r["queue_offset"],
     )
-    fields = ("queue_offset", "phy_offset", "size", "tags_code", "tags_code_kind", "status")
+    fields = ("queue_offset", "physical_offset", "size", "tags_code", "tags_code_kind", "status")
     assert [{k: r[k] for k in fields} for r in mine] == [{k: u[k] for k in fields} for u in units]
     assert {"found", "no_record"} <= {r["status"] for r in mine}  # units past the end
-    assert all(r["source_file"].startswith("consumequeue/TopicB/0/") for r in mine)
+    assert all(r["file"].startswith("consumequeue/TopicB/0/") for r in mine)
 
 
 def test_index_entries_and_consumer_offsets_are_the_commands_rows(
@@ -214,16 +216,16 @@ def test_index_entries_and_consumer_offsets_are_the_commands_rows(
     entries = read_table(out, Table.INDEX_ENTRIES)
     times = _ms(entries, "store_timestamp")
     got = [
-        (r["source_file"], r["entry"], r["key_hash"], r["slot"], r["phy_offset"], r["prev"], t)
+        (r["file"], r["entry"], r["key_hash"], r["slot"], r["physical_offset"], r["prev"], t)
         for r, t in zip(entries.to_pylist(), times, strict=True)
     ]
     want = [
         (
-            f"index/{e['file']}",
+            e["file"],
             e["entry"],
             e["key_hash"],
             e["slot"],
-            e["phy_offset"],
+            e["physical_offset"],
             e["prev"],
             e["store_timestamp"],
         )

@@ -270,7 +270,7 @@ def test_both_engines_export_a_dledger_store(spark: Any, tmp_path: Path) -> None
     size = 64 * 1024
     rows = zip(
         messages.column("physical_offset").to_pylist(),
-        messages.column("source_file").to_pylist(),
+        messages.column("file").to_pylist(),
         messages.column("file_position").to_pylist(),
         strict=True,
     )
@@ -279,9 +279,9 @@ def test_both_engines_export_a_dledger_store(spark: Any, tmp_path: Path) -> None
     assert all(messages.column("restart_keeps").to_pylist())
     # Each row names its entry's Raft index and term, as the entry header before it says.
     for row in messages.select(
-        ["source_file", "file_position", "dledger_index", "dledger_term"]
+        ["file", "file_position", "dledger_index", "dledger_term"]
     ).to_pylist():
-        data = (store / row["source_file"]).read_bytes()
+        data = (store / row["file"]).read_bytes()
         entry = dl.EntryHeader.decode(data, row["file_position"] - dl.BODY_OFFSET)
         assert (row["dledger_index"], row["dledger_term"]) == (entry.index, entry.term)
     indexes = messages.column("dledger_index").to_pylist()

@@ -262,9 +262,9 @@ def test_torn_tail(base: Base, tmp_path: Path, profile: Profile, abort: bool) ->
     assert (
         c is not None and c.max_offset == d.details["message_offset"] == results[-1].physical_offset
     )
-    assert c.first_bad_record is not None and c.first_bad_record.offset == c.max_offset
+    assert c.first_bad_record is not None and c.first_bad_record.physical_offset == c.max_offset
     assert c.last_valid_record is not None
-    assert c.last_valid_record.offset == results[-2].physical_offset
+    assert c.last_valid_record.physical_offset == results[-2].physical_offset
     assert report.lost_messages.count == 0 and report.lost_messages.damaged_records == 1
     assert report.loses_data
     last = results[-1]

@@ -267,7 +267,7 @@ def test_the_record_a_prop_crc_cut_stops_at_is_damaged_not_lost(
     assert (c.max_offset, c.first_bad_record.reason) == (first, "prop_crc_mismatch")
     lost = report.lost_messages
     assert lost is not None
-    assert [(d.offset, d.reason) for d in lost.damaged] == [
+    assert [(d.physical_offset, d.reason) for d in lost.damaged] == [
         (first, "prop_crc_mismatch"),
         (second, "prop_crc_mismatch"),
     ]

@@ -218,7 +218,7 @@ def test_stream_as_json_array(capsys: pytest.CaptureFixture[str]) -> None:
     assert docs[1] == {
         "skipped": {
             "file": "00000000000000000000",
-            "file_offset": 200,
+            "file_position": 200,
             "physical_offset": 200,
             "length": 96,
             "reason": "bad_magic",

@@ -159,7 +159,7 @@ def test_index(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
         "entry",
         "key_hash",
         "slot",
-        "phy_offset",
+        "physical_offset",
         "time_diff",
         "store_timestamp",
         "store_time",
@@ -192,7 +192,7 @@ def test_consume_queue(store: Store, capsys: pytest.CaptureFixture[str]) -> None
     assert len(docs) == 5 and all(d["status"] == "found" for d in docs)
     assert list(docs[0]) == [
         "queue_offset",
-        "phy_offset",
+        "physical_offset",
         "size",
         "tags_code",
         "tags_code_kind",

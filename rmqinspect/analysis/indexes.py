@@ -151,6 +151,7 @@ def _heads_consistent(words: np.ndarray, geometry: IndexGeometry, count: int) ->
 class IndexFileReport:
     info: IndexFileInfo
     statistics: SlotStatistics | None
+    file: str  # relative to the store
 
 
 def index_reports(store: Store, name: str | None = None) -> list[IndexFileReport]:
@@ -170,7 +171,7 @@ def index_reports(store: Store, name: str | None = None) -> list[IndexFileReport
                 stats = slot_statistics(buf, info.geometry, info.header)
             finally:
                 buf.release()
-        out.append(IndexFileReport(info, stats))
+        out.append(IndexFileReport(info, stats, store.relative(info.file.path)))
     return out
 
 
@@ -225,7 +226,7 @@ def entry_blocks(
             key_hash = table["key_hash"].astype(np.int64)
             time_diff = table["time_diff"].astype(np.int64)
             block = IndexEntryBlock(
-                info.file.name,
+                store.relative(info.file.path),
                 np.arange(first, first + count, dtype=np.int64),
                 key_hash,
                 table["phy_offset"].astype(np.int64),

@@ -151,8 +151,8 @@ class SkippedRange:
     to the next record found (or the end of the file's data); ``reason`` and ``detail`` are the
     broker's check at its start."""
 
-    file: str
-    file_offset: int  # where the range starts in the file
+    file: str  # relative to the store
+    file_position: int  # where the range starts in the file
     physical_offset: int
     length: int
     reason: str
@@ -208,7 +208,7 @@ def stream_messages(
     last = start if start is not None else clq.files[0].start
     for f, event in store.scan(start, opts, policy=WalkPolicy.FORENSIC, files=files):
         if isinstance(event, Skipped):
-            skipped = skipped_range(f, event)
+            skipped = skipped_range(store, f, event)
             if flt.to_offset is not None and skipped.physical_offset >= flt.to_offset:
                 return
             yield skipped
@@ -277,13 +277,23 @@ def _start(store: Store, from_offset: int | None, opts: cl.CheckOptions) -> int 
     return f.start + (nxt if nxt is not None else store.commitlog.file_size)
 
 
-def skipped_range(f: StoreFile, event: Skipped) -> SkippedRange:
-    """The walk's :class:`Skipped` event of file ``f`` as a reported range."""
+def skipped_range(store: Store, f: StoreFile, event: Skipped) -> SkippedRange:
+    """The walk's :class:`Skipped` event of file ``f`` as a reported range. Its reason is the
+    one verify, recover and salvage give the same bytes: the broker's whole check, CRCs
+    included. The walk checks without them, and their order matters: a torn BODYLEN fails the
+    body CRC before the sizes are compared (CommitLog.checkMessageAndReturnSize)."""
+    result = event.result
+    if store.dledger is None:  # a DLedger walk's reasons are its entries' (dledger.py)
+        full = store.check_at(
+            f.start + event.start, store.check_options(check_crc=True, read_body=True)
+        )
+        if full.reason is not cl.CheckReason.OK:
+            result = full
     return SkippedRange(
-        file=str(f.path),
-        file_offset=event.start,
+        file=store.relative(f.path),
+        file_position=event.start,
         physical_offset=f.start + event.start,
         length=event.length,
-        reason=event.result.reason.value,
-        detail=event.result.detail,
+        reason=result.reason.value,
+        detail=result.detail,
     )

@@ -105,7 +105,7 @@ def walk(store: Store, progress: Progress | None) -> Records:
     last = max(store.commitlog.min_offset, 0)
     for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
         if isinstance(event, Skipped):
-            out.skipped.append(skipped_range(f, event))
+            out.skipped.append(skipped_range(store, f, event))
             continue
         cols = event.columns
         if len(cols):

@@ -82,8 +82,8 @@ class SalvageSink(Protocol):
 class DamagedRange:
     """Bytes no intact record could be read from (the zeros after a file's data excluded)."""
 
-    file: str
-    file_offset: int
+    file: str  # relative to the store
+    file_position: int
     physical_offset: int
     length: int
     reason: str  # the broker's check at the range's start

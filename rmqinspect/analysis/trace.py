@@ -354,7 +354,7 @@ def _walk(
     last = max(store.commitlog.min_offset, 0)
     for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
         if isinstance(event, Skipped):
-            pool.skipped.append(skipped_range(f, event))
+            pool.skipped.append(skipped_range(store, f, event))
             continue
         cols = event.columns
         trace_at = np.flatnonzero(cols.topic_mask(list(trace_topics)))

@@ -11,9 +11,14 @@ from rmqinspect.cli.common import fail, handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,
     FormatOpt,
+    FromQueueOffsetOpt,
     LimitOpt,
     StoreOrFileArg,
+    hidden_alias,
+    merged,
+    no_such_topic,
     open_store,
+    topic_not_found,
     with_store_options,
 )
 from rmqinspect.format.message_json import BodyFormat
@@ -43,10 +48,8 @@ def consumequeue(
             show_default=False,
         ),
     ] = None,
-    from_offset: Annotated[
-        int | None,
-        typer.Option("--from", min=0, help="First queue offset (default: first unit on disk)."),
-    ] = None,
+    from_offset: FromQueueOffsetOpt = None,
+    old_from: Annotated[int | None, hidden_alias("--from", min=0)] = None,
     limit: LimitOpt = None,
     show_all: Annotated[
         bool,
@@ -62,8 +65,9 @@ def consumequeue(
     STORE may be one consume queue file on its own (its name is its first unit's byte
     offset): its units are listed, without the messages (no commitlog is read).
 
-    Example: rmqinspect consumequeue STORE TopicA 0 --from 100 --limit 20
+    Example: rmqinspect consumequeue STORE TopicA 0 --from-queue-offset 100 --limit 20
     """
+    from_offset = merged(from_offset, old_from, "--from-queue-offset", "--from")
     fmt = resolve_format(format)
     loose = LooseFile(LooseKind.CONSUME_QUEUE, topic, queue_id)
     wanted = QueueId(topic, queue_id) if topic is not None and queue_id is not None else None
@@ -71,6 +75,8 @@ def consumequeue(
         raise fail(f"{store}: give TOPIC and QUEUE_ID of the consume queue to list")
     reads = StorePart.CONSUME_QUEUES | StorePart.COMMITLOG
     with open_store(store, store_options, "consumequeue", reads, loose) as st:
+        if st.loose is None and topic is not None and no_such_topic(st, topic):
+            raise topic_not_found(topic)
         qid = wanted if st.loose is None and wanted is not None else next(iter(st.queue_dirs))
         listing = queue_listing(st, qid.topic, qid.queue_id, from_offset, show_all)
         units = list_units(st, listing, qid.topic, qid.queue_id, limit)

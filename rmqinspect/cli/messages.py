@@ -17,12 +17,18 @@ from rmqinspect.cli.common import EXIT_FINDINGS, handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,
     FormatOpt,
+    FromOpt,
     LimitOpt,
+    SinceOpt,
     StoreOrFileArg,
+    ToOpt,
+    UntilOpt,
     check_range,
     commitlog_progress,
+    no_such_topic,
     open_store,
     parse_optional_time,
+    topic_not_found,
     with_store_options,
 )
 from rmqinspect.format import commitlog as cl
@@ -44,19 +50,10 @@ def messages(
     queue_id: Annotated[
         int | None, typer.Option("--queue-id", "-q", help="Only this queue id.")
     ] = None,
-    from_offset: Annotated[
-        int | None, typer.Option("--from", min=0, help="First physical offset (inclusive).")
-    ] = None,
-    to_offset: Annotated[
-        int | None, typer.Option("--to", min=0, help="Last physical offset (exclusive).")
-    ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option("--since", help="Store time from (epoch ms or ISO 8601; no zone = UTC)."),
-    ] = None,
-    until: Annotated[
-        str | None, typer.Option("--until", help="Store time up to, inclusive (ms or ISO 8601).")
-    ] = None,
+    from_offset: FromOpt = None,
+    to_offset: ToOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
     tag: Annotated[str | None, typer.Option("--tag", help="Only this tag (TAGS).")] = None,
     key: Annotated[
         str | None, typer.Option("--key", help="Only messages with this key (KEYS).")
@@ -135,6 +132,10 @@ def messages(
         commitlog_progress(st, "scanning commitlog", fmt) as advance,
     ):
         shown = render_message_stream(stream_messages(st, flt, advance), fmt, body, "Messages")
+        unknown = shown == 0 and no_such_topic(st, topic)
+    if unknown:
+        assert topic is not None
+        raise topic_not_found(topic)
     if shown == 0 and flt.selects:
         raise typer.Exit(EXIT_FINDINGS)  # like lookup and grep: the filters found nothing
 

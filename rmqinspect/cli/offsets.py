@@ -15,9 +15,11 @@ from rmqinspect.cli.options import (
     FormatOpt,
     StoreArg,
     commitlog_progress,
+    no_such_topic,
     open_store,
     parse_time,
     restart_not_emulated,
+    topic_not_found,
     with_store_options,
 )
 from rmqinspect.render.offsets import render_offsets, render_offsets_at
@@ -67,6 +69,9 @@ def offsets(
     ):
         report = offsets_report(st, group, topic, advance)
         not_emulated = restart_not_emulated(st)
+        if not report.rows and no_such_topic(st, topic):
+            assert topic is not None
+            raise topic_not_found(topic)
     if not_emulated is not None and report.rows:
         warn(f"no lag after the restart: {not_emulated}")
     render_offsets(report, fmt)

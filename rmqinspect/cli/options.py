@@ -16,8 +16,9 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from rmqinspect.analysis import Progress
+from rmqinspect.analysis.lookup import known_topics
 from rmqinspect.analysis.offsets import ConsumeFromWhere
-from rmqinspect.cli.common import fail
+from rmqinspect.cli.common import EXIT_FINDINGS, fail
 from rmqinspect.errors import DecodeError
 from rmqinspect.format.commitlog import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from rmqinspect.format.javamath import INT_MAX, LONG_MAX, LONG_MIN
@@ -30,6 +31,7 @@ from rmqinspect.format.sizes import (
     INDEX_HEADER_SIZE,
 )
 from rmqinspect.render.output import OutputFormat, progress_bar, warn
+from rmqinspect.render.values import printable
 from rmqinspect.store.layout import ALL_PARTS, StorePart, layout_name
 from rmqinspect.store.loose import LooseFile, is_loose, open_loose
 from rmqinspect.store.model import Store, StoreOptions
@@ -238,6 +240,44 @@ LimitOpt = Annotated[
     int | None, typer.Option("--limit", "-n", min=0, help="Stop after this many results.")
 ]
 
+# The vocabulary (README "Vocabulary"): one spelling per concept in every command. A time
+# window is --since/--until (store time), a commitlog range --from/--to (physical offsets), a
+# queue range --from-queue-offset, an output directory --out/-o, a count -n/--limit, the output
+# -F/--format. Old spellings stay for a release as hidden aliases (hidden_alias + merged).
+SinceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--since", help="Store time from, inclusive (epoch ms or ISO 8601; no zone = UTC)."
+    ),
+]
+UntilOpt = Annotated[
+    str | None, typer.Option("--until", help="Store time up to, inclusive (ms or ISO 8601).")
+]
+FromOpt = Annotated[
+    int | None, typer.Option("--from", min=0, help="First physical offset (inclusive).")
+]
+ToOpt = Annotated[int | None, typer.Option("--to", min=0, help="Last physical offset (exclusive).")]
+FromQueueOffsetOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--from-queue-offset", min=0, help="First queue offset (default: first unit on disk)."
+    ),
+]
+OUT_NAMES = ("--out", "-o")  # every output directory (salvage, recover's copy, export)
+T = TypeVar("T")
+
+
+def hidden_alias(name: str, min: int | None = None) -> Any:
+    """An old spelling of an option, parsed but not shown in --help (README "Changed")."""
+    return typer.Option(name, hidden=True, show_default=False, min=min)
+
+
+def merged(value: T | None, old: T | None, option: str, alias: str) -> T | None:
+    """The option's value, given under its name or under its old spelling (not both)."""
+    if value is not None and old is not None:
+        raise fail(f"{alias} is the old spelling of {option}: give only {option}")
+    return value if value is not None else old
+
 
 _EPOCH_MS = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit() also takes "²"
 
@@ -306,6 +346,22 @@ def open_store(
             # Malformed keys and values met while reading, each said once, whatever the exit.
             for problem in st.rocksdb.problems if st.rocksdb is not None else ():
                 warn(f"{problem.path}: {problem.message}")
+
+
+def no_such_topic(store: Store, topic: str | None) -> bool:
+    """Whether ``--topic`` names a topic the store does not know: no consume queue and not in
+    topics.json (the topics lookup's index search knows, :func:`known_topics`)."""
+    return topic is not None and topic not in known_topics(store)
+
+
+def topic_not_found(topic: str) -> typer.Exit:
+    """Every command's answer to a topic the store does not know: not found, like grep's
+    nothing (one line, exit 1), where an empty answer would read as "no messages"."""
+    print(
+        f"rmqinspect: no such topic: '{printable(topic)}' (no consume queue, not in topics.json)",
+        file=sys.stderr,
+    )
+    return typer.Exit(EXIT_FINDINGS)
 
 
 # Where a layout takes the restart over (RocksDB consume queues), a command whose answer

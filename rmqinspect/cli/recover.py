@@ -15,9 +15,12 @@ from rmqinspect.analysis.recovery import (
 )
 from rmqinspect.cli.common import EXIT_FINDINGS, EXIT_OK, fail, handle_errors
 from rmqinspect.cli.options import (
+    OUT_NAMES,
     FormatOpt,
     StoreArg,
     commitlog_progress,
+    hidden_alias,
+    merged,
     open_store,
     parse_optional_time,
     with_store_options,
@@ -73,14 +76,15 @@ def recover(
         ),
     ] = None,
     format: FormatOpt = None,
-    apply_to: Annotated[
+    out: Annotated[
         Path | None,
         typer.Option(
-            "--apply-to",
+            *OUT_NAMES,
             help="Write the post-restart store into this new or empty directory (STORE is "
             "never touched).",
         ),
     ] = None,
+    apply_to: Annotated[Path | None, hidden_alias("--apply-to")] = None,
     lost_limit: Annotated[
         int,
         typer.Option("--lost-limit", min=0, help="List at most this many lost messages."),
@@ -102,6 +106,7 @@ def recover(
 
     Example: rmqinspect recover /data/rocketmq/store --format json
     """
+    out = merged(out, apply_to, "--out", "--apply-to")
     if assume_clean and assume_crash:
         raise typer.BadParameter("give at most one of --assume-clean and --assume-crash")
     options = RecoverOptions(
@@ -121,12 +126,12 @@ def recover(
         profile = opened.profile.profile
         if force_verify_prop_crc and not profile.supports_prop_crc:
             raise fail(f"--force-verify-prop-crc: a {profile} broker has no forceVerifyPropCRC")
-        if apply_to is None:
+        if out is None:
             report = analyze_recovery(opened, options, advance)
             applied = None
         else:
             try:
-                report, applied = apply_recovery(opened, apply_to, options, advance)
+                report, applied = apply_recovery(opened, out, options, advance)
             except ApplyRefused as refused:
                 # The verdict still goes to stdout; the refusal to apply is the error line.
                 report, applied = refused.report, None

@@ -10,6 +10,7 @@ import typer
 from rmqinspect.analysis.salvage import salvage as run_salvage
 from rmqinspect.cli.common import EXIT_OK, handle_errors
 from rmqinspect.cli.options import (
+    OUT_NAMES,
     BodyOpt,
     FormatOpt,
     StoreArg,
@@ -33,8 +34,7 @@ def salvage(
     out: Annotated[
         Path,
         typer.Option(
-            "--out",
-            "-o",
+            *OUT_NAMES,
             help="New or empty directory outside STORE for messages.jsonl, messages.parquet "
             "and report.json.",
         ),

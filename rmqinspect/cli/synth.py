@@ -10,12 +10,13 @@ from typing import Annotated
 import typer
 
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import choice_metavar, choice_parser
+from rmqinspect.cli.options import FormatOpt, choice_metavar, choice_parser, hidden_alias
 from rmqinspect.format.commitlog import DEFAULT_COMMITLOG_FILE_SIZE
 from rmqinspect.format.compression import COMPRESS_OVER, Codec
 from rmqinspect.format.consumequeue import DEFAULT_CQ_FILE_SIZE
 from rmqinspect.format.index import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from rmqinspect.format.profile import Profile
+from rmqinspect.render.output import OutputFormat
 from rmqinspect.render.synth import render_synth
 from rmqinspect.synth import damage, timer_damage
 from rmqinspect.synth.rocksdb import move_queues_to_rocksdb
@@ -79,7 +80,7 @@ def synth(
     out_dir: Annotated[
         Path, typer.Argument(help="New store directory; must not exist or be empty.")
     ],
-    messages: Annotated[int, typer.Option("--messages", "-n", min=0, help="Messages.")] = 2000,
+    messages: Annotated[int, typer.Option("--messages", min=0, help="Messages.")] = 2000,
     body_size: Annotated[
         int, typer.Option("--body-size", min=0, help="Typical body size in bytes.")
     ] = 512,
@@ -206,14 +207,21 @@ def synth(
             "batchconsumequeue/ (docs/batch-consume-queue.md).",
         ),
     ] = 0,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing.")] = False,
+    old_quiet: Annotated[bool, typer.Option("-q", hidden=True)] = False,
+    format: FormatOpt = None,
+    old_messages: Annotated[int | None, hidden_alias("-n", min=0)] = None,
+    as_json: Annotated[bool, typer.Option("--json", hidden=True)] = False,
 ) -> None:
     """Write a new store directory byte for byte as a broker of --profile would, from a seeded
     workload (topics TopicA.., keys, tags, UNIQ_KEYs, delay, transaction and retry messages).
 
     Example: rmqinspect synth /tmp/store --messages 100000 --body-size 1000 --crash
     """
+    # -n is --limit and -q --queue-id in the other commands: here they stay hidden aliases of
+    # --messages and --quiet for a release, as --json does of -F json.
+    messages = old_messages if old_messages is not None else messages
+    fmt = OutputFormat.JSON if as_json else format or OutputFormat.TABLE
     try:
         layout = StoreLayout(
             profile=profile,
@@ -259,9 +267,9 @@ def synth(
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     seconds = time.perf_counter() - started
-    if quiet:
+    if quiet or old_quiet:
         return
-    render_synth(summary, seconds, damages, as_json)
+    render_synth(summary, seconds, damages, fmt)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,9 @@ from rmqinspect.cli.options import (
     FormatOpt,
     StoreArg,
     commitlog_progress,
+    no_such_topic,
     open_store,
+    topic_not_found,
     with_store_options,
 )
 from rmqinspect.format.fate import TRACE_TOPIC
@@ -41,7 +43,7 @@ def trace(
     key: Annotated[
         str | None, typer.Option("--key", help="Business key (KEYS); needs --topic.")
     ] = None,
-    topic: Annotated[str | None, typer.Option("--topic", help="The topic of --key.")] = None,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="The topic of --key.")] = None,
     trace_topic: Annotated[
         list[str] | None,
         typer.Option(
@@ -90,6 +92,9 @@ def trace(
             report = trace_report(st, query, advance)
         except BadQuery as err:
             raise fail(str(err)) from None
+        if not report.found and no_such_topic(st, topic):
+            assert topic is not None
+            raise topic_not_found(topic)
     render_trace(report, fmt)
     if not report.found:
         raise typer.Exit(EXIT_FINDINGS)

@@ -39,12 +39,11 @@ DICTIONARY_COLUMNS = (
     "store_host",
     "tags",
     "compression",
-    "source_file",
     "restart_keeps",
     "tags_code_kind",
     "status",
     "file",
-    "check",
+    "check_id",
     "severity",
 )
 # Columns whose min/max would prune nothing: bodies, maps and lists (their statistics cost about

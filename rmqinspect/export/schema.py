@@ -58,7 +58,7 @@ MESSAGES = pa.schema(
         ("body_stored", pa.binary()),  # a compressed body as stored; null for the others
         ("body_error", pa.string()),  # why a compressed body does not decompress
         ("physical_offset_field", pa.int64()),  # null unless it differs from physical_offset
-        ("source_file", pa.string()),
+        ("file", pa.string()),
         ("file_position", pa.int64()),
         ("restart_keeps", pa.bool_()),  # null when the broker would refuse to start
         ("record_crc32c", pa.int64()),
@@ -73,24 +73,24 @@ CONSUME_QUEUE = pa.schema(
         ("topic", pa.string()),
         ("queue_id", pa.int32()),
         ("queue_offset", pa.int64()),
-        ("phy_offset", pa.int64()),
+        ("physical_offset", pa.int64()),
         ("size", pa.int32()),
         ("tags_code", pa.int64()),
         ("tags_code_kind", pa.string()),
         ("status", pa.string()),
         ("detail", pa.string()),
-        ("source_file", pa.string()),
+        ("file", pa.string()),
         ("file_position", pa.int64()),
     ]
 )
 
 INDEX_ENTRIES = pa.schema(
     [
-        ("source_file", pa.string()),
+        ("file", pa.string()),
         ("entry", pa.int32()),
         ("key_hash", pa.int32()),
         ("slot", pa.int32()),
-        ("phy_offset", pa.int64()),
+        ("physical_offset", pa.int64()),
         ("time_diff", pa.int32()),
         ("store_timestamp", MS_UTC),
         ("prev", pa.int32()),
@@ -147,7 +147,7 @@ GROUP_OFFSETS = pa.schema(
 # Shaped for ``verify``'s findings: one row per problem, located by file and offset.
 FINDINGS = pa.schema(
     [
-        ("check", pa.string()),
+        ("check_id", pa.string()),  # not "check": a reserved word in SQL (DuckDB)
         ("severity", pa.string()),
         ("file", pa.string()),
         ("file_position", pa.int64()),
@@ -202,7 +202,7 @@ TIMERS = pa.schema(
         ("roll_times", pa.int32()),
         ("recall_target", pa.string()),
         ("recall_matched", pa.bool_()),
-        ("source_file", pa.string()),
+        ("file", pa.string()),
         ("file_position", pa.int64()),
     ]
 )

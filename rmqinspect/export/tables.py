@@ -190,7 +190,7 @@ def messages_batch(
         "physical_offset_field": pc.if_else(
             pc.equal(field, phy), pa.scalar(None, pa.int64()), field
         ),
-        "source_file": pa.repeat(pa.scalar(source_file), n),
+        "file": pa.repeat(pa.scalar(source_file), n),
         "file_position": pa.array(phy_np - file_start),
         "restart_keeps": _restart_keeps(keeps, source_file.rpartition("/")[2], phy_np, unserved),
         "record_crc32c": pa.array(run.record_crc32c),
@@ -244,7 +244,7 @@ def findings_batch(findings: Sequence[Finding]) -> pa.RecordBatch:
     """``verify``'s findings as ``findings`` rows (the hex dumps stay in ``verify -F json``)."""
     return pa.RecordBatch.from_pydict(
         {
-            "check": [f.check for f in findings],
+            "check_id": [f.check for f in findings],
             "severity": [f.severity.value for f in findings],
             "file": [encodable(f.file) for f in findings],
             "file_position": [f.file_position for f in findings],
@@ -307,7 +307,7 @@ def index_entry_batches(store: Store, part: IndexSlice) -> Iterator[pa.RecordBat
     for b in entry_blocks(store, info, range(part.start, part.stop)):
         yield pa.RecordBatch.from_arrays(
             [
-                pa.repeat(pa.scalar(f"index/{b.file}"), len(b.number)),
+                pa.repeat(pa.scalar(b.file), len(b.number)),
                 pa.array(b.number, pa.int32()),
                 pa.array(b.key_hash, pa.int32()),
                 pa.array(b.slot, pa.int32()),

@@ -79,7 +79,7 @@ def timers_batches(store: Store) -> Iterator[pa.RecordBatch]:
             [_text(None if rc is None else rc.target) for rc in r], pa.string()
         ),
         "recall_matched": pa.array([None if rc is None else rc.matched for rc in r], pa.bool_()),
-        "source_file": pa.array(files, pa.string()),
+        "file": pa.array(files, pa.string()),
         "file_position": pa.array(at, pa.int64()),
     }
     yield pa.RecordBatch.from_arrays([columns[f.name] for f in TIMERS], schema=TIMERS)

@@ -1,7 +1,7 @@
 """``IndexService.buildIndex`` over chunks of dispatched records (spec §7.4-7.5), vectorised.
 
 :class:`IndexBuilder` is the one index write path: the store writer, and the recovery emulator
-for both its report and ``--apply-to``, feed it the records the reput service dispatches, in
+for both its report and ``recover --out``, feed it the records the reput service dispatches, in
 dispatch order, and it rolls files exactly as ``getAndCreateLastIndexFile`` does. It is pure:
 files live in memory as :class:`~rmqinspect.format.index.IndexFileBuilder` values and are handed
 to the caller when the broker would stop writing them.

@@ -45,7 +45,7 @@ def index_report_json(r: IndexFileReport) -> dict[str, Any]:
         stats["slot_occupancy"] = s.used_slots / g.slot_num
         stats["entry_fill"] = s.entries / max(g.index_num - 1, 1)
     return {
-        "file": str(info.file.path),
+        "file": r.file,
         "name": info.file.name,
         "bytes": info.file.length,
         "geometry": None
@@ -63,7 +63,7 @@ def entry_json(e: IndexEntryRow) -> dict[str, Any]:
         "entry": e.entry.number,
         "key_hash": e.entry.key_hash,
         "slot": e.slot,
-        "phy_offset": e.entry.phy_offset,
+        "physical_offset": e.entry.phy_offset,
         "time_diff": e.entry.time_diff,
         "store_timestamp": e.store_timestamp,
         "store_time": iso_ms(e.store_timestamp),

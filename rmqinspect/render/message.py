@@ -305,6 +305,6 @@ def render_message_stream(
 
 def warn_skipped(ev: SkippedRange) -> None:
     warn(
-        f"{ev.file}: byte {ev.file_offset}: skipped {ev.length} bytes "
+        f"{ev.file}: byte {ev.file_position}: skipped {ev.length} bytes "
         f"(physical offset {ev.physical_offset}): {ev.reason}: {ev.detail}".rstrip(": ")
     )

@@ -27,7 +27,7 @@ from rmqinspect.render.output import (
 def unit_json(u: UnitView, body: BodyFormat) -> dict[str, Any]:
     out = {
         "queue_offset": u.queue_offset,
-        "phy_offset": u.phy_offset,
+        "physical_offset": u.phy_offset,
         "size": u.size,
         "tags_code": u.tags_code,
         "tags_code_kind": u.tags_code_kind.value,

@@ -28,7 +28,7 @@ from rmqinspect.render.values import size_cell, time_cell, with_times
 
 def recover_json(report: RecoveryReport, applied: ApplyReport | None = None) -> dict[str, Any]:
     """The documented JSON schema (``schema_version`` 1): the report's fields, a top-level
-    ``loses_data`` verdict (the exit-code rule) and, with ``--apply-to``, an ``apply`` section."""
+    ``loses_data`` verdict (the exit-code rule) and, with ``--out``, an ``apply`` section."""
     doc: dict[str, Any] = _timed(to_jsonable(report))
     doc["loses_data"] = report.loses_data
     doc["verdict"] = report.verdict
@@ -269,7 +269,7 @@ def _dledger_table(d: DLedgerReport) -> Table:
     ]
     if d.first_bad_entry is not None:
         b = d.first_bad_entry
-        rows.append(("stopped at", f"{b.offset} in {b.file}: {b.reason} {b.detail}"))
+        rows.append(("stopped at", f"{b.physical_offset} in {b.file}: {b.reason} {b.detail}"))
     if d.last_entry is not None:
         e = d.last_entry
         rows.append(("last entry", f"index {e.index}, term {e.term}, at {e.position}"))
@@ -294,7 +294,9 @@ def _dledger_table(d: DLedgerReport) -> Table:
             ("dispatched after the election", f"{size_cell(d.undispatched_at_load)} of entries")
         )
     for b in d.kept_damage or []:
-        rows.append(("kept damaged entry", f"{b.offset} in {b.file}: {b.reason} {b.detail}"))
+        rows.append(
+            ("kept damaged entry", f"{b.physical_offset} in {b.file}: {b.reason} {b.detail}")
+        )
     rows.append(("assumes", d.assumption))
     return key_value_table("DLedger", rows)
 
@@ -334,13 +336,15 @@ def _summary(report: RecoveryReport) -> Table:
             rows.append(
                 (
                     "last valid record",
-                    f"{r.offset} ({r.store_size} B, {r.topic}/{r.queue_id} "
+                    f"{r.physical_offset} ({r.store_size} B, {r.topic}/{r.queue_id} "
                     f"offset {r.queue_offset})",
                 )
             )
         if c.first_bad_record is not None:
             b = c.first_bad_record
-            rows.append(("first bad record", f"{b.offset} in {b.file}: {b.reason} {b.detail}"))
+            rows.append(
+                ("first bad record", f"{b.physical_offset} in {b.file}: {b.reason} {b.detail}")
+            )
         rows.append(("discarded data", size_cell(c.discarded_bytes or 0)))
         rows.append(("commitlog files deleted", ", ".join(c.deleted_files) or "none"))
         if c.deleted_at_load:
@@ -359,7 +363,9 @@ def _summary(report: RecoveryReport) -> Table:
     if lost is not None and lost.damaged_records:
         rows.append(("damaged records discarded", lost.damaged_records))
         for d in lost.damaged:
-            rows.append(("damaged record", f"{d.offset} in {d.file}: {d.reason} {d.detail}"))
+            rows.append(
+                ("damaged record", f"{d.physical_offset} in {d.file}: {d.reason} {d.detail}")
+            )
     if report.unreachable_messages:
         rows.append(("scanned messages left without a CQ unit", report.unreachable_messages))
     if report.queues_without_consume_queue:

@@ -56,12 +56,12 @@ def render_salvage(
     )
     if report.damaged_ranges:
         t = Table(title="Damaged ranges", title_justify="left")
-        for col in ("file", "file offset", "physical offset", "length", "reason", "detail"):
+        for col in ("file", "file position", "physical offset", "length", "reason", "detail"):
             t.add_column(col, justify="right" if "offset" in col or col == "length" else "left")
         for r in report.damaged_ranges:
             t.add_row(
                 r.file,
-                str(r.file_offset),
+                str(r.file_position),
                 str(r.physical_offset),
                 str(r.length),
                 r.reason,

@@ -8,19 +8,27 @@ from typing import Any
 
 from rich.table import Table
 
-from rmqinspect.render.output import json_text, print_table
+from rmqinspect.render.output import OutputFormat, json_text, print_table
+from rmqinspect.render.values import printable
 from rmqinspect.synth import damage
 from rmqinspect.synth.layout import FateSummary, TimerSummary
 from rmqinspect.synth.writer import StoreSummary
 
 
 def render_synth(
-    summary: StoreSummary, seconds: float, damages: list[damage.Damage], as_json: bool
+    summary: StoreSummary, seconds: float, damages: list[damage.Damage], fmt: OutputFormat
 ) -> None:
-    if as_json:
-        sys.stdout.write(json_text(synth_json(summary, seconds, damages)) + "\n")
-    else:
+    """JSON as asked; else a table on a terminal and plain ``what: value`` lines when piped (a
+    summary for a person: a script asks for -F json)."""
+    if fmt is not OutputFormat.TABLE:
+        indent = 2 if fmt is OutputFormat.JSON else None
+        sys.stdout.write(json_text(synth_json(summary, seconds, damages), indent) + "\n")
+    elif sys.stdout.isatty():
         print_table(synth_table(summary, seconds, damages))
+    else:
+        lines = [synth_title(summary)]
+        lines += [f"{what}: {value}" for what, value in synth_rows(summary, seconds, damages)]
+        sys.stdout.write("".join(printable(line) + "\n" for line in lines))
 
 
 def synth_json(summary: StoreSummary, seconds: float, damages: list[damage.Damage]) -> Any:
@@ -120,38 +128,56 @@ def _pop_counts(fate: FateSummary) -> dict[str, int]:
 
 
 def synth_table(summary: StoreSummary, seconds: float, damages: list[damage.Damage]) -> Table:
-    table = Table(title=f"synthetic {summary.profile} store at {summary.root}", show_header=False)
+    table = Table(title=synth_title(summary), show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
+    for what, value in synth_rows(summary, seconds, damages):
+        table.add_row(what, value)
+    return table
+
+
+def synth_title(summary: StoreSummary) -> str:
+    return f"synthetic {summary.profile} store at {summary.root}"
+
+
+def synth_rows(
+    summary: StoreSummary, seconds: float, damages: list[damage.Damage]
+) -> list[tuple[str, str]]:
+    """The summary as (what, value) pairs: the table's rows, or plain lines when piped."""
+    rows: list[tuple[str, str]] = []
+
+    def add(what: str, value: str) -> None:
+        rows.append((what, value))
+
     rate = summary.data_bytes / seconds / 2**20 if seconds > 0 else 0.0
-    table.add_row("messages", f"{summary.messages} ({summary.dispatched} dispatched)")
-    table.add_row(
+    add("messages", f"{summary.messages} ({summary.dispatched} dispatched)")
+    add(
         "commitlog" if summary.dledger is None else f"DLedger ({summary.dledger.home}/data)",
         f"{len(summary.commitlog_files)} files, end {summary.commitlog_end}, "
         f"{summary.data_bytes} bytes written",
     )
     if summary.dledger is not None:
         ledger = summary.dledger
-        table.add_row(
+        add(
             "DLedger entries",
             f"0..{ledger.entries - 1} in term {ledger.term}; checkpoint committedIndex "
             f"{ledger.committed_index}",
         )
-    table.add_row(
+    add(
         "consume queues",
         f"{len(summary.consume_queues)} queues, {sum(summary.consume_queues.values())} units",
     )
-    table.add_row("index", f"{len(summary.index_files)} files, {summary.index_entries} entries")
+    add("index", f"{len(summary.index_files)} files, {summary.index_entries} entries")
     cp = summary.checkpoint
-    table.add_row(
+    add(
         "checkpoint",
         f"physic {cp.physic_msg_timestamp}, logics {cp.logics_msg_timestamp}, "
         f"index {cp.index_msg_timestamp}",
     )
-    table.add_row("shutdown", "crash (abort left)" if summary.crashed else "clean")
+    add("shutdown", "crash (abort left)" if summary.crashed else "clean")
     fate = summary.fate
     if fate is not None:
-        table.add_row(
+        add(
             "fate",
             f"{fate.chains} retried messages: {fate.retry_schedule} retry schedule copies, "
             f"{fate.retry} retry copies, {fate.dlq} DLQ, {fate.pop_retry} POP retry; "
@@ -160,25 +186,23 @@ def synth_table(summary: StoreSummary, seconds: float, damages: list[damage.Dama
         )
         if fate.pop:
             pop = _pop_counts(fate)
-            table.add_row(
+            add(
                 "POP",
                 f"{pop['checkpoints']} checkpoints, {pop['acked']} acked, {pop['in_timer']} "
                 "still in the timer",
             )
         states = ", ".join(f"{n} {state}" for state, n in fate.transactions.items())
-        table.add_row("transactions", f"{states}; {fate.half_checks} check copies")
+        add("transactions", f"{states}; {fate.half_checks} check copies")
         group, topic, queue_id, committed, max_offset = fate.offset_ahead
-        table.add_row(
-            "offset ahead", f"{topic}@{group} queue {queue_id}: {committed} > max {max_offset}"
-        )
+        add("offset ahead", f"{topic}@{group} queue {queue_id}: {committed} > max {max_offset}")
     if summary.timers is not None:
         timer_states = Counter(t.state for t in summary.timers.timers)
-        table.add_row(
+        add(
             "timers",
             ", ".join(f"{n} {state}" for state, n in sorted(timer_states.items()))
             + f"; {summary.timers.timerlog_units} timerlog units",
         )
     for d in damages:
-        table.add_row("damage", d.description)
-    table.add_row("time", f"{seconds:.2f} s ({rate:.0f} MiB/s)")
-    return table
+        add("damage", d.description)
+    add("time", f"{seconds:.2f} s ({rate:.0f} MiB/s)")
+    return rows

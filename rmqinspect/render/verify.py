@@ -27,7 +27,10 @@ from rmqinspect.render.values import size_cell, time_cell, with_times
 
 
 def finding_json(finding: Finding) -> dict[str, Any]:
-    doc: dict[str, Any] = to_jsonable(finding)
+    # check_id, as the export's findings column: "check" is a reserved word in SQL (DuckDB).
+    doc: dict[str, Any] = {"check_id": finding.check}
+    doc.update(to_jsonable(finding))
+    del doc["check"]
     doc["hexdump"] = list(finding.hexdump)
     return doc
 

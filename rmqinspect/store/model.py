@@ -409,6 +409,14 @@ class Store:
             )
         return f
 
+    def relative(self, path: Path | str) -> str:
+        """A path as every report names it: relative to the store root (as given otherwise)."""
+        p = Path(path)
+        try:
+            return p.relative_to(self.root).as_posix()
+        except ValueError:
+            return p.as_posix()
+
     def check_at(
         self, physical_offset: int, options: cl.CheckOptions | None = None
     ) -> cl.CheckResult:

@@ -1,7 +1,7 @@
 """Every file rmqinspect writes goes through this module, into an output directory that is never
 the inspected store.
 
-:func:`prepare_output_dir` owns the refusal rules shared by ``recover --apply-to``, ``salvage``,
+:func:`prepare_output_dir` owns the refusal rules shared by ``recover --out``, ``salvage``,
 ``export`` and ``synth``: not the store itself, not inside it, not a directory holding it (by
 device and inode: symlinks and bind mounts are seen through), and not a non-empty directory
 unless what it holds is the caller's own earlier output. The

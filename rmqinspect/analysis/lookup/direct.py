@@ -75,7 +75,7 @@ def lookup_queue_offset(
     shown: dict[str, int] = {} if written_at == offset else {"msg_base_offset": written_at}
     result.query["unit"] = {
         **shown,
-        "phy_offset": view.phy_offset,
+        "physical_offset": view.phy_offset,
         "size": view.size,
         "tags_code": unit[2],
     }

@@ -22,7 +22,7 @@ class Mode(StrEnum):
     UNIQ_KEY = "uniq_key"
     KEY = "key"
     QUEUE_OFFSET = "queue_offset"
-    PHY_OFFSET = "phy_offset"
+    PHY_OFFSET = "physical_offset"
     TIME = "time"
 
 

@@ -42,7 +42,7 @@ def scan_records(
     last_pos = start if start is not None else max(store.commitlog.min_offset, 0)
     for f, event in store.scan(start, opts, policy=WalkPolicy.FORENSIC):
         if isinstance(event, Skipped):
-            damage = skipped_range(f, event)
+            damage = skipped_range(store, f, event)
             if end is not None and damage.physical_offset >= end:
                 break
             if damage not in skipped:  # another walk of the same lookup may have met it

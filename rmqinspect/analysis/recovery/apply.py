@@ -1,4 +1,4 @@
-"""``recover --apply-to DIR``: write what the broker leaves on disk after a restart, elsewhere.
+"""``recover --out DIR``: write what the broker leaves on disk after a restart, elsewhere.
 
 The store is copied into DIR (files the restart deletes are simply not copied), then DIR is
 changed the way the restarted broker changes its own store:
@@ -45,7 +45,7 @@ from rmqinspect.store.layout import QueueId, is_plain_name
 from rmqinspect.store.model import Store
 
 _STAGING = ".rmqinspect-index-staging"
-OPTION = "--apply-to"
+OPTION = "--out"
 
 
 class ApplyRefused(Exception):

@@ -94,12 +94,12 @@ def abnormal_start(state: BrokerState, cp: Checkpoint) -> StartFile:
     )
 
 
-def _record_info(run: CheckedRun, i: int, f: CommitlogFile) -> RecordInfo:
+def _record_info(state: BrokerState, run: CheckedRun, i: int, f: CommitlogFile) -> RecordInfo:
     cols = run.columns
     return RecordInfo(
         f.start + int(cols.positions[i]),
         int(cols.store_size[i]),
-        f.name,
+        state.store.relative(f.disk.path),
         cols.topic(i),
         int(cols.queue_id[i]),
         int(cols.queue_offset[i]),
@@ -144,7 +144,7 @@ def scan(
                 if len(run):
                     if dispatch:
                         dispatcher.take_run(run, "load", above)
-                    last = (f, _record_info(run, len(run) - 1, f))
+                    last = (f, _record_info(state, run, len(run) - 1, f))
                 state.store.maps.release(f.disk, pos, run.end)  # memory stays flat
                 pos = run.end
                 if run.stop is not None:
@@ -172,7 +172,7 @@ def scan(
     if reason == "bad_record":
         bad = BadRecord(
             end,
-            f.name,
+            state.store.relative(f.disk.path),
             pos,
             result.reason.value,
             result.detail,

@@ -240,7 +240,7 @@ def _scan(state: BrokerState, store: DLedgerStore, first_file: int) -> _Scan:
             entry_size = stop.header.size if stop.header is not None else None
             bad = BadRecord(
                 end,
-                f.name,
+                state.store.relative(f.disk.path),
                 pos,
                 stop.reason.value,
                 stop.detail,
@@ -367,7 +367,7 @@ def last_record(state: BrokerState, entry: EntryInfo | None) -> RecordInfo | Non
     return RecordInfo(
         rec.position,
         rec.store_size,
-        f.name,
+        state.store.relative(f.disk.path),
         rec.topic,
         rec.queue_id,
         rec.queue_offset,

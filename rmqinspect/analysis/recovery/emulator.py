@@ -424,7 +424,7 @@ def _confirm_offset(state: BrokerState, recovered: CommitlogRecovery) -> int | N
     if not state.profile.tracks_confirm_offset or state.ledger is not None:
         return None
     if recovered.scan.last_valid is not None:
-        return recovered.scan.last_valid.offset
+        return recovered.scan.last_valid.physical_offset
     return recovered.start_file.offset if recovered.start_file is not None else None
 
 

@@ -136,8 +136,12 @@ def _past_end(
             if isinstance(event, Skipped):
                 if event.result.magic in headers:
                     # At the cut, the recovery's own verdict is the why.
-                    at_cut = cut_at is not None and cut_at.offset == disk.start + event.start
-                    listing.damage(cut_at if cut_at is not None and at_cut else _bad(event, disk))
+                    at_cut = (
+                        cut_at is not None and cut_at.physical_offset == disk.start + event.start
+                    )
+                    listing.damage(
+                        cut_at if cut_at is not None and at_cut else _bad(state, event, disk)
+                    )
                 continue
             cols = event.columns
             rejected = _rejected(state, cols, disk, cut_at)
@@ -147,7 +151,7 @@ def _past_end(
                 if i in rejected:
                     continue
                 if listing.wants():
-                    listing.add(cols.record(i), disk.name, where)
+                    listing.add(cols.record(i), state.store.relative(disk.path), where)
                 else:
                     listing.tally(where)
     finally:
@@ -166,7 +170,7 @@ def _rejected(
     found: dict[int, BadRecord] = {}
     if not len(cols):
         return found
-    if cut_at is not None and disk.start + int(cols.positions[0]) == cut_at.offset:
+    if cut_at is not None and disk.start + int(cols.positions[0]) == cut_at.physical_offset:
         found[0] = cut_at
     recover = state.checks.recover
     if not (recover.check_crc and recover.force_verify_prop_crc):
@@ -175,7 +179,7 @@ def _rejected(
         pos = int(cols.positions[i])
         result = cl.check_message(cols.buf, pos, disk.start, recover)
         if i not in found and result.reason is cl.CheckReason.PROP_CRC_MISMATCH:
-            found[i] = _bad_record(result, disk.start + pos, disk.name, pos)
+            found[i] = _bad_record(result, disk.start + pos, state.store.relative(disk.path), pos)
     return dict(sorted(found.items()))
 
 
@@ -190,11 +194,11 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
         for found in walk_unserved(check, state.store, f, 0, _reput_scan(state)):
             if isinstance(found, Skipped):
                 if state.ledger is not None:
-                    kept_damage.append(_bad(found, f.disk))
+                    kept_damage.append(_bad(state, found, f.disk))
                 continue
             qid = QueueId(found.topic, found.queue_id)
             per_queue[qid] = per_queue.get(qid, 0) + 1
-            listing.add(found, f.name, "no_queue_unit")
+            listing.add(found, state.store.relative(f.disk.path), "no_queue_unit")
     queues = check.queues
     without = sorted(
         (q for q in check.seen if q not in queues), key=lambda q: (q.topic, q.queue_id)
@@ -222,14 +226,15 @@ def served_check(state: BrokerState) -> ServedCheck:
     )
 
 
-def _bad(event: Skipped, disk: StoreFile) -> BadRecord:
-    return _bad_record(event.result, disk.start + event.start, disk.name, event.start)
+def _bad(state: BrokerState, event: Skipped, disk: StoreFile) -> BadRecord:
+    file = state.store.relative(disk.path)
+    return _bad_record(event.result, disk.start + event.start, file, event.start)
 
 
-def _bad_record(r: cl.CheckResult, offset: int, name: str, position: int) -> BadRecord:
+def _bad_record(r: cl.CheckResult, offset: int, file: str, position: int) -> BadRecord:
     return BadRecord(
         offset,
-        name,
+        file,
         position,
         r.reason.value,
         r.detail,

@@ -60,9 +60,9 @@ class StartFile:
 
 @dataclass
 class RecordInfo:
-    offset: int
+    physical_offset: int
     store_size: int
-    file: str
+    file: str  # relative to the store
     topic: str
     queue_id: int
     queue_offset: int
@@ -71,9 +71,9 @@ class RecordInfo:
 
 @dataclass
 class BadRecord:
-    offset: int
-    file: str
-    position: int  # inside the file
+    physical_offset: int
+    file: str  # relative to the store
+    file_position: int
     reason: str  # cl.CheckReason value
     detail: str
     store_size: int | None
@@ -202,7 +202,7 @@ class LostMessage:
     tags: str | None
     store_timestamp: int
     transaction: str
-    file: str
+    file: str  # relative to the store
     where: str  # past_end (in the cut file), deleted_file, or no_queue_unit (kept, unserved)
 
 

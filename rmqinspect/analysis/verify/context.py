@@ -36,11 +36,7 @@ class Context:
 
     def rel(self, path: Path | str) -> str:
         """A path as findings name it: relative to the store root."""
-        p = Path(path)
-        try:
-            return p.relative_to(self.store.root).as_posix()
-        except ValueError:
-            return p.as_posix()
+        return self.store.relative(path)
 
     @functools.cached_property
     def index_files(self) -> list[IndexFileInfo]:
