@@ -58,7 +58,7 @@ def test_a_consume_queue_file_alone_lists_its_units(store: Path, tmp_path: Path)
     units = got["units"]
     assert [u["queue_offset"] for u in units] == list(range(50, 100))  # 1000 bytes: 50 units
     whole = run_json("consumequeue", store, "Orders", "1", "--from", "50", "-n", "50", expect=0)
-    fields = ("queue_offset", "phy_offset", "size", "tags_code", "tags_code_kind")
+    fields = ("queue_offset", "physical_offset", "size", "tags_code", "tags_code_kind")
     assert [{k: u[k] for k in fields} for u in units] == [
         {k: u[k] for k in fields} for u in whole["units"]
     ]

@@ -157,7 +157,7 @@ def test_timers_table_row_by_row(tmp_path: Path) -> None:
     # the slot chains as written: the recall marker follows its target in the T0+2 h slot
     assert [r["prev_pos"] for r in rows] == [-1, -1, -1, -1, 104, -1]
     assert {_ms(r["write_timestamp"]) for r in rows} == {T0}
-    assert {r["source_file"] for r in rows} == {"timerlog/00000000000000000000"}
+    assert {r["file"] for r in rows} == {"timerlog/00000000000000000000"}
     # the same states as the timers command
     doc = run_json("timers", store, expect=0)
     assert sorted((e["timerlog_offset"], e["state"], e["late"]) for e in doc["entries"]) == sorted(
