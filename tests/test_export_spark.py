@@ -27,6 +27,7 @@ from rmqinspect.export.spark_engine import (
     spark_session,
     stop_context,
 )
+from rmqinspect.export.tasks import Member
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.compression import Codec
 from rmqinspect.format.profile import Profile
@@ -305,8 +306,8 @@ def test_spark_tasks_write_the_arrow_engines_files_and_leftovers_are_swept(
     (out / "findings" / f".{part_file_name(0, 1)}.dead{TMP_SUFFIX}").write_bytes(b"half")
     ticks: list[tuple[str, int, int]] = []
     with Store.open(store, SMALL) as s:
-        result, master = run_spark(
-            s, out, tuple(Table), "unused", (), lambda *a: ticks.append(a), spark
+        (result,), master = run_spark(
+            [Member(s)], out, tuple(Table), "unused", (), lambda *a: ticks.append(a), spark
         )
     assert master == "local[2]"
     arrow = _files(tmp_path / "arrow")

@@ -27,7 +27,7 @@ from rmqinspect.analysis.verify import Finding, verify_store
 from rmqinspect.export.findings import OPTIONS as FINDINGS_OPTIONS
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
-    CommitlogRange,
+    CommitlogChunk,
     OffsetsPart,
     Part,
     StoreRef,
@@ -104,7 +104,7 @@ class StoreReader(DataSourceReader):
             out = []
             for part in parts:
                 own = keeps
-                if keeps is not None and isinstance(part, CommitlogRange):
+                if keeps is not None and isinstance(part, CommitlogChunk):
                     own = range_keeps(store, part, keeps)
                 out.append(StorePartition(ref, self.table, part, own))
         # Spark needs at least one partition; an empty part yields no rows.
