@@ -4,10 +4,12 @@ Users who already have a Spark session read a store directly::
 
     from rmqinspect.export import read_store
     df = read_store(spark, "/data/rocketmq/store", table="messages")
+    fleet = read_store(spark, "a=/data/a/store", "b=/data/b/store")  # with a broker column
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -27,14 +29,20 @@ __all__ = [
 
 
 def read_store(
-    spark: Any, path: str | os.PathLike[str], table: str = "messages", **options: object
+    spark: Any, *paths: str | os.PathLike[str], table: str = "messages", **options: object
 ) -> Any:
-    """The DataFrame of one table of the store at ``path`` (registers the ``rocketmq-store``
-    source on ``spark``). ``options``: the source's options (see :mod:`.source`)."""
-    from rmqinspect.export.source import SOURCE_NAME, StoreDataSource
+    """The DataFrame of one table of the store at ``paths`` (registers the ``rocketmq-store``
+    source on ``spark``); several paths (STORE or NAME=STORE) make one DataFrame of a fleet,
+    with a ``broker`` column. ``options``: the source's options (see :mod:`.source`)."""
+    from rmqinspect.export.source import SOURCE_NAME, STORES_OPTION, StoreDataSource
+
+    if not paths:
+        raise TypeError("read_store() needs a store path")
 
     spark.dataSource.register(StoreDataSource)
     reader = spark.read.format(SOURCE_NAME).option("table", table)
     for key, value in options.items():
         reader = reader.option(key, str(value))
-    return reader.load(str(path))
+    if len(paths) > 1:
+        return reader.option(STORES_OPTION, json.dumps([os.fspath(p) for p in paths])).load()
+    return reader.load(os.fspath(paths[0]))

@@ -125,14 +125,14 @@ def export_members(
     if engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
         require_java()  # before OUT is touched
     fleet = len(members) > 1 or members[0].broker is not None
-    for m in members:  # OUT is neither any store nor inside one
-        prepare_output_dir(
-            out,
-            "OUT",
-            m.store.root,
-            removable=earlier_export if options.overwrite else None,
-            hint=" (--overwrite replaces an earlier export there)",
-        )
+    prepare_output_dir(  # OUT is neither any store nor inside one, nor holds one
+        out,
+        "OUT",
+        members[0].store.root,
+        removable=earlier_export if options.overwrite else None,
+        hint=" (--overwrite replaces an earlier export there)",
+        also=[m.store.root for m in members[1:]],
+    )
     before = [dict(_stat_files(m.store.root)) for m in members]
     if engine is Engine.ARROW:
         results, master = run_arrow(members, out, options.tables, options.jobs, report), None
