@@ -10,14 +10,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
 
 from rmqinspect.export import arrow_engine
 from rmqinspect.export.plan import StoreRef, file_ranges, plan_chunks, plan_commitlog
 from rmqinspect.export.progress import Reporter
-from rmqinspect.export.schema import BROKER_PARTITION, TOPIC_PARTITION, Table
+from rmqinspect.export.schema import BROKER_PARTITION, Table
 from rmqinspect.export.tasks import Member, plan_file, predict_restart, range_keeps
 from rmqinspect.format.host import HostAddress
 from rmqinspect.store.files import MappedFiles, StoreFile
@@ -25,26 +23,10 @@ from rmqinspect.store.model import Store, StoreOptions
 from rmqinspect.synth.writer import MessageSpec
 from tests.cli_helpers import SMALL_LAYOUT, SMALL_OPTS, build_store, run, run_json
 from tests.conftest import FIXTURES
-from tests.export_helpers import read_table, sorted_rows
+from tests.export_helpers import broker_rows, read_table, sorted_rows
 
 STORES = FIXTURES / "stores"
 FLEET = {"a": STORES / "clean49", "b": STORES / "crash53"}  # 4.9 clean, 5.3 crashed
-
-
-def _broker_table(out: Path, table: Table, broker: str) -> pa.Table:
-    """One broker's rows of a fleet export, read as a Hive dataset (the broker column dropped)."""
-    fields = [(BROKER_PARTITION, pa.string())]
-    if table is Table.MESSAGES:
-        fields.append((TOPIC_PARTITION, pa.string()))
-    partitioning = ds.partitioning(pa.schema(fields), flavor="hive")
-    data = ds.dataset(out / table.value, format="parquet", partitioning=partitioning)
-    rows = data.to_table(filter=ds.field(BROKER_PARTITION) == broker)
-    rows = rows.drop_columns([BROKER_PARTITION])
-    if table is Table.MESSAGES:  # the single-store read puts the topic partition last too
-        rows = rows.select(
-            [*(n for n in rows.column_names if n != TOPIC_PARTITION), TOPIC_PARTITION]
-        )
-    return rows
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +58,7 @@ def test_a_fleet_export_is_each_store_export_under_its_broker(
         total = 0
         for name in FLEET:
             want = sorted_rows(read_table(singles[name], table))
-            got = sorted_rows(_broker_table(out, table, name))
+            got = sorted_rows(broker_rows(out, table, name))
             assert got.equals(want), (table, name)
             total += want.num_rows
         assert manifest["tables"][table.value]["rows"] == total
@@ -99,7 +81,7 @@ def test_unnamed_stores_of_a_fleet_are_named_by_their_store_host(tmp_path: Path)
     )
     assert [s["broker"] for s in manifest["stores"]] == ["10.0.0.1:10911", "10.0.0.2:10911"]
     assert (out / "messages" / "broker=10.0.0.1%3A10911").is_dir()  # ':' escaped as Hive does
-    assert _broker_table(out, Table.MESSAGES, "10.0.0.2:10911").num_rows == 5
+    assert broker_rows(out, Table.MESSAGES, "10.0.0.2:10911").num_rows == 5
 
 
 @pytest.mark.parametrize(
