@@ -247,8 +247,8 @@ def test_export_on_a_standalone_master_and_worker(tmp_path: Path) -> None:
         assert "app-" in (tmp_path / "master.log").read_text(errors="replace")  # ran there
         # A fleet in one job on the same cluster: each broker's rows are its store's own.
         fleet = {"a": store, "b": FIXTURES / "stores" / "clean49"}
-        cmd[3:5] = [f"{name}={path}" for name, path in fleet.items()]
-        cmd[5:5] = ["--out", str(tmp_path / "fleet")]
+        assert cmd[4:6] == [str(store), str(out)]
+        cmd[4:6] = [*(f"{name}={path}" for name, path in fleet.items()), "-o", str(tmp_path / "f")]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         manifest = json.loads(done.stdout)
@@ -258,7 +258,7 @@ def test_export_on_a_standalone_master_and_worker(tmp_path: Path) -> None:
             options = ExportOptions((Table.MESSAGES,), Engine.ARROW, jobs=1, store=SMALL)
             export_store(path, single, options)
             want = sorted_rows(read_table(single, Table.MESSAGES))
-            got = sorted_rows(broker_rows(tmp_path / "fleet", Table.MESSAGES, name))
+            got = sorted_rows(broker_rows(tmp_path / "f", Table.MESSAGES, name))
             assert got.equals(want) and want.num_rows > 0, name
     finally:
         for proc in reversed(procs):

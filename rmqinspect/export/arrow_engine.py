@@ -121,8 +121,9 @@ def run_arrow(
             for m in members:
                 mapper = pool_mapper(pool, m.store, workers)
                 findings.append(side.submit(write_findings, m.store, out, mapper, m.prefix))
-        tally = FileTally([p for cs, ps in zip(chunks, parts, strict=True) for p in (*cs, *ps)])
-        reporter.planned(tally.nbytes, tally.files)
+        # A tally per store: two brokers' stores hold files of the same names.
+        tallies = [FileTally([*cs, *ps]) for cs, ps in zip(chunks, parts, strict=True)]
+        reporter.planned(sum(t.nbytes for t in tallies), sum(t.files for t in tallies))
 
         def release(i: int) -> None:
             """Start store ``i``'s planned ranges, once its prediction is in."""
@@ -145,13 +146,13 @@ def run_arrow(
             if future in plans:
                 i, first = plans.pop(future)
                 ranges = future.result()
-                tally.expect(first.source, len(ranges))
+                tallies[i].expect(first.source, len(ranges))
                 waiting[i] += ranges
                 release(i)
                 continue
             i, part = running.pop(future)
             finished[i].append(future.result())
-            reporter.advanced(part.nbytes, tally.finished(part))
+            reporter.advanced(part.nbytes, tallies[i].finished(part))
         for i, f in enumerate(findings):
             finished[i].append(f.result())
     for m in members:

@@ -33,11 +33,9 @@ class FileTally:
         self.nbytes = sum(p.nbytes for p in parts)
 
     def expect(self, source: str, parts: int) -> None:
-        """``source`` is read by ``parts`` parts, not as many as planned (a commitlog file
-        planned in chunks from its length turned out to hold fewer ranges)."""
+        """``source`` is read by ``parts`` parts (at least one), not as many as planned (a
+        commitlog file planned in chunks from its length turned out to hold fewer ranges)."""
         self._left[source] = parts
-        if not parts:
-            self.files -= 1  # no part will finish it
 
     def finished(self, part: Part) -> int:
         """Files completed by ``part`` (0 or 1)."""
