@@ -1,7 +1,7 @@
 """Export throughput of both engines, as MB/s of commitlog and as a ratio to ``cat``.
 
 Usage: python benchmarks/export.py [STORE] [--size-gib N] [--engines arrow,spark]
-                                   [--tables messages] [--rss-sizes 1,2,4,8]
+                                   [--tables messages] [--rss-sizes 1,2,4,8] [--jobs 1,2,4]
 
 The commitlog into Parquet is the ``messages`` table (the default); ``findings`` adds a whole
 ``verify`` of the store, and the other tables read the consume queues and index files.
@@ -12,7 +12,9 @@ process, page cache warm, and the resident memory of its whole process tree is s
 of the sum over processes, the peak of the largest process, and the peak of the largest
 process's anonymous memory (mapped store pages are page cache, not allocations).
 ``--rss-sizes`` instead exports stores of those sizes with the arrow engine to show whether its
-memory stays flat.
+memory stays flat. ``--jobs`` instead exports with the arrow engine at each worker count
+(:func:`export_scaling`, which ``benchmarks/scaling.py`` calls too): wall time, speed-up over
+the first count, and the time the driver takes before the first commitlog range starts.
 """
 
 from __future__ import annotations
@@ -24,10 +26,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from rmqinspect.export.plan import plan_commitlog
+from rmqinspect.export import arrow_engine
+from rmqinspect.export.plan import CommitlogRange, plan_commitlog
+from rmqinspect.export.progress import Reporter
+from rmqinspect.export.schema import Table
+from rmqinspect.export.tasks import Member, run_part
 from rmqinspect.store.model import Store
 
 BODY = 1000
@@ -113,6 +122,65 @@ def _export(root: Path, out: Path, engine: str, tables: str) -> Run:
     return _timed_export([*cmd, "--engine", engine, "--tables", tables, "-F", "json"])
 
 
+@dataclass
+class Scaling:
+    jobs: int
+    seconds: float  # wall time of `rmqinspect export --engine arrow --tables messages -j JOBS`
+    tree_rss: int  # bytes, peak of the sum over the process tree
+    first_range: float  # seconds from the engine's start to the first range task submitted
+
+
+class _Watched(ProcessPoolExecutor):
+    """The arrow engine's pool, noting when the first commitlog range is submitted."""
+
+    first: float | None = None
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if _Watched.first is None and fn is run_part and isinstance(args[2], CommitlogRange):
+            _Watched.first = time.perf_counter()
+        return super().submit(fn, *args, **kwargs)
+
+
+def first_range_seconds(store: Path, jobs: int) -> float:
+    """How long the arrow engine's driver takes, from its start, to submit the first commitlog
+    range (the serial part of the export: the restart emulation and the ranges' planning)."""
+    _Watched.first = None
+    saved = arrow_engine.ProcessPoolExecutor
+    arrow_engine.ProcessPoolExecutor = _Watched  # type: ignore[misc]
+    try:
+        with tempfile.TemporaryDirectory(prefix="rmqbench-out-") as out, Store.open(store) as s:
+            t0 = time.perf_counter()
+            arrow_engine.run_arrow([Member(s)], Path(out), (Table.MESSAGES,), jobs, Reporter())
+    finally:
+        arrow_engine.ProcessPoolExecutor = saved  # type: ignore[misc]
+    assert _Watched.first is not None
+    return _Watched.first - t0
+
+
+def export_scaling(store: Path, jobs: Sequence[int]) -> list[Scaling]:
+    """The arrow export of ``messages`` at each worker count in ``jobs``, page cache warm."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rmqbench-") as tmp:
+        for j in jobs:
+            cmd = [sys.executable, "-m", "rmqinspect", "export", str(store), str(Path(tmp) / "o")]
+            cmd += ["--overwrite", "--engine", "arrow", "--tables", "messages", "-F", "json"]
+            run = _timed_export([*cmd, "--jobs", str(j)])
+            rows.append(Scaling(j, run.seconds, run.tree_rss, first_range_seconds(store, j)))
+    return rows
+
+
+def print_scaling(rows: Sequence[Scaling], size: int) -> None:
+    print(
+        f"{'-j':>4}{'seconds':>9}{'MB/s':>8}{'speed-up':>10}{'first range s':>15}{'tree MiB':>10}"
+    )
+    for r in rows:
+        print(
+            f"{r.jobs:>4}{r.seconds:>9.2f}{size / 1e6 / r.seconds:>8.0f}"
+            f"{rows[0].seconds / r.seconds:>10.2f}{r.first_range:>15.2f}{_mib(r.tree_rss):>10}",
+            flush=True,
+        )
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:.0f}"
 
@@ -124,8 +192,17 @@ def main() -> None:
     parser.add_argument("--engines", default="arrow,spark")
     parser.add_argument("--tables", default="messages")
     parser.add_argument("--rss-sizes", default="", help="GiB sizes, comma-separated")
+    parser.add_argument("--jobs", default="", help="arrow worker counts, comma-separated")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rmqbench-") as tmp:
+        if args.jobs:
+            root = args.store or Path(tmp) / "store"
+            if args.store is None:
+                _synth(root, args.size_gib)
+            _, size = _data_bytes(root)
+            print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+            print_scaling(export_scaling(root, [int(j) for j in args.jobs.split(",")]), size)
+            return
         if args.rss_sizes:
             print(f"{'GiB':>6}{'seconds':>10}{'MB/s':>8}{'tree MiB':>10}{'max MiB':>9}{'anon':>7}")
             for gib in (float(s) for s in args.rss_sizes.split(",")):

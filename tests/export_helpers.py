@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from rmqinspect.export.schema import TOPIC_PARTITION, Table
+from rmqinspect.export.schema import BROKER_PARTITION, TOPIC_PARTITION, Table
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.profile import Profile
 from rmqinspect.synth import damage
@@ -41,6 +41,17 @@ def read_table(out: Path, table: Table) -> pa.Table:
     if table is Table.MESSAGES:
         partitioning = ds.partitioning(pa.schema([(TOPIC_PARTITION, pa.string())]), flavor="hive")
     return ds.dataset(out / table.value, format="parquet", partitioning=partitioning).to_table()
+
+
+def broker_rows(out: Path, table: Table, broker: str) -> pa.Table:
+    """One broker's rows of a fleet export, read as a Hive dataset (the broker column dropped)."""
+    fields = [(BROKER_PARTITION, pa.string())]
+    if table is Table.MESSAGES:
+        fields.append((TOPIC_PARTITION, pa.string()))
+    partitioning = ds.partitioning(pa.schema(fields), flavor="hive")
+    data = ds.dataset(out / table.value, format="parquet", partitioning=partitioning)
+    rows = data.to_table(filter=ds.field(BROKER_PARTITION) == broker)
+    return rows.drop_columns([BROKER_PARTITION])
 
 
 def sorted_rows(t: pa.Table) -> pa.Table:

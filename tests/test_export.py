@@ -22,6 +22,7 @@ import pytest
 from rmqinspect.export import arrow_engine
 from rmqinspect.export.progress import Reporter
 from rmqinspect.export.schema import SCHEMAS, TOPIC_PARTITION, Table, file_schema
+from rmqinspect.export.tasks import Member
 from rmqinspect.export.topics import MAX_VALUE_LENGTH, partition_value
 from rmqinspect.store.model import Store
 from rmqinspect.synth.writer import MessageSpec
@@ -471,7 +472,7 @@ def test_arrow_engine_takes_each_finished_part_once(
     out.mkdir()
     with Store.open(root) as store:
         tables = (Table.MESSAGES, Table.CONSUME_QUEUE)
-        result = arrow_engine.run_arrow(store, out, tables, 1, _Taken())
+        (result,) = arrow_engine.run_arrow([Member(store)], out, tables, 1, _Taken())
     assert result.rows[Table.CONSUME_QUEUE] == queues
     parts = queues + 2  # the queues, the commitlog range and the file hashes
     assert _CountedFuture.looks <= 8 * parts, _CountedFuture.looks

@@ -8,7 +8,13 @@ import itertools
 import numpy as np
 
 from rmqinspect.export import records
-from rmqinspect.export.plan import StoreRef, commitlog_file, plan_commitlog
+from rmqinspect.export.plan import (
+    StoreRef,
+    commitlog_file,
+    plan_chunks,
+    plan_commitlog,
+    resolve_chunk,
+)
 from rmqinspect.store.model import Store
 from tests.conftest import FIXTURES
 
@@ -63,3 +69,20 @@ def test_reading_in_ranges_equals_one_read() -> None:
         assert expected[0] and expected[1]
         assert _read(store, 4096) == expected
         assert _read(store, 150) == expected  # a range shorter than most records
+
+
+def test_chunks_planned_from_lengths_resolve_to_the_ranges_of_the_walk() -> None:
+    """The DataFrame source's partitions are chunks its tasks resolve: the same ranges (bounds,
+    resumed walks past damage) as the whole walk, and a chunk past a file's last range is
+    empty; their numbers stay distinct."""
+    with StoreRef.of(Store.open(STORE)).open() as store:
+        for split in (1 << 40, 4096, 150):
+            chunks = plan_chunks(store, split)
+            resolved = [resolve_chunk(store, c) for c in chunks]
+            found = [r for r in resolved if r is not None]
+            assert [(r.file, r.begin, r.end, r.walk_from) for r in found] == [
+                (r.file, r.begin, r.end, r.walk_from) for r in plan_commitlog(store, split)
+            ]
+            assert [r.number for r in found] == sorted({r.number for r in found})
+            if split == 150:
+                assert len(found) < len(chunks)  # records longer than 150 bytes

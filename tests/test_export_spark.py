@@ -27,13 +27,14 @@ from rmqinspect.export.spark_engine import (
     spark_session,
     stop_context,
 )
+from rmqinspect.export.tasks import Member
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.compression import Codec
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.model import Store, StoreOptions
 from tests.cli_helpers import SMALL_OPTS, run_jsonl
 from tests.conftest import FIXTURES, ROOT
-from tests.export_helpers import hostile_store, read_table, snapshot, sorted_rows
+from tests.export_helpers import broker_rows, hostile_store, read_table, snapshot, sorted_rows
 from tests.test_compressed_bodies import (
     STORE_OPTIONS,
     Case,
@@ -147,6 +148,19 @@ def test_both_engines_write_identical_tables(spark: Any, tmp_path: Path) -> None
     assert not [p for p in (tmp_path / "spark").rglob("*") if p.name.startswith((".", "_S"))]
 
 
+def test_read_store_of_several_stores_has_a_broker_column(spark: Any) -> None:
+    one, two = FIXTURES / "stores" / "clean53", FIXTURES / "stores" / "crash53"
+    df = read_store(spark, f"a={one}", f"b={two}", table="messages")
+    assert df.columns == [*SCHEMAS[Table.MESSAGES].names, "broker"]
+    rows = df.select("broker", "physical_offset").collect()
+    for name, path in (("a", one), ("b", two)):
+        alone = read_store(spark, path, table="messages").select("physical_offset").collect()
+        assert sorted(r.physical_offset for r in rows if r.broker == name) == sorted(
+            r.physical_offset for r in alone
+        )
+        assert alone
+
+
 def test_read_store_returns_the_dataframe(spark: Any) -> None:
     store = FIXTURES / "stores" / "clean53"
     df = read_store(spark, store, table="messages")
@@ -231,6 +245,21 @@ def test_export_on_a_standalone_master_and_worker(tmp_path: Path) -> None:
         assert manifest["tables"]["messages"]["rows"] == len(listed) > 0
         assert read_table(out, Table.MESSAGES).num_rows == len(listed)
         assert "app-" in (tmp_path / "master.log").read_text(errors="replace")  # ran there
+        # A fleet in one job on the same cluster: each broker's rows are its store's own.
+        fleet = {"a": store, "b": FIXTURES / "stores" / "clean49"}
+        assert cmd[4:6] == [str(store), str(out)]
+        cmd[4:6] = [*(f"{name}={path}" for name, path in fleet.items()), "-o", str(tmp_path / "f")]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        manifest = json.loads(done.stdout)
+        assert [s["broker"] for s in manifest["stores"]] == ["a", "b"]
+        for name, path in fleet.items():
+            single = tmp_path / f"single-{name}"
+            options = ExportOptions((Table.MESSAGES,), Engine.ARROW, jobs=1, store=SMALL)
+            export_store(path, single, options)
+            want = sorted_rows(read_table(single, Table.MESSAGES))
+            got = sorted_rows(broker_rows(tmp_path / "f", Table.MESSAGES, name))
+            assert got.equals(want) and want.num_rows > 0, name
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -305,8 +334,8 @@ def test_spark_tasks_write_the_arrow_engines_files_and_leftovers_are_swept(
     (out / "findings" / f".{part_file_name(0, 1)}.dead{TMP_SUFFIX}").write_bytes(b"half")
     ticks: list[tuple[str, int, int]] = []
     with Store.open(store, SMALL) as s:
-        result, master = run_spark(
-            s, out, tuple(Table), "unused", (), lambda *a: ticks.append(a), spark
+        (result,), master = run_spark(
+            [Member(s)], out, tuple(Table), "unused", (), lambda *a: ticks.append(a), spark
         )
     assert master == "local[2]"
     arrow = _files(tmp_path / "arrow")

@@ -1,17 +1,20 @@
-"""``rmqinspect export STORE OUT``: the store's tables as Parquet datasets."""
+"""``rmqinspect export STORE... OUT``: the stores' tables as Parquet datasets (one store, or a
+fleet with a broker partition)."""
 
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from rmqinspect.cli.common import handle_errors
-from rmqinspect.cli.options import StoreArg, open_store, with_store_options
+from rmqinspect.cli.options import open_store, with_store_options
 from rmqinspect.export import Engine, ExportOptions, Table
-from rmqinspect.export.run import DEFAULT_MASTER, chosen_engine, export_opened
+from rmqinspect.export.fleet import fleet_members, split_pair
+from rmqinspect.export.run import DEFAULT_MASTER, chosen_engine, export_members
 from rmqinspect.render.export import ExportFormat, export_progress, render_export
 from rmqinspect.render.output import OutputFormat, resolve_format, warn
 from rmqinspect.store.layout import ALL_PARTS, StorePart
@@ -43,14 +46,25 @@ def _conf(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 @handle_errors
 @with_store_options
 def export(
-    store: StoreArg,
-    out: Annotated[
-        Path,
+    stores: Annotated[
+        list[str],
         typer.Argument(
-            help="New or empty directory for the Parquet datasets (outside STORE).",
+            metavar="STORE... [OUT]",
+            help="Store directories (storePathRootDir), or NAME=STORE pairs; without --out the "
+            "last is OUT. Several stores make one dataset with a broker partition (NAME, else "
+            "the store host address in the records).",
             show_default=False,
         ),
     ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="New or empty directory for the Parquet datasets (outside every STORE).",
+            show_default=False,
+        ),
+    ] = None,
     engine: Annotated[
         Engine,
         typer.Option(
@@ -102,7 +116,15 @@ def export(
     complete). STORE is only read.
 
     Example: rmqinspect export /data/rocketmq/store /tmp/export --engine arrow
+
+    A fleet: rmqinspect export a=/data/broker-a/store b=/data/broker-b/store --out /tmp/fleet
     """
+    if out is None:
+        if len(stores) < 2:
+            raise typer.BadParameter("give STORE and OUT, or --out OUT", param_hint="OUT")
+        *stores, last = stores
+        out = Path(last)
+    pairs = [split_pair(text) for text in stores]
     engine, why = chosen_engine(engine, master)
     if why is not None:
         warn(why)
@@ -119,11 +141,18 @@ def export(
     person = fmt is OutputFormat.TABLE and sys.stdout.isatty()
     # A layout the export cannot read is refused before any work starts; the store stays open
     # across the export, the one store that says whether it looked live.
-    with (
-        open_store(store, store_options, "export", ALL_PARTS | StorePart.EXPORT) as opened,
-        export_progress(person) as reporter,
-    ):
-        manifest = export_opened(opened, out, options, reporter)
+    with ExitStack() as stack:
+        reads = ALL_PARTS | StorePart.EXPORT
+        opened = [
+            (name, stack.enter_context(open_store(path, store_options, "export", reads)))
+            for name, path in pairs
+        ]
+        try:
+            members = fleet_members(opened)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="STORE") from None
+        reporter = stack.enter_context(export_progress(person))
+        manifest = export_members(members, out, options, reporter)
     render_export(manifest, out, fmt)
 
 

@@ -4,10 +4,12 @@ Users who already have a Spark session read a store directly::
 
     from rmqinspect.export import read_store
     df = read_store(spark, "/data/rocketmq/store", table="messages")
+    fleet = read_store(spark, "a=/data/a/store", "b=/data/b/store")  # with a broker column
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import weakref
@@ -34,16 +36,19 @@ _REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def read_store(
-    spark: Any, path: str | os.PathLike[str], table: str = "messages", **options: object
+    spark: Any, *paths: str | os.PathLike[str], table: str = "messages", **options: object
 ) -> Any:
-    """The DataFrame of one table of the store at ``path`` (registers the ``rocketmq-store``
-    source on ``spark``, once). ``options``: the source's options (see :mod:`.source`).
+    """The DataFrame of one table of the store at ``paths`` (registers the ``rocketmq-store``
+    source on ``spark``, once); several paths (STORE or NAME=STORE) make one DataFrame of a
+    fleet, with a ``broker`` column. ``options``: the source's options (see :mod:`.source`).
 
     The source's Python workers must import rmqinspect: where neither ``PYSPARK_PYTHON`` nor
     ``spark.pyspark.python`` names their interpreter, pyspark starts ``python3`` from PATH
     (outside a virtualenv not activated), so this interpreter is named instead."""
-    from rmqinspect.export.source import SOURCE_NAME, StoreDataSource
+    from rmqinspect.export.source import SOURCE_NAME, STORES_OPTION, StoreDataSource
 
+    if not paths:
+        raise TypeError("read_store() needs a store path")
     if spark not in _REGISTERED:
         _name_worker_python(spark.sparkContext)
         spark.dataSource.register(StoreDataSource)
@@ -51,7 +56,9 @@ def read_store(
     reader = spark.read.format(SOURCE_NAME).option("table", table)
     for key, value in options.items():
         reader = reader.option(key, str(value))
-    return reader.load(str(path))
+    if len(paths) > 1:
+        return reader.option(STORES_OPTION, json.dumps([os.fspath(p) for p in paths])).load()
+    return reader.load(os.fspath(paths[0]))
 
 
 def _name_worker_python(sc: Any) -> None:

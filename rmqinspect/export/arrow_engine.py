@@ -1,7 +1,8 @@
 """``--engine arrow``: the planned parts run in a local process pool, each task writing its own
-Parquet files with pyarrow; no JVM. The restart emulation and the planning of the commitlog
-ranges run as the first tasks, alongside the queue, index and hashing tasks; the ranges follow
-once both have answered. ``verify`` (the ``findings`` table) runs its work units in the same pool.
+Parquet files with pyarrow; no JVM. The restart emulation runs as the first task, alongside the
+queue, index and hashing tasks; the commitlog ranges (planned from the files' lengths, each task
+finding its own bounds) follow once it has answered. ``verify`` (the ``findings`` table) runs
+its work units in the same pool.
 """
 
 from __future__ import annotations
@@ -18,21 +19,23 @@ from typing import Any
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
 from rmqinspect.errors import LiveStoreWarning
 from rmqinspect.export.findings import pool_mapper, write_findings
-from rmqinspect.export.plan import Part, StoreRef
+from rmqinspect.export.plan import CommitlogRange, Part, StoreRef
 from rmqinspect.export.progress import FileTally, Reporter
 from rmqinspect.export.schema import Table
 from rmqinspect.export.tasks import (
     EngineResult,
+    Member,
     PartResult,
     finish_tables,
+    first_chunks,
+    plan_file,
     plan_parts,
-    plan_ranges_of,
+    plan_ranges,
     predict_restart,
     range_keeps,
     run_part,
 )
 from rmqinspect.render.output import warn
-from rmqinspect.store.model import Store
 
 
 def _worker_context() -> multiprocessing.context.BaseContext:
@@ -60,59 +63,98 @@ def _show_warning(message: Warning | str, *args: object, **kwargs: object) -> No
 
 
 def run_arrow(
-    store: Store, out: Path, tables: Sequence[Table], jobs: int | None, reporter: Reporter
-) -> EngineResult:
-    ref = StoreRef.of(store)
+    members: Sequence[Member],
+    out: Path,
+    tables: Sequence[Table],
+    jobs: int | None,
+    reporter: Reporter,
+) -> list[EngineResult]:
+    """Every store's parts in one pool; a result per store, in ``members``' order."""
     wanted = tuple(tables)
-    parts = plan_parts(store, wanted)
-    finished: list[PartResult] = []
+    refs = [StoreRef.of(m.store) for m in members]
     workers = jobs or os.cpu_count() or 1
     context = _worker_context()
     # Futures report themselves here when done: the loop takes them one by one, so each costs
     # the same however many are running (waiting on the whole set each time was quadratic in
     # the parts: 100,000 queues made minutes of it).
     done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
+    finished: list[list[PartResult]] = [[] for _ in members]
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker)
     with pool, ThreadPoolExecutor(1) as side:
-        running: dict[Future[PartResult], Part] = {}
+        running: dict[Future[PartResult], tuple[int, Part]] = {}
 
-        def start(part: Part, own: RestartKeeps | None) -> None:
-            future = pool.submit(run_part, ref, str(out), part, wanted, own)
-            running[future] = part
+        def start(i: int, part: Part, own: RestartKeeps | None) -> None:
+            m = members[i]
+            future = pool.submit(run_part, refs[i], str(out), part, wanted, own, "", m.prefix)
+            running[future] = (i, part)
             future.add_done_callback(done.put)
 
-        # The restart emulation, the planning of the commitlog ranges and the parts that need
-        # no plan go first, in that order: the ranges wait for the first two.
-        keeps: Future[RestartKeeps] | None = None
+        def submit(fn: Any, *args: Any) -> Future[Any]:
+            future = pool.submit(fn, *args)
+            future.add_done_callback(done.put)
+            return future
+
+        # The driver plans from file lengths and queue bounds only. The restart emulations and
+        # the planning of each commitlog file (a walk of its headers) go first, then the parts
+        # that need neither; a file's ranges start once its plan and its store's prediction
+        # are both in.
+        chunks = [plan_ranges(m.store, wanted) for m in members]
+        keeps: dict[Future[RestartKeeps], int] = {}
         if Table.MESSAGES in wanted:
-            keeps = pool.submit(predict_restart, ref)
-            keeps.add_done_callback(done.put)
-        planned = pool.submit(plan_ranges_of, ref, wanted)
-        for p in parts:
-            start(p, None)
-        findings: Future[PartResult] | None = None
+            keeps = {submit(predict_restart, ref): i for i, ref in enumerate(refs)}
+        predictions: dict[int, RestartKeeps | None] = {
+            i: None for i in range(len(members)) if Table.MESSAGES not in wanted
+        }
+        plans = {
+            submit(plan_file, refs[i], c): (i, c)
+            for i, cs in enumerate(chunks)
+            for c in first_chunks(cs)
+        }
+        waiting: dict[int, list[CommitlogRange]] = {i: [] for i in range(len(members))}
+        parts = [plan_parts(m.store, wanted) for m in members]
+        for i, ps in enumerate(parts):
+            for p in ps:
+                start(i, p, None)
+        findings: list[Future[PartResult]] = []
         if Table.FINDINGS in wanted:
             # verify runs its work units in the same pool, from a thread of its own.
-            mapper = pool_mapper(pool, store, workers)
-            findings = side.submit(write_findings, store, out, mapper)
-        ranges = planned.result()
-        tally = FileTally([*ranges, *parts])
-        reporter.planned(tally.nbytes, tally.files)
-        if keeps is None:  # message_copies alone: its rows need no restart prediction
-            for r in ranges:
-                start(r, None)
-        while running or keeps is not None:
+            for m in members:
+                mapper = pool_mapper(pool, m.store, workers)
+                findings.append(side.submit(write_findings, m.store, out, mapper, m.prefix))
+        # A tally per store: two brokers' stores hold files of the same names.
+        tallies = [FileTally([*cs, *ps]) for cs, ps in zip(chunks, parts, strict=True)]
+        reporter.planned(sum(t.nbytes for t in tallies), sum(t.files for t in tallies))
+
+        def release(i: int) -> None:
+            """Start store ``i``'s planned ranges, once its prediction is in."""
+            if i in predictions:
+                prediction = predictions[i]
+                for r in waiting[i]:
+                    own = (
+                        None if prediction is None else range_keeps(members[i].store, r, prediction)
+                    )
+                    start(i, r, own)
+                waiting[i] = []
+
+        while running or keeps or plans:
             future = done.get()
-            if future is keeps:
-                prediction = keeps.result()
-                keeps = None
-                for r in ranges:
-                    start(r, range_keeps(store, r, prediction))
+            if future in keeps:
+                i = keeps.pop(future)
+                predictions[i] = future.result()
+                release(i)
                 continue
-            part = running.pop(future)
-            finished.append(future.result())
-            reporter.advanced(part.nbytes, tally.finished(part))
-        if findings is not None:
-            finished.append(findings.result())
-    finish_tables(out, wanted)
-    return EngineResult.of(wanted, finished)
+            if future in plans:
+                i, first = plans.pop(future)
+                ranges = future.result()
+                tallies[i].expect(first.source, len(ranges))
+                waiting[i] += ranges
+                release(i)
+                continue
+            i, part = running.pop(future)
+            finished[i].append(future.result())
+            reporter.advanced(part.nbytes, tallies[i].finished(part))
+        for i, f in enumerate(findings):
+            finished[i].append(f.result())
+    for m in members:
+        finish_tables(out, wanted, m.prefix)
+    return [EngineResult.of(wanted, results) for results in finished]

@@ -21,13 +21,13 @@ from rmqinspect.store.model import Store
 OPTIONS = VerifyOptions()  # verify's defaults, as `rmqinspect verify` without options
 
 
-def write_findings(store: Store, out: Path, mapper: Mapper) -> PartResult:
+def write_findings(store: Store, out: Path, mapper: Mapper, prefix: str = "") -> PartResult:
     """Verify ``store`` with ``mapper`` running the work units and write ``out/findings``
-    (verify lists at most a thousand findings per check and file, and counts the rest: see
-    ``verify``)."""
+    (under ``prefix``, the store's directory in a fleet export; verify lists at most a
+    thousand findings per check and file, and counts the rest: see ``verify``)."""
     with Verifier(store, OPTIONS, mapper=mapper) as verifier:
         report = verifier.run()
-    writer = TableWriter(out / Table.FINDINGS.value, Table.FINDINGS, 0)
+    writer = TableWriter(out / Table.FINDINGS.value / prefix, Table.FINDINGS, 0)
     writer.write(findings_batch(report.findings))
     rows = writer.close()
     files = [p.relative_to(out).as_posix() for p in writer.files]

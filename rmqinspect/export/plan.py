@@ -9,8 +9,9 @@ the store from a :class:`StoreRef`.
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -149,9 +150,6 @@ class FileGroup:
     source: str = ""  # hashing reads files the other parts count already
 
 
-Part = CommitlogRange | QueueSlice | IndexSlice | OffsetsPart | FileGroup | TimersPart
-
-
 def commitlog_file(store: Store, name: str) -> StoreFile:
     for f in store.commitlog.files:
         if f.name == name:
@@ -159,34 +157,99 @@ def commitlog_file(store: Store, name: str) -> StoreFile:
     raise FileNotFoundError(f"commitlog file {name} is gone from {store.commitlog.directory}")
 
 
+def file_ranges(
+    store: Store, f: StoreFile, split_bytes: int, directory: str
+) -> Generator[CommitlogRange]:
+    """The ranges of about ``split_bytes`` of one file (numbered from 0 in the file), cut at
+    record boundaries the scan reaches (its runs are read without decoding), so every range
+    reads what a scan of the whole file reads there. A range is yielded as soon as the walk
+    finds where the next one starts: a reader of the k-th range walks the headers up to its
+    end only. In a DLedger store the cuts are records inside entries: a range starts at its
+    first record's entry."""
+    if not f.length:
+        return
+    begin, walk_from = 0, 0
+    damage: int | None = None  # the first damage the scan meets in the file
+    number = 0
+    for run in record_runs(store, f, 0, f.length, decode=False):
+        if damage is None:
+            damage = run.damage_at
+        positions = run.positions
+        while len(positions):
+            i = int(np.searchsorted(positions, begin + split_bytes))
+            if i >= len(positions):
+                break
+            cut = int(positions[i])
+            yield CommitlogRange(number, f.name, begin, cut, directory, walk_from)
+            number += 1
+            begin, walk_from = cut, cut if damage is None else damage
+            positions = positions[i + 1 :]
+    yield CommitlogRange(number, f.name, begin, f.length, directory, walk_from)
+
+
 def plan_commitlog(store: Store, split_bytes: int = SPLIT_BYTES) -> list[CommitlogRange]:
-    """Ranges of about ``split_bytes``, cut at record boundaries the scan reaches (its runs are
-    read without decoding), so every range reads what a scan of the whole file reads there. In
-    a DLedger store the cuts are records inside entries: a range starts at its first record's
-    entry."""
-    ranges: list[CommitlogRange] = []
-    directory = store.commitlog.directory.relative_to(store.root).as_posix()
+    """Every file's :func:`file_ranges`, numbered across the store (a whole walk of the
+    commitlog: the engines plan :class:`CommitlogChunk` parts instead, which read nothing)."""
+    directory = _directory(store)
+    ranges = [
+        r for f in store.commitlog.files for r in file_ranges(store, f, split_bytes, directory)
+    ]
+    return [replace(r, number=i) for i, r in enumerate(ranges)]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitlogChunk:
+    """The ``index``-th :func:`file_ranges` range of one commitlog file, planned from the
+    file's length alone: the task that reads it finds its bounds (:func:`resolve_chunk`) by
+    walking the file's record headers up to it, so no walk of the store precedes the tasks.
+    Ranges start at least ``split_bytes`` apart, so a file has at most ``ceil(length /
+    split_bytes)`` of them; a chunk past the file's last range reads nothing."""
+
+    number: int
+    file: str
+    index: int
+    split_bytes: int
+    length: int  # the file's
+    directory: str = "commitlog"
+
+    @property
+    def nbytes(self) -> int:  # about: the range's own bounds are known to its task only
+        return max(0, min(self.split_bytes, self.length - self.index * self.split_bytes))
+
+    @property
+    def source(self) -> str:
+        return f"{self.directory}/{self.file}"
+
+
+Part = (
+    CommitlogRange | CommitlogChunk | QueueSlice | IndexSlice | OffsetsPart | FileGroup | TimersPart
+)
+
+
+def plan_chunks(store: Store, split_bytes: int = SPLIT_BYTES) -> list[CommitlogChunk]:
+    """The commitlog's parts, from the files' lengths: nothing of the commitlog is read."""
+    directory = _directory(store)
+    chunks: list[CommitlogChunk] = []
     for f in store.commitlog.files:
-        if not f.length:
-            continue
-        cuts = [0]
-        damage: int | None = None  # the first damage the scan meets in the file
-        walk_from = [0]
-        for run in record_runs(store, f, 0, f.length, decode=False):
-            if damage is None:
-                damage = run.damage_at
-            positions = run.positions
-            while len(positions):
-                i = int(np.searchsorted(positions, cuts[-1] + split_bytes))
-                if i >= len(positions):
-                    break
-                cuts.append(int(positions[i]))
-                walk_from.append(cuts[-1] if damage is None else damage)
-                positions = positions[i + 1 :]
-        ends = [*cuts[1:], f.length]
-        for begin, end, start in zip(cuts, ends, walk_from, strict=True):
-            ranges.append(CommitlogRange(len(ranges), f.name, begin, end, directory, start))
-    return ranges
+        for index in range(-(-f.length // split_bytes)):
+            chunk = CommitlogChunk(len(chunks), f.name, index, split_bytes, f.length, directory)
+            chunks.append(chunk)
+    return chunks
+
+
+def resolve_chunk(store: Store, chunk: CommitlogChunk) -> CommitlogRange | None:
+    """The range ``chunk`` stands for (numbered as the chunk), or None past the file's last."""
+    f = commitlog_file(store, chunk.file)
+    ranges = file_ranges(store, f, chunk.split_bytes, chunk.directory)
+    try:
+        found = next(itertools.islice(ranges, chunk.index, None), None)
+    finally:
+        ranges.close()  # the walk's pages are released now, not when collected
+    return None if found is None else replace(found, number=chunk.number)
+
+
+def _directory(store: Store) -> str:
+    return store.commitlog.directory.relative_to(store.root).as_posix()
 
 
 def plan_queues(

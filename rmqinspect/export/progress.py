@@ -32,6 +32,11 @@ class FileTally:
         self.files = len(self._left)
         self.nbytes = sum(p.nbytes for p in parts)
 
+    def expect(self, source: str, parts: int) -> None:
+        """``source`` is read by ``parts`` parts (at least one), not as many as planned (a
+        commitlog file planned in chunks from its length turned out to hold fewer ranges)."""
+        self._left[source] = parts
+
     def finished(self, part: Part) -> int:
         """Files completed by ``part`` (0 or 1)."""
         if not part.source:

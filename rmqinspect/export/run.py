@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -22,7 +23,7 @@ from rmqinspect.errors import StoreError
 from rmqinspect.export.arrow_engine import run_arrow
 from rmqinspect.export.plan import source_files
 from rmqinspect.export.progress import Reporter
-from rmqinspect.export.schema import PARTITION_COLUMN, Table
+from rmqinspect.export.schema import BROKER_PARTITION, PARTITION_COLUMN, Table
 from rmqinspect.export.spark_engine import (
     MIN_JAVA,
     SUBMITTED,
@@ -31,6 +32,7 @@ from rmqinspect.export.spark_engine import (
     require_master,
     run_spark,
 )
+from rmqinspect.export.tasks import EngineResult, Member
 from rmqinspect.render.output import json_text
 from rmqinspect.render.stats import stats_json
 from rmqinspect.store.model import Store, StoreOptions
@@ -107,47 +109,99 @@ def export_opened(
     """:func:`export_store` of a store already open (with ``options.store``), which the caller
     closes: the command keeps the store it checked open across the export, so that one store,
     the one open across every read, says whether it looked live."""
+    return export_members([Member(store)], out, options, reporter, spark)
+
+
+def export_members(
+    members: Sequence[Member],
+    out: Path,
+    options: ExportOptions,
+    reporter: Reporter | None = None,
+    spark: Any = None,
+) -> dict[str, Any]:
+    """Export the stores of ``members`` (open, closed by the caller) into one dataset under
+    ``out``: one store as :func:`export_opened`, several (each with a broker name) as a fleet,
+    every store's parts in one pool or one Spark job per stage."""
     engine = chosen_engine(options.engine, options.master)[0]
     report = reporter or Reporter()
     started = _now()
     if engine is Engine.SPARK and spark is None and SUBMITTED not in os.environ:
         require_java()  # before OUT is touched
         require_master(options.master)
-    prepare_output_dir(
+    fleet = len(members) > 1 or members[0].broker is not None
+    prepare_output_dir(  # OUT is neither any store nor inside one, nor holds one
         out,
         "OUT",
-        store.root,
+        members[0].store.root,
         removable=earlier_export if options.overwrite else None,
         hint=" (--overwrite replaces an earlier export there)",
+        also=[m.store.root for m in members[1:]],
     )
-    before = dict(_stat_files(store.root))
-    profile = store.profile
+    before = [dict(_stat_files(m.store.root)) for m in members]
     if engine is Engine.ARROW:
-        result, master = run_arrow(store, out, options.tables, options.jobs, report), None
+        results, master = run_arrow(members, out, options.tables, options.jobs, report), None
     else:
-        result, master = run_spark(
-            store, out, options.tables, options.master, options.conf, report.tasks, spark
+        results, master = run_spark(
+            members, out, options.tables, options.master, options.conf, report.tasks, spark
         )
-    rows, hashes = result.rows, result.hashes
-    # `stats`'s numbers, by its own function: the manifest says what the tables hold.
-    stats = stats_json(store_stats(store))
-    after = dict(_stat_files(store.root))
-    manifest = {
+    stores = [
+        _store_entry(m, result, earlier, options.tables)
+        for m, result, earlier in zip(members, results, before, strict=True)
+    ]
+    totals = {t: sum(r.rows[t] for r in results) for t in options.tables}
+    manifest: dict[str, Any] = {
         "schema_version": MANIFEST_VERSION,
         "tool": {"name": TOOL_NAME, "version": __version__},
+    }
+    if not fleet:
+        manifest |= {k: stores[0][k] for k in ("store", "profile")}
+    manifest |= {
+        "engine": engine.value,
+        "master": master,
+        "tables": {
+            t.value: {
+                "rows": totals[t],
+                "path": t.value,
+                "partitioned_by": PARTITION_COLUMN[t],
+            }
+            for t in options.tables
+        },
+    }
+    if fleet:
+        # Every table's first partition level: the store's broker name.
+        manifest |= {"broker_partition": BROKER_PARTITION, "stores": stores}
+    else:
+        manifest |= {k: stores[0][k] for k in ("stats", "source_files", "changed_during_export")}
+    manifest |= {"start_time": started, "end_time": _now()}
+    write_manifest(out, manifest)
+    return manifest
+
+
+def _store_entry(
+    member: Member,
+    result: EngineResult,
+    before: dict[str, tuple[int, int]],
+    tables: Sequence[Table],
+) -> dict[str, Any]:
+    """What the manifest says of one store: the single-store manifest's fields, and in a
+    fleet export its broker name, directory and rows."""
+    store = member.store
+    profile = store.profile
+    after = dict(_stat_files(store.root))
+    entry: dict[str, Any] = {}
+    if member.broker is not None:
+        entry["broker"] = member.broker
+        entry["directory"] = member.prefix
+    entry |= {
         "store": str(store.root.resolve()),
         "profile": {
             "version": profile.profile.value,
             "explicit": profile.explicit,
             "reasons": list(profile.reasons),
         },
-        "engine": engine.value,
-        "master": master,
-        "tables": {
-            t.value: {"rows": rows[t], "path": t.value, "partitioned_by": PARTITION_COLUMN[t]}
-            for t in options.tables
-        },
-        "stats": stats,
+        "rows": {t.value: result.rows[t] for t in tables},
+        # `stats`'s numbers, by its own function: the manifest says what the tables hold.
+        "stats": stats_json(store_stats(store)),
         "source_files": [
             {
                 "path": path,
@@ -156,18 +210,15 @@ def export_opened(
                 "mtime_ns": mtime,
                 "crc32c": f"{crc:08x}",
             }
-            for path, size, mtime, crc in hashes
+            for path, size, mtime, crc in result.hashes
         ],
         # Files that changed while the export read them (a live broker?): the export is not a
         # consistent copy of them.
         "changed_during_export": sorted(
             p for p in before.keys() | after.keys() if before.get(p) != after.get(p)
         ),
-        "start_time": started,
-        "end_time": _now(),
     }
-    write_manifest(out, manifest)
-    return manifest
+    return entry
 
 
 # A manifest lists a few tables and every source file: far below this even for a large fleet.

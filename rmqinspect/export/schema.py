@@ -218,6 +218,8 @@ SCHEMAS: dict[Table, pa.Schema] = {
     Table.TIMERS: TIMERS,
 }
 
+# A fleet export's first partition level, in every table: the store's broker name.
+BROKER_PARTITION = "broker"
 PARTITION_COLUMN: dict[Table, str | None] = {t: None for t in Table} | {
     Table.MESSAGES: TOPIC_PARTITION
 }

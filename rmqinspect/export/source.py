@@ -1,10 +1,14 @@
 """The Spark 4 Python Data Source ``rocketmq-store``: a store directory read as a DataFrame.
 
-``spark.read.format("rocketmq-store").option("table", "messages").load(STORE)``. The driver
-plans the partitions (the same parts the arrow engine runs: commitlog ranges at record
-boundaries, queue and index slices) and, for ``messages``, runs the restart emulation once;
-executors reopen the store from the pickled :class:`StoreRef` and yield the table builders'
-Arrow batches, cast to the Arrow types Spark expects (timestamps in microseconds).
+``spark.read.format("rocketmq-store").option("table", "messages").load(STORE)``; a fleet:
+``.option("stores", '["a=/data/a/store", "/data/b/store"]').load()`` (a JSON list of STORE or
+NAME=STORE), one DataFrame of every store's rows with a ``broker`` column (NAME, else the store
+host address in the records, as the export names them). The driver plans the partitions (the
+parts the arrow engine runs: commitlog chunks planned from file lengths, each task finding its
+range's record boundaries by walking its file's headers up to it; queue and index slices) and,
+for ``messages``, runs each store's restart emulation; executors reopen the store from the
+pickled :class:`StoreRef` and yield the table builders' Arrow batches, cast to the Arrow
+types Spark expects (timestamps in microseconds).
 
 Options: ``table`` (default ``messages``), the store settings ``profile``,
 ``commitlog_file_size``, ``cq_file_size``, ``index_slots``, ``index_entries``, and
@@ -13,8 +17,11 @@ Options: ``table`` (default ``messages``), the store settings ``profile``,
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -25,24 +32,30 @@ from pyspark.sql.types import StructType
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
 from rmqinspect.analysis.verify import Finding, verify_store
 from rmqinspect.export.findings import OPTIONS as FINDINGS_OPTIONS
+from rmqinspect.export.fleet import fleet_members, split_pair
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
-    CommitlogRange,
+    CommitlogChunk,
     OffsetsPart,
     Part,
     StoreRef,
 )
-from rmqinspect.export.schema import SCHEMAS, Table
+from rmqinspect.export.schema import BROKER_PARTITION, SCHEMAS, Table
 from rmqinspect.export.tables import findings_batch, read_part
-from rmqinspect.export.tasks import plan_parts, plan_ranges, range_keeps
+from rmqinspect.export.tasks import Member, plan_parts, plan_ranges, range_keeps
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.model import Store, StoreOptions
 
 SOURCE_NAME = "rocketmq-store"  # no built-in or common JVM source uses it
+STORES_OPTION = "stores"  # a fleet: a JSON list of STORE or NAME=STORE
 
 
-def spark_schema(table: str) -> StructType:
-    return from_arrow_schema(SCHEMAS[Table(table)])
+def spark_schema(table: str, fleet: bool = False) -> StructType:
+    """The table's columns; in a fleet, then ``broker``."""
+    schema = SCHEMAS[Table(table)]
+    if fleet:
+        schema = schema.append(pa.field(BROKER_PARTITION, pa.string(), nullable=False))
+    return from_arrow_schema(schema)
 
 
 class StorePartition(InputPartition):
@@ -56,8 +69,10 @@ class StorePartition(InputPartition):
         part: Part,
         keeps: RestartKeeps | None,
         findings: list[Finding] | None = None,
+        broker: str | None = None,
     ):
         super().__init__(part.number)
+        self.broker = broker  # in a fleet, the store's name (its rows' ``broker``)
         self.ref = ref
         self.table = table
         self.part = part
@@ -71,7 +86,7 @@ class StoreDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        return spark_schema(self._table())
+        return spark_schema(self._table(), STORES_OPTION in self.options)
 
     def reader(self, schema: StructType) -> StoreReader:
         return StoreReader(dict(self.options), self._table())
@@ -90,33 +105,57 @@ class StoreReader(DataSourceReader):
         self.table = table
 
     def partitions(self) -> Sequence[InputPartition]:
-        path = self.options.get("path")
-        if not path:
+        if STORES_OPTION in self.options:
+            paths = [str(p) for p in json.loads(self.options[STORES_OPTION])]
+        elif self.options.get("path"):
+            paths = [str(self.options["path"])]
+        else:
             raise ValueError("give the store directory: .load(STORE)")
-        with Store.open(path, store_options(self.options)) as store:
-            ref = StoreRef.of(store)
-            if self.table == Table.FINDINGS:
-                # verify's cross-checks need the whole store: it runs here, in worker processes.
-                report = verify_store(store, FINDINGS_OPTIONS, os.cpu_count() or 1)
-                return [StorePartition(ref, self.table, OffsetsPart(), None, report.findings)]
-            keeps = predict_keeps(store, per_range=True) if self.table == Table.MESSAGES else None
-            parts = _plan(store, self.table, int(self.options.get("split_bytes", SPLIT_BYTES)))
-            out = []
-            for part in parts:
-                own = keeps
-                if keeps is not None and isinstance(part, CommitlogRange):
-                    own = range_keeps(store, part, keeps)
-                out.append(StorePartition(ref, self.table, part, own))
+        fleet = STORES_OPTION in self.options
+        out: list[InputPartition] = []
+        with ExitStack() as stack:
+            opened = []
+            for text in paths:
+                name, path = split_pair(text) if fleet else (None, Path(text))
+                opened.append(
+                    (name, stack.enter_context(Store.open(path, store_options(self.options))))
+                )
+            members = fleet_members(opened) if fleet else [Member(opened[0][1])]
+            for m in members:
+                out += self._store_partitions(m)
         # Spark needs at least one partition; an empty part yields no rows.
-        return out or [StorePartition(ref, self.table, OffsetsPart(), None)]
+        return out or [
+            StorePartition(StoreRef.of(members[0].store), self.table, OffsetsPart(), None)
+        ]
+
+    def _store_partitions(self, member: Member) -> list[InputPartition]:
+        store, broker = member.store, member.broker
+        ref = StoreRef.of(store)
+        if self.table == Table.FINDINGS:
+            # verify's cross-checks need the whole store: it runs here, in worker processes.
+            report = verify_store(store, FINDINGS_OPTIONS, os.cpu_count() or 1)
+            return [StorePartition(ref, self.table, OffsetsPart(), None, report.findings, broker)]
+        keeps = predict_keeps(store, per_range=True) if self.table == Table.MESSAGES else None
+        parts = _plan(store, self.table, int(self.options.get("split_bytes", SPLIT_BYTES)))
+        out: list[InputPartition] = []
+        for part in parts:
+            own = keeps
+            if keeps is not None and isinstance(part, CommitlogChunk):
+                own = range_keeps(store, part, keeps)
+            out.append(StorePartition(ref, self.table, part, own, None, broker))
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StorePartition)
-        target = to_arrow_schema(spark_schema(partition.table), timezone="UTC")
+        fleet = partition.broker is not None
+        target = to_arrow_schema(spark_schema(partition.table, fleet), timezone="UTC")
         with partition.ref.open() as store:
             for batch in _batches(store, partition):
+                columns = batch.columns
+                if fleet:
+                    columns = [*columns, pa.array([partition.broker] * batch.num_rows, pa.string())]
                 yield pa.RecordBatch.from_arrays(
-                    [c.cast(f.type) for c, f in zip(batch.columns, target, strict=True)],
+                    [c.cast(f.type) for c, f in zip(columns, target, strict=True)],
                     schema=target,
                 )
 

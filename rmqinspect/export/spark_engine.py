@@ -19,9 +19,9 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,15 @@ from rmqinspect.analysis.recovery.keeps import RestartKeeps
 from rmqinspect.errors import StoreError
 from rmqinspect.export.class_archive import archive_options, archive_path, keep_at_exit
 from rmqinspect.export.findings import spark_mapper, write_findings
-from rmqinspect.export.plan import Part, StoreRef
+from rmqinspect.export.plan import CommitlogChunk, CommitlogRange, Part, StoreRef
 from rmqinspect.export.schema import Table
 from rmqinspect.export.tasks import (
     EngineResult,
+    Member,
     PartResult,
     finish_tables,
+    first_chunks,
+    plan_file,
     plan_parts,
     plan_ranges,
     predict_restart,
@@ -42,7 +45,6 @@ from rmqinspect.export.tasks import (
     run_part,
     sweep,
 )
-from rmqinspect.store.model import Store
 
 MIN_JAVA = 17
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only, on stderr
@@ -255,90 +257,150 @@ def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
         yield SparkSession.builder.getOrCreate()
 
 
-Item = tuple[Part, RestartKeeps | None]  # a part and its cut of the restart prediction
+Item = tuple[int, Part, RestartKeeps | None]  # a store, its part, its cut of the prediction
+Prepared = tuple[int, RestartKeeps | list[CommitlogRange]]  # a store's prediction, or a plan
 
 
 def run_spark(
-    store: Store,
+    members: Sequence[Member],
     out: Path,
     tables: Sequence[Table],
     master: str,
     conf: Sequence[tuple[str, str]],
     tick: Tick,
     session: Any = None,
-) -> tuple[EngineResult, str]:
-    """Export ``store`` into ``out`` with Spark tasks that each run :func:`run_part` (the arrow
-    engine's task) on one planned part; returns the result and the master the jobs ran on.
+) -> tuple[list[EngineResult], str]:
+    """Export the stores of ``members`` into ``out`` with Spark tasks that each run
+    :func:`run_part` (the arrow engine's task) on one planned part of one store; returns a
+    result per store and the master the jobs ran on.
 
     Without ``session`` (a SparkSession or SparkContext to use) a context is started on
-    ``master`` (and stopped at the end) in the background while this process plans the parts.
-    As in the arrow engine, the parts that need no restart prediction run first, in a job of
-    their own as soon as the context is up (it also starts the Python workers), while the
-    prediction runs in the background; the commitlog ranges follow in a second job.
+    ``master`` (and stopped at the end) in the background while this process plans the parts
+    (from file lengths and queue bounds: it reads no commitlog). As in the arrow engine, the
+    parts that need no restart prediction run first, in a job of their own as soon as the
+    context is up (it also starts the Python workers). Every store's restart emulation and the
+    planning of every commitlog file (a walk of its headers) are the tasks of another job, so
+    the executors do both; every store's commitlog ranges follow in a third.
     """
-    ref = StoreRef.of(store)
+    refs = [StoreRef.of(m.store) for m in members]
     wanted = tuple(tables)
-    task = _ExportTask(ref, str(out), wanted, uuid.uuid4().hex)
+    task = _ExportTask(tuple(refs), tuple(m.prefix for m in members), str(out), wanted)
     # The pool's exit waits for a start or a job still running when something fails.
     with spark_errors(), ExitStack() as stack, ThreadPoolExecutor(4) as background:
         started = None
         if session is None:
             started = background.submit(stack.enter_context, spark_context(master, conf))
-        predicted = None
-        if Table.MESSAGES in wanted:
-            predicted = background.submit(predict_restart, ref)
 
         def spark() -> Any:
             """The SparkContext, once it is up."""
             given = getattr(session, "sparkContext", session)
             return given if started is None else started.result()
 
-        side: list[Item] = [(p, None) for p in plan_parts(store, wanted)]
+        firsts = [
+            (i, c)
+            for i, m in enumerate(members)
+            for c in first_chunks(plan_ranges(m.store, wanted))
+        ]
+        asks: list[tuple[int, CommitlogChunk | None]] = list(firsts)
+        if Table.MESSAGES in wanted:
+            asks = [(i, None) for i in range(len(members))] + asks
+        prepared = background.submit(lambda: _prepare(spark(), tuple(refs), asks))
+        side: list[Item] = [
+            (i, p, None) for i, m in enumerate(members) for p in plan_parts(m.store, wanted)
+        ]
         side_job = background.submit(lambda: _run_job(spark(), task, side))
-        findings = None
+
+        def verify(m: Member) -> PartResult:
+            return write_findings(m.store, out, spark_mapper(spark(), m.store), m.prefix)
+
+        findings: list[tuple[int, Future[PartResult]]] = []
         if Table.FINDINGS in wanted:  # verify, its work units as jobs of their own
-            findings = background.submit(
-                lambda: write_findings(store, out, spark_mapper(spark(), store))
-            )
-        ranges = plan_ranges(store, wanted)
-        prediction = None if predicted is None else predicted.result()
+            findings = [(i, background.submit(verify, m)) for i, m in enumerate(members)]
+        predictions: dict[int, RestartKeeps] = {}
+        planned: list[tuple[int, CommitlogRange]] = []
+        for i, answer in prepared.result():
+            if isinstance(answer, RestartKeeps):
+                predictions[i] = answer
+            else:
+                planned += [(i, r) for r in answer]
         items: list[Item] = [
-            (r, None if prediction is None else range_keeps(store, r, prediction)) for r in ranges
+            (i, r, range_keeps(members[i].store, r, predictions[i]) if predictions else None)
+            for i, r in planned
         ]
         with _watch(spark(), tick):
             results = _run_job(spark(), task, items) + side_job.result()
-            if findings is not None:
-                results.append(findings.result())
+            for i, f in findings:
+                results.append((i, f.result()))
         master_url = str(spark().master)
-    sweep(out, wanted, (f for r in results for f in r.files))
-    finish_tables(out, wanted)
-    return EngineResult.of(wanted, results), master_url
+    sweep(out, wanted, (f for _, r in results for f in r.files))
+    for m in members:
+        finish_tables(out, wanted, m.prefix)
+    per_store: list[list[PartResult]] = [[] for _ in members]
+    for i, r in results:
+        per_store[i].append(r)
+    return [EngineResult.of(wanted, rs) for rs in per_store], master_url
+
+
+@dataclass(frozen=True)
+class _Prepare:
+    """What a task of the preparing job runs: a store's restart emulation (no chunk) or the
+    planning of one commitlog file (its first chunk)."""
+
+    refs: tuple[StoreRef, ...]
+
+    def __call__(self, ask: tuple[int, CommitlogChunk | None]) -> Prepared:
+        i, first = ask
+        if first is None:
+            return i, predict_restart(self.refs[i])
+        return i, plan_file(self.refs[i], first)
+
+
+def _prepare(
+    sc: Any, refs: tuple[StoreRef, ...], asks: Sequence[tuple[int, CommitlogChunk | None]]
+) -> list[Prepared]:
+    """One job, a task per ask: the emulations first (the longest tasks)."""
+    if not asks:
+        return []
+    sc.setJobGroup(JOB_GROUP, "rmqinspect export")
+    try:
+        prepared: list[Prepared] = sc.parallelize(asks, len(asks)).map(_Prepare(refs)).collect()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    return prepared
 
 
 @dataclass(frozen=True)
 class _ExportTask:
     """The function a Spark task runs on its one part (pickled with what it needs)."""
 
-    ref: StoreRef
+    refs: tuple[StoreRef, ...]
+    prefixes: tuple[str, ...]  # each store's directory in the tables' (Member.prefix)
     out: str
     tables: tuple[Table, ...]
-    export: str  # unique per export: the session's Python workers outlive it
+    # unique per export: the session's Python workers outlive it
+    export: str = field(default_factory=lambda: uuid.uuid4().hex)
 
-    def __call__(self, item: Item) -> PartResult:
-        part, keeps = item
-        return run_part(self.ref, self.out, part, self.tables, keeps, self.export)
+    def __call__(self, item: Item) -> tuple[int, PartResult]:
+        i, part, keeps = item
+        result = run_part(
+            self.refs[i], self.out, part, self.tables, keeps, self.export, self.prefixes[i]
+        )
+        return i, result
 
 
-def _run_job(sc: Any, task: _ExportTask, items: Sequence[Item]) -> list[PartResult]:
+def _run_job(sc: Any, task: _ExportTask, items: Sequence[Item]) -> list[tuple[int, PartResult]]:
     """One Spark job, one task per item, the largest parts first (so the job does not end
     waiting on one long task), in the export's job group (for :func:`_watch`)."""
     if not items:
         return []
-    ordered = sorted(items, key=lambda item: -item[0].nbytes)
+    ordered = sorted(items, key=lambda item: -item[1].nbytes)
     sc.setJobGroup(JOB_GROUP, "rmqinspect export")
     try:
         # As many partitions as items: parallelize slices them one item per partition.
-        results: list[PartResult] = sc.parallelize(ordered, len(ordered)).map(task).collect()
+        results: list[tuple[int, PartResult]] = (
+            sc.parallelize(ordered, len(ordered)).map(task).collect()
+        )
     finally:
         # A caller's session runs its later jobs outside this group.
         sc.setLocalProperty("spark.jobGroup.id", None)

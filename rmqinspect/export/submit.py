@@ -1,8 +1,8 @@
 """The export as a ``spark-submit`` application::
 
-    spark-submit --master spark://head:7077 .../rmqinspect/export/submit.py STORE OUT [options]
+    spark-submit --master spark://head:7077 .../rmqinspect/export/submit.py STORE... OUT [options]
 
-It runs ``rmqinspect export STORE OUT --engine spark [options]`` in the driver spark-submit
+It runs ``rmqinspect export STORE... OUT --engine spark [options]`` in the driver spark-submit
 started; the master and the Spark settings are spark-submit's (``--master`` is ignored).
 """
 

@@ -22,6 +22,7 @@ from rmqinspect.analysis.recovery.keeps import RangeJudge, RestartKeeps
 from rmqinspect.analysis.units import STATUSES, resolve_units
 from rmqinspect.analysis.verify import Finding
 from rmqinspect.export.plan import (
+    CommitlogChunk,
     CommitlogRange,
     FileGroup,
     IndexSlice,
@@ -30,6 +31,7 @@ from rmqinspect.export.plan import (
     QueueRange,
     QueueSlice,
     commitlog_file,
+    resolve_chunk,
 )
 from rmqinspect.export.records import RecordRun, record_runs
 from rmqinspect.export.schema import (
@@ -63,7 +65,11 @@ def read_part(
 ) -> Iterator[tuple[Table, pa.RecordBatch]]:
     """Batches of ``tables`` from one part (tables the part does not feed yield nothing).
     ``keeps`` is needed for ``messages``."""
-    if isinstance(part, CommitlogRange):
+    if isinstance(part, CommitlogChunk):
+        found = resolve_chunk(store, part)
+        if found is not None:
+            yield from _commitlog(store, found, tables, keeps)
+    elif isinstance(part, CommitlogRange):
         yield from _commitlog(store, part, tables, keeps)
     elif isinstance(part, QueueSlice) and Table.CONSUME_QUEUE in tables:
         yield from ((Table.CONSUME_QUEUE, b) for b in consume_queue_batches(store, part))

@@ -9,25 +9,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import quote
 
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
 from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter, is_part_file, write_empty
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
+    CommitlogChunk,
     CommitlogRange,
     FileGroup,
     OffsetsPart,
     Part,
     StoreRef,
     commitlog_file,
-    plan_commitlog,
+    file_ranges,
+    plan_chunks,
     plan_hashes,
     plan_index,
     plan_queues,
 )
-from rmqinspect.export.schema import PARTITION_COLUMN, Table
+from rmqinspect.export.schema import BROKER_PARTITION, PARTITION_COLUMN, Table
 from rmqinspect.export.tables import file_crc32c, read_part
 from rmqinspect.export.timers import plan_timers
 from rmqinspect.store import mapguard
@@ -58,6 +61,20 @@ class EngineResult:
         return cls(rows, sorted(hashes))
 
 
+@dataclass(frozen=True)
+class Member:
+    """One store of an export. In a fleet export (several stores) each store's rows go under
+    ``broker=NAME`` in every table's directory (a Hive partition: readers see a ``broker``
+    column); an export of one store keeps the tables' own layout (``broker`` None)."""
+
+    store: Store
+    broker: str | None = None
+
+    @property
+    def prefix(self) -> str:
+        return "" if self.broker is None else f"{BROKER_PARTITION}={quote(self.broker, safe='')}"
+
+
 # Per worker process: the stores one export's tasks share.
 _OPEN: RunCache[StoreRef, Store] = RunCache(Store.close)
 
@@ -81,25 +98,39 @@ def plan_parts(store: Store, tables: Sequence[Table], hashes: bool = True) -> li
 
 def plan_ranges(
     store: Store, tables: Sequence[Table], split_bytes: int = SPLIT_BYTES
-) -> list[CommitlogRange]:
-    """The commitlog ranges, when ``messages`` or ``message_copies`` is wanted (``findings``
-    come from verify)."""
+) -> list[CommitlogChunk]:
+    """The commitlog's parts, when ``messages`` or ``message_copies`` is wanted (``findings``
+    come from verify): planned from the files' lengths, each task finds its own range."""
     if Table.MESSAGES in tables or Table.MESSAGE_COPIES in tables:
-        return plan_commitlog(store, split_bytes)
+        return plan_chunks(store, split_bytes)
     return []
 
 
+def first_chunks(chunks: Iterable[CommitlogChunk]) -> list[CommitlogChunk]:
+    """Each file's first chunk: what :func:`plan_file` takes."""
+    return [c for c in chunks if c.index == 0]
+
+
 @mapguard.checked
-def plan_ranges_of(ref: StoreRef, tables: tuple[Table, ...]) -> list[CommitlogRange]:
-    """:func:`plan_ranges` in a worker process (the arrow engine plans in its pool: the
-    driver's own planning competed with the workers for the cores)."""
+def plan_file(ref: StoreRef, first: CommitlogChunk) -> list[CommitlogRange]:
+    """The ranges of the file whose first chunk is ``first`` (:func:`file_ranges`), numbered
+    as its chunks (a file has no more ranges than chunks): one walk of the file's headers, in
+    a worker, so no walk of the store precedes the range tasks and the files are planned in
+    parallel."""
     with ref.open() as store:
-        return plan_ranges(store, tables)
+        f = commitlog_file(store, first.file)
+        ranges = file_ranges(store, f, first.split_bytes, first.directory)
+        return [replace(r, number=first.number + r.number) for r in ranges]
 
 
-def range_keeps(store: Store, part: CommitlogRange, prediction: RestartKeeps) -> RestartKeeps:
-    """The restart prediction cut to the physical offsets of ``part``."""
+def range_keeps(
+    store: Store, part: CommitlogRange | CommitlogChunk, prediction: RestartKeeps
+) -> RestartKeeps:
+    """The restart prediction cut to the physical offsets of ``part`` (of a chunk: its
+    file's, as its own bounds are found by its task)."""
     start = commitlog_file(store, part.file).start
+    if isinstance(part, CommitlogChunk):
+        return prediction.within(start, start + part.length)
     return prediction.within(start + part.begin, start + part.end)
 
 
@@ -120,11 +151,13 @@ def run_part(
     tables: tuple[Table, ...],
     keeps: RestartKeeps | None,
     export: str = "",
+    prefix: str = "",
 ) -> PartResult:
     """Export ``part`` of the store ``ref`` names under ``out``; ``keeps`` is the part's cut of
     the restart prediction (needed for ``messages`` rows of a commitlog range); ``export``
-    tells one export's tasks from another's in a worker that outlives an export. The files'
-    names depend only on the part, so a second attempt rewrites the same files."""
+    tells one export's tasks from another's in a worker that outlives an export; ``prefix``:
+    the store's directory in each table's (:attr:`Member.prefix`). The files' names depend
+    only on the part, so a second attempt rewrites the same files."""
     store = _OPEN.get(export, ref, ref.open)
     if isinstance(part, FileGroup):
         return PartResult(hashes=list(file_crc32c(store, part)))
@@ -133,7 +166,8 @@ def run_part(
     try:
         for table, batch in read_part(store, part, tables, keeps):
             if table not in writers:
-                writers[table] = TableWriter(Path(out) / table.value, table, part.number)
+                root = Path(out) / table.value / prefix
+                writers[table] = TableWriter(root, table, part.number)
             writers[table].write(batch)
         mapguard.check(since)  # a part read from a file that shrank is not written
     except BaseException:
@@ -145,10 +179,11 @@ def run_part(
     return PartResult(rows=rows, files=files)
 
 
-def finish_tables(out: Path, tables: Iterable[Table]) -> None:
-    """An empty unpartitioned table still gets a file with its schema."""
+def finish_tables(out: Path, tables: Iterable[Table], prefix: str = "") -> None:
+    """An empty unpartitioned table still gets a file with its schema (in a fleet export, each
+    store's directory of it: ``prefix``)."""
     for table in tables:
-        root = out / table.value
+        root = out / table.value / prefix
         if PARTITION_COLUMN[table] is None and not any(root.glob("*.parquet")):
             write_empty(root, table)
 

@@ -91,24 +91,31 @@ def render_export(manifest: dict[str, Any], out: Path, fmt: OutputFormat) -> Non
     table = Table(title=f"exported to {out}", title_justify="left")
     for col in ("table", "rows", "directory"):
         table.add_column(col, justify="right" if col == "rows" else "left")
+    fleet = manifest.get("stores")  # a fleet export: each store under broker=NAME
     for name, info in manifest["tables"].items():
         where = str(out / info["path"])
+        if fleet:
+            where += f"/{manifest['broker_partition']}=…"
         if info["partitioned_by"]:
             where += f"/{info['partitioned_by']}=…"
         table.add_row(name, str(info["rows"]), where)
     print_table(table)
-    size = sum(f["size"] for f in manifest["source_files"])
+    stores = fleet or [manifest]
+    files = [f for s in stores for f in s["source_files"]]
+    size = sum(f["size"] for f in files)
     engine = manifest["engine"] + (f" on {manifest['master']}" if manifest["master"] else "")
+    profiles = ", ".join(sorted({s["profile"]["version"] for s in stores}))
+    source = f"source: {len(files)} files, {size_cell(size)}"
+    if fleet:
+        source += f" in {len(fleet)} stores ({', '.join(s['broker'] for s in fleet)})"
     lines = [
-        f"engine: {engine}; profile {manifest['profile']['version']}",
-        f"source: {len(manifest['source_files'])} files, {size_cell(size)}",
+        f"engine: {engine}; profile {profiles}",
+        source,
         f"manifest: {out / '_manifest.json'} ({manifest['start_time']} .. {manifest['end_time']})",
     ]
-    if manifest["changed_during_export"]:
-        lines.append(
-            f"warning: {len(manifest['changed_during_export'])} store files changed while they "
-            "were read"
-        )
+    changed = sum(len(s["changed_during_export"]) for s in stores)
+    if changed:
+        lines.append(f"warning: {changed} store files changed while they were read")
     console = stdout_console()
     for line in lines:  # one print a line: the console escapes a newline inside a string
-        console.print(line)
+        console.print(line, markup=False)  # names and paths are not markup

@@ -30,6 +30,7 @@ def prepare_output_dir(
     *,
     removable: Callable[[Path], Collection[str]] | None = None,
     hint: str = "",
+    also: Collection[Path] = (),
 ) -> bool:
     """Make ``dest`` ready to receive output, before anything is created or deleted: refuse
     it when it is ``store`` or lies inside it, when it holds ``store``, when it is not a
@@ -39,10 +40,11 @@ def prepare_output_dir(
     that reaches the store by another path is seen through. A non-empty ``dest`` is emptied
     only with ``removable``: it names the entries of ``dest`` that the caller's own earlier
     output wrote (read from that output's manifest), and anything else there refuses; ``hint``
-    ends the message that refuses a non-empty ``dest`` (how the caller's option would empty it)."""
+    ends the message that refuses a non-empty ``dest`` (how the caller's option would empty it).
+    ``also``: more stores ``dest`` is refused in, as in ``store`` (a fleet export's)."""
     d = Path(os.path.abspath(dest))
-    if store is not None:
-        _refuse_store_overlap(d, store, option, str(dest))
+    for other in [] if store is None else [store, *also]:
+        _refuse_store_overlap(d, other, option, str(dest))
     if d.exists() and not d.is_dir():
         raise StoreError(f"{option} is not a directory", str(dest))
     if d.exists() and any(d.iterdir()):
