@@ -198,33 +198,148 @@ class FileResult:
         return self.start + self.extent
 
 
+@dataclass
+class RangeResult:
+    """What checking the records of one byte range of a commitlog file found, before it is
+    stitched to the ranges before it (:func:`merge_ranges`)."""
+
+    begin: int  # where the walk began
+    start: int | None  # the record boundary the range's checks start at; None: none found
+    part: FileResult
+    stop: int | None = None  # the boundary the next range's records start at; None: the end
+    # The run checks' consume-queue findings and coverage are kept apart: they only count
+    # while no earlier range of the file met damage (the restart truncates there).
+    queue_findings: Findings = field(default_factory=Findings)
+    damage_at: int | None = None  # the range's first damage
+    first_after: int | None = None  # its first record at its own position after that damage
+    own: int = 0  # records at their own position (PHYSICALOFFSET), all of the range
+    first_own: int | None = None
+    first_timestamp_position: int | None = None  # where first_store_timestamp was read
+
+
 def check_file(ctx: Context, f: StoreFile) -> FileResult:
     """Check one commitlog file from its first byte (see the module docstring)."""
-    result = FileResult(ctx.rel(f.path), f.start, f.length)
     if not f.length:
-        return result
+        return FileResult(ctx.rel(f.path), f.start, f.length)
+    return merge_ranges(ctx, f, [check_range(ctx, f, 0, None, None, sync=False)])
+
+
+def check_range(
+    ctx: Context, f: StoreFile, begin: int, end: int | None, extent: int | None, *, sync: bool
+) -> RangeResult:
+    """Check the records that start in ``[begin, end)`` of ``f`` (``end`` = the file's length:
+    up to the end of the walk). With ``sync`` ``begin`` is any byte: the walk's resync finds
+    the first record boundary at or after it, which :func:`merge_ranges`' caller compares with
+    where the range before stopped; without, ``begin`` is a boundary of the whole file's walk.
+    ``end`` None: the file's last range, to the end of its walk. ``extent``: the file's data
+    extent when the caller knows it (else read here)."""
+    part = FileResult(ctx.rel(f.path), f.start, f.length)
+    out = RangeResult(begin, None if sync else begin, part)
     buf = ctx.store.view(f)
     try:
-        result.extent = data_extent(buf, 0, ctx.store.maps.data_end(f))
-        _walk(ctx, f, buf, result)
+        part.extent = data_extent(buf, 0, ctx.store.maps.data_end(f)) if extent is None else extent
+        # Records start before the file's length: past it, nothing is the next range's.
+        _walk(ctx, f, buf, f.length + 1 if end is None else end, out)
     finally:
         buf.release()
         # The walk dropped the pages it passed; this drops what the tail scan and the
         # findings' look-backs read, so no file stays resident after its unit.
         ctx.store.maps.release(f, 0, f.length)
-    return result
+    return out
 
 
-def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
+def merge_ranges(ctx: Context, f: StoreFile, ranges: list[RangeResult]) -> FileResult:
+    """One file's result from its consecutive ranges (each starting where the one before
+    stopped): what one walk of the whole file finds, field for field."""
+    out = FileResult(ctx.rel(f.path), f.start, f.length)
     findings = out.findings
-    last_ts: int | None = None
-    damage_at: int | None = None  # where the file's first bad record starts
+    damage_at: int | None = None
     first_after: int | None = None
-    entries = EntryChecks(ctx, f, buf, out.file, findings) if ctx.store.dledger else None
+    last_ts: int | None = None
+    for r in ranges:
+        p = r.part
+        out.extent = p.extent
+        first = p.first_store_timestamp
+        if first is not None and r.first_timestamp_position is not None:
+            # The range compared its first record with nothing: its predecessor is here.
+            if last_ts is not None and first < last_ts:
+                at = r.first_timestamp_position
+                findings.add(
+                    "commitlog.timestamp_backwards",
+                    out.file,
+                    f"STORETIMESTAMP {first} is {last_ts - first} ms before the record's "
+                    "predecessor",
+                    file_position=at,
+                    physical_offset=f.start + at,
+                )
+            if out.first_store_timestamp is None:
+                out.first_store_timestamp = first
+        if p.last_store_timestamp is not None:
+            last_ts = out.last_store_timestamp = p.last_store_timestamp
+        findings.extend(p.findings)
+        if damage_at is None:
+            findings.extend(r.queue_findings)
+            out.coverage.extend(p.coverage)
+            if r.damage_at is not None:
+                damage_at, first_after = r.damage_at, r.first_after
+                out.intact_after_damage += p.intact_after_damage
+        else:
+            out.intact_after_damage += r.own
+            if first_after is None:
+                first_after = r.first_own
+        out.records += p.records
+        out.bytes += p.bytes
+        for name, count in p.topics.items():
+            t = out.topics.setdefault(name, TopicCount())
+            t.records += count.records
+            t.bytes += count.bytes
+        if p.max_store_timestamp is not None:
+            out.max_store_timestamp = max(p.max_store_timestamp, out.max_store_timestamp or 0)
+        if p.end != "empty":
+            out.end, out.end_position = p.end, p.end_position
+        if p.tail is not None:
+            out.tail, out.tail_check = p.tail, p.tail_check
+        out.damaged_bytes += p.damaged_bytes
+        if p.entries is not None:
+            out.entries = p.entries
+    if out.intact_after_damage and first_after is not None:
+        findings.add(
+            "commitlog.intact_after_damage",
+            out.file,
+            f"{out.intact_after_damage} intact records follow the bad record at file position "
+            f"{damage_at}; the broker's restart discards them, salvage recovers them",
+            file_position=first_after,
+            physical_offset=f.start + first_after,
+        )
+    return out
+
+
+def _walk(ctx: Context, f: StoreFile, buf: memoryview, end: int, rr: RangeResult) -> None:
+    """The events of the walk from ``rr.begin`` whose records start before ``end``."""
+    out = rr.part
+    last_ts: int | None = None
+    entries = EntryChecks(ctx, f, buf, out.file, out.findings) if ctx.store.dledger else None
     if entries is not None:
         out.entries = entries.span
-    events = ctx.store.scan_file(f, buf, 0, ctx.check, policy=WalkPolicy.FORENSIC)
-    for event in ctx.store.releasing(f, events):
+    events = ctx.store.scan_file(f, buf, rr.begin, ctx.check, policy=WalkPolicy.FORENSIC)
+    for event in ctx.store.releasing(f, events, rr.begin):
+        if rr.start is None:  # looking for the first record boundary from ``begin``
+            if isinstance(event, Skipped):
+                if event.end >= out.extent:
+                    # No record from ``begin`` on: the walk ends, and what ended it is at
+                    # the boundary before ``begin``, checked by the stitch from there.
+                    return
+                rr.start = event.end
+                if event.end >= end:
+                    rr.stop = event.end
+                    return
+                continue
+            if not len(event.columns) and event.failed:
+                continue  # no record at ``begin``: the Skipped after it says where one is
+            rr.start = event.start
+        if event.start >= end:
+            rr.stop = event.start
+            return
         if isinstance(event, Skipped):
             if entries is not None and event.frame:
                 # DLedger keeps the entry: its record is bad, the log goes on.
@@ -237,43 +352,38 @@ def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
             if entries is not None:
                 entries.damage()
             _skipped(ctx, f, buf, event, out)
-            if damage_at is None:
-                damage_at = event.start
+            if rr.damage_at is None:
+                rr.damage_at = event.start
             continue
         cols = event.columns
+        inside = int(np.searchsorted(cols.positions, end))
+        if inside < len(cols):
+            cols = cols.select(slice(0, inside))  # the rest are the next range's
         if entries is not None:
             entries.entries(cols.positions - dl.BODY_OFFSET, cols.store_size)
         if len(cols):
-            last_ts = _run(ctx, f, buf, event, out, last_ts, damage_at is not None)
-            if damage_at is not None:
-                own = np.flatnonzero(cols.physical_offset_field == cols.positions + f.start)
-                out.intact_after_damage += len(own)
-                if first_after is None and len(own):
-                    first_after = int(cols.positions[own[0]])
-        _run_end(ctx, f, buf, event, out)
-    if out.intact_after_damage and first_after is not None:
-        findings.add(
-            "commitlog.intact_after_damage",
-            out.file,
-            f"{out.intact_after_damage} intact records follow the bad record at file position "
-            f"{damage_at}; the broker's restart discards them, salvage recovers them",
-            file_position=first_after,
-            physical_offset=f.start + first_after,
-        )
+            last_ts = _run(ctx, f, buf, cols, rr, last_ts)
+        _room_for_blank(f, buf, cols, out)
+        if inside < len(event.columns) or event.end >= end:
+            # Whatever ended the run (a BLANK, damage) is at or past ``end``: the next range's.
+            rr.stop = (
+                int(event.columns.positions[inside]) if inside < len(event.columns) else event.end
+            )
+            return
+        _run_end(ctx, buf, event, out)
 
 
 def _run(
     ctx: Context,
     f: StoreFile,
     buf: memoryview,
-    run: CheckedRun,
-    out: FileResult,
+    cols: RecordColumns,
+    rr: RangeResult,
     last_ts: int | None,
-    after_damage: bool,
 ) -> int | None:
     """The checks the broker does not make, over the records of one checked run; returns the
     store time of its last record that sits where its PHYSICALOFFSET says."""
-    cols = run.columns
+    out = rr.part
     findings = out.findings
     out.records += len(cols)
     out.bytes += int(cols.store_size.sum())
@@ -287,17 +397,26 @@ def _run(
         t.bytes += int(b)
     positions = cols.positions + f.start
     own = cols.physical_offset_field == positions
+    at = np.flatnonzero(own)
+    if len(at):
+        rr.own += len(at)
+        if rr.first_own is None:
+            rr.first_own = int(cols.positions[at[0]])
+        if rr.damage_at is not None:
+            out.intact_after_damage += len(at)
+            if rr.first_after is None:
+                rr.first_after = int(cols.positions[at[0]])
     for i, check, detail in run_failures(ctx, cols):
         _bad_record(ctx, findings, out.file, buf, int(cols.positions[i]), f.start, check, detail)
     ts = cols.store_timestamp[own]
     if len(ts):
         if out.first_store_timestamp is None:
             out.first_store_timestamp = int(ts[0])
+            rr.first_timestamp_position = int(cols.positions[at[0]])
         out.last_store_timestamp = int(ts[-1])
         top = int(ts.max())
         out.max_store_timestamp = max(top, out.max_store_timestamp or top)
         before = np.concatenate(([last_ts if last_ts is not None else ts[0]], ts[:-1]))
-        at = np.flatnonzero(own)
         for k in np.flatnonzero(ts < before).tolist():
             i = int(at[k])
             findings.add(
@@ -309,21 +428,18 @@ def _run(
                 physical_offset=int(positions[i]),
             )
         last_ts = int(ts[-1])
-    if not after_damage:
+    if rr.damage_at is None:
         rows = np.flatnonzero(own & cols.enters_consume_queue())
-        out.coverage.add_run(ctx, cols, rows, tids, names, findings, out.file)
+        out.coverage.add_run(ctx, cols, rows, tids, names, rr.queue_findings, out.file)
     return last_ts
 
 
-def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: FileResult) -> None:
-    """The BLANK rules where a run ends: a BLANK's TOTALSIZE is the rest of the file, and a
-    record leaves room for one (8 bytes) before the end of the file."""
-    findings = out.findings
-    cols = run.columns
+def _room_for_blank(f: StoreFile, buf: memoryview, cols: RecordColumns, out: FileResult) -> None:
+    """A record leaves room for a BLANK (8 bytes) before the end of the file."""
     room = len(buf) - cl.END_FILE_MIN_BLANK_LENGTH
     if len(cols) and cols.end > room:
         at = int(cols.positions[-1])
-        findings.add(
+        out.findings.add(
             "commitlog.blank",
             out.file,
             f"the record ends {len(buf) - cols.end} bytes before the end of the file: the "
@@ -331,6 +447,11 @@ def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: 
             file_position=at,
             physical_offset=f.start + at,
         )
+
+
+def _run_end(ctx: Context, buf: memoryview, run: CheckedRun, out: FileResult) -> None:
+    """What ended a run: a BLANK, whose TOTALSIZE is the rest of the file, or the zeros after
+    the data."""
     stop = run.stop
     if stop is None:
         return
@@ -341,11 +462,11 @@ def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: 
         if size != len(buf) - run.end:
             _bad_record(
                 ctx,
-                findings,
+                out.findings,
                 out.file,
                 buf,
                 run.end,
-                f.start,
+                out.start,
                 "commitlog.blank",
                 f"BLANK length {size}, but {len(buf) - run.end} bytes are left in the file",
             )

@@ -2,7 +2,8 @@
 processes (``--jobs``), and the findings merged in file order whatever the number of workers.
 
 1. every commitlog file (records, and the consume-queue units their records need; in a DLedger
-   store every data file: entries, their index units, and the records inside them);
+   store every data file: entries, their index units, and the records inside them), in byte
+   ranges when there are workers (:mod:`.ranges`), stitched into one result per file;
 2. what needs all commitlog files at once (:func:`.commitlog.check_files`; in a DLedger
    store also :func:`.dledger.check_ledger`: entries across files, the index, the checkpoint),
    and the restart prediction for records without units (:func:`.queues.classify_lagging`),
@@ -25,7 +26,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
-from rmqinspect.analysis.verify.commitlog import FileResult, check_file, check_files
+from rmqinspect.analysis.verify.commitlog import FileResult, check_files
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
 from rmqinspect.analysis.verify.dledger import EntrySpan, check_ledger
 from rmqinspect.analysis.verify.finding import CHECKS, Finding, Findings, Severity
@@ -47,6 +48,7 @@ from rmqinspect.analysis.verify.queues import (
     check_queue_layout,
     classify_lagging,
 )
+from rmqinspect.analysis.verify.ranges import SPLIT_BYTES, check_unit, plan_ranges, stitch
 from rmqinspect.analysis.verify.summary import Coverage, Summary, summarize
 from rmqinspect.analysis.verify.timer import check_timer
 from rmqinspect.store import mapguard
@@ -80,10 +82,6 @@ class VerifyReport:
 
 
 # --- work units ---------------------------------------------------------------------------------
-
-
-def _commitlog_unit(ctx: Context, index: int) -> FileResult:
-    return check_file(ctx, ctx.store.commitlog.files[index])
 
 
 def _queue_unit(ctx: Context, arg: tuple[str, int, int, int]) -> tuple[Findings, int]:
@@ -168,10 +166,15 @@ class Verifier:
         options: VerifyOptions | None = None,
         jobs: int = 1,
         mapper: Mapper | None = None,
+        split_bytes: int | None = None,
     ) -> None:
         self.store = store
         self.options = options or VerifyOptions()
         self.jobs = 1 if mapper is not None else max(1, jobs)
+        # Commitlog files are cut into ranges of ``split_bytes`` (by default only for other
+        # processes to share: one process walks them whole).
+        parallel = self.jobs > 1 or mapper is not None
+        self.split_bytes = split_bytes or (SPLIT_BYTES if parallel else None)
         self.ctx = Context(store, self.options)
         self._pool: ProcessPoolExecutor | None = None
         self._mapper = mapper
@@ -213,12 +216,11 @@ class Verifier:
         advance = progress or (lambda _n: None)
         ctx, store = self.ctx, self.store
         findings = Findings()
-        files = store.commitlog.files
+        ranges = plan_ranges(store, self.split_bytes)
         results: list[FileResult] = []
-        for r in self._map(_commitlog_unit, list(range(len(files)))):
+        for r in stitch(ctx, ranges, self._map(check_unit, ranges), advance):
             results.append(r)
             findings.extend(r.findings)
-            advance(r.length)
         check_files(ctx, results, store.commitlog.problems, findings)
         if store.dledger is not None:
             spans = [(r.file, r.entries or EntrySpan()) for r in results]
