@@ -79,12 +79,12 @@ def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: 
         entries = _entries(buf, file, header, geometry, part.findings if first == 0 else Findings())
         if first == 0:
             heads = _heads(buf, geometry)
-            slots = np.where(entries["key_hash"] >= 0, entries["key_hash"] % geometry.slot_num, -1)
             bytes_end = ctx.store.maps.data_end(info.file)
             _check_header(buf, bytes_end, file, header, geometry, entries, heads, part.findings)
-            _check_slots(file, header, geometry, heads, slots, part.findings)
-            _check_links(file, geometry, entries, slots, part.findings)
-            del heads, slots
+            slot = _slot_of(entries, geometry)
+            _check_slots(file, header, geometry, heads, len(entries), slot, part.findings)
+            _check_links(file, geometry, entries, slot, part.findings)
+            del heads
         mine = entries[first:stop]
         for a in range(0, len(mine), _CHUNK):
             chunk = mine[a : a + _CHUNK]
@@ -98,6 +98,8 @@ def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: 
         del entries, mine
     finally:
         buf.release()
+        # The chains read entries all over the file: drop them (a full file is 400 MB).
+        ctx.store.maps.release(info.file, 0, info.file.length)
     return part
 
 
@@ -194,15 +196,28 @@ def _check_header(
         findings.add("index.header", file, problem, file_position=0)
 
 
+def _slot_of(entries: np.ndarray, geometry: IndexGeometry) -> Callable[[I64], I64]:
+    """The slot of the entries at 0-based ``rows`` (-1 for a negative key hash), read from
+    the file when asked: an array of every entry's slot grew with the file."""
+    hashes = entries["key_hash"]
+
+    def slot(rows: I64) -> I64:
+        h = hashes[rows].astype(np.int64)
+        out: I64 = np.where(h >= 0, h % geometry.slot_num, -1)
+        return out
+
+    return slot
+
+
 def _check_slots(
     file: str,
     header: IndexHeader,
     geometry: IndexGeometry,
     heads: I64,
-    slots: I64,
+    n: int,
+    slot: Callable[[I64], I64],
     findings: Findings,
 ) -> None:
-    n = len(slots)
     used = np.flatnonzero(heads)
     bad = used[(heads[used] < 1) | (heads[used] > n)]
     for s in bad.tolist():
@@ -213,28 +228,64 @@ def _check_slots(
             file_position=geometry.slot_position(s),
         )
     good = used[(heads[used] >= 1) & (heads[used] <= n)]
-    wrong = good[slots[heads[good] - 1] != good]
-    for s in wrong.tolist():
+    owners = slot(heads[good] - 1)
+    wrong = owners != good
+    for s, owner in zip(good[wrong].tolist(), owners[wrong].tolist(), strict=True):
         findings.add(
             "index.slot",
             file,
-            f"slot {s} holds entry {int(heads[s])}, whose key hash belongs to slot "
-            f"{int(slots[heads[s] - 1])}",
+            f"slot {s} holds entry {int(heads[s])}, whose key hash belongs to slot {owner}",
             file_position=geometry.slot_position(s),
         )
+
+
+@dataclass
+class _Entries:
+    """Entries a link check found, over the chunks: the first ``keep`` (0-based) and how many."""
+
+    keep: int | None  # None: all of them
+    rows: list[I64] = field(default_factory=list)
+    count: int = 0
+
+    def take(self, rows: I64) -> None:
+        room = len(rows) if self.keep is None else max(0, self.keep - self.count)
+        if room:
+            self.rows.append(rows[:room])
+        self.count += len(rows)
+
+    def listed(self) -> list[int]:
+        return np.concatenate(self.rows).tolist() if self.rows else []
 
 
 def _check_links(
     file: str,
     geometry: IndexGeometry,
     entries: np.ndarray,
-    slots: I64,
+    slot: Callable[[I64], I64],
     findings: Findings,
 ) -> None:
-    """Every prev link goes to an older entry of the same slot, or is 0."""
+    """Every prev link goes to an older entry of the same slot, or is 0. Checked a chunk of
+    entries at a time (whole-file arrays were 8 bytes per entry each), the findings reported
+    in the order of the checks: links outside the entries, to the entry itself, to newer
+    entries (each followed: a loop or not), to another slot's entry."""
     n = len(entries)
-    number = np.arange(1, n + 1, dtype=np.int64)
-    prev = entries["prev"].astype(np.int64)
+    prev_all = entries["prev"]
+    limit = findings.limit  # past it a check's findings are only counted
+    outside_rows, self_rows, forward_rows, other_rows = (
+        _Entries(limit),
+        _Entries(limit),
+        _Entries(None),  # each is followed, to tell a loop from a link
+        _Entries(limit),
+    )
+    for a in range(0, n, _CHUNK):
+        prev = prev_all[a : a + _CHUNK].astype(np.int64)
+        number = np.arange(a + 1, a + 1 + len(prev), dtype=np.int64)
+        outside = (prev < 0) | (prev > n)
+        outside_rows.take(np.flatnonzero(outside) + a)
+        self_rows.take(np.flatnonzero(prev == number) + a)
+        forward_rows.take(np.flatnonzero(~outside & (prev > number)) + a)
+        older = np.flatnonzero(~outside & (prev > 0) & (prev < number))
+        other_rows.take(older[slot(prev[older] - 1) != slot(older + a)] + a)
 
     def add(check: str, i: int, detail: str) -> None:
         findings.add(
@@ -244,30 +295,30 @@ def _check_links(
             file_position=geometry.entry_position(i + 1) + 16,
         )
 
-    outside = (prev < 0) | (prev > n)
-    for i in np.flatnonzero(outside).tolist():
-        add("index.chain_link", i, f"prev {int(prev[i])} is outside the entries 1..{n}")
-    for i in np.flatnonzero(prev == number).tolist():
+    def prev_of(i: int) -> int:
+        return int(prev_all[i])
+
+    for i in outside_rows.listed():
+        add("index.chain_link", i, f"prev {prev_of(i)} is outside the entries 1..{n}")
+    findings.count_more("index.chain_link", file, outside_rows.count - len(outside_rows.listed()))
+    for i in self_rows.listed():
         add("index.chain_cycle", i, "prev links the entry to itself")
-    forward = np.flatnonzero(~outside & (prev > number))
-    for i in forward.tolist():
-        back = _loops(prev, i + 1)
-        if back:
-            add("index.chain_cycle", i, f"prev {int(prev[i])} leads back to entry {i + 1}")
+    findings.count_more("index.chain_cycle", file, self_rows.count - len(self_rows.listed()))
+    for i in forward_rows.listed():
+        if _loops(prev_all, i + 1):
+            add("index.chain_cycle", i, f"prev {prev_of(i)} leads back to entry {i + 1}")
         else:
-            add("index.chain_link", i, f"prev {int(prev[i])} is a newer entry")
-    older = np.flatnonzero(~outside & (prev > 0) & (prev < number))
-    other = older[slots[prev[older] - 1] != slots[older]]
-    for i in other.tolist():
-        add(
-            "index.chain_link",
-            i,
-            f"prev {int(prev[i])} is an entry of slot {int(slots[prev[i] - 1])}, not "
-            f"{int(slots[i])}",
-        )
+            add("index.chain_link", i, f"prev {prev_of(i)} is a newer entry")
+    listed = other_rows.listed()
+    if listed:
+        rows = np.array(listed, np.int64)
+        theirs = slot(prev_all[rows].astype(np.int64) - 1).tolist()
+        for i, s, own in zip(listed, theirs, slot(rows).tolist(), strict=True):
+            add("index.chain_link", i, f"prev {prev_of(i)} is an entry of slot {s}, not {own}")
+    findings.count_more("index.chain_link", file, other_rows.count - len(listed))
 
 
-def _loops(prev: I64, start: int) -> bool:
+def _loops(prev: np.ndarray, start: int) -> bool:
     """Whether following prev links from entry ``start`` comes back to it."""
     seen = {start}
     at = int(prev[start - 1])
