@@ -82,8 +82,13 @@ def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: 
             bytes_end = ctx.store.maps.data_end(info.file)
             _check_header(buf, bytes_end, file, header, geometry, entries, heads, part.findings)
             slot = _slot_of(entries, geometry)
+
+            def drop() -> None:
+                ctx.store.maps.release(info.file, 0, info.file.length)
+
             _check_slots(file, header, geometry, heads, len(entries), slot, part.findings)
-            _check_links(file, geometry, entries, slot, part.findings)
+            # Pages the chain checks read go chunk by chunk: they read the whole file.
+            _check_links(file, geometry, entries, slot, part.findings, drop)
             del heads
         mine = entries[first:stop]
         for a in range(0, len(mine), _CHUNK):
@@ -266,9 +271,11 @@ def _check_links(
     entries: np.ndarray,
     slot: Callable[[I64], I64],
     findings: Findings,
+    drop: Callable[[], None],
 ) -> None:
     """Every prev link goes to an older entry of the same slot, or is 0. Checked a chunk of
-    entries at a time (whole-file arrays were 8 bytes per entry each), the findings reported
+    entries at a time (whole-file arrays were 8 bytes per entry each; ``drop`` lets go of the
+    file's pages after each), the findings reported
     in the order of the checks: links outside the entries, to the entry itself, to newer
     entries (each followed: a loop or not), to another slot's entry."""
     n = len(entries)
@@ -289,6 +296,7 @@ def _check_links(
         forward_rows.take(np.flatnonzero(~outside & (prev > number)) + a)
         older = np.flatnonzero(~outside & (prev > 0) & (prev < number))
         other_rows.take(older[slot(prev[older] - 1) != slot(older + a)] + a)
+        drop()
 
     def add(check: str, i: int, detail: str) -> None:
         findings.add(
