@@ -5,12 +5,11 @@ processes (``--jobs``), and the findings merged in file order whatever the numbe
    store every data file: entries, their index units, and the records inside them), in byte
    ranges when there are workers (:mod:`.ranges`), stitched into one result per file;
 2. what needs all commitlog files at once (:func:`.commitlog.check_files`; in a DLedger
-   store also :func:`.dledger.check_ledger`: entries across files, the index, the checkpoint),
-   and the restart prediction for records without units (:func:`.queues.classify_lagging`),
-   only when there are such records;
+   store also :func:`.dledger.check_ledger`: entries across files, the index, the checkpoint);
 3. every consume-queue file and every index file, against the commitlog's data end from 1,
-   and meanwhile, in this process, the checkpoint, config files, offsets, unsupported
-   layouts and the timer store.
+   and meanwhile, in this process, the restart prediction for records without units
+   (:func:`.queues.classify_lagging`, only when there are such records), the checkpoint,
+   config files, offsets, unsupported layouts and the timer store.
 """
 
 from __future__ import annotations
@@ -229,6 +228,18 @@ class Verifier:
             (r.physical_end for r in results if r.extent),
             default=max(store.commitlog.min_offset, 0),
         )
+        queue_args = [
+            (qid.topic, qid.queue_id, i, data_end)
+            for qid in store.queue_dirs
+            for i in range(len(store.consume_queue_files(qid.topic, qid.queue_id).files))
+        ]
+        index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
+        # Workers check the queue and index files while this process predicts the restart and
+        # makes the store-wide checks: the restart emulation of a crashed store took as long as
+        # the queue files with 100,000 queues, and the workers only waited for it. Their
+        # findings are merged below, in the same order as ever.
+        queue_parts = self._map(_queue_unit, queue_args)
+        index_results = self._map(_index_unit, index_args)
         coverage = QueueCoverage()
         for r in results:
             coverage.extend(r.coverage)
@@ -237,16 +248,6 @@ class Verifier:
             restart = run_recovery(store, RecoverOptions(lost_limit=None)).report
             classify_lagging(ctx, coverage, restart, findings)
         check_queue_layout(ctx, findings)
-        queue_args = [
-            (qid.topic, qid.queue_id, i, data_end)
-            for qid in store.queue_dirs
-            for i in range(len(store.consume_queue_files(qid.topic, qid.queue_id).files))
-        ]
-        index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
-        queue_parts = self._map(_queue_unit, queue_args)
-        index_results = self._map(_index_unit, index_args)
-        # Workers check the files meanwhile: the offsets' restart emulation took as long as
-        # the queue files with 100,000 queues, and this process only waited for them.
         max_ts = max(
             (r.max_store_timestamp for r in results if r.max_store_timestamp is not None),
             default=None,
