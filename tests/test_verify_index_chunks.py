@@ -16,7 +16,7 @@ from rmqinspect.analysis.verify.indexes import (
 )
 from rmqinspect.format.index import ENTRY_DTYPE, IndexGeometry, IndexHeader
 
-GEOMETRY = IndexGeometry(1000, 4 * _CHUNK)
+GEOMETRY = IndexGeometry(3 * _CHUNK + 7, 4 * _CHUNK)  # slots and entries: four chunks each
 
 
 def _entries(n: int) -> np.ndarray:
@@ -86,16 +86,19 @@ def test_chunked_slot_and_link_checks_find_what_the_whole_file_rule_finds() -> N
     entries = _entries(n)
     heads = np.random.default_rng(3).integers(-3, n + 5, GEOMETRY.slot_num)
     heads[::3] = 0
+    heads[1::3] = np.arange(1, n + 1)[: len(heads[1::3])]  # entries, most of another slot
     expected = Findings(limit=400)
     _whole_file(entries, heads, expected)
     got = Findings(limit=400)
     header = IndexHeader(0, 0, 0, 0, 0, n + 1)
     slot = _slot_of(entries, GEOMETRY)
-    _check_slots("f", header, GEOMETRY, heads, n, slot, got)
     dropped: list[None] = []
+    _check_slots("f", header, GEOMETRY, heads, n, slot, got, lambda: dropped.append(None))
+    assert len(dropped) == 4  # after each chunk of slots
     _check_links("f", GEOMETRY, entries, slot, got, lambda: dropped.append(None))
-    assert len(dropped) == 4  # after each chunk
+    assert len(dropped) == 8  # and of entries
     assert got.counts == expected.counts
     assert expected.counts[("index.chain_link", "f")] > 400  # more than are listed
+    assert expected.counts[("index.slot", "f")] > 400
     assert expected.counts[("index.chain_cycle", "f")] > 2
     assert got.listed == expected.listed

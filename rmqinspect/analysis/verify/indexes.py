@@ -86,7 +86,7 @@ def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: 
             def drop() -> None:
                 ctx.store.maps.release(info.file, 0, info.file.length)
 
-            _check_slots(file, header, geometry, heads, len(entries), slot, part.findings)
+            _check_slots(file, header, geometry, heads, len(entries), slot, part.findings, drop)
             # Pages the chain checks read go chunk by chunk: they read the whole file.
             _check_links(file, geometry, entries, slot, part.findings, drop)
             del heads
@@ -225,26 +225,39 @@ def _check_slots(
     n: int,
     slot: Callable[[I64], I64],
     findings: Findings,
+    drop: Callable[[], None],
 ) -> None:
-    used = np.flatnonzero(heads)
-    bad = used[(heads[used] < 1) | (heads[used] > n)]
-    for s in bad.tolist():
+    """Every used slot holds an entry of the file whose key hash belongs to it. A chunk of
+    slots at a time (``drop`` after each: their entries are read all over the file); the
+    findings in the order of the checks: slots outside the entries, then slots whose entry
+    belongs elsewhere."""
+    outside, elsewhere = _Entries(findings.limit), _Entries(findings.limit)
+    for a in range(0, len(heads), _CHUNK):
+        chunk = heads[a : a + _CHUNK]
+        used = np.flatnonzero(chunk)
+        held = chunk[used]
+        outside.take(used[(held < 1) | (held > n)] + a)
+        good = used[(held >= 1) & (held <= n)]
+        elsewhere.take(good[slot(chunk[good] - 1) != good + a] + a)
+        drop()
+    for s in outside.listed():
         findings.add(
             "index.slot",
             file,
             f"slot {s} holds entry {int(heads[s])}; entries are 1..{header.loaded_index_count - 1}",
             file_position=geometry.slot_position(s),
         )
-    good = used[(heads[used] >= 1) & (heads[used] <= n)]
-    owners = slot(heads[good] - 1)
-    wrong = owners != good
-    for s, owner in zip(good[wrong].tolist(), owners[wrong].tolist(), strict=True):
+    findings.count_more("index.slot", file, outside.count - len(outside.listed()))
+    listed = elsewhere.listed()
+    owners = slot(heads[np.array(listed, np.int64)] - 1).tolist() if listed else []
+    for s, owner in zip(listed, owners, strict=True):
         findings.add(
             "index.slot",
             file,
             f"slot {s} holds entry {int(heads[s])}, whose key hash belongs to slot {owner}",
             file_position=geometry.slot_position(s),
         )
+    findings.count_more("index.slot", file, elsewhere.count - len(listed))
 
 
 @dataclass
