@@ -6,8 +6,9 @@ of each checked run it looks, with numpy, at what the broker never checks (PHYSI
 5.x property CRC, compressed bodies, store times, room for the BLANK) and at the consume queues
 that must serve the run's records (:mod:`.queues`). What needs the neighbouring files (a file
 that ends without a BLANK while later files hold data, bytes after the last record of the log,
-store times across files, the file list itself) is judged by :func:`check_files` once every
-file is done.
+store times across files, the file list itself) is judged by :func:`.files.check_files` once every
+file is done. A file is checked whole or in byte ranges (:func:`check_range`, planned by
+:mod:`.ranges`), whose results :func:`merge_ranges` makes one walk's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rmqinspect.analysis.verify.dledger import (
     blank_length,
     record_size_at,
 )
-from rmqinspect.analysis.verify.finding import Findings, layout_check
+from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.analysis.verify.queues import QueueCoverage
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
@@ -40,7 +41,7 @@ from rmqinspect.format.scan import (
     prop_crc_tails,
     prop_crcs,
 )
-from rmqinspect.store.files import LayoutProblem, StoreFile
+from rmqinspect.store.files import StoreFile
 
 _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
 _REASONS = {
@@ -477,7 +478,7 @@ def _run_end(ctx: Context, buf: memoryview, run: CheckedRun, out: FileResult) ->
 def _skipped(ctx: Context, f: StoreFile, buf: memoryview, event: Skipped, out: FileResult) -> None:
     """Bytes no record could be read from. A record header there (a message magic) is a bad
     record wherever it is. Bytes without one are a hole when records follow in the file; the
-    last such stretch of a file is judged with its neighbours (:func:`check_files`): stale
+    last such stretch of a file is judged with its neighbours (:func:`.files.check_files`): stale
     bytes after the log's last record, or a hole when later files hold data. In a DLedger
     store an entry header DLedger rejects is judged by DLedger's rule it breaks, and an entry
     it keeps around a bad record is that record's failure (the broker serves it)."""
@@ -580,59 +581,3 @@ def _bad_record(
         physical_offset=file_start + pos,
         hexdump=dump,
     )
-
-
-# --- the files together -----------------------------------------------------------------------
-
-
-def check_files(
-    ctx: Context, results: list[FileResult], problems: list[LayoutProblem], findings: Findings
-) -> None:
-    """What needs the whole file list: its layout, files that end without a BLANK while later
-    files hold data, the bytes after the log's last record, and store times across files."""
-    for p in problems:
-        findings.add(layout_check("commitlog", p.kind), ctx.rel(p.path), p.message)
-    with_data = [i for i, r in enumerate(results) if r.extent]
-    last_data = with_data[-1] if with_data else -1
-    last_ts: int | None = None
-    for i, r in enumerate(results):
-        if r.tail is not None:
-            pos, length, why = r.tail
-            if i == last_data:
-                findings.add(
-                    "commitlog.trailing_bytes",
-                    r.file,
-                    f"{length} non-zero bytes after the last record ({why}): stale bytes past "
-                    "the write position, or a record the broker never finished",
-                    file_position=pos,
-                    physical_offset=r.start + pos,
-                )
-            else:
-                findings.add(
-                    r.tail_check,
-                    r.file,
-                    f"{length} unreadable bytes end the file ({why}) and later files hold data: "
-                    "the restart stops here and deletes them",
-                    file_position=pos,
-                    physical_offset=r.start + pos,
-                )
-        elif r.end == "zeros" and i < last_data:
-            findings.add(
-                "commitlog.blank",
-                r.file,
-                "the file's records end without a BLANK while later files hold data: the "
-                "restart stops here and deletes them",
-                file_position=r.end_position,
-                physical_offset=r.start + r.end_position,
-            )
-        if r.first_store_timestamp is not None:
-            if last_ts is not None and r.first_store_timestamp < last_ts:
-                findings.add(
-                    "commitlog.timestamp_backwards",
-                    r.file,
-                    f"the file's first STORETIMESTAMP {r.first_store_timestamp} is "
-                    f"{last_ts - r.first_store_timestamp} ms before the previous file's last",
-                    file_position=0,
-                    physical_offset=r.start,
-                )
-            last_ts = r.last_store_timestamp

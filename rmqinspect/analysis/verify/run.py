@@ -4,7 +4,7 @@ processes (``--jobs``), and the findings merged in file order whatever the numbe
 1. every commitlog file (records, and the consume-queue units their records need; in a DLedger
    store every data file: entries, their index units, and the records inside them), in byte
    ranges when there are workers (:mod:`.ranges`), stitched into one result per file;
-2. what needs all commitlog files at once (:func:`.commitlog.check_files`; in a DLedger
+2. what needs all commitlog files at once (:func:`.files.check_files`; in a DLedger
    store also :func:`.dledger.check_ledger`: entries across files, the index, the checkpoint);
 3. every consume-queue file and every index file, against the commitlog's data end from 1,
    and meanwhile, in this process, the restart prediction for records without units
@@ -25,9 +25,10 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
-from rmqinspect.analysis.verify.commitlog import FileResult, check_files
+from rmqinspect.analysis.verify.commitlog import FileResult
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
 from rmqinspect.analysis.verify.dledger import EntrySpan, check_ledger
+from rmqinspect.analysis.verify.files import check_files
 from rmqinspect.analysis.verify.finding import CHECKS, Finding, Findings, Severity
 from rmqinspect.analysis.verify.indexes import (
     IndexPart,
