@@ -152,3 +152,33 @@ def test_messages_jsonl_is_the_messages_command_output(tmp_path: Path, name: str
     assert len(salvaged) == len(expected) > 0
     for line, want in zip(salvaged, expected, strict=True):
         assert line == want[:-1] + b',"intact":true,"restart_keeps":true,"failed":[]}'
+
+
+@pytest.mark.parametrize("name", ["clean49", "torn_tail49"])
+def test_progress_and_scanned_bytes_are_the_bytes_walked(tmp_path: Path, name: str) -> None:
+    """scanned_bytes is what the walk passed (records and damaged ranges up to where each
+    file's walk ended: its BLANK, or the zeros after its data), not the preallocated zeros;
+    the progress follows the walk and, with the zeros, reaches every byte once; the restart
+    prediction's walk advances its own progress."""
+    from rmqinspect.analysis.salvage import predict_restart
+    from rmqinspect.analysis.verify import Context, VerifyOptions
+    from rmqinspect.analysis.verify.commitlog import check_file
+
+    with Store.open(FIXTURES / "stores" / name) as store:
+        ctx = Context(store, VerifyOptions())
+        # Where verify's walk of each file ended: past damage that ends it, the end of data.
+        files = [check_file(ctx, f) for f in store.commitlog.files]
+        ends = [r.extent if r.end == "damage" else r.end_position for r in files]
+        assert {r.end for r in files} == (
+            {"blank", "damage"} if "torn" in name else {"blank", "zeros"}
+        )
+        total = sum(f.length for f in store.commitlog.files)
+        restart_seen: list[int] = []
+        restart = predict_restart(store, restart_seen.append)
+        seen: list[int] = []
+        prepare_output_dir(tmp_path / "out", "--out", store.root)
+        with SalvageWriter(tmp_path / "out", BodyFormat.NONE) as writer:
+            report = salvage(store, writer, seen.append, restart)
+    assert 0 < report.scanned_bytes == sum(ends) < total
+    assert sum(seen) == total and len(seen) > len(ends) and min(seen) >= 0
+    assert 0 < sum(restart_seen) <= total

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
+from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, keeps_from_report
 from rmqinspect.analysis.verify import Context, VerifyOptions, record_failures, run_failures
 from rmqinspect.format import commitlog as cl
@@ -103,7 +103,7 @@ class SalvageReport:
     store: str
     profile: str
     commitlog_files: int
-    scanned_bytes: int = 0
+    scanned_bytes: int = 0  # walked: records and damaged ranges, not the zeros after the data
     messages: int = 0  # listed records, intact or not
     intact: int = 0
     damaged: int = 0  # listed with intact false
@@ -115,10 +115,22 @@ class SalvageReport:
     caveats: tuple[str, ...] = CAVEATS
 
 
-def salvage(store: Store, sink: SalvageSink, progress: Progress | None = None) -> SalvageReport:
-    """Hand every intact (and every partly readable) record of ``store`` to ``sink``."""
+def predict_restart(store: Store, progress: Progress | None = None) -> RecoveryReport:
+    """The restart ``restart_keeps`` is judged by; ``progress`` follows its walk."""
+    return run_recovery(store, RecoverOptions(lost_limit=None), progress).report
+
+
+def salvage(
+    store: Store,
+    sink: SalvageSink,
+    progress: Progress | None = None,
+    restart: RecoveryReport | None = None,
+) -> SalvageReport:
+    """Hand every intact (and every partly readable) record of ``store`` to ``sink``, judged
+    by ``restart`` (:func:`predict_restart`'s, predicted here when not given). ``progress``
+    advances by the bytes the walk has passed, and by the zeros found past each file's data."""
     advance = progress or (lambda _n: None)
-    restart = run_recovery(store, RecoverOptions(lost_limit=None)).report
+    restart = restart or predict_restart(store)
     keeps = keeps_from_report(restart)
     ctx = Context(store, VerifyOptions())
     report = SalvageReport(str(store.root), ctx.profile.value, len(store.commitlog.files))
@@ -129,14 +141,15 @@ def salvage(store: Store, sink: SalvageSink, progress: Progress | None = None) -
         restart.verdict,
     )
     for f in store.commitlog.files:
+        walked = 0
         if f.length:
             buf = store.view(f)
             try:
-                _file(ctx, f, buf, keeps, sink, report)
+                walked = _file(ctx, f, buf, keeps, sink, report, advance)
             finally:
                 buf.release()
-        report.scanned_bytes += f.length
-        advance(f.length)
+        report.scanned_bytes += walked
+        advance(f.length - walked)  # the zeros after the data: read only to find its end
     return report
 
 
@@ -147,10 +160,15 @@ def _file(
     keeps: RestartKeeps,
     sink: SalvageSink,
     report: SalvageReport,
-) -> None:
+    advance: Progress,
+) -> int:
+    """Walk one file; returns the bytes walked (records and damaged ranges)."""
     data_end = ctx.store.maps.data_end(f)
     events = scan_file(buf, f.start, 0, ctx.check, policy=WalkPolicy.FORENSIC, data_end=data_end)
+    walked = 0
     for event in ctx.store.releasing(f, events):
+        advance(event.end - walked)
+        walked = event.end
         if isinstance(event, CheckedRun):
             if len(event):
                 _run(ctx, f, buf, event.columns, keeps, sink, report)
@@ -167,6 +185,7 @@ def _file(
             )
         )
         _damaged(ctx, f, buf, event, keeps, sink, report)
+    return walked
 
 
 def _run(

@@ -165,12 +165,39 @@ class TransactionsReport:
         return any(f.kind is FindingKind.STUCK for f in self.findings)
 
 
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """What the rules read of an op record: its body parsed when read (bodies are not kept)."""
+
+    position: int
+    queue_id: int
+    tags: str | None
+    offsets: tuple[int, ...]
+    bad: tuple[str, ...]  # tokens that are no offset, their first 40 characters
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    """What the rules read of a COMMIT or ROLLBACK record."""
+
+    position: int
+    prepared_transaction_offset: int
+    uniq_key: str | None
+    topic: str
+    queue_id: int
+
+
 @dataclass(slots=True)
 class _Records:
-    halves: list[cl.MessageRecord] = field(default_factory=list)
-    ops: list[cl.MessageRecord] = field(default_factory=list)
-    commits: list[cl.MessageRecord] = field(default_factory=list)
-    rollbacks: list[cl.MessageRecord] = field(default_factory=list)
+    """The walk's harvest, without the records themselves (a MessageRecord with its
+    properties took about a kilobyte, for every transactional record of the store): halves
+    are linked as they are read, in the walk's order as before."""
+
+    links: _Links
+    half_records: int = 0
+    ops: list[_Op] = field(default_factory=list)
+    commits: list[_End] = field(default_factory=list)
+    rollbacks: list[_End] = field(default_factory=list)
     given_up: list[cl.MessageRecord] = field(default_factory=list)
     prepared: int = 0
     newest: int | None = None
@@ -180,9 +207,9 @@ class _Records:
 def transactions_report(
     store: Store, stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS, progress: Progress | None = None
 ) -> TransactionsReport:
-    recs = _walk(store, progress)
     findings: list[TxFinding] = []
-    txs, by_position, by_queue_offset = _link_halves(recs.halves, findings)
+    recs = _walk(store, progress, _Links(findings))
+    txs, by_position, by_queue_offset = recs.links.txs, recs.links.by_position, recs.links.by_queue
     _apply_ops(recs.ops, txs, by_queue_offset, findings)
     _apply_commits(recs.commits, recs.rollbacks, by_position, findings)
     _apply_given_up(recs.given_up, txs, findings)
@@ -195,7 +222,7 @@ def transactions_report(
     oldest = min(pending, key=lambda t: t.halves[0].store_timestamp) if pending else None
     return TransactionsReport(
         source="commitlog scan",
-        half_records=len(recs.halves),
+        half_records=recs.half_records,
         op_records=len(recs.ops),
         commit_records=len(recs.commits),
         rollback_records=len(recs.rollbacks),
@@ -211,10 +238,10 @@ def transactions_report(
     )
 
 
-def _walk(store: Store, progress: Progress | None) -> _Records:
+def _walk(store: Store, progress: Progress | None, links: _Links) -> _Records:
     """The half, op and given-up records and every COMMIT/ROLLBACK/PREPARED-type record, in one
     forensic walk; bodies are read for op records only."""
-    out = _Records()
+    out = _Records(links)
     opts = store.check_options(check_crc=False, read_body=False)
     last = max(store.commitlog.min_offset, 0)
     for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
@@ -226,17 +253,20 @@ def _walk(store: Store, progress: Progress | None) -> _Records:
             newest = int(cols.store_timestamp.max())
             out.newest = newest if out.newest is None else max(out.newest, newest)
         tx_type = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-        for topic, bucket in ((HALF_TOPIC, out.halves), (GIVEN_UP_TOPIC, out.given_up)):
-            rows = np.flatnonzero(cols.topic_mask([topic]))
-            bucket.extend(store.with_entry(r) for r in cols.records(rows, with_body=False))
+        rows = np.flatnonzero(cols.topic_mask([HALF_TOPIC]))
+        for r in cols.records(rows, with_body=False):
+            links.add(store.with_entry(r))
+        out.half_records += len(rows)
+        rows = np.flatnonzero(cols.topic_mask([GIVEN_UP_TOPIC]))
+        out.given_up.extend(store.with_entry(r) for r in cols.records(rows, with_body=False))
         op_rows = np.flatnonzero(cols.topic_mask([OP_TOPIC]))
-        out.ops.extend(store.with_entry(r) for r in cols.records(op_rows, with_body=True))
+        out.ops.extend(_op(store.with_entry(r)) for r in cols.records(op_rows, with_body=True))
         for kind, bucket in (
             (cl.TRANSACTION_COMMIT_TYPE, out.commits),
             (cl.TRANSACTION_ROLLBACK_TYPE, out.rollbacks),
         ):
             rows = np.flatnonzero(tx_type == kind)
-            bucket.extend(store.with_entry(r) for r in cols.records(rows, with_body=False))
+            bucket.extend(_end(store.with_entry(r)) for r in cols.records(rows, with_body=False))
         out.prepared += int(np.count_nonzero(tx_type == cl.TRANSACTION_PREPARED_TYPE))
         end = f.start + event.end
         if progress is not None and end > last:
@@ -245,18 +275,32 @@ def _walk(store: Store, progress: Progress | None) -> _Records:
     return out
 
 
-def _link_halves(
-    halves: list[cl.MessageRecord], findings: list[TxFinding]
-) -> tuple[dict[str, Transaction], dict[int, Transaction], dict[tuple[int, int], Transaction]]:
-    """Transactions keyed by UNIQ_KEY (a half without one is a transaction of its own): the
-    copies a check stores keep the original's properties (``renewHalfMessageInner``)."""
-    txs: dict[str, Transaction] = {}
-    by_position: dict[int, Transaction] = {}
-    by_queue_offset: dict[tuple[int, int], Transaction] = {}
-    for rec in halves:
+def _op(rec: cl.MessageRecord) -> _Op:
+    offsets, bad = op_offsets(rec.body)
+    return _Op(rec.position, rec.queue_id, rec.tags, tuple(offsets), tuple(t[:40] for t in bad))
+
+
+def _end(rec: cl.MessageRecord) -> _End:
+    return _End(
+        rec.position, rec.prepared_transaction_offset, rec.uniq_key, rec.topic, rec.queue_id
+    )
+
+
+class _Links:
+    """Transactions keyed by UNIQ_KEY (a half without one is a transaction of its own), fed
+    the halves in the walk's order: the copies a check stores keep the original's properties
+    (``renewHalfMessageInner``)."""
+
+    def __init__(self, findings: list[TxFinding]) -> None:
+        self.findings = findings
+        self.txs: dict[str, Transaction] = {}
+        self.by_position: dict[int, Transaction] = {}
+        self.by_queue: dict[tuple[int, int], Transaction] = {}
+
+    def add(self, rec: cl.MessageRecord) -> None:
         key = rec.uniq_key if rec.uniq_key is not None else f"@{rec.position}"
         p = rec.properties
-        tx = txs.get(key)
+        tx = self.txs.get(key)
         if tx is None:
             tx = Transaction(
                 rec.uniq_key,
@@ -264,9 +308,9 @@ def _link_halves(
                 int_property(p, props.REAL_QID),
                 p.get(props.PGROUP),
             )
-            txs[key] = tx
+            self.txs[key] = tx
             if tx.real_topic is None:
-                findings.append(
+                self.findings.append(
                     TxFinding(
                         FindingKind.HALF_WITHOUT_REAL_TOPIC,
                         rec.position,
@@ -283,13 +327,12 @@ def _link_halves(
         )
         tx.halves.append(copy)
         tx.check_times = max(tx.check_times, copy.check_times)
-        by_position[rec.position] = tx
-        by_queue_offset[(rec.queue_id, rec.queue_offset)] = tx
-    return txs, by_position, by_queue_offset
+        self.by_position[rec.position] = tx
+        self.by_queue[(rec.queue_id, rec.queue_offset)] = tx
 
 
 def _apply_ops(
-    ops: list[cl.MessageRecord],
+    ops: list[_Op],
     txs: dict[str, Transaction],
     by_queue_offset: dict[tuple[int, int], Transaction],
     findings: list[TxFinding],
@@ -309,17 +352,16 @@ def _apply_ops(
                 )
             )
             continue
-        offsets, bad = op_offsets(op.body)
-        for token in bad:
+        for token in op.bad:
             findings.append(
                 TxFinding(
                     FindingKind.OP_NOT_NUMBER,
                     op.position,
                     None,
-                    f"op body token {token[:40]!r} is not a half-queue offset",
+                    f"op body token {token!r} is not a half-queue offset",
                 )
             )
-        for offset in offsets:
+        for offset in op.offsets:
             tx = by_queue_offset.get((op.queue_id, offset))
             if tx is None:
                 findings.append(
@@ -336,8 +378,8 @@ def _apply_ops(
 
 
 def _apply_commits(
-    commits: list[cl.MessageRecord],
-    rollbacks: list[cl.MessageRecord],
+    commits: list[_End],
+    rollbacks: list[_End],
     by_position: dict[int, Transaction],
     findings: list[TxFinding],
 ) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from rmqinspect.analysis.salvage import predict_restart
 from rmqinspect.analysis.salvage import salvage as run_salvage
 from rmqinspect.cli.common import EXIT_OK, handle_errors
 from rmqinspect.cli.options import (
@@ -55,11 +56,12 @@ def salvage(
     fmt = resolve_format(format)
     with open_store(store, store_options, "salvage", StorePart.SALVAGE) as opened:
         prepare_output_dir(out, "--out", opened.root)
-        with (
-            SalvageWriter(out, body) as writer,
-            commitlog_progress(opened, "salvaging", fmt) as advance,
-        ):
-            report = run_salvage(opened, writer, advance)
+        with SalvageWriter(out, body) as writer:
+            # A bar per walk: the restart prediction's first, which the records are judged by.
+            with commitlog_progress(opened, "predicting the restart", fmt) as advance:
+                restart = predict_restart(opened, advance)
+            with commitlog_progress(opened, "salvaging", fmt) as advance:
+                report = run_salvage(opened, writer, advance, restart)
             writer.write_report(report)
     render_salvage(report, out, SALVAGE_FILES, fmt)
     raise typer.Exit(EXIT_OK)

@@ -49,7 +49,8 @@ def verify(
             "--jobs",
             "-j",
             min=1,
-            help="Files checked in parallel processes (default: all cores).",
+            help="Worker processes: commitlog byte ranges, queue and index files checked in "
+            "parallel (default: all cores).",
         ),
     ] = None,
     *,

@@ -25,12 +25,14 @@ from types import TracebackType
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rmqinspect.analysis.messages import MessageBatch
 from rmqinspect.analysis.salvage import Failures, SalvageReport
 from rmqinspect.format.batch import RECORD_SCHEMA, consumer_bodies, decode_batch
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.commitlog import MessageRecord
 from rmqinspect.format.message_json import BodyFormat, message_json
 from rmqinspect.format.npbytes import I64, Mask
+from rmqinspect.render.message import message_json_block
 from rmqinspect.render.output import JSONL_SEPARATOR, dumps, json_text
 from rmqinspect.render.salvage import salvage_json
 from rmqinspect.store.output import open_new
@@ -39,6 +41,7 @@ MESSAGES_JSONL = "messages.jsonl"
 MESSAGES_PARQUET = "messages.parquet"
 REPORT_JSON = "report.json"
 SALVAGE_FILES = (MESSAGES_JSONL, MESSAGES_PARQUET, REPORT_JSON)
+_LINES = 2048  # message objects written at a time
 SALVAGE_SCHEMA = (
     RECORD_SCHEMA.append(pa.field("body_stored", pa.binary()))
     .append(pa.field("body_error", pa.string()))
@@ -57,6 +60,8 @@ class SalvageWriter:
         self._jsonl = open_new(out / MESSAGES_JSONL)
         self._parquet_file = open_new(out / MESSAGES_PARQUET)
         self._parquet = pq.ParquetWriter(self._parquet_file, SALVAGE_SCHEMA)
+        self._text = bytearray()  # every run's message text, in the same memory
+        self._tails: dict[tuple[bool, bool, Failures], bytes] = {}
 
     def __enter__(self) -> SalvageWriter:
         return self
@@ -80,8 +85,20 @@ class SalvageWriter:
         failed: Sequence[Failures],
     ) -> None:
         chosen = cols.select(rows)
-        for k, i in enumerate(rows.tolist()):
-            self._line(cols.record(i), bool(intact[k]), bool(restart_keeps[k]), failed[k])
+        # The message objects by the writer of ``messages -F jsonl`` (one C pass for the run),
+        # each line then closed with salvage's three keys instead of its ``}``.
+        tails = [
+            self._tail(i, k, f)
+            for i, k, f in zip(intact.tolist(), restart_keeps.tolist(), failed, strict=True)
+        ]
+        for a in range(0, len(rows), _LINES):  # a few MB of text at a time, not a run's
+            batch = MessageBatch(cols, rows[a : a + _LINES], _as_read)
+            with message_json_block(batch, self.body, JSONL_SEPARATOR, self._text) as block:
+                lines = bytes(block).split(JSONL_SEPARATOR)[:-1]  # each line's end
+            mine = tails[a : a + _LINES]
+            self._jsonl.write(
+                b"".join(line[:-1] + tail for line, tail in zip(lines, mine, strict=True))
+            )
         batch = decode_batch(chosen)
         extra = [
             pa.array(intact, pa.bool_()),
@@ -107,6 +124,20 @@ class SalvageWriter:
         doc.update(intact=intact, restart_keeps=keeps, failed=list(failed))
         self._jsonl.write(dumps(doc) + JSONL_SEPARATOR)
 
+    def _tail(self, intact: bool, keeps: bool, failed: Failures) -> bytes:
+        """``,"intact":..,"restart_keeps":..,"failed":[..]}`` and the separator, as
+        :meth:`_line` ends a message object."""
+        key = (intact, keeps, failed)
+        tail = self._tails.get(key)
+        if tail is None:
+            doc = {"intact": intact, "restart_keeps": keeps, "failed": list(failed)}
+            tail = self._tails[key] = b"," + dumps(doc)[1:] + JSONL_SEPARATOR
+        return tail
+
     def write_report(self, report: SalvageReport) -> None:
         with open_new(self.out / REPORT_JSON) as fh:
             fh.write((json_text(salvage_json(report, self.out, SALVAGE_FILES)) + "\n").encode())
+
+
+def _as_read(record: MessageRecord) -> MessageRecord:
+    return record  # salvage lists the record as its bytes are (no DLedger entry added)

@@ -176,6 +176,10 @@ class ConsumeQueue:
                 units = np.frombuffer(self.read(f, lo, hi), CQ_UNIT_DTYPE)
                 out[sel[k:end]] = units[(rel[k:end] - lo) // CQ_STORE_UNIT_SIZE]
                 k = end
+            if f.disk is not None:
+                # The units are copied: drop the pages read, or a walk that asks every queue
+                # for its units (verify's) ends with every consume-queue file resident.
+                self.maps.release(f.disk, 0, f.disk.length)
         return out
 
     def serves(

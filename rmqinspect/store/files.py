@@ -553,7 +553,8 @@ class MappedFiles:
         mapguard.check(self._since)
         m = self._maps.get(file.path)
         first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-        last = min(end, file.length) // mmap.PAGESIZE * mmap.PAGESIZE
+        # To the end of the file: its last page too, though the file ends inside it.
+        last = file.length if end >= file.length else end // mmap.PAGESIZE * mmap.PAGESIZE
         if m is not None and last > first and hasattr(m, "madvise"):
             m.madvise(mmap.MADV_DONTNEED, first, last - first)
 

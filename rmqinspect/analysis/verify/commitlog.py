@@ -6,8 +6,9 @@ of each checked run it looks, with numpy, at what the broker never checks (PHYSI
 5.x property CRC, compressed bodies, store times, room for the BLANK) and at the consume queues
 that must serve the run's records (:mod:`.queues`). What needs the neighbouring files (a file
 that ends without a BLANK while later files hold data, bytes after the last record of the log,
-store times across files, the file list itself) is judged by :func:`check_files` once every
-file is done.
+store times across files, the file list itself) is judged by :func:`.files.check_files` once every
+file is done. A file is checked whole or in byte ranges (:func:`check_range`, planned by
+:mod:`.ranges`), whose results :func:`merge_ranges` makes one walk's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rmqinspect.analysis.verify.dledger import (
     blank_length,
     record_size_at,
 )
-from rmqinspect.analysis.verify.finding import Findings, layout_check
+from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.analysis.verify.queues import QueueCoverage
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
@@ -40,7 +41,7 @@ from rmqinspect.format.scan import (
     prop_crc_tails,
     prop_crcs,
 )
-from rmqinspect.store.files import LayoutProblem, StoreFile
+from rmqinspect.store.files import StoreFile
 
 _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
 _REASONS = {
@@ -198,33 +199,148 @@ class FileResult:
         return self.start + self.extent
 
 
+@dataclass
+class RangeResult:
+    """What checking the records of one byte range of a commitlog file found, before it is
+    stitched to the ranges before it (:func:`merge_ranges`)."""
+
+    begin: int  # where the walk began
+    start: int | None  # the record boundary the range's checks start at; None: none found
+    part: FileResult
+    stop: int | None = None  # the boundary the next range's records start at; None: the end
+    # The run checks' consume-queue findings and coverage are kept apart: they only count
+    # while no earlier range of the file met damage (the restart truncates there).
+    queue_findings: Findings = field(default_factory=Findings)
+    damage_at: int | None = None  # the range's first damage
+    first_after: int | None = None  # its first record at its own position after that damage
+    own: int = 0  # records at their own position (PHYSICALOFFSET), all of the range
+    first_own: int | None = None
+    first_timestamp_position: int | None = None  # where first_store_timestamp was read
+
+
 def check_file(ctx: Context, f: StoreFile) -> FileResult:
     """Check one commitlog file from its first byte (see the module docstring)."""
-    result = FileResult(ctx.rel(f.path), f.start, f.length)
     if not f.length:
-        return result
+        return FileResult(ctx.rel(f.path), f.start, f.length)
+    return merge_ranges(ctx, f, [check_range(ctx, f, 0, None, None, sync=False)])
+
+
+def check_range(
+    ctx: Context, f: StoreFile, begin: int, end: int | None, extent: int | None, *, sync: bool
+) -> RangeResult:
+    """Check the records that start in ``[begin, end)`` of ``f`` (``end`` = the file's length:
+    up to the end of the walk). With ``sync`` ``begin`` is any byte: the walk's resync finds
+    the first record boundary at or after it, which :func:`merge_ranges`' caller compares with
+    where the range before stopped; without, ``begin`` is a boundary of the whole file's walk.
+    ``end`` None: the file's last range, to the end of its walk. ``extent``: the file's data
+    extent when the caller knows it (else read here)."""
+    part = FileResult(ctx.rel(f.path), f.start, f.length)
+    out = RangeResult(begin, None if sync else begin, part)
     buf = ctx.store.view(f)
     try:
-        result.extent = data_extent(buf, 0, ctx.store.maps.data_end(f))
-        _walk(ctx, f, buf, result)
+        part.extent = data_extent(buf, 0, ctx.store.maps.data_end(f)) if extent is None else extent
+        # Records start before the file's length: past it, nothing is the next range's.
+        _walk(ctx, f, buf, f.length + 1 if end is None else end, out)
     finally:
         buf.release()
         # The walk dropped the pages it passed; this drops what the tail scan and the
         # findings' look-backs read, so no file stays resident after its unit.
         ctx.store.maps.release(f, 0, f.length)
-    return result
+    return out
 
 
-def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
+def merge_ranges(ctx: Context, f: StoreFile, ranges: list[RangeResult]) -> FileResult:
+    """One file's result from its consecutive ranges (each starting where the one before
+    stopped): what one walk of the whole file finds, field for field."""
+    out = FileResult(ctx.rel(f.path), f.start, f.length)
     findings = out.findings
-    last_ts: int | None = None
-    damage_at: int | None = None  # where the file's first bad record starts
+    damage_at: int | None = None
     first_after: int | None = None
-    entries = EntryChecks(ctx, f, buf, out.file, findings) if ctx.store.dledger else None
+    last_ts: int | None = None
+    for r in ranges:
+        p = r.part
+        out.extent = p.extent
+        first = p.first_store_timestamp
+        if first is not None and r.first_timestamp_position is not None:
+            # The range compared its first record with nothing: its predecessor is here.
+            if last_ts is not None and first < last_ts:
+                at = r.first_timestamp_position
+                findings.add(
+                    "commitlog.timestamp_backwards",
+                    out.file,
+                    f"STORETIMESTAMP {first} is {last_ts - first} ms before the record's "
+                    "predecessor",
+                    file_position=at,
+                    physical_offset=f.start + at,
+                )
+            if out.first_store_timestamp is None:
+                out.first_store_timestamp = first
+        if p.last_store_timestamp is not None:
+            last_ts = out.last_store_timestamp = p.last_store_timestamp
+        findings.extend(p.findings)
+        if damage_at is None:
+            findings.extend(r.queue_findings)
+            out.coverage.extend(p.coverage)
+            if r.damage_at is not None:
+                damage_at, first_after = r.damage_at, r.first_after
+                out.intact_after_damage += p.intact_after_damage
+        else:
+            out.intact_after_damage += r.own
+            if first_after is None:
+                first_after = r.first_own
+        out.records += p.records
+        out.bytes += p.bytes
+        for name, count in p.topics.items():
+            t = out.topics.setdefault(name, TopicCount())
+            t.records += count.records
+            t.bytes += count.bytes
+        if p.max_store_timestamp is not None:
+            out.max_store_timestamp = max(p.max_store_timestamp, out.max_store_timestamp or 0)
+        if p.end != "empty":
+            out.end, out.end_position = p.end, p.end_position
+        if p.tail is not None:
+            out.tail, out.tail_check = p.tail, p.tail_check
+        out.damaged_bytes += p.damaged_bytes
+        if p.entries is not None:
+            out.entries = p.entries
+    if out.intact_after_damage and first_after is not None:
+        findings.add(
+            "commitlog.intact_after_damage",
+            out.file,
+            f"{out.intact_after_damage} intact records follow the bad record at file position "
+            f"{damage_at}; the broker's restart discards them, salvage recovers them",
+            file_position=first_after,
+            physical_offset=f.start + first_after,
+        )
+    return out
+
+
+def _walk(ctx: Context, f: StoreFile, buf: memoryview, end: int, rr: RangeResult) -> None:
+    """The events of the walk from ``rr.begin`` whose records start before ``end``."""
+    out = rr.part
+    last_ts: int | None = None
+    entries = EntryChecks(ctx, f, buf, out.file, out.findings) if ctx.store.dledger else None
     if entries is not None:
         out.entries = entries.span
-    events = ctx.store.scan_file(f, buf, 0, ctx.check, policy=WalkPolicy.FORENSIC)
-    for event in ctx.store.releasing(f, events):
+    events = ctx.store.scan_file(f, buf, rr.begin, ctx.check, policy=WalkPolicy.FORENSIC)
+    for event in ctx.store.releasing(f, events, rr.begin):
+        if rr.start is None:  # looking for the first record boundary from ``begin``
+            if isinstance(event, Skipped):
+                if event.end >= out.extent:
+                    # No record from ``begin`` on: the walk ends, and what ended it is at
+                    # the boundary before ``begin``, checked by the stitch from there.
+                    return
+                rr.start = event.end
+                if event.end >= end:
+                    rr.stop = event.end
+                    return
+                continue
+            if not len(event.columns) and event.failed:
+                continue  # no record at ``begin``: the Skipped after it says where one is
+            rr.start = event.start
+        if event.start >= end:
+            rr.stop = event.start
+            return
         if isinstance(event, Skipped):
             if entries is not None and event.frame:
                 # DLedger keeps the entry: its record is bad, the log goes on.
@@ -237,43 +353,38 @@ def _walk(ctx: Context, f: StoreFile, buf: memoryview, out: FileResult) -> None:
             if entries is not None:
                 entries.damage()
             _skipped(ctx, f, buf, event, out)
-            if damage_at is None:
-                damage_at = event.start
+            if rr.damage_at is None:
+                rr.damage_at = event.start
             continue
         cols = event.columns
+        inside = int(np.searchsorted(cols.positions, end))
+        if inside < len(cols):
+            cols = cols.select(slice(0, inside))  # the rest are the next range's
         if entries is not None:
             entries.entries(cols.positions - dl.BODY_OFFSET, cols.store_size)
         if len(cols):
-            last_ts = _run(ctx, f, buf, event, out, last_ts, damage_at is not None)
-            if damage_at is not None:
-                own = np.flatnonzero(cols.physical_offset_field == cols.positions + f.start)
-                out.intact_after_damage += len(own)
-                if first_after is None and len(own):
-                    first_after = int(cols.positions[own[0]])
-        _run_end(ctx, f, buf, event, out)
-    if out.intact_after_damage and first_after is not None:
-        findings.add(
-            "commitlog.intact_after_damage",
-            out.file,
-            f"{out.intact_after_damage} intact records follow the bad record at file position "
-            f"{damage_at}; the broker's restart discards them, salvage recovers them",
-            file_position=first_after,
-            physical_offset=f.start + first_after,
-        )
+            last_ts = _run(ctx, f, buf, cols, rr, last_ts)
+        _room_for_blank(f, buf, cols, out)
+        if inside < len(event.columns) or event.end >= end:
+            # Whatever ended the run (a BLANK, damage) is at or past ``end``: the next range's.
+            rr.stop = (
+                int(event.columns.positions[inside]) if inside < len(event.columns) else event.end
+            )
+            return
+        _run_end(ctx, buf, event, out)
 
 
 def _run(
     ctx: Context,
     f: StoreFile,
     buf: memoryview,
-    run: CheckedRun,
-    out: FileResult,
+    cols: RecordColumns,
+    rr: RangeResult,
     last_ts: int | None,
-    after_damage: bool,
 ) -> int | None:
     """The checks the broker does not make, over the records of one checked run; returns the
     store time of its last record that sits where its PHYSICALOFFSET says."""
-    cols = run.columns
+    out = rr.part
     findings = out.findings
     out.records += len(cols)
     out.bytes += int(cols.store_size.sum())
@@ -287,17 +398,26 @@ def _run(
         t.bytes += int(b)
     positions = cols.positions + f.start
     own = cols.physical_offset_field == positions
+    at = np.flatnonzero(own)
+    if len(at):
+        rr.own += len(at)
+        if rr.first_own is None:
+            rr.first_own = int(cols.positions[at[0]])
+        if rr.damage_at is not None:
+            out.intact_after_damage += len(at)
+            if rr.first_after is None:
+                rr.first_after = int(cols.positions[at[0]])
     for i, check, detail in run_failures(ctx, cols):
         _bad_record(ctx, findings, out.file, buf, int(cols.positions[i]), f.start, check, detail)
     ts = cols.store_timestamp[own]
     if len(ts):
         if out.first_store_timestamp is None:
             out.first_store_timestamp = int(ts[0])
+            rr.first_timestamp_position = int(cols.positions[at[0]])
         out.last_store_timestamp = int(ts[-1])
         top = int(ts.max())
         out.max_store_timestamp = max(top, out.max_store_timestamp or top)
         before = np.concatenate(([last_ts if last_ts is not None else ts[0]], ts[:-1]))
-        at = np.flatnonzero(own)
         for k in np.flatnonzero(ts < before).tolist():
             i = int(at[k])
             findings.add(
@@ -309,21 +429,18 @@ def _run(
                 physical_offset=int(positions[i]),
             )
         last_ts = int(ts[-1])
-    if not after_damage:
+    if rr.damage_at is None:
         rows = np.flatnonzero(own & cols.enters_consume_queue())
-        out.coverage.add_run(ctx, cols, rows, tids, names, findings, out.file)
+        out.coverage.add_run(ctx, cols, rows, tids, names, rr.queue_findings, out.file)
     return last_ts
 
 
-def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: FileResult) -> None:
-    """The BLANK rules where a run ends: a BLANK's TOTALSIZE is the rest of the file, and a
-    record leaves room for one (8 bytes) before the end of the file."""
-    findings = out.findings
-    cols = run.columns
+def _room_for_blank(f: StoreFile, buf: memoryview, cols: RecordColumns, out: FileResult) -> None:
+    """A record leaves room for a BLANK (8 bytes) before the end of the file."""
     room = len(buf) - cl.END_FILE_MIN_BLANK_LENGTH
     if len(cols) and cols.end > room:
         at = int(cols.positions[-1])
-        findings.add(
+        out.findings.add(
             "commitlog.blank",
             out.file,
             f"the record ends {len(buf) - cols.end} bytes before the end of the file: the "
@@ -331,6 +448,11 @@ def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: 
             file_position=at,
             physical_offset=f.start + at,
         )
+
+
+def _run_end(ctx: Context, buf: memoryview, run: CheckedRun, out: FileResult) -> None:
+    """What ended a run: a BLANK, whose TOTALSIZE is the rest of the file, or the zeros after
+    the data."""
     stop = run.stop
     if stop is None:
         return
@@ -341,11 +463,11 @@ def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: 
         if size != len(buf) - run.end:
             _bad_record(
                 ctx,
-                findings,
+                out.findings,
                 out.file,
                 buf,
                 run.end,
-                f.start,
+                out.start,
                 "commitlog.blank",
                 f"BLANK length {size}, but {len(buf) - run.end} bytes are left in the file",
             )
@@ -356,7 +478,7 @@ def _run_end(ctx: Context, f: StoreFile, buf: memoryview, run: CheckedRun, out: 
 def _skipped(ctx: Context, f: StoreFile, buf: memoryview, event: Skipped, out: FileResult) -> None:
     """Bytes no record could be read from. A record header there (a message magic) is a bad
     record wherever it is. Bytes without one are a hole when records follow in the file; the
-    last such stretch of a file is judged with its neighbours (:func:`check_files`): stale
+    last such stretch of a file is judged with its neighbours (:func:`.files.check_files`): stale
     bytes after the log's last record, or a hole when later files hold data. In a DLedger
     store an entry header DLedger rejects is judged by DLedger's rule it breaks, and an entry
     it keeps around a bad record is that record's failure (the broker serves it)."""
@@ -459,59 +581,3 @@ def _bad_record(
         physical_offset=file_start + pos,
         hexdump=dump,
     )
-
-
-# --- the files together -----------------------------------------------------------------------
-
-
-def check_files(
-    ctx: Context, results: list[FileResult], problems: list[LayoutProblem], findings: Findings
-) -> None:
-    """What needs the whole file list: its layout, files that end without a BLANK while later
-    files hold data, the bytes after the log's last record, and store times across files."""
-    for p in problems:
-        findings.add(layout_check("commitlog", p.kind), ctx.rel(p.path), p.message)
-    with_data = [i for i, r in enumerate(results) if r.extent]
-    last_data = with_data[-1] if with_data else -1
-    last_ts: int | None = None
-    for i, r in enumerate(results):
-        if r.tail is not None:
-            pos, length, why = r.tail
-            if i == last_data:
-                findings.add(
-                    "commitlog.trailing_bytes",
-                    r.file,
-                    f"{length} non-zero bytes after the last record ({why}): stale bytes past "
-                    "the write position, or a record the broker never finished",
-                    file_position=pos,
-                    physical_offset=r.start + pos,
-                )
-            else:
-                findings.add(
-                    r.tail_check,
-                    r.file,
-                    f"{length} unreadable bytes end the file ({why}) and later files hold data: "
-                    "the restart stops here and deletes them",
-                    file_position=pos,
-                    physical_offset=r.start + pos,
-                )
-        elif r.end == "zeros" and i < last_data:
-            findings.add(
-                "commitlog.blank",
-                r.file,
-                "the file's records end without a BLANK while later files hold data: the "
-                "restart stops here and deletes them",
-                file_position=r.end_position,
-                physical_offset=r.start + r.end_position,
-            )
-        if r.first_store_timestamp is not None:
-            if last_ts is not None and r.first_store_timestamp < last_ts:
-                findings.add(
-                    "commitlog.timestamp_backwards",
-                    r.file,
-                    f"the file's first STORETIMESTAMP {r.first_store_timestamp} is "
-                    f"{last_ts - r.first_store_timestamp} ms before the previous file's last",
-                    file_position=0,
-                    physical_offset=r.start,
-                )
-            last_ts = r.last_store_timestamp

@@ -36,7 +36,7 @@ _CHUNK = 1 << 16  # entries checked per gather
 Report = Callable[[str, I64, str], None]  # (check, entry indices in the chunk, their detail)
 
 
-PART_ENTRIES = 1 << 20  # entries per work unit: a 20M-entry file is checked in parallel parts
+PART_ENTRIES = 1 << 18  # entries per work unit: a 2 GB store's one index file keeps 16 cores busy
 
 
 @dataclass
@@ -79,12 +79,17 @@ def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: 
         entries = _entries(buf, file, header, geometry, part.findings if first == 0 else Findings())
         if first == 0:
             heads = _heads(buf, geometry)
-            slots = np.where(entries["key_hash"] >= 0, entries["key_hash"] % geometry.slot_num, -1)
             bytes_end = ctx.store.maps.data_end(info.file)
             _check_header(buf, bytes_end, file, header, geometry, entries, heads, part.findings)
-            _check_slots(file, header, geometry, heads, slots, part.findings)
-            _check_links(file, geometry, entries, slots, part.findings)
-            del heads, slots
+            slot = _slot_of(entries, geometry)
+
+            def drop() -> None:
+                ctx.store.maps.release(info.file, 0, info.file.length)
+
+            _check_slots(file, header, geometry, heads, len(entries), slot, part.findings, drop)
+            # Pages the chain checks read go chunk by chunk: they read the whole file.
+            _check_links(file, geometry, entries, slot, part.findings, drop)
+            del heads
         mine = entries[first:stop]
         for a in range(0, len(mine), _CHUNK):
             chunk = mine[a : a + _CHUNK]
@@ -98,6 +103,8 @@ def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: 
         del entries, mine
     finally:
         buf.release()
+        # The chains read entries all over the file: drop them (a full file is 400 MB).
+        ctx.store.maps.release(info.file, 0, info.file.length)
     return part
 
 
@@ -115,7 +122,10 @@ def finish_index_file(ctx: Context, index: int, parts: list[IndexPart], findings
             "their records were deleted by retention",
             file_position=info.geometry.entry_position(first),
         )
-    _report_collisions(file, [f for p in parts for f in p.fingerprints], findings)
+    prints = [f for p in parts for f in p.fingerprints]
+    for p in parts:
+        p.fingerprints = []  # only ``prints`` holds them now: freed once concatenated
+    _report_collisions(file, prints, findings)
 
 
 def _entries(
@@ -194,47 +204,112 @@ def _check_header(
         findings.add("index.header", file, problem, file_position=0)
 
 
+def _slot_of(entries: np.ndarray, geometry: IndexGeometry) -> Callable[[I64], I64]:
+    """The slot of the entries at 0-based ``rows`` (-1 for a negative key hash), read from
+    the file when asked: an array of every entry's slot grew with the file."""
+    hashes = entries["key_hash"]
+
+    def slot(rows: I64) -> I64:
+        h = hashes[rows].astype(np.int64)
+        out: I64 = np.where(h >= 0, h % geometry.slot_num, -1)
+        return out
+
+    return slot
+
+
 def _check_slots(
     file: str,
     header: IndexHeader,
     geometry: IndexGeometry,
     heads: I64,
-    slots: I64,
+    n: int,
+    slot: Callable[[I64], I64],
     findings: Findings,
+    drop: Callable[[], None],
 ) -> None:
-    n = len(slots)
-    used = np.flatnonzero(heads)
-    bad = used[(heads[used] < 1) | (heads[used] > n)]
-    for s in bad.tolist():
+    """Every used slot holds an entry of the file whose key hash belongs to it. A chunk of
+    slots at a time (``drop`` after each: their entries are read all over the file); the
+    findings in the order of the checks: slots outside the entries, then slots whose entry
+    belongs elsewhere."""
+    outside, elsewhere = _Entries(findings.limit), _Entries(findings.limit)
+    for a in range(0, len(heads), _CHUNK):
+        chunk = heads[a : a + _CHUNK]
+        used = np.flatnonzero(chunk)
+        held = chunk[used]
+        outside.take(used[(held < 1) | (held > n)] + a)
+        good = used[(held >= 1) & (held <= n)]
+        elsewhere.take(good[slot(chunk[good] - 1) != good + a] + a)
+        drop()
+    for s in outside.listed():
         findings.add(
             "index.slot",
             file,
             f"slot {s} holds entry {int(heads[s])}; entries are 1..{header.loaded_index_count - 1}",
             file_position=geometry.slot_position(s),
         )
-    good = used[(heads[used] >= 1) & (heads[used] <= n)]
-    wrong = good[slots[heads[good] - 1] != good]
-    for s in wrong.tolist():
+    findings.count_more("index.slot", file, outside.count - len(outside.listed()))
+    listed = elsewhere.listed()
+    owners = slot(heads[np.array(listed, np.int64)] - 1).tolist() if listed else []
+    for s, owner in zip(listed, owners, strict=True):
         findings.add(
             "index.slot",
             file,
-            f"slot {s} holds entry {int(heads[s])}, whose key hash belongs to slot "
-            f"{int(slots[heads[s] - 1])}",
+            f"slot {s} holds entry {int(heads[s])}, whose key hash belongs to slot {owner}",
             file_position=geometry.slot_position(s),
         )
+    findings.count_more("index.slot", file, elsewhere.count - len(listed))
+
+
+@dataclass
+class _Entries:
+    """Entries a link check found, over the chunks: the first ``keep`` (0-based) and how many."""
+
+    keep: int | None  # None: all of them
+    rows: list[I64] = field(default_factory=list)
+    count: int = 0
+
+    def take(self, rows: I64) -> None:
+        room = len(rows) if self.keep is None else max(0, self.keep - self.count)
+        if room:
+            self.rows.append(rows[:room])
+        self.count += len(rows)
+
+    def listed(self) -> list[int]:
+        return np.concatenate(self.rows).tolist() if self.rows else []
 
 
 def _check_links(
     file: str,
     geometry: IndexGeometry,
     entries: np.ndarray,
-    slots: I64,
+    slot: Callable[[I64], I64],
     findings: Findings,
+    drop: Callable[[], None],
 ) -> None:
-    """Every prev link goes to an older entry of the same slot, or is 0."""
+    """Every prev link goes to an older entry of the same slot, or is 0. Checked a chunk of
+    entries at a time (whole-file arrays were 8 bytes per entry each; ``drop`` lets go of the
+    file's pages after each), the findings reported
+    in the order of the checks: links outside the entries, to the entry itself, to newer
+    entries (each followed: a loop or not), to another slot's entry."""
     n = len(entries)
-    number = np.arange(1, n + 1, dtype=np.int64)
-    prev = entries["prev"].astype(np.int64)
+    prev_all = entries["prev"]
+    limit = findings.limit  # past it a check's findings are only counted
+    outside_rows, self_rows, forward_rows, other_rows = (
+        _Entries(limit),
+        _Entries(limit),
+        _Entries(None),  # each is followed, to tell a loop from a link
+        _Entries(limit),
+    )
+    for a in range(0, n, _CHUNK):
+        prev = prev_all[a : a + _CHUNK].astype(np.int64)
+        number = np.arange(a + 1, a + 1 + len(prev), dtype=np.int64)
+        outside = (prev < 0) | (prev > n)
+        outside_rows.take(np.flatnonzero(outside) + a)
+        self_rows.take(np.flatnonzero(prev == number) + a)
+        forward_rows.take(np.flatnonzero(~outside & (prev > number)) + a)
+        older = np.flatnonzero(~outside & (prev > 0) & (prev < number))
+        other_rows.take(older[slot(prev[older] - 1) != slot(older + a)] + a)
+        drop()
 
     def add(check: str, i: int, detail: str) -> None:
         findings.add(
@@ -244,30 +319,30 @@ def _check_links(
             file_position=geometry.entry_position(i + 1) + 16,
         )
 
-    outside = (prev < 0) | (prev > n)
-    for i in np.flatnonzero(outside).tolist():
-        add("index.chain_link", i, f"prev {int(prev[i])} is outside the entries 1..{n}")
-    for i in np.flatnonzero(prev == number).tolist():
+    def prev_of(i: int) -> int:
+        return int(prev_all[i])
+
+    for i in outside_rows.listed():
+        add("index.chain_link", i, f"prev {prev_of(i)} is outside the entries 1..{n}")
+    findings.count_more("index.chain_link", file, outside_rows.count - len(outside_rows.listed()))
+    for i in self_rows.listed():
         add("index.chain_cycle", i, "prev links the entry to itself")
-    forward = np.flatnonzero(~outside & (prev > number))
-    for i in forward.tolist():
-        back = _loops(prev, i + 1)
-        if back:
-            add("index.chain_cycle", i, f"prev {int(prev[i])} leads back to entry {i + 1}")
+    findings.count_more("index.chain_cycle", file, self_rows.count - len(self_rows.listed()))
+    for i in forward_rows.listed():
+        if _loops(prev_all, i + 1):
+            add("index.chain_cycle", i, f"prev {prev_of(i)} leads back to entry {i + 1}")
         else:
-            add("index.chain_link", i, f"prev {int(prev[i])} is a newer entry")
-    older = np.flatnonzero(~outside & (prev > 0) & (prev < number))
-    other = older[slots[prev[older] - 1] != slots[older]]
-    for i in other.tolist():
-        add(
-            "index.chain_link",
-            i,
-            f"prev {int(prev[i])} is an entry of slot {int(slots[prev[i] - 1])}, not "
-            f"{int(slots[i])}",
-        )
+            add("index.chain_link", i, f"prev {prev_of(i)} is a newer entry")
+    listed = other_rows.listed()
+    if listed:
+        rows = np.array(listed, np.int64)
+        theirs = slot(prev_all[rows].astype(np.int64) - 1).tolist()
+        for i, s, own in zip(listed, theirs, slot(rows).tolist(), strict=True):
+            add("index.chain_link", i, f"prev {prev_of(i)} is an entry of slot {s}, not {own}")
+    findings.count_more("index.chain_link", file, other_rows.count - len(listed))
 
 
-def _loops(prev: I64, start: int) -> bool:
+def _loops(prev: np.ndarray, start: int) -> bool:
     """Whether following prev links from entry ``start`` comes back to it."""
     seen = {start}
     at = int(prev[start - 1])
@@ -391,9 +466,15 @@ def _report_collisions(file: str, fingerprints: list[I64], findings: Findings) -
     per file."""
     if not fingerprints:
         return
-    hashes = distinct(np.concatenate(fingerprints)) >> 32
-    values, counts = np.unique(hashes, return_counts=True)
-    shared = values[counts > 1]
+    # (hash << 32 | fingerprint) sorted in place: a shared hash is two neighbours with the same
+    # high word and different low words, read through views (8 bytes per key in all, not 3x).
+    keys = np.concatenate(fingerprints)
+    fingerprints.clear()
+    keys.sort()
+    words = keys.view(np.uint32).reshape(-1, 2)
+    high, low = (words[:, 1], words[:, 0]) if np.little_endian else (words[:, 0], words[:, 1])
+    at = np.flatnonzero((high[1:] == high[:-1]) & (low[1:] != low[:-1]))
+    shared = np.unique(keys[at] >> 32)
     if len(shared):
         examples = ", ".join(str(h) for h in shared[:5].tolist())
         findings.add(

@@ -337,6 +337,7 @@ def check_queue_file(
         del units
     finally:
         buf.release()
+        ctx.store.maps.release(f, 0, f.length)  # every queue file read stayed resident
     return last - first
 
 

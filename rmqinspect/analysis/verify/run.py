@@ -2,14 +2,14 @@
 processes (``--jobs``), and the findings merged in file order whatever the number of workers.
 
 1. every commitlog file (records, and the consume-queue units their records need; in a DLedger
-   store every data file: entries, their index units, and the records inside them);
-2. what needs all commitlog files at once (:func:`.commitlog.check_files`; in a DLedger
-   store also :func:`.dledger.check_ledger`: entries across files, the index, the checkpoint),
-   and the restart prediction for records without units (:func:`.queues.classify_lagging`),
-   only when there are such records;
+   store every data file: entries, their index units, and the records inside them), in byte
+   ranges when there are workers (:mod:`.ranges`), stitched into one result per file;
+2. what needs all commitlog files at once (:func:`.files.check_files`; in a DLedger
+   store also :func:`.dledger.check_ledger`: entries across files, the index, the checkpoint);
 3. every consume-queue file and every index file, against the commitlog's data end from 1,
-   and meanwhile, in this process, the checkpoint, config files, offsets, unsupported
-   layouts and the timer store.
+   and meanwhile, in this process, the restart prediction for records without units
+   (:func:`.queues.classify_lagging`, only when there are such records), the checkpoint,
+   config files, offsets, unsupported layouts and the timer store.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from typing import Any, TypeVar
 
 from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
 from rmqinspect.analysis.verify.batch_queues import check_batch_queue
-from rmqinspect.analysis.verify.commitlog import FileResult, check_file, check_files
+from rmqinspect.analysis.verify.commitlog import FileResult
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
 from rmqinspect.analysis.verify.dledger import EntrySpan, check_ledger
+from rmqinspect.analysis.verify.files import check_files
 from rmqinspect.analysis.verify.finding import CHECKS, Finding, Findings, Severity
 from rmqinspect.analysis.verify.indexes import (
     IndexPart,
@@ -48,6 +49,7 @@ from rmqinspect.analysis.verify.queues import (
     check_queue_layout,
     classify_lagging,
 )
+from rmqinspect.analysis.verify.ranges import SPLIT_BYTES, check_unit, plan_ranges, stitch
 from rmqinspect.analysis.verify.summary import Coverage, Summary, summarize
 from rmqinspect.analysis.verify.timer import check_timer
 from rmqinspect.store import mapguard
@@ -81,10 +83,6 @@ class VerifyReport:
 
 
 # --- work units ---------------------------------------------------------------------------------
-
-
-def _commitlog_unit(ctx: Context, index: int) -> FileResult:
-    return check_file(ctx, ctx.store.commitlog.files[index])
 
 
 def _queue_unit(ctx: Context, arg: tuple[str, int, int, int]) -> tuple[Findings, int]:
@@ -171,10 +169,15 @@ class Verifier:
         options: VerifyOptions | None = None,
         jobs: int = 1,
         mapper: Mapper | None = None,
+        split_bytes: int | None = None,
     ) -> None:
         self.store = store
         self.options = options or VerifyOptions()
         self.jobs = 1 if mapper is not None else max(1, jobs)
+        # Commitlog files are cut into ranges of ``split_bytes`` (by default only for other
+        # processes to share: one process walks them whole).
+        parallel = self.jobs > 1 or mapper is not None
+        self.split_bytes = split_bytes or (SPLIT_BYTES if parallel else None)
         self.ctx = Context(store, self.options)
         self._pool: ProcessPoolExecutor | None = None
         self._mapper = mapper
@@ -216,12 +219,11 @@ class Verifier:
         advance = progress or (lambda _n: None)
         ctx, store = self.ctx, self.store
         findings = Findings()
-        files = store.commitlog.files
+        ranges = plan_ranges(store, self.split_bytes)
         results: list[FileResult] = []
-        for r in self._map(_commitlog_unit, list(range(len(files)))):
+        for r in stitch(ctx, ranges, self._map(check_unit, ranges), advance):
             results.append(r)
             findings.extend(r.findings)
-            advance(r.length)
         check_files(ctx, results, store.commitlog.problems, findings)
         if store.dledger is not None:
             spans = [(r.file, r.entries or EntrySpan()) for r in results]
@@ -230,14 +232,6 @@ class Verifier:
             (r.physical_end for r in results if r.extent),
             default=max(store.commitlog.min_offset, 0),
         )
-        coverage = QueueCoverage()
-        for r in results:
-            coverage.extend(r.coverage)
-        restart = None
-        if coverage.lagging:
-            restart = run_recovery(store, RecoverOptions(lost_limit=None)).report
-            classify_lagging(ctx, coverage, restart, findings)
-        check_queue_layout(ctx, findings)
         queue_args = [
             (qid.topic, qid.queue_id, i, data_end)
             for qid in store.queue_dirs
@@ -246,10 +240,20 @@ class Verifier:
         ]
         queue_args += [(qid.topic, qid.queue_id, -1, data_end) for qid in store.batch_dirs]
         index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
+        # Workers check the queue and index files while this process predicts the restart and
+        # makes the store-wide checks: the restart emulation of a crashed store took as long as
+        # the queue files with 100,000 queues, and the workers only waited for it. Their
+        # findings are merged below, in the same order as ever.
         queue_parts = self._map(_queue_unit, queue_args)
         index_results = self._map(_index_unit, index_args)
-        # Workers check the files meanwhile: the offsets' restart emulation took as long as
-        # the queue files with 100,000 queues, and this process only waited for them.
+        coverage = QueueCoverage()
+        for r in results:
+            coverage.extend(r.coverage)
+        restart = None
+        if coverage.lagging:
+            restart = run_recovery(store, RecoverOptions(lost_limit=None)).report
+            classify_lagging(ctx, coverage, restart, findings)
+        check_queue_layout(ctx, findings)
         max_ts = max(
             (r.max_store_timestamp for r in results if r.max_store_timestamp is not None),
             default=None,
