@@ -251,7 +251,7 @@ def test_index_entries_at_80_columns_keep_the_chain(
     assert [c.strip() for c in header.strip("┃").split("┃")] == [
         "file",
         "entry",
-        "phy offset",
+        "physical offset",
         "store time",
         "prev",
     ]
