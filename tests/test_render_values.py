@@ -23,7 +23,9 @@ from rmqinspect.render.output import (
     print_json,
     print_json_array,
     print_json_with_array,
+    print_json_with_arrays,
     print_jsonl,
+    print_jsonl_with_arrays,
     print_table,
     print_table_batches,
     resolve_format,
@@ -196,6 +198,25 @@ def test_streamed_json_arrays(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert print_json_with_array({}, "entries", iter([])) == 0
     assert json.loads(capsys.readouterr().out) == {"entries": []}
+
+
+def test_json_with_several_streamed_arrays(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each array streamed in turn after the head, as JSON and as one JSON Lines line: the
+    same object as the document built whole."""
+    head = {"n": 1, "oldest": {"t": "é"}}
+    arrays = {"rows": [{"a": 1}, {"b": 2}], "none": [], "last": [3]}
+    assert print_json_with_arrays(head, {k: iter(v) for k, v in arrays.items()}) == [2, 0, 1]
+    out = capsys.readouterr().out
+    assert out == (
+        '{\n  "n": 1,\n  "oldest": {\n    "t": "é"\n  },\n  "rows": [\n    {"a":1},\n'
+        '    {"b":2}\n  ],\n  "none": [],\n  "last": [\n    3\n  ]\n}\n'
+    )
+    assert json.loads(out) == head | arrays
+    print_jsonl_with_arrays(head, {k: iter(v) for k, v in arrays.items()})
+    line = capsys.readouterr().out
+    assert line == '{"n":1,"oldest":{"t":"é"},"rows":[{"a":1},{"b":2}],"none":[],"last":[3]}\n'
+    print_jsonl_with_arrays({}, {"rows": iter([{"a": 1}])})
+    assert capsys.readouterr().out == '{"rows":[{"a":1}]}\n'
 
 
 def test_table_batches_title_once_and_an_empty_table(capsys: pytest.CaptureFixture[str]) -> None:

@@ -257,7 +257,7 @@ def print_json_array(rows: Iterable[dict[str, Any]]) -> int:
     return n
 
 
-def _print_rows_array(rows: Iterable[dict[str, Any]], indent: str) -> int:
+def _print_rows_array(rows: Iterable[Any], indent: str) -> int:
     n = 0
     separator = array_separator(indent)
 
@@ -275,11 +275,39 @@ def print_json_with_array(head: dict[str, Any], key: str, rows: Iterable[dict[st
     """The JSON object ``head``, pretty-printed like every JSON document, with one more member,
     ``key``: a streamed array of plain rows (the head is small, the array may not be); returns
     the row count."""
-    text = json_text(head | {key: None})
-    sys.stdout.write(text.removesuffix("null\n}"))
-    n = _print_rows_array(rows, "  ")
+    return print_json_with_arrays(head, {key: rows})[0]
+
+
+def print_json_with_arrays(head: dict[str, Any], arrays: Mapping[str, Iterable[Any]]) -> list[int]:
+    """:func:`print_json_with_array` with several streamed arrays (at least one), members
+    after ``head``'s in ``arrays``' order; returns each array's row count."""
+    counts: list[int] = []
+    for key, rows in arrays.items():
+        if counts:
+            sys.stdout.write(f",\n  {json_text(key, indent=None)}: ")
+        else:
+            sys.stdout.write(json_text(head | {key: None}).removesuffix("null\n}"))
+        counts.append(_print_rows_array(rows, "  "))
     sys.stdout.write("\n}\n")
-    return n
+    return counts
+
+
+def print_jsonl_with_arrays(head: dict[str, Any], arrays: Mapping[str, Iterable[Any]]) -> None:
+    """The same object as :func:`print_json_with_arrays` as one JSON Lines line, its arrays
+    written as they arrive."""
+    out = _stdout_bytes()
+    out.write(dumps(head)[:-1])  # the head's members, the object left open
+    comma = b"," if head else b""
+    for key, rows in arrays.items():
+        out.write(comma + dumps(key) + b":[")
+        between = b""
+        for row in rows:
+            out.write(between + dumps(row))
+            between = b","
+        out.write(b"]")
+        comma = b","
+    out.write(b"}" + JSONL_SEPARATOR)
+    out.flush()
 
 
 TABLE_BATCH_ROWS = 500  # a streamed table is printed in batches so memory stays bounded

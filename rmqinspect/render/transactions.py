@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rmqinspect.analysis.transactions import (
@@ -17,7 +18,8 @@ from rmqinspect.render.output import (
     Column,
     OutputFormat,
     RowTable,
-    print_document,
+    print_json_with_arrays,
+    print_jsonl_with_arrays,
     print_line,
     print_table,
     to_jsonable,
@@ -38,8 +40,9 @@ def _tx_json(tx: Transaction) -> dict[str, Any]:
     return with_times(doc)
 
 
-def transactions_json(report: TransactionsReport) -> dict[str, Any]:
-    doc: dict[str, Any] = {
+def transactions_head(report: TransactionsReport) -> dict[str, Any]:
+    """The JSON document's members before its arrays (:func:`transactions_arrays`)."""
+    head: dict[str, Any] = {
         "source": report.source,
         "records": {
             "half": report.half_records,
@@ -55,18 +58,29 @@ def transactions_json(report: TransactionsReport) -> dict[str, Any]:
         "oldest_pending": None
         if report.oldest_pending is None
         else _tx_json(report.oldest_pending),
-        "transactions": [_tx_json(t) for t in report.transactions],
-        "findings": to_jsonable(report.findings),
-        "skipped": to_jsonable(report.skipped),
     }
-    return with_times(doc)
+    return with_times(head)
+
+
+def transactions_arrays(report: TransactionsReport) -> dict[str, Iterator[Any]]:
+    """The document's lists, each element made as it is written: a store's transactions as
+    one document of dicts took 160 MB for 34,000 of them, four times the report itself."""
+    return {
+        "transactions": (_tx_json(t) for t in report.transactions),
+        "findings": (to_jsonable(f) for f in report.findings),
+        "skipped": (to_jsonable(s) for s in report.skipped),
+    }
 
 
 def render_transactions(report: TransactionsReport, fmt: OutputFormat) -> None:
     if report.skipped:
         lost = sum(s.length for s in report.skipped)
         warn(f"{len(report.skipped)} damaged range(s), {lost} bytes, stepped over: not read")
-    if print_document(transactions_json(report), fmt):
+    if fmt is OutputFormat.JSON:
+        print_json_with_arrays(transactions_head(report), transactions_arrays(report))
+        return
+    if fmt is OutputFormat.JSONL:
+        print_jsonl_with_arrays(transactions_head(report), transactions_arrays(report))
         return
     if report.empty:
         print(NO_TRANSACTIONS)
