@@ -8,14 +8,22 @@ from __future__ import annotations
 import os
 import sys
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 from unittest.mock import patch
 
+import pyarrow as pa
 import pytest
 
 from rmqinspect.analysis.salvage import salvage
 from rmqinspect.analysis.transactions import TransactionsReport, transactions_report
 from rmqinspect.analysis.verify import VerifyOptions, verify_store
+from rmqinspect.export import parquet
+from rmqinspect.export.plan import StoreRef, plan_index
+from rmqinspect.export.schema import Table
+from rmqinspect.export.tables import index_entry_batches
+from rmqinspect.export.tasks import plan_ranges, predict_restart, range_keeps, run_part
+from rmqinspect.format import columns
 from rmqinspect.format import properties as props
 from rmqinspect.format.fate import HALF_TOPIC
 from rmqinspect.format.scan import WalkPolicy
@@ -23,7 +31,7 @@ from rmqinspect.render.output import OutputFormat
 from rmqinspect.render.transactions import render_transactions
 from rmqinspect.store.model import Store
 from rmqinspect.synth.writer import MessageSpec
-from tests.cli_helpers import build_store
+from tests.cli_helpers import SMALL_LAYOUT, build_store
 
 SMAPS = Path("/proc/self/smaps")
 
@@ -112,6 +120,62 @@ def test_scan_leaves_no_commitlog_page_resident(store_root: Path) -> None:
         maps, resident = _commitlog_maps(store)
         assert maps >= 1
         assert resident == 0
+
+
+def test_index_entry_export_leaves_no_index_page_resident(store_root: Path) -> None:
+    """The export's index_entries parts read every entry (a full index file is 400 MB)."""
+    with Store.open(store_root) as store:
+        rows = sum(b.num_rows for p in plan_index(store) for b in index_entry_batches(store, p))
+        assert rows >= 200  # a key and a UNIQ_KEY per message
+        maps, resident = _maps({str(p) for p in (store_root / "index").iterdir()})
+        assert maps >= 1
+        assert resident == 0
+
+
+def _messages_peak(root: Path, out: Path) -> int:
+    """The most Arrow memory allocated after any batch the export's messages parts write,
+    above what was allocated before (the parts of the store, one after another)."""
+    peak = base = pa.total_allocated_bytes()
+    write = parquet.TableWriter.write
+
+    def sampled(self: parquet.TableWriter, batch: pa.RecordBatch) -> None:
+        nonlocal peak
+        write(self, batch)
+        peak = max(peak, pa.total_allocated_bytes())
+
+    with patch.object(parquet.TableWriter, "write", sampled), Store.open(root) as store:
+        ref = StoreRef.of(store)
+        prediction = predict_restart(ref)
+        for chunk in plan_ranges(store, (Table.MESSAGES,)):
+            keeps = range_keeps(store, chunk, prediction)
+            assert run_part(ref, str(out), chunk, (Table.MESSAGES,), keeps).rows
+    return peak - base
+
+
+def test_export_holds_no_more_arrow_memory_for_a_larger_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commitlog range's batches (every topic's rows of one run) are buffered by topic until
+    a row group's worth: what the writer holds stays under its budget however many runs the
+    range has. Scaled down: 64-record runs of about 70 KB, a 256 KiB budget; a store ten times
+    larger (one range each) holds no more at its peak (both held 480 KB, twice the budget,
+    before the writer counted the batches its slices keep alive)."""
+    monkeypatch.setattr(columns, "RUN_RECORDS", 64)
+    monkeypatch.setattr(parquet, "BUFFERED_BYTES", 256 << 10)
+    layout = replace(SMALL_LAYOUT, commitlog_file_size=8 << 20)
+    peaks = []
+    for n in (400, 4000):
+        specs = [
+            MessageSpec(topic=f"Topic{i % 3}", queue_id=i % 2, body=bytes([65 + i % 26]) * 1000)
+            for i in range(n)
+        ]
+        root = build_store(tmp_path / f"store{n}", specs, layout)
+        peaks.append(_messages_peak(root, tmp_path / f"out{n}"))
+    small, large = peaks
+    # At most the budget and the run being cut. Counting only the slices buffered (a run's
+    # batch stays whole while any topic's slice of it is buffered) held twice the budget.
+    assert large <= parquet.BUFFERED_BYTES + 70_000
+    assert large <= small * 1.25
 
 
 def _render_peak(report: TransactionsReport, fmt: OutputFormat) -> int:

@@ -210,7 +210,9 @@ def entry_numbers(store: Store, info: IndexFileInfo) -> range:
 def entry_blocks(
     store: Store, info: IndexFileInfo, numbers: range | None = None, rows: int = 1 << 16
 ) -> Iterator[IndexEntryBlock]:
-    """The entries ``numbers`` (default: all of :func:`entry_numbers`) in blocks of ``rows``."""
+    """The entries ``numbers`` (default: all of :func:`entry_numbers`) in blocks of ``rows``.
+    A block's pages are dropped once the caller is done with it (the blocks are copies), so a
+    reader of a whole 400 MB index file stays flat."""
     wanted = entry_numbers(store, info)
     if numbers is not None:
         wanted = range(max(wanted.start, numbers.start), min(wanted.stop, numbers.stop))
@@ -237,8 +239,13 @@ def entry_blocks(
             )
             del table
             yield block
+            end = geometry.entry_position(first + count)
+            store.maps.release(info.file, geometry.entry_position(first), end)
     finally:
         buf.release()
+        # The whole file: the pages that straddled two blocks, and the header and slots read
+        # to find the entries, go too (a page another reader still wants is read again).
+        store.maps.release(info.file, 0, info.file.length)
 
 
 def iter_entries(store: Store, info: IndexFileInfo) -> Iterator[IndexEntryRow]:

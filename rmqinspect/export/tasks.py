@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
 
+import pyarrow as pa
+
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
 from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter, is_part_file, write_empty
 from rmqinspect.export.plan import (
@@ -175,6 +177,8 @@ def run_part(
             w.abort()
         raise
     rows = {table: w.close() for table, w in writers.items()}
+    # What the part's batches freed goes back to the kernel before the worker's next part.
+    pa.default_memory_pool().release_unused()
     files = [p.relative_to(out).as_posix() for w in writers.values() for p in w.files]
     return PartResult(rows=rows, files=files)
 
