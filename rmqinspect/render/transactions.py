@@ -10,6 +10,7 @@ from rmqinspect.analysis.transactions import (
     FindingKind,
     Transaction,
     TransactionsReport,
+    TxFinding,
     TxState,
 )
 from rmqinspect.format.fate import CHECK_GROUP
@@ -22,6 +23,7 @@ from rmqinspect.render.output import (
     print_jsonl_with_arrays,
     print_line,
     print_table,
+    print_table_batches,
     to_jsonable,
     verdict_line,
     warn,
@@ -105,29 +107,33 @@ def render_transactions(report: TransactionsReport, fmt: OutputFormat) -> None:
             f"oldest pending: {oldest.uniq_key or '(no UNIQ_KEY)'} for {oldest.real_topic}, "
             f"stored {time_cell(oldest.first_store_timestamp)}, {oldest.check_times} check(s)"
         )
+    # Tables of a batch of rows at a time: a table of every row held them all, as text.
     if report.transactions:
-        print_table(_transactions_table(report))
+        print_table_batches(report.transactions, _transactions_table, capped_on_terminal=True)
     if report.findings:
-        # A finding's colour is its weight: an inconsistency (exit 1) an error, the rest a
-        # warning.
-        kinds = {
-            k.value: SEVERITY_STYLES["error" if k in INCONSISTENT else "warning"]
-            for k in FindingKind
-        }
-        f = RowTable(
-            "Findings",
-            [
-                Column("kind", whole=True, styles=kinds),
-                Column("at", right=True, whole=True),
-                Column("UNIQ_KEY", whole=True, drop=1),
-                Column("detail", fold=True, least=24),
-            ],
-            capped_on_terminal=True,
-        )
-        for x in report.findings:
-            f.add_row(x.kind.value, x.position, x.uniq_key, x.detail)
-        print_table(f)
+        print_table_batches(report.findings, _findings_table, capped_on_terminal=True)
     print_table(transactions_verdict(report))
+
+
+# A finding's colour is its weight: an inconsistency (exit 1) an error, the rest a warning.
+_KIND_STYLES = {
+    k.value: SEVERITY_STYLES["error" if k in INCONSISTENT else "warning"] for k in FindingKind
+}
+
+
+def _findings_table(batch: list[TxFinding], first: bool) -> RowTable:
+    f = RowTable(
+        "Findings" if first else None,
+        [
+            Column("kind", whole=True, styles=_KIND_STYLES),
+            Column("at", right=True, whole=True),
+            Column("UNIQ_KEY", whole=True, drop=1),
+            Column("detail", fold=True, least=24),
+        ],
+    )
+    for x in batch:
+        f.add_row(x.kind.value, x.position, x.uniq_key, x.detail)
+    return f
 
 
 def transactions_verdict(report: TransactionsReport) -> Text:
@@ -157,12 +163,12 @@ _STATE_STYLES = {
 }
 
 
-def _transactions_table(report: TransactionsReport) -> RowTable:
+def _transactions_table(batch: list[Transaction], first: bool) -> RowTable:
     """One row per transaction, a terminal shown the head of a long list. At a narrow width
     the op and commit positions, the first store time, the copies and the checks make way;
     UNIQ_KEYs, topics and times are never cut."""
     t = RowTable(
-        "Transactions",
+        "Transactions" if first else None,
         [
             Column("UNIQ_KEY", whole=True),
             Column("real topic:queue", whole=True),
@@ -173,9 +179,8 @@ def _transactions_table(report: TransactionsReport) -> RowTable:
             Column("op at", whole=True, breaks=",", drop=5),
             Column("commit at", whole=True, breaks=",", drop=4),
         ],
-        capped_on_terminal=True,
     )
-    for tx in report.transactions:
+    for tx in batch:
         t.add_row(
             tx.uniq_key,
             f"{tx.real_topic}:{tx.real_queue_id}",
