@@ -7,7 +7,11 @@ and removed afterwards; each command runs as a child (its output to /dev/null, a
 salvage into the temporary directory). Printed, as a table: the wall time, the peak resident set
 of the program or of its largest worker process (the kernel's high-water mark: mapped store
 pages count), the peak anonymous memory, and the ratio of the resident peak to the commitlog's
-data. The target: no figure grows with the store, none above 400 MB.
+data. The target: no figure grows with the store, none above 400 MB. A last table gives, per
+command, its peak at each size, whether it stays under 400 MB and whether it is flat (the peak
+at the largest size at most ``FLAT_SLACK`` above the smallest's: what a store four or eight
+times larger may add, page-table and allocator noise, not data). The export runs with the
+arrow engine, and with the spark engine too where that one can run.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from pathlib import Path
 
 import harness
 
+from rmqinspect.export.run import DEFAULT_MASTER, Engine, chosen_engine
+
 TARGET = 400 * 10**6
+FLAT_SLACK = 32 << 20
 
 
 def _probe(root: Path) -> tuple[str, str, str]:
@@ -44,7 +51,12 @@ def commands(root: Path, out: Path) -> dict[str, list[str]]:
         "salvage": ["salvage", store, "-o", str(out / "salvage"), "-F", "json"],
         "recover": ["recover", store, "-F", "json"],
         "messages": ["messages", store, "-F", "jsonl"],
-        "export": ["export", store, str(out / "export"), "-F", "json"],
+        "export": ["export", store, str(out / "export"), "--engine", "arrow", "-F", "json"],
+        **(
+            {"export spark": ["export", store, str(out / "export"), "--engine", "spark"]}
+            if chosen_engine(Engine.AUTO, DEFAULT_MASTER)[0] is Engine.SPARK
+            else {}
+        ),
         "lookup --scan": ["lookup", store, "--key", key, "--topic", topic, "--scan", "-F", "json"],
         "trace": ["trace", store, "--msg-id", msg_id, "-F", "json"],
         "groups": ["groups", store, "-F", "json"],
@@ -61,6 +73,7 @@ def main() -> None:
     only = {c.strip() for c in args.commands.split(",") if c.strip()}
     print(f"{'GiB':>5}  {'command':<14}{'wall s':>8}{'rss MiB':>9}{'anon MiB':>10}  of data")
     over = []
+    peaks: dict[str, dict[float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="rmqbench-") as tmp:
         for gib in (float(s) for s in args.sizes.split(",")):
             root = Path(tmp) / f"store{gib}"
@@ -79,12 +92,27 @@ def main() -> None:
                     f"  {r.max_rss / size:.2f}",
                     flush=True,
                 )
+                peaks.setdefault(name, {})[gib] = r.max_rss
                 if r.max_rss > TARGET:
                     over.append(f"{name} at {gib} GiB")
             shutil.rmtree(root)
     print("target: peak RSS (mapped pages included) <= 400 MB at every size")
     if over:
         print("over the target: " + ", ".join(over))
+    summary(peaks)
+
+
+def summary(peaks: dict[str, dict[float, int]]) -> None:
+    """Per command: its peak RSS at each size, under the target or not, flat or not."""
+    sizes = sorted({gib for by_size in peaks.values() for gib in by_size})
+    head = "".join(f"{f'{gib:g} GiB':>10}" for gib in sizes)
+    print(f"\n{'command':<14}{head}  <= 400 MB  flat")
+    for name, by_size in peaks.items():
+        cells = "".join(f"{harness.mib(by_size[g]) if g in by_size else '-':>10}" for g in sizes)
+        measured = [by_size[g] for g in sizes if g in by_size]
+        under = "yes" if max(measured) <= TARGET else "NO"
+        flat = "yes" if measured[-1] - measured[0] <= FLAT_SLACK else "NO"
+        print(f"{name:<14}{cells}  {under:>9}  {flat if len(measured) > 1 else '-'}")
 
 
 if __name__ == "__main__":
