@@ -13,7 +13,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
@@ -372,6 +372,24 @@ class Column:
 
 # How a finding's severity reads on a terminal: the same words, coloured.
 SEVERITY_STYLES = {"error": "bold red", "warning": "yellow"}
+
+
+def kind_findings_table(kinds: Iterable[str], errors: Collection[str], subject: str) -> RowTable:
+    """The findings table of a command whose findings are kinds (``transactions``, ``pop``):
+    kind, position, ``subject`` (what the finding is about) and detail. A kind's colour is its
+    weight: one of ``errors`` (an inconsistency, exit 1) an error, the rest a warning."""
+    styles = {k: SEVERITY_STYLES["error" if k in errors else "warning"] for k in kinds}
+    return RowTable(
+        "Findings",
+        [
+            Column("kind", whole=True, styles=styles),
+            Column("at", right=True, whole=True),
+            Column(subject, whole=True, drop=1),
+            Column("detail", fold=True, least=24),
+        ],
+        capped_on_terminal=True,
+    )
+
 
 # How a verdict line reads on a terminal: bad news red, doubt yellow, good news green.
 VERDICT_STYLES = {"bad": "bold red", "doubt": "bold yellow", "good": "bold green"}

@@ -13,10 +13,10 @@ from rmqinspect.analysis.transactions import (
 )
 from rmqinspect.format.fate import CHECK_GROUP
 from rmqinspect.render.output import (
-    SEVERITY_STYLES,
     Column,
     OutputFormat,
     RowTable,
+    kind_findings_table,
     print_document,
     print_line,
     print_table,
@@ -94,22 +94,8 @@ def render_transactions(report: TransactionsReport, fmt: OutputFormat) -> None:
     if report.transactions:
         print_table(_transactions_table(report))
     if report.findings:
-        # A finding's colour is its weight: an inconsistency (exit 1) an error, the rest a
-        # warning.
-        kinds = {
-            k.value: SEVERITY_STYLES["error" if k in INCONSISTENT else "warning"]
-            for k in FindingKind
-        }
-        f = RowTable(
-            "Findings",
-            [
-                Column("kind", whole=True, styles=kinds),
-                Column("at", right=True, whole=True),
-                Column("UNIQ_KEY", whole=True, drop=1),
-                Column("detail", fold=True, least=24),
-            ],
-            capped_on_terminal=True,
-        )
+        errors = {k.value for k in INCONSISTENT}
+        f = kind_findings_table((k.value for k in FindingKind), errors, "UNIQ_KEY")
         for x in report.findings:
             f.add_row(x.kind.value, x.position, x.uniq_key, x.detail)
         print_table(f)
