@@ -38,6 +38,7 @@ from rmqinspect.analysis.offsets import (
     start_without_offset,
 )
 from rmqinspect.analysis.queues import iter_unit_chunks, queue_bounds, unit_at
+from rmqinspect.analysis.recovery import RecoveryReport
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import properties as props
 from rmqinspect.format.config import (
@@ -198,10 +199,13 @@ def groups_report(
     progress: Progress | None = None,
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.UNKNOWN,
     prove_deliveries: bool = True,
+    recovery: RecoveryReport | None = None,
 ) -> GroupsReport:
     """``prove_deliveries``: walk the commitlog for the send-backs that prove a pending message
-    reached its group before (``delivered_before``; None on every row without it)."""
-    offsets = offsets_report(store, group, None, progress, restart=after_restart)
+    reached its group before (``delivered_before``; None on every row without it).
+    ``recovery``: with ``after_restart``, a finished emulation of this store's restart to judge
+    against (see :func:`offsets_report`)."""
+    offsets = offsets_report(store, group, None, progress, restart=after_restart, recovery=recovery)
     after = offsets.queues_after_restart if after_restart else None
     restarted = after_restart and offsets.restart is not None and offsets.restart.broker_starts
     subs_file = load_config_file(store.config_dir, "subscriptionGroup.json")
