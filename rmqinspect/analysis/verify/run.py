@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
+from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
 from rmqinspect.analysis.verify.batch_queues import check_batch_queue
 from rmqinspect.analysis.verify.commitlog import FileResult
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
@@ -65,6 +65,9 @@ Work = Callable[[Context, A], T]  # a work unit: module level, so that it pickle
 # order; the workers call :func:`run_unit`.
 Mapper = Callable[[Work[Any, Any], list[Any]], Iterable[Any]]
 
+# The restart verify predicts where queues lag: every lost message listed, as ``report``'s
+# (which takes this one over rather than emulating it again).
+RESTART_OPTIONS = RecoverOptions(lost_limit=None)
 _FAMILIES = list(dict.fromkeys(check.split(".")[0] for check in CHECKS))
 
 
@@ -181,6 +184,9 @@ class Verifier:
         self.ctx = Context(store, self.options)
         self._pool: ProcessPoolExecutor | None = None
         self._mapper = mapper
+        # The restart predicted by the last run (where queues lag the commitlog), for a caller
+        # that wants the same emulation (``report``) instead of running it again.
+        self.restart: RecoveryReport | None = None
 
     def __enter__(self) -> Verifier:
         if self.jobs > 1:
@@ -250,9 +256,11 @@ class Verifier:
         for r in results:
             coverage.extend(r.coverage)
         restart = None
+        self.restart = None
         if coverage.lagging:
-            restart = run_recovery(store, RecoverOptions(lost_limit=None)).report
+            restart = run_recovery(store, RESTART_OPTIONS).report
             classify_lagging(ctx, coverage, restart, findings)
+            self.restart = restart
         check_queue_layout(ctx, findings)
         max_ts = max(
             (r.max_store_timestamp for r in results if r.max_store_timestamp is not None),
