@@ -108,6 +108,15 @@ def test_groups_on_placed_pop_records(tmp_path: Path) -> None:
     assert "POP outstanding 2, 1 revived again by a restart" in " ".join(table.stdout.split())
 
 
+def test_a_group_named_only_by_its_v2_pop_retry_topic(tmp_path: Path) -> None:
+    """``%RETRY%gp2+TopicP`` names group gp2 (KeyBuilder.parseGroup splits at the "+"), not a
+    group "gp2+TopicP", though gp2 has no offsets, subscription or retry topic of its own."""
+    root = _placed_store(tmp_path / "s")
+    names = {g["group"] for g in run_json("groups", root, expect=1)["groups"]}
+    assert f"{GROUP}2" in names
+    assert not [n for n in names if "+" in n]
+
+
 def test_groups_without_pop_records_does_not_read_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -56,6 +56,7 @@ from rmqinspect.format.fate import (
     POP_RETRY_SEPARATORS,
     RETRY_PREFIX,
     dlq_topic,
+    parse_retry_topic,
     retry_topic,
     retry_topic_kind,
 )
@@ -319,6 +320,11 @@ def _groups_on_disk(store: Store, with_offsets: tuple[str, ...], subscribed: set
     retry topic is on disk."""
     names = set()
     for qid in store.queue_dirs:
+        retry = parse_retry_topic(qid.topic)
+        if retry is not None and retry.pop_topic is not None:
+            # A V2 POP retry topic names its group before the "+" (KeyBuilder.parseGroup).
+            names.add(retry.group)
+            continue
         for prefix in (RETRY_PREFIX, DLQ_PREFIX):
             if qid.topic.startswith(prefix) and len(qid.topic) > len(prefix):
                 names.add(qid.topic[len(prefix) :])
