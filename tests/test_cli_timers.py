@@ -313,7 +313,10 @@ def test_timer_files_are_only_read(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert opened and all(a.flags & SAFE_OPEN == SAFE_OPEN for a in opened)
     assert tree_state(store) == before
     notes = {u["kind"]: u["note"] for u in run_json("info", store, expect=0)["unsupported"]}
-    assert "read by `timers`, `verify`, `recover`, `trace` and the export's timers table" in notes["timer"]
+    assert (
+        "read by `timers`, `verify`, `recover`, `trace` and the export's timers table"
+        in notes["timer"]
+    )
 
 
 @settings(

@@ -64,9 +64,10 @@ class UnsupportedLayout:
 #  - BatchConsumeQueue: read (store/batch_queue.py) by the commands that read queues
 #    without the restart, and checked by verify; the restart (BatchConsumeQueue's recovery
 #    and truncation, the reput's inner batches) and the export's unit ranges do not read it.
-#  - RocksDB consume queue: read (store/rocksdb_queue.py) by the commands that read queues
-#    without the restart; the restart of it (RocksDBConsumeQueueStore's lazy correction,
-#    docs/rocksdb-consume-queue.md §5), verify's unit checks and the export do not read it.
+#  - RocksDB consume queue: read (store/rocksdb_queue.py) by every command; its restart
+#    (RocksDBConsumeQueueStore's lazy correction, docs/rocksdb-consume-queue.md §5) is
+#    store/rocksdb_restart.py's; verify's unit checks (analysis/verify/queues.py walks queue
+#    files) do not read it.
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
 #    index; what is read from those is right, and the restart of those is unchanged. The
 #    timer's files are read by `timers`, `verify`, `recover`, `trace` and the export's
@@ -81,7 +82,7 @@ _LAYOUTS: dict[str, tuple[str, StorePart]] = {
         "several DLedger homes",
         ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
     ),
-    "rocksdb_consume_queue": ("RocksDB consume queues", StorePart.RESTART | StorePart.VERIFY),
+    "rocksdb_consume_queue": ("RocksDB consume queues", StorePart.VERIFY),
     "batch_consume_queue": ("BatchConsumeQueue", StorePart.RESTART | StorePart.EXPORT),
     "timer": ("the 5.x timer store", StorePart(0)),
     "compaction": ("the compaction store", StorePart(0)),
@@ -260,9 +261,9 @@ def detect_unsupported(
             _unsupported(
                 "rocksdb_consume_queue",
                 cq,
-                "RocksDB consume queue (storeType=defaultRocksDB): read by the commands that "
-                "read queues; the restart emulation, verify's unit checks and the export do "
-                "not read it yet",
+                "RocksDB consume queue (storeType=defaultRocksDB): read by every command, the "
+                "restart emulation and the export included, but verify's unit checks (and "
+                "report, which runs them)",
             )
         )
     for name in ("timerwheel", "timerlog"):

@@ -41,7 +41,7 @@ from rmqinspect.format import dledger as dl
 from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.store import output
 from rmqinspect.store.files import MappedFiles, StoreFile
-from rmqinspect.store.layout import QueueId, is_plain_name
+from rmqinspect.store.layout import QueueId, is_plain_name, rocksdb_queue_dir
 from rmqinspect.store.model import Store
 
 _STAGING = ".rmqinspect-index-staging"
@@ -80,6 +80,14 @@ def apply_recovery(
 ) -> tuple[RecoveryReport, ApplyReport]:
     opts = options or RecoverOptions()
     store = opened.root
+    if rocksdb_queue_dir(store) is not None:
+        # The restart's rows would go into a RocksDB database, which rmqinspect does not
+        # write (it reads one through a private copy); copying the store's would be wrong.
+        raise StoreError(
+            f"{OPTION}: the restart of RocksDB consume queues rewrites the database's rows, "
+            "which rmqinspect does not write; run recover without --out for the prediction",
+            str(rocksdb_queue_dir(store)),
+        )
     created_dest = output.prepare_output_dir(dest, OPTION, store)
     staging = dest / _STAGING
     staging.mkdir()

@@ -23,6 +23,7 @@ from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import LayoutProblem, StoreFile
 from rmqinspect.store.layout import QueueId, StorePart
 from rmqinspect.store.model import Store
+from rmqinspect.store.rocksdb_restart import RocksRestartQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +248,15 @@ def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerSta
             state.commitlog.append(CommitlogFile(f, state.commitlog_file_size))
     if state.failures:
         return state
+    store.read_rocksdb_queues()  # the one reader of a RocksDB consume queue (StoreError: not one)
     for qid in store.queue_dirs:
+        if store.rocksdb is not None and store.rocksdb_queue(qid):
+            rq = RocksRestartQueue(
+                store.maps, store.rocksdb, store.rocksdb.queues[qid], state.cq_file_size
+            )
+            state.queues[qid] = rq
+            state.history[qid] = QueueHistory(existed=rq.existed, files_before=0)
+            continue
         fq = store.consume_queue_files(qid.topic, qid.queue_id)
         fails, deleted = _layout_failures(profile, fq.problems)
         state.failures.extend(fails)
