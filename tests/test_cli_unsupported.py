@@ -108,9 +108,9 @@ REFUSED_BY_QUEUE_LAYOUTS = {
     "trace",
     "report",
 }
-# RocksDB consume queues (tests/test_cli_rocksdb.py): the restart is emulated; only report,
-# which runs verify's unit checks over queue files, refuses.
-REFUSED_BY_ROCKSDB = {"report"}
+# RocksDB consume queues (tests/test_cli_rocksdb.py, tests/test_restart_rocksdb.py): read by
+# every command, the restart and verify included.
+REFUSED_BY_ROCKSDB: set[str] = set()
 
 
 @pytest.mark.parametrize(

@@ -46,8 +46,7 @@ class UnsupportedLayout:
     """A layout rmqinspect recognises but does not decode yet, and the parts whose answers it
     makes wrong (none: it keeps its own files beside ones that are read correctly)."""
 
-    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger_mixed,
-    # dledger_homes
+    kind: str  # batch_consume_queue, timer, compaction, dledger, dledger_mixed, dledger_homes
     path: str
     note: str
     takes_over: StorePart
@@ -64,10 +63,8 @@ class UnsupportedLayout:
 #  - BatchConsumeQueue: read (store/batch_queue.py) by the commands that read queues
 #    without the restart, and checked by verify; the restart (BatchConsumeQueue's recovery
 #    and truncation, the reput's inner batches) and the export's unit ranges do not read it.
-#  - RocksDB consume queue: read (store/rocksdb_queue.py) by every command; its restart
-#    (RocksDBConsumeQueueStore's lazy correction, docs/rocksdb-consume-queue.md §5) is
-#    store/rocksdb_restart.py's; verify's unit checks (analysis/verify/queues.py walks queue
-#    files) do not read it.
+#  - (RocksDB consume queues are read by every command, their restart included:
+#    store/rocksdb_queue.py, store/rocksdb_restart.py; they are no longer listed here.)
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
 #    index; what is read from those is right, and the restart of those is unchanged. The
 #    timer's files are read by `timers`, `verify`, `recover`, `trace` and the export's
@@ -82,7 +79,6 @@ _LAYOUTS: dict[str, tuple[str, StorePart]] = {
         "several DLedger homes",
         ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
     ),
-    "rocksdb_consume_queue": ("RocksDB consume queues", StorePart.VERIFY),
     "batch_consume_queue": ("BatchConsumeQueue", StorePart.RESTART | StorePart.EXPORT),
     "timer": ("the 5.x timer store", StorePart(0)),
     "compaction": ("the compaction store", StorePart(0)),
@@ -253,17 +249,6 @@ def detect_unsupported(
                 "BatchConsumeQueue (5.x, queue.type=BatchCQ): read by the commands that read "
                 "queues and by verify; the restart emulation (recover, groups --after-restart) "
                 "and the export do not read it yet",
-            )
-        )
-    cq = rocksdb_queue_dir(root)
-    if cq is not None:
-        found.append(
-            _unsupported(
-                "rocksdb_consume_queue",
-                cq,
-                "RocksDB consume queue (storeType=defaultRocksDB): read by every command, the "
-                "restart emulation and the export included, but verify's unit checks (and "
-                "report, which runs them)",
             )
         )
     for name in ("timerwheel", "timerlog"):
