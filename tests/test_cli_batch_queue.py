@@ -133,7 +133,7 @@ def test_info_and_verify_read_the_batch_queues(placed: tuple[Path, list[Batch]])
     root, _ = placed
     info = run_json("info", root, expect=0)
     (layout,) = [u for u in info["unsupported"] if u["kind"] == "batch_consume_queue"]
-    assert layout["takes_over"] == ["restart", "export"]
+    assert layout["takes_over"] == ["export"]  # the restart reads it (store/batch_restart.py)
     assert "recover" in layout["note"]
     (topic,) = [t for t in info["topics"] if t["topic"] == TOPIC]
     assert topic["message_count"] == 73  # messages, not the 30 units

@@ -99,18 +99,10 @@ def test_dledger_store_is_answered_by_every_command_but_salvage(tmp_path: Path) 
     assert run("checkpoint", store, "--format", "json").exit_code == 0
 
 
-# BatchConsumeQueues (tests/test_cli_batch_queue.py) are read by every command but those that
-# emulate the restart, which does not read them yet.
-REFUSED_BY_QUEUE_LAYOUTS = {
-    "groups",  # --after-restart (without it, groups reads the queues)
-    "lookup --key --as-recovered",
-    "recover",
-    "trace",
-    "report",
-}
-# RocksDB consume queues (tests/test_cli_rocksdb.py, tests/test_restart_rocksdb.py): read by
-# every command, the restart and verify included.
-REFUSED_BY_ROCKSDB: set[str] = set()
+# RocksDB consume queues (tests/test_cli_rocksdb.py, tests/test_restart_rocksdb.py) and
+# BatchConsumeQueues (tests/test_cli_batch_queue.py, tests/test_restart_batch_queue.py) are read
+# by every command, the restart included; only the export refuses a BatchConsumeQueue.
+REFUSED_BY_QUEUE_LAYOUTS: set[str] = set()
 
 
 @pytest.mark.parametrize(
@@ -120,7 +112,7 @@ REFUSED_BY_ROCKSDB: set[str] = set()
             move_queues_to_rocksdb,
             "RocksDB consume queues",
             "consumequeue/",
-            REFUSED_BY_ROCKSDB,
+            REFUSED_BY_QUEUE_LAYOUTS,
         ),
         (
             lambda s: _batch_queue(s),
@@ -145,6 +137,16 @@ def test_queue_layouts_refuse_only_answers_read_from_the_queues(
             # Read from the commitlog and the index, which these layouts leave as they are:
             # each finds the message it asks for.
             assert code == 0 and out and "does not support" not in err, (name, code, err)
+
+
+def test_the_export_alone_refuses_a_batch_consume_queue(tmp_path: Path) -> None:
+    """Its consume-queue ranges count 20-byte units (export/plan.py)."""
+    store = build_store(tmp_path / "s", orders(6))
+    _batch_queue(store)
+    exported = run("export", store, tmp_path / "out", "--engine", "arrow")
+    assert (exported.exit_code, exported.stdout) == (2, "")
+    assert exported.stderr == _refusal("BatchConsumeQueue", "batchconsumequeue/", "export")
+    assert not (tmp_path / "out").exists()
 
 
 def _batch_queue(store: Path) -> None:

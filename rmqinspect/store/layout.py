@@ -60,9 +60,9 @@ class UnsupportedLayout:
 #    DLedger data (a store switched over: reads below the divide go to the old log) and
 #    several DLedger homes (which one is the node's is not on disk) are not read: every part
 #    depends on which log answers.
-#  - BatchConsumeQueue: read (store/batch_queue.py) by the commands that read queues
-#    without the restart, and checked by verify; the restart (BatchConsumeQueue's recovery
-#    and truncation, the reput's inner batches) and the export's unit ranges do not read it.
+#  - BatchConsumeQueue: read (store/batch_queue.py) by every command, checked by verify,
+#    its restart (truncateDirtyLogicFiles, the reput's inner batches) is
+#    store/batch_restart.py's; the export's unit ranges do not read it.
 #  - (RocksDB consume queues are read by every command, their restart included:
 #    store/rocksdb_queue.py, store/rocksdb_restart.py; they are no longer listed here.)
 #  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
@@ -79,7 +79,7 @@ _LAYOUTS: dict[str, tuple[str, StorePart]] = {
         "several DLedger homes",
         ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
     ),
-    "batch_consume_queue": ("BatchConsumeQueue", StorePart.RESTART | StorePart.EXPORT),
+    "batch_consume_queue": ("BatchConsumeQueue", StorePart.EXPORT),
     "timer": ("the 5.x timer store", StorePart(0)),
     "compaction": ("the compaction store", StorePart(0)),
 }
@@ -246,9 +246,9 @@ def detect_unsupported(
             _unsupported(
                 "batch_consume_queue",
                 bcq,
-                "BatchConsumeQueue (5.x, queue.type=BatchCQ): read by the commands that read "
-                "queues and by verify; the restart emulation (recover, groups --after-restart) "
-                "and the export do not read it yet",
+                "BatchConsumeQueue (5.x, queue.type=BatchCQ): read by every command, verify "
+                "and the restart emulation (recover, groups --after-restart, trace) included, "
+                "but the export, whose consume-queue ranges count 20-byte units",
             )
         )
     for name in ("timerwheel", "timerlog"):
