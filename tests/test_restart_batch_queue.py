@@ -105,3 +105,19 @@ def test_truncation_drops_units_past_the_recovered_end(
         kept = [u for u in placed_units if u[1] < last[1]]
         want = kept[-1][0] + kept[-1][3] if kept else 0
         assert _queue(doc, queue_id)["max_offset_after_dispatch"] == want, queue_id
+
+
+def test_recover_out_refuses_the_units_it_would_have_to_write(
+    placed: tuple[Path, dict[int, list[Any]]], tmp_path: Path
+) -> None:
+    store, _ = placed
+    before = tree_state(store)
+    dest = tmp_path / "after"
+    result = run("recover", store, "--out", dest, "--format", "json")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(
+        f"rmqinspect: error: {store / 'batchconsumequeue'}: --out: the restart of a "
+        "BatchConsumeQueue rewrites its 46-byte units"
+    )
+    assert not dest.exists() and tree_state(store) == before

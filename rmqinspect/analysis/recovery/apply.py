@@ -88,6 +88,14 @@ def apply_recovery(
             "which rmqinspect does not write; run recover without --out for the prediction",
             str(rocksdb_queue_dir(store)),
         )
+    if opened.batch_dirs:
+        # The emulation holds a BatchConsumeQueue's units as 20-byte slots at their bases
+        # (store/batch_restart.py), not as the 46-byte units its files hold.
+        raise StoreError(
+            f"{OPTION}: the restart of a BatchConsumeQueue rewrites its 46-byte units, which "
+            "rmqinspect does not write; run recover without --out for the prediction",
+            str(store / "batchconsumequeue"),
+        )
     created_dest = output.prepare_output_dir(dest, OPTION, store)
     staging = dest / _STAGING
     staging.mkdir()
