@@ -101,7 +101,7 @@ def test_dledger_store_is_answered_by_every_command_but_salvage(tmp_path: Path) 
 
 # RocksDB consume queues (tests/test_cli_rocksdb.py, tests/test_restart_rocksdb.py) and
 # BatchConsumeQueues (tests/test_cli_batch_queue.py, tests/test_restart_batch_queue.py) are read
-# by every command, the restart included; only the export refuses a BatchConsumeQueue.
+# by every command, the restart and the export included.
 REFUSED_BY_QUEUE_LAYOUTS: set[str] = set()
 
 
@@ -137,16 +137,6 @@ def test_queue_layouts_refuse_only_answers_read_from_the_queues(
             # Read from the commitlog and the index, which these layouts leave as they are:
             # each finds the message it asks for.
             assert code == 0 and out and "does not support" not in err, (name, code, err)
-
-
-def test_the_export_alone_refuses_a_batch_consume_queue(tmp_path: Path) -> None:
-    """Its consume-queue ranges count 20-byte units (export/plan.py)."""
-    store = build_store(tmp_path / "s", orders(6))
-    _batch_queue(store)
-    exported = run("export", store, tmp_path / "out", "--engine", "arrow")
-    assert (exported.exit_code, exported.stdout) == (2, "")
-    assert exported.stderr == _refusal("BatchConsumeQueue", "batchconsumequeue/", "export")
-    assert not (tmp_path / "out").exists()
 
 
 def _batch_queue(store: Path) -> None:

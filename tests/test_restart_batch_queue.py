@@ -10,8 +10,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
+from rmqinspect.export.plan import QueueRange, QueueSlice
+from rmqinspect.export.tables import consume_queue_batches
+from rmqinspect.store.model import Store
 from tests.cli_helpers import SMALL_OPTS, run, run_json, tree_state
 
 SYNTH = ["--profile", "5.3", "--messages", "200", "--crash", "--seed", "1", "-q"]
@@ -121,3 +125,55 @@ def test_recover_out_refuses_the_units_it_would_have_to_write(
         "BatchConsumeQueue rewrites its 46-byte units"
     )
     assert not dest.exists() and tree_state(store) == before
+
+
+def test_export_writes_each_unit_once_at_its_base(
+    placed: tuple[Path, dict[int, list[Any]]], tmp_path: Path
+) -> None:
+    """The consume_queue table holds every unit as written, once, at its msgBaseOffset (a slice
+    boundary inside a batch does not repeat it), and the restart keeps every record."""
+    store, units = placed
+    before = tree_state(store)
+    out = tmp_path / "out"
+    exported = run("export", store, out, "--engine", "arrow")
+    assert exported.exit_code == 0, exported.stderr
+    assert tree_state(store) == before
+    rows = pq.read_table(out / "consume_queue").to_pydict()
+    got: dict[int, list[Any]] = {}
+    for topic, queue_id, base, phy, size, status in zip(
+        rows["topic"],
+        rows["queue_id"],
+        rows["queue_offset"],
+        rows["physical_offset"],
+        rows["size"],
+        rows["status"],
+        strict=True,
+    ):
+        if topic == "BatchTopic":
+            assert status == "found"
+            got.setdefault(queue_id, []).append((base, phy, size))
+    assert {q: sorted(u) for q, u in got.items()} == {
+        q: [(u[0], u[1], u[2]) for u in placed_units] for q, placed_units in units.items()
+    }
+    messages = pq.read_table(out / "messages").to_pydict()
+    batch = [
+        k
+        for t, k in zip(messages["topic"], messages["restart_keeps"], strict=True)
+        if t == "BatchTopic"
+    ]
+    assert len(batch) == sum(len(u) for u in units.values()) and all(batch)
+
+
+def test_a_slice_starting_inside_a_batch_leaves_its_unit_to_the_slice_before(
+    placed: tuple[Path, dict[int, list[Any]]],
+) -> None:
+    store, units = placed
+    queue_id = max(units, key=lambda k: max(u[3] for u in units[k]))
+    straddling = next(u for u in units[queue_id] if u[3] > 1)
+    start = straddling[0] + 1  # inside its batch
+    stop = units[queue_id][-1][0] + 1
+    with Store.open(store) as st:
+        part = QueueSlice(0, (QueueRange("BatchTopic", queue_id, start, stop),))
+        bases = [b for batch in consume_queue_batches(st, part) for b in batch["queue_offset"]]
+    assert [b.as_py() for b in bases] == [u[0] for u in units[queue_id] if u[0] >= start]
+    assert straddling[0] not in [b.as_py() for b in bases]
