@@ -54,8 +54,9 @@ _CHUNK = 1 << 16  # units checked per gather
 Report = Callable[[str, int, str], None]  # (check, unit index in the chunk, detail)
 
 
-def queue_dir(qid: QueueId) -> str:
-    return f"consumequeue/{qid.topic}/{qid.queue_id}"
+def queue_dir(qid: QueueId, *, batch: bool = False) -> str:
+    """The queue's directory as findings name it (``batch``: a BatchConsumeQueue's)."""
+    return f"{'batchconsumequeue' if batch else 'consumequeue'}/{qid.topic}/{qid.queue_id}"
 
 
 # --- records to units ---------------------------------------------------------------------------
@@ -120,7 +121,9 @@ class QueueCoverage:
             if qid.topic in ctx.batch_topics:
                 from rmqinspect.analysis.verify.batch_queues import batch_coverage
 
-                batch_coverage(ctx, qid, positions, qoffs, file, findings)
+                late = batch_coverage(ctx, qid, positions, qoffs, file, findings)
+                if late is not None and late.any():
+                    self.lagging.setdefault(qid, Lagging()).add(positions[late], qoffs[late])
                 continue
             q = ctx.queue(qid)
             if q is None:
@@ -238,7 +241,7 @@ def classify_lagging(
         rebuilt = kept & ~left
         cut = int(np.count_nonzero(~kept))
         has_dir = qid in ctx.store.queue_dirs
-        where = queue_dir(qid)
+        where = queue_dir(qid, batch=qid in ctx.store.batch_dirs)
         if rebuilt.any():
             i = int(np.argmax(rebuilt))
             note = f"; {cut} more lie past the restart's end and are cut with it" if cut else ""
