@@ -4,6 +4,7 @@ that reads queues answers from it, fact by fact against what the writer placed
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -315,3 +316,21 @@ def test_a_tags_code_dispatch_would_not_write_is_a_finding(tmp_path: Path) -> No
     assert wrong["detail"].startswith("unit tagsCode 7: dispatch computes ")
     listed = run_json("consumequeue", root, TOPIC, "1", "--limit", "3", expect=0)
     assert listed["units"][2]["tags_code_ok"] is False
+
+
+@pytest.mark.parametrize("base", [2**62, -5, 2**63 - 1])
+def test_a_hostile_base_costs_the_restart_nothing(tmp_path: Path, base: int) -> None:
+    """The restart holds a unit at its msgBaseOffset (store/batch_restart.py): a base no slot
+    can hold, or one far out, costs nothing and is no traceback."""
+    root = tmp_path / "s"
+    batch_store(root)
+    set_base(root, 1, 3, base)
+    result = run("recover", root, "--format", "json")
+    assert result.exit_code in (0, 1) and "Traceback" not in result.stderr, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["broker_starts"]
+    (q,) = [q for q in doc["consume_queues"] if (q["topic"], q["queue_id"]) == (TOPIC, 1)]
+    assert (
+        q["max_offset_after_load"]
+        == run_json("consumequeue", root, TOPIC, "1", expect=0)["queue"]["max_offset"]
+    )
