@@ -1,7 +1,7 @@
 """A BatchConsumeQueue as the restarting broker holds it: the one home of its restart rules
 (docs/batch-consume-queue.md §4-5).
 
-:class:`BatchRestartQueue` is a :class:`~rmqinspect.store.consume_queue.ConsumeQueue` whose
+:class:`BatchRestartQueue` is a :class:`~rmqinspect.store.consume_queue.MemoryQueue` whose
 slot ``n`` (20 bytes, in in-memory files of the configured size) holds the unit whose
 msgBaseOffset is ``n``: a record of a BatchCQ topic is written at its base (its QUEUEOFFSET
 and ``INNER_BASE``), so the restart emulation's serving test and loss search find it there as
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.format.javamath import wrap64
 from rmqinspect.store.batch_queue import BatchQueue
-from rmqinspect.store.consume_queue import ConsumeQueue, CqFile
+from rmqinspect.store.consume_queue import MemoryQueue
 from rmqinspect.store.files import MappedFiles
 
 _UNIT = struct.Struct(">qiq")
@@ -34,7 +34,7 @@ _RUN = 8192  # units read at a time
 InnerBatch = Callable[[int], "tuple[int, int] | None"]
 
 
-class BatchRestartQueue(ConsumeQueue):
+class BatchRestartQueue(MemoryQueue):
     """One BatchConsumeQueue through the restart; ``files`` are in memory only."""
 
     def __init__(
@@ -64,7 +64,7 @@ class BatchRestartQueue(ConsumeQueue):
         """``BatchConsumeQueue.truncateDirtyLogicFiles``: the units at or past ``phy_offset``
         go, the last kept one's batch ends the queue."""
         for base in sorted(self.batches, reverse=True):
-            phy, size, _ = self._unit_at(base)
+            phy, size, _ = self._unit_at(base * CQ_STORE_UNIT_SIZE)
             if phy < phy_offset:
                 self.end = base + self.batches[base]
                 self.max_physic = wrap64(phy + size)
@@ -103,43 +103,15 @@ class BatchRestartQueue(ConsumeQueue):
 
     # internals --------------------------------------------------------------------------------
 
-    def _file_for(self, pos: int) -> CqFile:
-        start = pos - pos % self.file_size
-        for i, f in enumerate(self.files):
-            if f.start == start:
-                return f
-            if f.start > start:
-                made = CqFile(start, None, self.file_size)
-                self.files.insert(i, made)
-                return made
-        made = CqFile(start, None, self.file_size)
-        self.files.append(made)
-        return made
-
     def _place(self, base: int, phy: int, size: int, tags: int, n: int) -> None:
         if base < 0 or wrap64(base * CQ_STORE_UNIT_SIZE) != base * CQ_STORE_UNIT_SIZE:
             return  # no slot for it (a hostile base): the unit serves nothing findable
-        f = self._file_for(base * CQ_STORE_UNIT_SIZE)
-        self._write(f, base * CQ_STORE_UNIT_SIZE - f.start, _UNIT.pack(phy, size, tags))
+        self._slot(base * CQ_STORE_UNIT_SIZE, _UNIT.pack(phy, size, tags))
         self.batches[base] = n
 
     def _clear(self, base: int) -> None:
-        f = self._file_for(base * CQ_STORE_UNIT_SIZE)
-        self._write(f, base * CQ_STORE_UNIT_SIZE - f.start, bytes(CQ_STORE_UNIT_SIZE))
+        self._slot(base * CQ_STORE_UNIT_SIZE, bytes(CQ_STORE_UNIT_SIZE))
         del self.batches[base]
 
-    def _unit_at(self, base: int) -> tuple[int, int, int]:
-        f = self._file_for(base * CQ_STORE_UNIT_SIZE)
-        return self.unit(f, base * CQ_STORE_UNIT_SIZE - f.start)
-
     def _sync(self) -> None:
-        """Files up to the one holding the queue's end: the read position is the end."""
-        end = self.max_offset
-        if end <= 0:
-            self.files.clear()
-            return
-        last = self._file_for(end - 1 - (end - 1) % CQ_STORE_UNIT_SIZE)
-        self.files = [f for f in self.files if f.start <= last.start]
-        for f in self.files:
-            f.wrote = self.file_size
-        last.wrote = end - last.start
+        self._end_at(self.max_offset)

@@ -1,7 +1,7 @@
 """A queue the RocksDB consume queue holds, as the restarting broker holds it: the one home of
 the RocksDB restart rules (docs/rocksdb-consume-queue.md §5).
 
-:class:`RocksRestartQueue` is a :class:`~rmqinspect.store.consume_queue.ConsumeQueue` whose
+:class:`RocksRestartQueue` is a :class:`~rmqinspect.store.consume_queue.MemoryQueue` whose
 units are the database's rows up to the queue's ``max`` entry, copied into in-memory files of
 the configured size (no file on disk backs them), so that the restart emulation's dispatch,
 serving and loss search read it as they read a file queue. What differs is the broker's:
@@ -24,7 +24,7 @@ import struct
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE
 from rmqinspect.format.javamath import wrap64
 from rmqinspect.format.rocksdb_cq import as_file_units
-from rmqinspect.store.consume_queue import ConsumeQueue, CqFile
+from rmqinspect.store.consume_queue import MemoryQueue
 from rmqinspect.store.files import MappedFiles
 from rmqinspect.store.rocksdb_queue import (
     RocksConsumeQueues,
@@ -37,7 +37,7 @@ _UNIT = struct.Struct(">qiq")
 _RUN = 8192  # rows read from the database at a time
 
 
-class RocksRestartQueue(ConsumeQueue):
+class RocksRestartQueue(MemoryQueue):
     """One RocksDB-held queue through the restart; ``files`` are in memory only."""
 
     def __init__(
@@ -54,7 +54,7 @@ class RocksRestartQueue(ConsumeQueue):
             pos = first * CQ_STORE_UNIT_SIZE
             while data:  # a run may cross a file's end
                 take = self.file_size - pos % self.file_size
-                self._place(pos, data[:take])
+                self._slot(pos, data[:take])
                 pos, data = pos + take, data[take:]
         self._end_at(end * CQ_STORE_UNIT_SIZE)
 
@@ -100,7 +100,7 @@ class RocksRestartQueue(ConsumeQueue):
         pos = wrap64(cq_offset * CQ_STORE_UNIT_SIZE)
         if pos < 0:
             return  # no key the broker's ByteBuffer could build; the dispatch request fails
-        self._place(pos, _UNIT.pack(phy, size, tags_code))
+        self._slot(pos, _UNIT.pack(phy, size, tags_code))
         self._end_at(pos + CQ_STORE_UNIT_SIZE)
         self.max_physic = wrap64(phy + size)
         self.counters.written[phase] = self.counters.written.get(phase, 0) + 1
@@ -113,40 +113,6 @@ class RocksRestartQueue(ConsumeQueue):
         self.min_logic = 0
 
     # internals --------------------------------------------------------------------------------
-
-    def _file_for(self, pos: int) -> CqFile:
-        start = pos - pos % self.file_size
-        for i, f in enumerate(self.files):
-            if f.start == start:
-                return f
-            if f.start > start:
-                made = CqFile(start, None, self.file_size)
-                self.files.insert(i, made)
-                return made
-        made = CqFile(start, None, self.file_size)
-        self.files.append(made)
-        return made
-
-    def _place(self, pos: int, unit: bytes) -> None:
-        """Units at byte ``pos``, all inside one file."""
-        f = self._file_for(pos)
-        self._write(f, pos - f.start, unit)
-
-    def _unit_at(self, pos: int) -> tuple[int, int, int]:
-        f = self._file_for(pos)
-        return self.unit(f, pos - f.start)
-
-    def _end_at(self, end: int) -> None:
-        """The queue's read position at byte ``end``: files after it go, the one holding its
-        last unit is read up to it (an empty queue keeps no file)."""
-        if end <= 0:
-            self.files.clear()
-            return
-        last = self._file_for(end - CQ_STORE_UNIT_SIZE)
-        self.files = [f for f in self.files if f.start <= last.start]
-        for f in self.files:
-            f.wrote = self.file_size
-        last.wrote = end - last.start
 
     def _end_of_last_unit(self) -> int:
         if not self.files or self.max_offset <= 0:
