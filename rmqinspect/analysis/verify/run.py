@@ -47,6 +47,7 @@ from rmqinspect.analysis.verify.queues import (
     QueueCoverage,
     check_queue_file,
     check_queue_layout,
+    check_rocksdb_queue,
     classify_lagging,
 )
 from rmqinspect.analysis.verify.ranges import SPLIT_BYTES, check_unit, plan_ranges, stitch
@@ -88,11 +89,16 @@ class VerifyReport:
 # --- work units ---------------------------------------------------------------------------------
 
 
+_BATCH, _ROCKSDB = -1, -2  # a queue's work unit that is no file index
+
+
 def _queue_unit(ctx: Context, arg: tuple[str, int, int, int]) -> tuple[Findings, int]:
     topic, queue_id, index, data_end = arg
     findings = Findings()
-    if index < 0:  # a BatchConsumeQueue, checked whole (its units are found by their bases)
+    if index == _BATCH:  # checked whole (its units are found by their bases)
         return findings, check_batch_queue(ctx, QueueId(topic, queue_id), data_end, findings)
+    if index == _ROCKSDB:  # no files: the database's rows
+        return findings, check_rocksdb_queue(ctx, QueueId(topic, queue_id), data_end, findings)
     f = ctx.store.consume_queue_files(topic, queue_id).files[index]
     units = check_queue_file(ctx, QueueId(topic, queue_id), f, data_end, findings)
     return findings, units
@@ -244,7 +250,12 @@ class Verifier:
             if qid not in store.batch_dirs
             for i in range(len(store.consume_queue_files(qid.topic, qid.queue_id).files))
         ]
-        queue_args += [(qid.topic, qid.queue_id, -1, data_end) for qid in store.batch_dirs]
+        queue_args += [(qid.topic, qid.queue_id, _BATCH, data_end) for qid in store.batch_dirs]
+        queue_args += [
+            (qid.topic, qid.queue_id, _ROCKSDB, data_end)
+            for qid in store.queue_dirs
+            if store.rocksdb_queue(qid)
+        ]
         index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
         # Workers check the queue and index files while this process predicts the restart and
         # makes the store-wide checks: the restart emulation of a crashed store took as long as
