@@ -46,7 +46,7 @@ class UnsupportedLayout:
     """A layout rmqinspect recognises but does not decode yet, and the parts whose answers it
     makes wrong (none: it keeps its own files beside ones that are read correctly)."""
 
-    kind: str  # timer, compaction, dledger, dledger_mixed, dledger_homes
+    kind: str  # compaction, dledger, dledger_mixed, dledger_homes
     path: str
     note: str
     takes_over: StorePart
@@ -63,10 +63,11 @@ class UnsupportedLayout:
 #  - (BatchConsumeQueues and RocksDB consume queues are read by every command, their restart
 #    included: store/batch_queue.py, store/batch_restart.py, store/rocksdb_queue.py,
 #    store/rocksdb_restart.py; they are no longer listed here.)
-#  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
-#    index; what is read from those is right, and the restart of those is unchanged. The
-#    timer's files are read by `timers`, `verify`, `recover`, `trace` and the export's
-#    timers table (store/timer.py), listed here so that `info` says so.
+#  - (The 5.x timer store is read by `timers`, `verify`, `recover`, `trace` and the export's
+#    timers table, store/timer.py; `info` lists its files as families.)
+#  - Compaction: its own files beside an ordinary commitlog, consume queues and index; what is
+#    read from those is right, and the restart of those is unchanged; listed here so that
+#    `info` says it is not decoded.
 _LAYOUTS: dict[str, tuple[str, StorePart]] = {
     "dledger": ("DLedger", StorePart.SALVAGE),
     "dledger_mixed": (
@@ -77,7 +78,6 @@ _LAYOUTS: dict[str, tuple[str, StorePart]] = {
         "several DLedger homes",
         ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
     ),
-    "timer": ("the 5.x timer store", StorePart(0)),
     "compaction": ("the compaction store", StorePart(0)),
 }
 
@@ -237,16 +237,6 @@ def detect_unsupported(
     root: Path, plain: FileQueue, homes: list[Path], ledger: DLedgerStore | None
 ) -> list[UnsupportedLayout]:
     found: list[UnsupportedLayout] = []
-    for name in ("timerwheel", "timerlog"):
-        if (root / name).exists():
-            found.append(
-                _unsupported(
-                    "timer",
-                    root / name,
-                    "5.x timer store (timerlog/, timerwheel, config/timercheck): read by "
-                    "`timers`, `verify`, `recover`, `trace` and the export's timers table",
-                )
-            )
     log_dir = root / "compaction" / "compactionLog"
     if _has_entries(log_dir):
         found.append(_unsupported("compaction", log_dir, "compaction store is not decoded yet"))
