@@ -31,16 +31,22 @@ def test_info_reports_queues_offsets_and_shutdown(tmp_path: Path) -> None:
     assert doc["commitlog"]["max_offset"] > 0
 
 
-def test_info_says_crashed_and_names_unsupported_layouts(tmp_path: Path) -> None:
+def test_info_says_crashed_and_lists_the_timer_store_as_read(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(3), crash=True)
     (store / "timerwheel").write_bytes(b"\0" * 16)
+    (store / "compaction" / "compactionLog" / "T" / "0").mkdir(parents=True)
+    (store / "compaction" / "compactionLog" / "T" / "0" / f"{0:020d}").write_bytes(b"x")
     doc = run_json("info", store, expect=0)
     assert doc["shutdown"]["clean"] is False
-    assert any(u["kind"] == "timer" for u in doc["unsupported"])
+    # The timer store is read (timers, verify, recover, trace, export): a family, not a
+    # layout the tool does not read; the compaction store is one.
+    assert [u["kind"] for u in doc["unsupported"]] == ["compaction"]
+    wheel = [f for f in doc["families"] if f["name"] == "timerwheel"]
+    assert [(f["file_count"], f["bytes"]) for f in wheel] == [(1, 16)]
     table = run("info", store, "--format", "table")
     assert table.exit_code == 0
     assert "CRASHED" in table.stdout
-    assert "timer" in table.stdout
+    assert "timerwheel" in table.stdout and "compaction" in table.stdout
 
 
 def test_info_reports_gaps_in_commitlog_names(tmp_path: Path) -> None:

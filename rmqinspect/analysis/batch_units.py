@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from rmqinspect.analysis.units import UnitStatus, UnitView, resolve_unit
+from rmqinspect.errors import StoreError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.batchcq import BCQ_STORE_UNIT_SIZE
@@ -48,6 +49,23 @@ def batch_mismatch(record: cl.MessageRecord, base: int, batch_size: int) -> str 
     if java_parse_long(base_text) != base:
         return f"msgBaseOffset {base} but the record's {props.INNER_BASE} is {base_text[:40]!r}"
     return None
+
+
+def inner_batch(store: Store, physical_offset: int) -> tuple[int, int] | None:
+    """(msgBaseOffset, batchSize) the reput gives the record at ``physical_offset``
+    (``setBatchSizeIfNeeded``: ``INNER_BASE`` by ``Long.parseLong``, ``INNER_NUM`` by
+    ``Short.parseShort``); None when it lacks either or one does not parse."""
+    try:
+        p = store.read_message(physical_offset, with_body=False).properties
+    except StoreError:
+        return None
+    num_text, base_text = p.get(props.INNER_NUM), p.get(props.INNER_BASE)
+    if num_text is None or base_text is None:
+        return None
+    num, base = java_parse_int(num_text), java_parse_long(base_text)
+    if num is None or not -_SHORT_MAX - 1 <= num <= _SHORT_MAX or base is None:
+        return None
+    return base, num
 
 
 def batch_extent(store: Store, bq: BatchQueue, max_offset: int) -> tuple[int, int]:

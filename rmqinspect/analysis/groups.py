@@ -37,7 +37,10 @@ from rmqinspect.analysis.offsets import (
     offsets_report,
     start_without_offset,
 )
+from rmqinspect.analysis.pop import PopGroup, PopState, pop_report
+from rmqinspect.analysis.pop_records import has_pop_records
 from rmqinspect.analysis.queues import iter_unit_chunks, queue_bounds, unit_at
+from rmqinspect.analysis.recovery import RecoveryReport
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import properties as props
 from rmqinspect.format.config import (
@@ -53,6 +56,7 @@ from rmqinspect.format.fate import (
     POP_RETRY_SEPARATORS,
     RETRY_PREFIX,
     dlq_topic,
+    parse_retry_topic,
     retry_topic,
     retry_topic_kind,
 )
@@ -160,6 +164,9 @@ class Group:
     topics_from_retry_copies: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     delivered_again: int = 0  # the queues' delivered_before: duplicates the store proves
+    # A POP group's checkpoints as ``pop`` reads them (None: it has none): its committed offset
+    # moves at pop time, so ``lag`` leaves out what it popped and has not acked (``outstanding``).
+    pop: PopGroup | None = None
 
     @property
     def flagged(self) -> bool:
@@ -198,10 +205,13 @@ def groups_report(
     progress: Progress | None = None,
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.UNKNOWN,
     prove_deliveries: bool = True,
+    recovery: RecoveryReport | None = None,
 ) -> GroupsReport:
     """``prove_deliveries``: walk the commitlog for the send-backs that prove a pending message
-    reached its group before (``delivered_before``; None on every row without it)."""
-    offsets = offsets_report(store, group, None, progress, restart=after_restart)
+    reached its group before (``delivered_before``; None on every row without it).
+    ``recovery``: with ``after_restart``, a finished emulation of this store's restart to judge
+    against (see :func:`offsets_report`)."""
+    offsets = offsets_report(store, group, None, progress, restart=after_restart, recovery=recovery)
     after = offsets.queues_after_restart if after_restart else None
     restarted = after_restart and offsets.restart is not None and offsets.restart.broker_starts
     subs_file = load_config_file(store.config_dir, "subscriptionGroup.json")
@@ -226,6 +236,11 @@ def groups_report(
         if e.event is not None:
             events_of.setdefault(e.event.consumer_group, []).append(e)
     known |= set(events_of)
+    # POP groups, from their checkpoints: pop's walk of the commitlog, made only where a revive
+    # or timer queue could hold them.
+    pops = pop_report(store, group, now=now) if has_pop_records(store) else None
+    pop_of = {} if pops is None else {g.group: g for g in pops.groups}
+    known |= set(pop_of)
     on_disk = _Queues(store)
     names = sorted(known if group is None else known & {group})
     # Only a group with retry or DLQ copies can be proven to have consumed anything.
@@ -239,6 +254,9 @@ def groups_report(
     judged: list[Group] = []
     reference: int | None = now
     basis = "--now" if now is not None else "not needed"
+    if pop_of and pops is not None:
+        # In flight or due: the POP states were judged against pop's clock.
+        reference, basis = pops.reference_timestamp, pops.reference_basis
     for name in names:
         evidence = _topics_from_copies(store, on_disk, name)
         rows = _queue_rows(
@@ -265,6 +283,7 @@ def groups_report(
                 tuple(events_of.get(name, ())),
                 evidence,
                 consume_from_where,
+                pop_of.get(name),
             )
         )
     return GroupsReport(
@@ -301,6 +320,11 @@ def _groups_on_disk(store: Store, with_offsets: tuple[str, ...], subscribed: set
     retry topic is on disk."""
     names = set()
     for qid in store.queue_dirs:
+        retry = parse_retry_topic(qid.topic)
+        if retry is not None and retry.pop_topic is not None:
+            # A V2 POP retry topic names its group before the "+" (KeyBuilder.parseGroup).
+            names.add(retry.group)
+            continue
         for prefix in (RETRY_PREFIX, DLQ_PREFIX):
             if qid.topic.startswith(prefix) and len(qid.topic) > len(prefix):
                 names.add(qid.topic[len(prefix) :])
@@ -583,6 +607,7 @@ def _group(
     events: tuple[MovedEvent, ...],
     evidence: tuple[str, ...],
     where: ConsumeFromWhere,
+    pop: PopGroup | None,
 ) -> Group:
     findings = [f"{r.topic}/{r.queue_id}: {f}" for r in rows for f in r.findings]
 
@@ -615,6 +640,8 @@ def _group(
             "subscribes (the client holds its subscription): on its next start it reads every "
             f"queue of them from {start}"
         )
+    if pop is not None:
+        notes.extend(_pop_notes(pop))
     return Group(
         name,
         subscription,
@@ -631,7 +658,26 @@ def _group(
         evidence,
         tuple(notes),
         delivered_again,
+        pop,
     )
+
+
+def _pop_notes(pop: PopGroup) -> list[str]:
+    """What a POP group's committed offsets do not say (``pop`` judges its records)."""
+    in_flight = pop.counts[PopState.IN_FLIGHT.value]
+    awaiting = pop.counts[PopState.AWAITING_REVIVE.value]
+    notes = [
+        f"POP: its committed offsets move at pop time, so its lag leaves out the "
+        f"{pop.outstanding} popped message(s) not acked ({in_flight} in flight, {awaiting} "
+        "awaiting revive)"
+    ]
+    if pop.revive_uncommitted:
+        notes.append(
+            f"POP: {pop.revive_uncommitted} revived message(s) whose checkpoints the revive "
+            "service's persisted progress has not passed: a restart revives them again (a "
+            "duplicate delivery; see pop)"
+        )
+    return notes
 
 
 def _subscription(s: SubscriptionGroupConfig) -> Subscription:

@@ -227,6 +227,10 @@ def _families(store: Store, bounds: list[QueueBounds]) -> list[FamilySummary]:
         if directory.is_dir():
             count, size = _tree_size(directory)
             out.append(FamilySummary(name, str(directory), count, size, None, None, None))
+    wheel = store.root / "timerwheel"  # the timer store's one file beside timerlog/
+    if wheel.is_file():
+        size = wheel.stat().st_size
+        out.append(FamilySummary("timerwheel", str(wheel), 1, size, None, None, None))
     return out
 
 

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.queues import QueueBounds, queue_bounds
-from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
+from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
 from rmqinspect.format.config import (
     ConsumerOffsetTable,
@@ -251,9 +251,11 @@ def offsets_report(
     progress: Progress | None = None,
     *,
     restart: bool | None = None,
+    recovery: RecoveryReport | None = None,
 ) -> OffsetsReport:
     """``restart``: emulate the restart always (True), never (False), or when there is a row
-    to judge (None)."""
+    to judge (None). ``recovery``: a finished emulation of this store's restart to judge
+    against instead of running one (``report`` runs it once for ``recover`` and ``groups``)."""
     cache: dict[QueueId, QueueBounds] = {}
     rows: list[OffsetRow] = []
     files = []
@@ -275,16 +277,22 @@ def offsets_report(
     # takes over the restart (RocksDB consume queues: store/layout.py).
     emulated = store.refusal("offsets", StorePart.RESTART) is None
     if emulated and (restart or (restart is None and rows)):
-        view, after, rows = _after_restart(store, rows, progress)
+        view, after, rows = _after_restart(store, rows, progress, recovery)
     return OffsetsReport(tuple(files), tuple(rows), view, tuple(sorted(groups)), after)
 
 
 def _after_restart(
-    store: Store, rows: list[OffsetRow], progress: Progress | None
+    store: Store,
+    rows: list[OffsetRow],
+    progress: Progress | None,
+    recovery: RecoveryReport | None,
 ) -> tuple[RestartView, dict[QueueId, tuple[int, int]], list[OffsetRow]]:
     """Each row judged again against the queues the restart rebuilds. Only the queue bounds are
-    wanted, so the emulation runs without its loss search."""
-    report = run_recovery(store, RecoverOptions(lost_limit=0, find_lost=False), progress).report
+    wanted, so an emulation run here runs without its loss search."""
+    report = recovery
+    if report is None:
+        options = RecoverOptions(lost_limit=0, find_lost=False)
+        report = run_recovery(store, options, progress).report
     if not report.broker_starts:
         return RestartView(False, report.recovery_path, report.verdict_reason), {}, rows
     view = RestartView(True, report.recovery_path, None)

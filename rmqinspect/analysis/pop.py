@@ -104,6 +104,7 @@ class PopGroup:
     retry_copies: int  # records in its POP retry topics with 1ST_POP_TIME
     revived_messages: dict[int, int]  # revived N times -> messages
     oldest_awaiting: PopMessage | None
+    revive_uncommitted: int  # revived messages a restart revives again (PopMessage's flag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +353,7 @@ def _groups(
                 len(copies),
                 dict(sorted(revived.items())),
                 min(awaiting, key=lambda m: m.invisible_until) if awaiting else None,
+                sum(1 for m in mine if m.revive_uncommitted),
             )
         )
     return out

@@ -33,6 +33,7 @@ from rmqinspect.store.files import FileQueue, StoreFile
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
 from rmqinspect.store.rocksdb_queue import max_offset_in_queue, min_offset_in_queue
+from rmqinspect.store.rocksdb_restart import RocksRestartQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +164,15 @@ def _batch_bounds(qid: QueueId, bq: BatchQueue) -> QueueBounds:
 def loaded_queue(store: Store, qid: QueueId) -> tuple[ConsumeQueue, str]:
     """The queue as the broker holds it after loading the store unchanged
     (``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file),
-    and why the broker fails to load it ("" when it loads)."""
+    and why the broker fails to load it ("" when it loads). A RocksDB-held queue: its rows up
+    to the ``max`` entry, its min offset ``getMinCqOffset``'s (store/rocksdb_restart.py)."""
+    if store.rocksdb is not None and store.rocksdb_queue(qid):
+        rq = RocksRestartQueue(
+            store.maps, store.rocksdb, store.rocksdb.queues[qid], store.cq_file_size
+        )
+        rq.recover()
+        rq.correct_min_offset(store.commitlog.min_offset, True)
+        return rq, ""
     queue = store.consume_queue_files(qid.topic, qid.queue_id)
     model = ConsumeQueue(store.maps, qid.topic, qid.queue_id, queue.files, queue.file_size)
     model.recover()

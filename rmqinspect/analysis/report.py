@@ -14,14 +14,9 @@ from rmqinspect.analysis import Progress
 from rmqinspect.analysis.groups import Group, GroupsReport, groups_report
 from rmqinspect.analysis.offsets import BrokerVersion
 from rmqinspect.analysis.queues import queue_bounds
-from rmqinspect.analysis.recovery import (
-    QueueReport,
-    RecoverOptions,
-    RecoveryReport,
-    analyze_recovery,
-)
+from rmqinspect.analysis.recovery import QueueReport, RecoveryReport, analyze_recovery
 from rmqinspect.analysis.salvage import SalvageReport
-from rmqinspect.analysis.verify import Severity, VerifyReport
+from rmqinspect.analysis.verify import RESTART_OPTIONS, Severity, VerifyReport
 from rmqinspect.errors import StoreError
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -143,12 +138,22 @@ def incident_report(
     version_basis: str,
     salvage_dir: Path | None = None,
     progress: Progress | None = None,
+    restart: RecoveryReport | None = None,
 ) -> IncidentReport:
     """The report of ``store`` whose ``verify`` ran already (it has its own worker processes):
-    the restart (every lost message listed), the groups judged after it, the queues."""
-    recovery = analyze_recovery(store, RecoverOptions(lost_limit=None), progress)
+    the restart (every lost message listed), the groups judged after it, the queues.
+    ``restart``: the restart verify predicted (:attr:`Verifier.restart`, with the same
+    options), taken over instead of emulated again."""
+    recovery = restart or analyze_recovery(store, RESTART_OPTIONS, progress)
+    # The groups are judged against this same emulation: the restart runs once.
     groups = groups_report(
-        store, version, version_text, version_basis, after_restart=True, prove_deliveries=False
+        store,
+        version,
+        version_text,
+        version_basis,
+        after_restart=True,
+        prove_deliveries=False,
+        recovery=recovery,
     )
     return IncidentReport(
         str(store.root),

@@ -52,8 +52,8 @@ def groups(
         str | None,
         typer.Option(
             "--now",
-            help="The time to age DLQ messages against (epoch ms or ISO 8601); default: the "
-            "store's newest store time.",
+            help="The time to age DLQ messages and judge POP revive times against (epoch ms "
+            "or ISO 8601); default: the store's newest store time.",
         ),
     ] = None,
     consume_from_where: ConsumeFromWhereOpt = ConsumeFromWhere.UNKNOWN,
@@ -71,6 +71,8 @@ def groups(
 
     A queue without a committed offset (a crash before consumerOffset.json was first
     persisted) starts where --consume-from-where says, and its messages count as replayed.
+    A 5.x POP group, whose offset moves at pop time, also shows its outstanding pops and
+    what a restart revives again, as `pop` reads its checkpoints.
 
     Example: rmqinspect groups STORE --group GID_orders --after-restart --broker-version 4.9.3
     """

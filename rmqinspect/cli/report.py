@@ -82,7 +82,7 @@ def report(
             verified = verifier.run(advance)
         with commitlog_progress(opened, "recovering", fmt) as advance:
             incident = incident_report(
-                opened, verified, version, version_text, basis, salvage, advance
+                opened, verified, version, version_text, basis, salvage, advance, verifier.restart
             )
     shown = str(store)
     lost = incident.recovery.lost_messages

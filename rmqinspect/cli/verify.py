@@ -67,7 +67,7 @@ def verify(
     options = VerifyOptions(check_crc=not no_crc, hexdump=hexdump)
     fmt = resolve_format(format)
     with Store.open(store, store_options) as opened:
-        # Its unit checks read file queues only (RocksDB consume queues: store/layout.py).
+        # A layout that takes verify's unit checks over is refused (none does today).
         refusal = opened.refusal("verify", StorePart.VERIFY)
         if refusal is not None:
             raise fail(refusal)

@@ -54,7 +54,13 @@ class StoreRef:
         return cls(str(store.root.resolve()), options)
 
     def open(self) -> Store:
-        return Store.open(self.root, self.options)
+        store = Store.open(self.root, self.options)
+        try:
+            store.read_rocksdb_queues()  # the driver's queues include the database's
+        except BaseException:
+            store.close()
+            raise
+        return store
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,7 @@ def export_store(
     :mod:`multiprocessing`.
     """
     with Store.open(root, options.store) as store:
+        store.read_rocksdb_queues()
         return export_opened(store, out, options, reporter, spark)
 
 

@@ -117,9 +117,9 @@ class StoreReader(DataSourceReader):
             opened = []
             for text in paths:
                 name, path = split_pair(text) if fleet else (None, Path(text))
-                opened.append(
-                    (name, stack.enter_context(Store.open(path, store_options(self.options))))
-                )
+                st = stack.enter_context(Store.open(path, store_options(self.options)))
+                st.read_rocksdb_queues()
+                opened.append((name, st))
             members = fleet_members(opened) if fleet else [Member(opened[0][1])]
             for m in members:
                 out += self._store_partitions(m)

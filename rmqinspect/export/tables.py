@@ -17,7 +17,7 @@ from rmqinspect.analysis.copies import copy_rows, known_groups
 from rmqinspect.analysis.groups import groups_report
 from rmqinspect.analysis.indexes import entry_blocks, open_index_files
 from rmqinspect.analysis.offsets import offsets_report, parse_broker_version
-from rmqinspect.analysis.queues import iter_unit_chunks
+from rmqinspect.analysis.queues import UnitChunk, iter_unit_chunks
 from rmqinspect.analysis.recovery.keeps import RangeJudge, RestartKeeps
 from rmqinspect.analysis.units import STATUSES, resolve_units
 from rmqinspect.analysis.verify import Finding
@@ -51,10 +51,12 @@ from rmqinspect.format import batch
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.batch import host_text_column, offset_msg_id_column
+from rmqinspect.format.batchcq import BCQ_STORE_UNIT_SIZE, bcq_as_file_units
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.consumequeue import TAGS_CODE_KINDS, tags_code_kinds
 from rmqinspect.format.times import MAX_ISO_MS, MIN_ISO_MS
 from rmqinspect.render.values import encodable
+from rmqinspect.store.batch_queue import BatchChunk
 from rmqinspect.store.files import content_crc32c
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -284,27 +286,58 @@ def _queue_batches(store: Store, part: QueueRange) -> Iterator[pa.RecordBatch]:
     for chunk in iter_unit_chunks(
         store, part.topic, part.queue_id, part.start, part.stop - part.start
     ):
-        n = len(chunk)
-        res = resolve_units(store, part.topic, part.queue_id, chunk.queue_offsets, chunk.units)
-        tags = chunk.units["tags_code"].astype(np.int64)
-        details = np.full(n, "", object)
-        if res.details:
-            details[list(res.details)] = list(res.details.values())
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(pa.scalar(topic), n),
-                pa.repeat(pa.scalar(part.queue_id, pa.int32()), n),
-                pa.array(chunk.queue_offsets),
-                pa.array(chunk.units["phy_offset"].astype(np.int64)),
-                pa.array(chunk.units["size"].astype(np.int32)),
-                pa.array(tags),
-                kinds.take(pa.array(tags_code_kinds(tags, part.topic))),
-                statuses.take(pa.array(res.codes)),
-                pa.array(details, pa.string()),
-                pa.repeat(pa.scalar(f"{directory}/{chunk.file.name}"), n),
-                pa.array(chunk.positions),
-            ],
-            schema=CONSUME_QUEUE,
+        if chunk.batch is not None and bool((chunk.queue_offsets < part.start).any()):
+            # A BatchConsumeQueue unit belongs to the slice that holds its msgBaseOffset:
+            # one whose batch only reaches into this slice is the slice before's row.
+            for c in _from_base(chunk, part.start):
+                yield _unit_batch(store, part, c, topic, directory, statuses, kinds)
+            continue
+        yield _unit_batch(store, part, chunk, topic, directory, statuses, kinds)
+
+
+def _unit_batch(
+    store: Store,
+    part: QueueRange,
+    chunk: UnitChunk,
+    topic: str,
+    directory: str,
+    statuses: pa.Array,
+    kinds: pa.Array,
+) -> pa.RecordBatch:
+    """One chunk's rows of the consume_queue table."""
+    n = len(chunk)
+    res = resolve_units(store, part.topic, part.queue_id, chunk.queue_offsets, chunk.units)
+    tags = chunk.units["tags_code"].astype(np.int64)
+    details = np.full(n, "", object)
+    if res.details:
+        details[list(res.details)] = list(res.details.values())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(topic), n),
+            pa.repeat(pa.scalar(part.queue_id, pa.int32()), n),
+            pa.array(chunk.queue_offsets),
+            pa.array(chunk.units["phy_offset"].astype(np.int64)),
+            pa.array(chunk.units["size"].astype(np.int32)),
+            pa.array(tags),
+            kinds.take(pa.array(tags_code_kinds(tags, part.topic))),
+            statuses.take(pa.array(res.codes)),
+            pa.array(details, pa.string()),
+            pa.repeat(pa.scalar(f"{directory}/{chunk.file.name}"), n),
+            pa.array(chunk.positions),
+        ],
+        schema=CONSUME_QUEUE,
+    )
+
+
+def _from_base(chunk: UnitChunk, start: int) -> Iterator[UnitChunk]:
+    """The units of a BatchConsumeQueue chunk whose msgBaseOffset is ``start`` or later, one
+    chunk each (bases need not rise in a hostile file)."""
+    assert chunk.batch is not None
+    for i in np.flatnonzero(chunk.batch.bases >= start).tolist():
+        rows = chunk.batch.units[i : i + 1]
+        batch = BatchChunk(chunk.file, chunk.batch.position + i * BCQ_STORE_UNIT_SIZE, rows)
+        yield UnitChunk(
+            chunk.file, int(batch.bases[0]), batch.position, bcq_as_file_units(rows), batch
         )
 
 

@@ -74,6 +74,11 @@ def render_groups(report: GroupsReport, fmt: OutputFormat) -> None:
                 f"{g.group}: {g.delivered_again} of the messages it gets next reached it before "
                 "(a send-back of theirs is stored): delivered again"
             )
+        if g.pop is not None and g.pop.revive_uncommitted:
+            warn(
+                f"{g.group}: a restart revives {g.pop.revive_uncommitted} POP message(s) again "
+                "(revive_uncommitted)"
+            )
     if print_document(groups_json(report), fmt):
         return
     if not report.groups:
@@ -125,6 +130,12 @@ def _group_table(g: Group, report: GroupsReport) -> RowTable:
         summary.append(f"next pulls replay {g.replayed}, skip {g.skipped}")
     if g.delivered_again:
         summary.append(f"{g.delivered_again} proven delivered before")
+    if g.pop is not None:
+        again = g.pop.revive_uncommitted
+        summary.append(
+            f"POP outstanding {g.pop.outstanding}"
+            + (f", {again} revived again by a restart" if again else "")
+        )
     s = g.subscription
     if s is not None:
         summary.append(

@@ -13,7 +13,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
@@ -400,6 +400,28 @@ class Column:
 
 # How a finding's severity reads on a terminal: the same words, coloured.
 SEVERITY_STYLES = {"error": "bold red", "warning": "yellow"}
+
+
+def kind_findings_table(
+    kinds: Iterable[str], errors: Collection[str], subject: str, *, first: bool | None = None
+) -> RowTable:
+    """The findings table of a command whose findings are kinds (``transactions``, ``pop``):
+    kind, position, ``subject`` (what the finding is about) and detail. A kind's colour is its
+    weight: one of ``errors`` (an inconsistency, exit 1) an error, the rest a warning. With
+    ``first``, the table of one batch for :func:`print_table_batches` (titled if ``first``;
+    the batches cap the list on a terminal)."""
+    styles = {k: SEVERITY_STYLES["error" if k in errors else "warning"] for k in kinds}
+    return RowTable(
+        "Findings" if first is not False else None,
+        [
+            Column("kind", whole=True, styles=styles),
+            Column("at", right=True, whole=True),
+            Column(subject, whole=True, drop=1),
+            Column("detail", fold=True, least=24),
+        ],
+        capped_on_terminal=first is None,
+    )
+
 
 # How a verdict line reads on a terminal: bad news red, doubt yellow, good news green.
 VERDICT_STYLES = {"bad": "bold red", "doubt": "bold yellow", "good": "bold green"}

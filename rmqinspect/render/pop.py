@@ -8,10 +8,10 @@ from rmqinspect.analysis.pop import PopReport, PopState
 from rmqinspect.analysis.pop_records import INCONSISTENT, FindingKind
 from rmqinspect.format.pop import REVIVE_GROUP
 from rmqinspect.render.output import (
-    SEVERITY_STYLES,
     Column,
     OutputFormat,
     RowTable,
+    kind_findings_table,
     print_document,
     print_line,
     print_table,
@@ -128,20 +128,8 @@ def render_pop(report: PopReport, fmt: OutputFormat) -> None:
             )  # fmt: skip
         print_table(w)
     if report.findings:
-        kinds = {
-            k.value: SEVERITY_STYLES["error" if k in INCONSISTENT else "warning"]
-            for k in FindingKind
-        }
-        f = RowTable(
-            "Findings",
-            [
-                Column("kind", whole=True, styles=kinds),
-                Column("at", right=True, whole=True),
-                Column("group", whole=True, drop=1),
-                Column("detail", fold=True, least=24),
-            ],
-            capped_on_terminal=True,
-        )
+        errors = {k.value for k in INCONSISTENT}
+        f = kind_findings_table((k.value for k in FindingKind), errors, "group")
         for x in report.findings:
             f.add_row(x.kind.value, x.position, x.group, x.detail)
         print_table(f)

@@ -15,10 +15,10 @@ from rmqinspect.analysis.transactions import (
 )
 from rmqinspect.format.fate import CHECK_GROUP
 from rmqinspect.render.output import (
-    SEVERITY_STYLES,
     Column,
     OutputFormat,
     RowTable,
+    kind_findings_table,
     print_json_with_arrays,
     print_jsonl_with_arrays,
     print_line,
@@ -115,22 +115,9 @@ def render_transactions(report: TransactionsReport, fmt: OutputFormat) -> None:
     print_table(transactions_verdict(report))
 
 
-# A finding's colour is its weight: an inconsistency (exit 1) an error, the rest a warning.
-_KIND_STYLES = {
-    k.value: SEVERITY_STYLES["error" if k in INCONSISTENT else "warning"] for k in FindingKind
-}
-
-
 def _findings_table(batch: list[TxFinding], first: bool) -> RowTable:
-    f = RowTable(
-        "Findings" if first else None,
-        [
-            Column("kind", whole=True, styles=_KIND_STYLES),
-            Column("at", right=True, whole=True),
-            Column("UNIQ_KEY", whole=True, drop=1),
-            Column("detail", fold=True, least=24),
-        ],
-    )
+    errors = {k.value for k in INCONSISTENT}
+    f = kind_findings_table((k.value for k in FindingKind), errors, "UNIQ_KEY", first=first)
     for x in batch:
         f.add_row(x.kind.value, x.position, x.uniq_key, x.detail)
     return f

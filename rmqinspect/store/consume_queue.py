@@ -433,3 +433,45 @@ class ConsumeQueue:
             self.counters.deleted.append(f.disk.name)
         else:
             self.counters.created.remove(f.name)
+
+
+class MemoryQueue(ConsumeQueue):
+    """A queue whose units the broker does not keep in consume-queue files (a RocksDB consume
+    queue, a BatchConsumeQueue), held for the restart emulation as 20-byte slots in in-memory
+    files of the configured size, so that the dispatch, the serving test and the loss search
+    read it as a file queue. Files exist only where slots were written."""
+
+    def _file_for(self, pos: int) -> CqFile:
+        """The in-memory file holding byte ``pos``, made (in order) when there is none."""
+        start = pos - pos % self.file_size
+        for i, f in enumerate(self.files):
+            if f.start == start:
+                return f
+            if f.start > start:
+                made = CqFile(start, None, self.file_size)
+                self.files.insert(i, made)
+                return made
+        made = CqFile(start, None, self.file_size)
+        self.files.append(made)
+        return made
+
+    def _slot(self, pos: int, unit: bytes) -> None:
+        """Units at byte ``pos``, all inside one file."""
+        f = self._file_for(pos)
+        self._write(f, pos - f.start, unit)
+
+    def _unit_at(self, pos: int) -> tuple[int, int, int]:
+        f = self._file_for(pos)
+        return self.unit(f, pos - f.start)
+
+    def _end_at(self, end: int) -> None:
+        """The queue's read position at byte ``end``: files after it go, the one holding its
+        last slot is read up to it (an empty queue keeps no file)."""
+        if end <= 0:
+            self.files.clear()
+            return
+        last = self._file_for(end - CQ_STORE_UNIT_SIZE)
+        self.files = [f for f in self.files if f.start <= last.start]
+        for f in self.files:
+            f.wrote = self.file_size
+        last.wrote = end - last.start

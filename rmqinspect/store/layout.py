@@ -46,8 +46,7 @@ class UnsupportedLayout:
     """A layout rmqinspect recognises but does not decode yet, and the parts whose answers it
     makes wrong (none: it keeps its own files beside ones that are read correctly)."""
 
-    kind: str  # batch_consume_queue, rocksdb_consume_queue, timer, compaction, dledger_mixed,
-    # dledger_homes
+    kind: str  # compaction, dledger, dledger_mixed, dledger_homes
     path: str
     note: str
     takes_over: StorePart
@@ -61,16 +60,14 @@ class UnsupportedLayout:
 #    DLedger data (a store switched over: reads below the divide go to the old log) and
 #    several DLedger homes (which one is the node's is not on disk) are not read: every part
 #    depends on which log answers.
-#  - BatchConsumeQueue: read (store/batch_queue.py) by the commands that read queues
-#    without the restart, and checked by verify; the restart (BatchConsumeQueue's recovery
-#    and truncation, the reput's inner batches) and the export's unit ranges do not read it.
-#  - RocksDB consume queue: read (store/rocksdb_queue.py) by the commands that read queues
-#    without the restart; the restart of it (RocksDBConsumeQueueStore's lazy correction,
-#    docs/rocksdb-consume-queue.md §5), verify's unit checks and the export do not read it.
-#  - Timer and compaction: their own files beside an ordinary commitlog, consume queues and
-#    index; what is read from those is right, and the restart of those is unchanged. The
-#    timer's files are read by `timers`, `verify`, `recover`, `trace` and the export's
-#    timers table (store/timer.py), listed here so that `info` says so.
+#  - (BatchConsumeQueues and RocksDB consume queues are read by every command, their restart
+#    included: store/batch_queue.py, store/batch_restart.py, store/rocksdb_queue.py,
+#    store/rocksdb_restart.py; they are no longer listed here.)
+#  - (The 5.x timer store is read by `timers`, `verify`, `recover`, `trace` and the export's
+#    timers table, store/timer.py; `info` lists its files as families.)
+#  - Compaction: its own files beside an ordinary commitlog, consume queues and index; what is
+#    read from those is right, and the restart of those is unchanged; listed here so that
+#    `info` says it is not decoded.
 _LAYOUTS: dict[str, tuple[str, StorePart]] = {
     "dledger": ("DLedger", StorePart.SALVAGE),
     "dledger_mixed": (
@@ -81,9 +78,6 @@ _LAYOUTS: dict[str, tuple[str, StorePart]] = {
         "several DLedger homes",
         ALL_PARTS | StorePart.EXPORT | StorePart.SALVAGE,
     ),
-    "rocksdb_consume_queue": ("RocksDB consume queues", StorePart.RESTART | StorePart.VERIFY),
-    "batch_consume_queue": ("BatchConsumeQueue", StorePart.RESTART | StorePart.EXPORT),
-    "timer": ("the 5.x timer store", StorePart(0)),
     "compaction": ("the compaction store", StorePart(0)),
 }
 
@@ -243,38 +237,6 @@ def detect_unsupported(
     root: Path, plain: FileQueue, homes: list[Path], ledger: DLedgerStore | None
 ) -> list[UnsupportedLayout]:
     found: list[UnsupportedLayout] = []
-    bcq = root / "batchconsumequeue"
-    if _has_entries(bcq):
-        found.append(
-            _unsupported(
-                "batch_consume_queue",
-                bcq,
-                "BatchConsumeQueue (5.x, queue.type=BatchCQ): read by the commands that read "
-                "queues and by verify; the restart emulation (recover, groups --after-restart) "
-                "and the export do not read it yet",
-            )
-        )
-    cq = rocksdb_queue_dir(root)
-    if cq is not None:
-        found.append(
-            _unsupported(
-                "rocksdb_consume_queue",
-                cq,
-                "RocksDB consume queue (storeType=defaultRocksDB): read by the commands that "
-                "read queues; the restart emulation, verify's unit checks and the export do "
-                "not read it yet",
-            )
-        )
-    for name in ("timerwheel", "timerlog"):
-        if (root / name).exists():
-            found.append(
-                _unsupported(
-                    "timer",
-                    root / name,
-                    "5.x timer store (timerlog/, timerwheel, config/timercheck): read by "
-                    "`timers`, `verify`, `recover`, `trace` and the export's timers table",
-                )
-            )
     log_dir = root / "compaction" / "compactionLog"
     if _has_entries(log_dir):
         found.append(_unsupported("compaction", log_dir, "compaction store is not decoded yet"))

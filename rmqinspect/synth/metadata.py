@@ -22,7 +22,7 @@ from rmqinspect.format.config import (
     encode_topics,
     split_topic_group,
 )
-from rmqinspect.format.fate import RETRY_PREFIX
+from rmqinspect.format.fate import parse_retry_topic
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.profile import Profile
 
@@ -157,10 +157,11 @@ class ConfigTables:
     def _group_table(self) -> dict[str, SubscriptionGroupConfig]:
         groups = list(self.groups)
         for topic in sorted({topic for topic, _ in self.used_queues}):
-            if topic.startswith(RETRY_PREFIX):
-                group = topic[len(RETRY_PREFIX) :]
-                if group not in groups:
-                    groups.append(group)
+            retry = parse_retry_topic(topic, self.groups)
+            # The group a retry topic is of (KeyBuilder.parseGroup: a POP retry topic's group
+            # comes before its separator), as the broker created its subscription.
+            if retry is not None and retry.group not in groups:
+                groups.append(retry.group)
         v5 = self.profile is not Profile.V4_9
         return {
             name: SubscriptionGroupConfig(

@@ -41,7 +41,7 @@ from rmqinspect.format import dledger as dl
 from rmqinspect.format.index_build import IndexFileBuilder
 from rmqinspect.store import output
 from rmqinspect.store.files import MappedFiles, StoreFile
-from rmqinspect.store.layout import QueueId, is_plain_name
+from rmqinspect.store.layout import QueueId, is_plain_name, rocksdb_queue_dir
 from rmqinspect.store.model import Store
 
 _STAGING = ".rmqinspect-index-staging"
@@ -80,6 +80,22 @@ def apply_recovery(
 ) -> tuple[RecoveryReport, ApplyReport]:
     opts = options or RecoverOptions()
     store = opened.root
+    if rocksdb_queue_dir(store) is not None:
+        # The restart's rows would go into a RocksDB database, which rmqinspect does not
+        # write (it reads one through a private copy); copying the store's would be wrong.
+        raise StoreError(
+            f"{OPTION}: the restart of RocksDB consume queues rewrites the database's rows, "
+            "which rmqinspect does not write; run recover without --out for the prediction",
+            str(rocksdb_queue_dir(store)),
+        )
+    if opened.batch_dirs:
+        # The emulation holds a BatchConsumeQueue's units as 20-byte slots at their bases
+        # (store/batch_restart.py), not as the 46-byte units its files hold.
+        raise StoreError(
+            f"{OPTION}: the restart of a BatchConsumeQueue rewrites its 46-byte units, which "
+            "rmqinspect does not write; run recover without --out for the prediction",
+            str(store / "batchconsumequeue"),
+        )
     created_dest = output.prepare_output_dir(dest, OPTION, store)
     staging = dest / _STAGING
     staging.mkdir()

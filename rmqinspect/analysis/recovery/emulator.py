@@ -4,7 +4,8 @@ step per broker step (rocketmq-store-format.md §10.1), each returning its own p
 1. :func:`decide_last_exit`: ``lastExitOK`` from the abort file (or the user's assumption);
 2. :func:`rmqinspect.analysis.recovery.state.load`: the file checks of ``MappedFileQueue.load``;
 3. :func:`rmqinspect.analysis.recovery.index_service.load_index`: ``IndexService.load``;
-4. :func:`recover_consume_queues`: ``ConsumeQueue.recover`` per queue → maxPhyOffsetOfCQ;
+4. :func:`recover_consume_queues`: ``ConsumeQueue.recover`` per queue → maxPhyOffsetOfCQ (a
+   RocksDB consume queue: its dispatch checkpoint, :mod:`rmqinspect.analysis.recovery.rocksdb`);
 5. :func:`recover_commitlog`: ``recoverNormally``/``recoverAbnormally`` with the profile's
    start-file rule, the scan loop and its dispatch, ``truncateDirtyFiles`` and
    ``truncateDirtyLogicFiles``; in a DLedger store :func:`recover_dledger_commitlog`, DLedger's
@@ -59,6 +60,11 @@ from rmqinspect.analysis.recovery.report import (
     RecoveryReport,
     ReputReport,
     StartFile,
+)
+from rmqinspect.analysis.recovery.rocksdb import (
+    rocksdb_abnormal_start,
+    rocksdb_checkpoint,
+    truncates_logics,
 )
 from rmqinspect.analysis.recovery.served import ServingState
 from rmqinspect.analysis.recovery.state import BrokerState, RecoverOptions, load
@@ -242,6 +248,9 @@ def recover_consume_queues(state: BrokerState) -> int:
     for qid, q in state.queues.items():
         q.recover()
         state.history[qid].max_offset_on_disk = q.max_offset
+    checkpoint = rocksdb_checkpoint(state)
+    if checkpoint is not None:
+        return checkpoint
     return max((q.max_physic for q in state.queues.values()), default=-1)
 
 
@@ -275,12 +284,15 @@ def recover_commitlog(
         dispatch = state.profile.normal_recovery_starts_at_cq_max
         outcome = scan(state, start_file, dispatcher, dispatch, max_phy_cq)
     else:
-        start_file = abnormal_start(state, cp)
+        if rocksdb_checkpoint(state) is None:
+            start_file = abnormal_start(state, cp)
+        else:
+            start_file = rocksdb_abnormal_start(state, max_phy_cq)
         outcome = scan(state, start_file, dispatcher, True, None)
     disks = {f.name: f.disk for f in state.commitlog}
     state.truncate_commitlog(outcome.end)
     deleted = [disks[name] for name in state.commitlog_deleted]
-    truncate_logics = max_phy_cq >= outcome.end
+    truncate_logics = truncates_logics(state, max_phy_cq, outcome.end)
     if truncate_logics:
         for q in state.queues.values():
             q.truncate_dirty_logic(outcome.end)

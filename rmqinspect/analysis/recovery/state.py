@@ -8,10 +8,12 @@ the emulation noticed on the way. Nothing here writes to disk.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from rmqinspect.analysis import Progress
+from rmqinspect.analysis.batch_units import inner_batch
 from rmqinspect.analysis.recovery.report import LoadFailure
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
@@ -19,10 +21,12 @@ from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decod
 from rmqinspect.format.javamath import jmod
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.scan import FileEvent, WalkPolicy, scan_file
+from rmqinspect.store.batch_restart import BatchRestartQueue
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import LayoutProblem, StoreFile
 from rmqinspect.store.layout import QueueId, StorePart
 from rmqinspect.store.model import Store
+from rmqinspect.store.rocksdb_restart import RocksRestartQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +251,23 @@ def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerSta
             state.commitlog.append(CommitlogFile(f, state.commitlog_file_size))
     if state.failures:
         return state
+    store.read_rocksdb_queues()  # the one reader of a RocksDB consume queue (StoreError: not one)
     for qid in store.queue_dirs:
+        if store.rocksdb is not None and store.rocksdb_queue(qid):
+            rq = RocksRestartQueue(
+                store.maps, store.rocksdb, store.rocksdb.queues[qid], state.cq_file_size
+            )
+            state.queues[qid] = rq
+            state.history[qid] = QueueHistory(existed=rq.existed, files_before=0)
+            continue
+        bq = store.batch_queue(qid)
+        if bq is not None:
+            state.queues[qid] = BatchRestartQueue(
+                store.maps, bq, state.cq_file_size, functools.partial(inner_batch, store)
+            )
+            files = bq.files.files
+            state.history[qid] = QueueHistory(existed=bool(files), files_before=len(files))
+            continue
         fq = store.consume_queue_files(qid.topic, qid.queue_id)
         fails, deleted = _layout_failures(profile, fq.problems)
         state.failures.extend(fails)
@@ -264,7 +284,7 @@ def load(store: Store, options: RecoverOptions, progress: Progress) -> BrokerSta
     for start, end in store.commitlog.gaps():
         state.warnings.append(f"commitlog files are missing between offsets {start} and {end}")
     for u in store.unsupported:
-        if u.takes_over != StorePart.SALVAGE:  # a layout only salvage refuses is read here
+        if u.takes_over & StorePart.RESTART:  # a layout the emulation does not read
             state.warnings.append(f"{u.note} ({u.path}); the emulation ignores it")
     return state
 

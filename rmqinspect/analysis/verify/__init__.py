@@ -10,11 +10,12 @@ statistics) and :mod:`.run` (the order of the checks and the worker processes).
 from rmqinspect.analysis.verify.commitlog import record_failures, run_failures
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
 from rmqinspect.analysis.verify.finding import CHECKS, Check, Finding, Severity
-from rmqinspect.analysis.verify.run import Verifier, VerifyReport, verify_store
+from rmqinspect.analysis.verify.run import RESTART_OPTIONS, Verifier, VerifyReport, verify_store
 from rmqinspect.analysis.verify.summary import FileSummary, Summary, TopicSummary
 
 __all__ = [
     "CHECKS",
+    "RESTART_OPTIONS",
     "Check",
     "Context",
     "FileSummary",

@@ -25,7 +25,7 @@ from rmqinspect.analysis.verify.queues import unit_finding
 from rmqinspect.errors import StoreError
 from rmqinspect.format.batchcq import BCQ_STORE_UNIT_SIZE, bcq_as_file_units
 from rmqinspect.format.consumequeue import EXT_MAX_ADDR
-from rmqinspect.format.npbytes import I64
+from rmqinspect.format.npbytes import I64, Mask
 from rmqinspect.store.batch_queue import BatchQueue
 from rmqinspect.store.layout import QueueId
 
@@ -150,9 +150,11 @@ def _stale(ctx: Context, bq: BatchQueue, qid: QueueId, findings: Findings) -> No
 
 def batch_coverage(
     ctx: Context, qid: QueueId, positions: I64, queue_offsets: I64, file: str, findings: Findings
-) -> None:
+) -> Mask | None:
     """Records of a BatchCQ queue (``positions``, their ``queue_offsets``) against its units:
-    each is served by the unit at its offset, or lies past the queue's max offset."""
+    each is served by the unit at its offset, or lies past the queue's max offset: those are
+    returned, for :func:`~rmqinspect.analysis.verify.queues.classify_lagging` to judge against
+    the restart (None: no such queue, said here)."""
     bq = ctx.store.batch_queue(qid)
     if bq is None:
         findings.add(
@@ -165,22 +167,9 @@ def batch_coverage(
             queue_id=qid.queue_id,
             queue_offset=int(queue_offsets[0]),
         )
-        return
+        return None
     served = ctx.batch_units(qid)
     late = queue_offsets >= bq.max_offset
-    for i in np.flatnonzero(late | (queue_offsets < bq.min_offset)).tolist()[:1]:
-        if late[i]:
-            findings.add(
-                "consumequeue.lagging",
-                f"batchconsumequeue/{qid.topic}/{qid.queue_id}",
-                f"no unit yet for {int(np.count_nonzero(late))} record(s) from queue offset "
-                f"{int(queue_offsets[i])}: the reput had not reached them (the restart of a "
-                "BatchConsumeQueue is not emulated)",
-                physical_offset=int(positions[i]),
-                topic=qid.topic,
-                queue_id=qid.queue_id,
-                queue_offset=int(queue_offsets[i]),
-            )
     inside = np.flatnonzero(~late & (queue_offsets >= bq.min_offset))
     for i in inside.tolist():
         if served.get(int(queue_offsets[i])) != int(positions[i]):
@@ -194,3 +183,4 @@ def batch_coverage(
                 queue_id=qid.queue_id,
                 queue_offset=int(queue_offsets[i]),
             )
+    return late

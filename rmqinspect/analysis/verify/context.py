@@ -24,6 +24,9 @@ class Context:
     """One process's view of the store under verification."""
 
     def __init__(self, store: Store, options: VerifyOptions) -> None:
+        # The database's queues too, in every process (a worker opens its own handle: one
+        # forked from the driver's is not RocksDB's to share).
+        store.read_rocksdb_queues()
         self.store = store
         self.options = options
         self.profile = store.profile.profile

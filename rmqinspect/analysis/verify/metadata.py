@@ -107,7 +107,9 @@ def check_offsets(ctx: Context, restart: RecoveryReport | None, findings: Findin
         QueueId(q.topic, q.queue_id): q.max_offset_after_dispatch
         for q in (restart.consume_queues if restart is not None else [])
     }
-    report = offsets_report(ctx.store)
+    # Only the rows' disk view is read here (``restart`` speaks for the rebuilt queues): no
+    # emulation of its own.
+    report = offsets_report(ctx.store, restart=False)
     for row in report.rows:
         check = _OFFSET_CHECKS.get(row.status)
         if check is None:

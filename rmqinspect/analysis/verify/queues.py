@@ -39,6 +39,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.consumequeue import (
     CQ_STORE_UNIT_SIZE,
+    CQ_UNIT_DTYPE,
     EXT_MAX_ADDR,
     units_array,
 )
@@ -53,8 +54,9 @@ _CHUNK = 1 << 16  # units checked per gather
 Report = Callable[[str, int, str], None]  # (check, unit index in the chunk, detail)
 
 
-def queue_dir(qid: QueueId) -> str:
-    return f"consumequeue/{qid.topic}/{qid.queue_id}"
+def queue_dir(qid: QueueId, *, batch: bool = False) -> str:
+    """The queue's directory as findings name it (``batch``: a BatchConsumeQueue's)."""
+    return f"{'batchconsumequeue' if batch else 'consumequeue'}/{qid.topic}/{qid.queue_id}"
 
 
 # --- records to units ---------------------------------------------------------------------------
@@ -119,7 +121,9 @@ class QueueCoverage:
             if qid.topic in ctx.batch_topics:
                 from rmqinspect.analysis.verify.batch_queues import batch_coverage
 
-                batch_coverage(ctx, qid, positions, qoffs, file, findings)
+                late = batch_coverage(ctx, qid, positions, qoffs, file, findings)
+                if late is not None and late.any():
+                    self.lagging.setdefault(qid, Lagging()).add(positions[late], qoffs[late])
                 continue
             q = ctx.queue(qid)
             if q is None:
@@ -237,7 +241,7 @@ def classify_lagging(
         rebuilt = kept & ~left
         cut = int(np.count_nonzero(~kept))
         has_dir = qid in ctx.store.queue_dirs
-        where = queue_dir(qid)
+        where = queue_dir(qid, batch=qid in ctx.store.batch_dirs)
         if rebuilt.any():
             i = int(np.argmax(rebuilt))
             note = f"; {cut} more lie past the restart's end and are cut with it" if cut else ""
@@ -339,6 +343,61 @@ def check_queue_file(
         buf.release()
         ctx.store.maps.release(f, 0, f.length)  # every queue file read stayed resident
     return last - first
+
+
+def check_rocksdb_queue(ctx: Context, qid: QueueId, data_end: int, findings: Findings) -> int:
+    """:func:`check_queue_file` for a queue the RocksDB consume queue holds: its rows over
+    ``[minOffset, maxOffset)`` as file units (a missing key is an invalid unit: the broker's
+    ``rangeQuery`` stops there), and the rows past the ``max`` entry. Positions are the
+    unit's queue offset times 20, as in a file queue from offset 0."""
+    from rmqinspect.analysis.queues import UNIT_CHUNK, iter_unit_chunks
+
+    q = ctx.queue(qid)
+    db = ctx.store.rocksdb
+    if q is None or db is None:
+        return 0
+    file = ctx.rel(db.directory)
+    low, high = q.min_offset_in_queue, q.max_offset_in_queue
+    expect = low
+    invalid: _InvalidRun | None = None
+    for c in iter_unit_chunks(ctx.store, qid.topic, qid.queue_id, low, high - low, UNIT_CHUNK):
+        if c.first_queue_offset > expect:
+            invalid = _missing_keys(qid, file, expect, c.first_queue_offset, findings, invalid)
+        invalid = _check_units(
+            ctx, qid, file, 0, c.units, c.first_queue_offset, data_end, findings, invalid
+        )
+        expect = c.first_queue_offset + len(c)
+    if expect < high:
+        invalid = _missing_keys(qid, file, expect, high, findings, invalid)
+    if invalid is not None:
+        invalid.report(qid, file, 0, findings)
+    stale = [(first, len(rows)) for first, rows in db.runs(qid, high, 2**63, UNIT_CHUNK)]
+    if stale:
+        findings.add(
+            "consumequeue.units_after_end",
+            file,
+            f"{sum(n for _, n in stale)} rows after the queue's max entry (offset {high - 1}): "
+            "rows truncation left, which the next dispatch overwrites",
+            file_position=stale[0][0] * CQ_STORE_UNIT_SIZE,
+            topic=qid.topic,
+            queue_id=qid.queue_id,
+            queue_offset=stale[0][0],
+        )
+    return high - low
+
+
+def _missing_keys(
+    qid: QueueId, file: str, a: int, b: int, findings: Findings, invalid: _InvalidRun | None
+) -> _InvalidRun:
+    """Queue offsets ``[a, b)`` without a row: one invalid run of zero units."""
+    zeros = np.zeros(b - a, CQ_UNIT_DTYPE) if b - a <= _CHUNK else np.zeros(1, CQ_UNIT_DTYPE)
+    at = np.arange(a, a + len(zeros), dtype=np.int64)
+    done, run = _invalid_runs(zeros, at, invalid)
+    for r in done:
+        r.report(qid, file, 0, findings)
+    assert run is not None
+    run.count += (b - a) - len(zeros)  # a long gap is counted, not allocated
+    return run
 
 
 def _non_zero_units(units: np.ndarray, begin: int, stop: int) -> tuple[int, int]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from rmqinspect.analysis.recovery import RecoverOptions, run_recovery
+from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
 from rmqinspect.analysis.verify.batch_queues import check_batch_queue
 from rmqinspect.analysis.verify.commitlog import FileResult
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
@@ -47,6 +47,7 @@ from rmqinspect.analysis.verify.queues import (
     QueueCoverage,
     check_queue_file,
     check_queue_layout,
+    check_rocksdb_queue,
     classify_lagging,
 )
 from rmqinspect.analysis.verify.ranges import SPLIT_BYTES, check_unit, plan_ranges, stitch
@@ -65,6 +66,9 @@ Work = Callable[[Context, A], T]  # a work unit: module level, so that it pickle
 # order; the workers call :func:`run_unit`.
 Mapper = Callable[[Work[Any, Any], list[Any]], Iterable[Any]]
 
+# The restart verify predicts where queues lag: every lost message listed, as ``report``'s
+# (which takes this one over rather than emulating it again).
+RESTART_OPTIONS = RecoverOptions(lost_limit=None)
 _FAMILIES = list(dict.fromkeys(check.split(".")[0] for check in CHECKS))
 
 
@@ -85,11 +89,16 @@ class VerifyReport:
 # --- work units ---------------------------------------------------------------------------------
 
 
+_BATCH, _ROCKSDB = -1, -2  # a queue's work unit that is no file index
+
+
 def _queue_unit(ctx: Context, arg: tuple[str, int, int, int]) -> tuple[Findings, int]:
     topic, queue_id, index, data_end = arg
     findings = Findings()
-    if index < 0:  # a BatchConsumeQueue, checked whole (its units are found by their bases)
+    if index == _BATCH:  # checked whole (its units are found by their bases)
         return findings, check_batch_queue(ctx, QueueId(topic, queue_id), data_end, findings)
+    if index == _ROCKSDB:  # no files: the database's rows
+        return findings, check_rocksdb_queue(ctx, QueueId(topic, queue_id), data_end, findings)
     f = ctx.store.consume_queue_files(topic, queue_id).files[index]
     units = check_queue_file(ctx, QueueId(topic, queue_id), f, data_end, findings)
     return findings, units
@@ -181,6 +190,9 @@ class Verifier:
         self.ctx = Context(store, self.options)
         self._pool: ProcessPoolExecutor | None = None
         self._mapper = mapper
+        # The restart predicted by the last run (where queues lag the commitlog), for a caller
+        # that wants the same emulation (``report``) instead of running it again.
+        self.restart: RecoveryReport | None = None
 
     def __enter__(self) -> Verifier:
         if self.jobs > 1:
@@ -238,7 +250,12 @@ class Verifier:
             if qid not in store.batch_dirs
             for i in range(len(store.consume_queue_files(qid.topic, qid.queue_id).files))
         ]
-        queue_args += [(qid.topic, qid.queue_id, -1, data_end) for qid in store.batch_dirs]
+        queue_args += [(qid.topic, qid.queue_id, _BATCH, data_end) for qid in store.batch_dirs]
+        queue_args += [
+            (qid.topic, qid.queue_id, _ROCKSDB, data_end)
+            for qid in store.queue_dirs
+            if store.rocksdb_queue(qid)
+        ]
         index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
         # Workers check the queue and index files while this process predicts the restart and
         # makes the store-wide checks: the restart emulation of a crashed store took as long as
@@ -250,9 +267,11 @@ class Verifier:
         for r in results:
             coverage.extend(r.coverage)
         restart = None
+        self.restart = None
         if coverage.lagging:
-            restart = run_recovery(store, RecoverOptions(lost_limit=None)).report
+            restart = run_recovery(store, RESTART_OPTIONS).report
             classify_lagging(ctx, coverage, restart, findings)
+            self.restart = restart
         check_queue_layout(ctx, findings)
         max_ts = max(
             (r.max_store_timestamp for r in results if r.max_store_timestamp is not None),
