@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rmqinspect.analysis.recovery.dispatch import Dispatcher
+from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import BadRecord, RecordInfo, StartCandidate, StartFile
 from rmqinspect.analysis.recovery.state import BrokerState, CommitlogFile
 from rmqinspect.format import commitlog as cl
@@ -124,23 +125,31 @@ def scan(
     dispatcher: Dispatcher,
     dispatch: bool,
     dispatch_above: int | None,
+    checker: RangeChecker | None = None,
 ) -> ScanOutcome:
     """The shared scan loop (§10.4) from the start file with ``checkCRCOnRecover``; with
-    ``dispatch``, every valid record whose offset is above ``dispatch_above`` is dispatched."""
+    ``dispatch``, every valid record whose offset is above ``dispatch_above`` is dispatched.
+    With a ``checker``'s workers, the records are checked there (:mod:`.ranges`) and walked
+    here without the CRC up to where the checks stop each file."""
     idx = start.index
     f = state.commitlog[idx]
     pos = 0
     scanned = 0
     last: tuple[CommitlogFile, RecordInfo] | None = None
     opts = state.checks.recover
+    ends = None if checker is None else checker.walk_ends(f.disk, opts)
+    walk_opts = opts if ends is None else replace(opts, check_crc=False)
     above = -(1 << 63) if dispatch_above is None else dispatch_above
     size_cl = state.commitlog_file_size
     while True:
         buf = state.store.view(f.disk)
+        # The records before where the checks stopped all passed them: the walk up to there
+        # accepts the same records without the CRC, and the verdict there is checked again.
+        region = buf if ends is None else buf[: ends.stop(f.disk)]
         begin = pos
         try:
             while True:
-                run = check_run(buf, pos, f.start, opts)
+                run = check_run(region, pos, f.start, walk_opts)
                 if len(run):
                     if dispatch:
                         dispatcher.take_run(run, "load", above)
@@ -150,7 +159,10 @@ def scan(
                 if run.stop is not None:
                     result = run.stop
                     break
+            if ends is not None:
+                result = cl.check_message(buf, pos, f.start, opts)
         finally:
+            region.release()
             buf.release()
         scanned += pos - begin
         state.progress(pos - begin)

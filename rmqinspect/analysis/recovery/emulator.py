@@ -47,6 +47,7 @@ from rmqinspect.analysis.recovery.index_service import (
     load_index,
 )
 from rmqinspect.analysis.recovery.lost import Unserved, lost_messages, served_check
+from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import (
     SCHEMA_VERSION,
     CheckpointReport,
@@ -112,11 +113,13 @@ def run_recovery(
     options: RecoverOptions | None = None,
     progress: Progress | None = None,
     index_sink: IndexSink | None = None,
+    checker: RangeChecker | None = None,
 ) -> RecoveryOutcome:
     """Emulate the restart of ``store``; the store is only read.
 
     ``index_sink`` receives, byte for byte, every index file the restart writes (new ones named
     by the current wall clock, as the broker would), for ``--apply-to`` and ``--as-recovered``.
+    ``checker``: worker processes that check the commitlog scan's records (``--jobs``).
     """
     opts = options or RecoverOptions()
     last_ok, source = decide_last_exit(store, opts)
@@ -134,7 +137,7 @@ def run_recovery(
         if state.failures:
             return _refused(state, last_ok, source)
     else:
-        recovered = recover_commitlog(state, dispatcher, last_ok, max_phy_cq, cp)
+        recovered = recover_commitlog(state, dispatcher, last_ok, max_phy_cq, cp, checker)
     failure = recover_topic_queue_table(state)
     for qid, q in state.queues.items():
         state.history[qid].after_load = (
@@ -220,10 +223,13 @@ def _recover_timer(store: Store, report: RecoveryReport, now: int | None) -> Non
 
 
 def analyze_recovery(
-    store: Store, options: RecoverOptions | None = None, progress: Progress | None = None
+    store: Store,
+    options: RecoverOptions | None = None,
+    progress: Progress | None = None,
+    checker: RangeChecker | None = None,
 ) -> RecoveryReport:
     """The recovery report for ``store`` (see :func:`run_recovery`)."""
-    return run_recovery(store, options, progress).report
+    return run_recovery(store, options, progress, checker=checker).report
 
 
 # --- the steps ---------------------------------------------------------------------------------
@@ -260,6 +266,7 @@ def recover_commitlog(
     last_exit_ok: bool,
     max_phy_cq: int,
     cp: Checkpoint,
+    checker: RangeChecker | None = None,
 ) -> CommitlogRecovery:
     """``recoverNormally`` or ``recoverAbnormally`` (§10.5-10.6), then the truncations."""
     files_before = [f.name for f in state.commitlog]
@@ -273,10 +280,10 @@ def recover_commitlog(
     if last_exit_ok:
         start_file = normal_start(state, max_phy_cq)
         dispatch = state.profile.normal_recovery_starts_at_cq_max
-        outcome = scan(state, start_file, dispatcher, dispatch, max_phy_cq)
+        outcome = scan(state, start_file, dispatcher, dispatch, max_phy_cq, checker)
     else:
         start_file = abnormal_start(state, cp)
-        outcome = scan(state, start_file, dispatcher, True, None)
+        outcome = scan(state, start_file, dispatcher, True, None, checker)
     disks = {f.name: f.disk for f in state.commitlog}
     state.truncate_commitlog(outcome.end)
     deleted = [disks[name] for name in state.commitlog_deleted]

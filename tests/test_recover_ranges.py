@@ -1,0 +1,95 @@
+"""``recover --jobs``: the recovery scan's records checked by byte ranges (cut at arbitrary
+bytes: into damage, inside records, past the last record) and stitched in the broker's order
+give the serial emulation's report, field for field, on damaged and crashed stores."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqinspect.analysis.ranges import plan_ranges
+from rmqinspect.analysis.recovery import RangeChecker, RecoverOptions, index_service, run_recovery
+from rmqinspect.analysis.recovery.report import RecoveryReport
+from rmqinspect.store.model import Store
+from tests.cli_helpers import run
+from tests.damage_matrix import records
+from tests.test_verify_checks import RECIPES, patch_record
+from tests.test_verify_ranges import OPTIONS
+
+# Each breaks the commitlog so that the scan stops (or a range's cut lands) somewhere else:
+# a bad magic, size, CRC, property CRC, length, DELAY, position, BLANK, trailing bytes.
+CASES = sorted(c for c in RECIPES if c.startswith("commitlog.") and c != "commitlog.file_name")
+SPLITS = (997, 2999)  # bytes: a 64 KiB file becomes 66 or 22 ranges
+NOW = 1_800_000_000.0  # new index files are named by the clock: the same for every run
+
+
+def _store(tmp_path: Path, check: str) -> Path:
+    source, recipe = RECIPES[check]
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    recipe(root)
+    return root
+
+
+def _recover(store: Store, last_exit_ok: bool, checker: RangeChecker | None) -> RecoveryReport:
+    options = RecoverOptions(last_exit_ok=last_exit_ok, read_timer=True)
+    return run_recovery(store, options, checker=checker).report
+
+
+@pytest.fixture(autouse=True)
+def _clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_service.time, "time", lambda: NOW)
+
+
+@pytest.mark.parametrize("last_exit_ok", [False, True], ids=["crash", "clean"])
+@pytest.mark.parametrize("check", CASES)
+def test_ranges_give_the_serial_report(tmp_path: Path, check: str, last_exit_ok: bool) -> None:
+    with Store.open(_store(tmp_path, check), OPTIONS) as store:
+        serial = _recover(store, last_exit_ok, None)
+        for split in SPLITS:
+            assert len(plan_ranges(store, split)) > len(store.commitlog.files)  # cut
+            with RangeChecker(store, 1, split) as checker:
+                assert _recover(store, last_exit_ok, checker) == serial, split
+
+
+def test_a_cut_at_the_bad_record(tmp_path: Path) -> None:
+    """A range that begins with the record the scan stops at: its check fails at once."""
+    with Store.open(_store(tmp_path, "commitlog.body_crc"), OPTIONS) as store:
+        serial = _recover(store, False, None)
+        bad = serial.commitlog.first_bad_record if serial.commitlog else None
+        assert bad is not None and bad.reason == "body_crc_mismatch"
+        with RangeChecker(store, 1, bad.file_position) as checker:
+            assert _recover(store, False, checker) == serial
+
+
+def test_workers_give_the_serial_report(tmp_path: Path) -> None:
+    with Store.open(_store(tmp_path, "commitlog.intact_after_damage"), OPTIONS) as store:
+        serial = _recover(store, False, None)
+        assert serial.lost_messages.count > 0
+        with RangeChecker(store, 2, SPLITS[1]) as checker:
+            assert _recover(store, False, checker) == serial
+
+
+def _json(*args: str | Path) -> Any:
+    result = run("recover", *args, "--format", "json")
+    assert result.exit_code == 1, result.stderr  # the crash loses messages
+    return json.loads(result.stdout)
+
+
+def test_cli_jobs_give_the_same_json(tmp_path: Path) -> None:
+    """A crashed synth store without its checkpoint (the scan starts at file 0) and a body
+    CRC broken in its middle: workers check the files, this process stitches and dispatches."""
+    store = tmp_path / "store"
+    cmd = ["synth", store, "--quiet", "--messages", "3000", "--body-size", "100", "--crash"]
+    assert run(*cmd, "--commitlog-file-size", str(64 << 10)).exit_code == 0
+    (store / "checkpoint").unlink()
+    bad = records(store)[2000]
+    patch_record(store, bad, 88, b"\xff")
+    whole = _json(store, "-j", "1")
+    assert len(whole["commitlog"]["files_before"]) > 4
+    assert whole["commitlog"]["first_bad_record"]["physical_offset"] == bad.offset
+    assert _json(store, "-j", "3") == whole
