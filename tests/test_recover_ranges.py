@@ -1,10 +1,12 @@
 """``recover --jobs``: the recovery scan's records checked by byte ranges (cut at arbitrary
 bytes: into damage, inside records, past the last record) and stitched in the broker's order
-give the serial emulation's report, field for field, on damaged and crashed stores."""
+give the serial emulation's report, field for field, on damaged and crashed stores; the
+export's restart prediction takes those checks from its pool's tasks."""
 
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,12 @@ import pytest
 
 from rmqinspect.analysis.ranges import plan_ranges
 from rmqinspect.analysis.recovery import RangeChecker, RecoverOptions, index_service, run_recovery
+from rmqinspect.analysis.recovery import ranges as recovery_ranges
+from rmqinspect.analysis.recovery.keeps import RestartKeeps
+from rmqinspect.analysis.recovery.ranges import RangeCheck, check_range
 from rmqinspect.analysis.recovery.report import RecoveryReport
+from rmqinspect.export.plan import StoreRef
+from rmqinspect.export.tasks import Prechecked, plan_restart_checks, predict_restart
 from rmqinspect.store.model import Store
 from tests.cli_helpers import run
 from tests.damage_matrix import records
@@ -93,3 +100,31 @@ def test_cli_jobs_give_the_same_json(tmp_path: Path) -> None:
     assert len(whole["commitlog"]["files_before"]) > 4
     assert whole["commitlog"]["first_bad_record"]["physical_offset"] == bad.offset
     assert _json(store, "-j", "3") == whole
+
+
+def _same(a: RestartKeeps, b: RestartKeeps) -> bool:
+    return pickle.dumps(a) == pickle.dumps(b)
+
+
+def test_the_exports_prediction_takes_the_pools_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver plans the emulation's checks from the file its scan starts at; the
+    prediction task given their results checks no record itself and predicts the same."""
+    with Store.open(_store(tmp_path, "commitlog.intact_after_damage"), OPTIONS) as store:
+        ref = StoreRef.of(store)
+        serial = predict_restart(ref)
+        assert serial.broker_starts and serial.end > 0
+        opts, ranges = plan_restart_checks(store)
+        assert [r.file for r in ranges] == list(range(len(store.commitlog.files)))
+        checks = [check_range(store, r, opts, True) for r in ranges]
+        checked = Prechecked(opts, ranges, checks)
+
+        def refused(*_: object) -> RangeCheck:
+            raise AssertionError("the prediction checked a range itself")
+
+        with monkeypatch.context() as m:
+            m.setattr(recovery_ranges, "check_range", refused)
+            assert _same(predict_restart(ref, checked), serial)
+        # Planned for another start (the store changed): the emulation checks them itself.
+        assert _same(predict_restart(ref, Prechecked(opts, ranges[1:], checks[1:])), serial)

@@ -7,6 +7,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from rmqinspect.analysis.recovery.dispatch import Dispatcher
 from rmqinspect.analysis.recovery.ranges import FileWalk, RangeChecker
 from rmqinspect.analysis.recovery.report import BadRecord, RecordInfo, StartCandidate, StartFile
@@ -216,7 +218,7 @@ def _runs(
     positions = walk.records.positions
     for a in range(0, max(len(positions), 1), RUN_RECORDS):
         b = a + RUN_RECORDS
-        cols = gather(buf, positions[a:b], f.start)
+        cols = gather(buf, positions[a:b].astype(np.int64), f.start)
         if b < len(positions):
             yield CheckedRun(cols, int(positions[a]), int(positions[b]), None, opts)
         else:

@@ -222,6 +222,22 @@ def _recover_timer(store: Store, report: RecoveryReport, now: int | None) -> Non
         report.broker_starts = False
 
 
+def scan_start(store: Store, options: RecoverOptions | None = None) -> StartFile | None:
+    """The file the commitlog's recovery scan starts at, found as :func:`run_recovery` finds
+    it (``load()``, ``ConsumeQueue.recover``, the start-file rule) without the scan: work that
+    grows with the files and queues, not with the commitlog's bytes. None where no plain
+    commitlog scan runs (``load()`` fails, no files, DLedger)."""
+    opts = options or RecoverOptions()
+    last_ok, _ = decide_last_exit(store, opts)
+    state = load(store, opts, lambda _n: None)
+    if state.failures or store.dledger is not None or not state.commitlog:
+        return None
+    max_phy_cq = recover_consume_queues(state)
+    if last_ok:
+        return normal_start(state, max_phy_cq)
+    return abnormal_start(state, state.read_checkpoint()[0])
+
+
 def analyze_recovery(
     store: Store,
     options: RecoverOptions | None = None,

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from types import TracebackType
 
 import numpy as np
+import numpy.typing as npt
 
 from rmqinspect.analysis.ranges import SPLIT_BYTES, Range, plan_ranges, worker_settings
 from rmqinspect.format import commitlog as cl
@@ -34,7 +35,8 @@ from rmqinspect.store import mapguard
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store, StoreOptions
 
-_NONE = np.zeros(0, np.int64)
+I32 = npt.NDArray[np.int32]
+_NONE: I32 = np.zeros(0, np.int32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +44,9 @@ class Keys:
     """Index keys of records, by the records' file positions (ascending): each key's hash and
     the number of its record among ``positions`` (non-decreasing), in ``buildIndex`` order."""
 
-    positions: I64
-    hashes: I64
-    owners: I64
+    positions: I32
+    hashes: I32
+    owners: I32
 
     @staticmethod
     def concat(parts: list[Keys]) -> Keys:
@@ -52,7 +54,15 @@ class Keys:
         return Keys(
             np.concatenate([_NONE, *(k.positions for k in parts)]),
             np.concatenate([_NONE, *(k.hashes for k in parts)]),
-            np.concatenate([_NONE, *(k.owners + b for k, b in zip(parts, bases, strict=False))]),
+            np.concatenate(
+                [
+                    _NONE,
+                    *(
+                        (k.owners + b).astype(np.int32)
+                        for k, b in zip(parts, bases[:-1], strict=True)
+                    ),
+                ]
+            ),
         )
 
     def of(self, positions: I64) -> tuple[I64, I64]:
@@ -64,7 +74,7 @@ class Keys:
         owners = np.repeat(np.arange(len(positions), dtype=np.int64), counts)
         firsts = np.cumsum(counts) - counts
         at = np.repeat(lo - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-        return self.hashes[at], owners
+        return self.hashes[at].astype(np.int64), owners
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +124,15 @@ def check_range(store: Store, r: Range, opts: cl.CheckOptions, keys: bool) -> Ra
 
 
 def _keys(cols: RecordColumns, n: int, keys: bool) -> Keys:
-    """The positions of the first ``n`` records and (``keys``) their index keys."""
-    positions = cols.positions[:n].astype(np.int64)
+    """The positions of the first ``n`` records and (``keys``) their index keys, as 32-bit
+    numbers (a position in a mapped file, a hash in 0..Integer.MAX_VALUE): what waits for the
+    stitch stays small."""
+    positions = cols.positions[:n].astype(np.int32)
     if not keys or not n:
         return Keys(positions, _NONE, _NONE)
     tids, topics = cols.topic_ids()
     found = cols.index_keys(np.arange(n, dtype=np.int64), tids, [decode_text(t) for t in topics])
-    return Keys(positions, found.hashes, found.owners)
+    return Keys(positions, found.hashes.astype(np.int32), found.owners.astype(np.int32))
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +198,10 @@ class WalkEnds:
         return None if r is None else (r, next(self._checks))
 
 
+# Checks ``ranges`` with ``opts`` (and ``keys``) elsewhere (the export's pool), results in
+# order; None: not there (they are checked here).
+RangeMapper = Callable[[list[Range], cl.CheckOptions, bool], Iterable[RangeCheck] | None]
+
 _STORE: Store | None = None  # a worker process's own view of the store
 
 
@@ -207,11 +223,19 @@ class RangeChecker:
     before anything else (a progress bar's thread) runs, and each opens the store read-only
     itself."""
 
-    def __init__(self, store: Store, jobs: int, split_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        jobs: int,
+        split_bytes: int | None = None,
+        mapper: RangeMapper | None = None,
+    ) -> None:
         self.store = store
-        self.jobs = max(1, jobs)
-        self.split_bytes = split_bytes or (SPLIT_BYTES if self.jobs > 1 else None)
+        self.jobs = 1 if mapper is not None else max(1, jobs)
+        parallel = self.jobs > 1 or mapper is not None
+        self.split_bytes = split_bytes or (SPLIT_BYTES if parallel else None)
         self._pool: ProcessPoolExecutor | None = None
+        self._mapper = mapper
 
     def __enter__(self) -> RangeChecker:
         if self.jobs > 1:
@@ -243,8 +267,11 @@ class RangeChecker:
         files = self.store.commitlog.files
         start = next(i for i, f in enumerate(files) if f.path == first.path)
         ranges = plan_ranges(self.store, self.split_bytes, start)
+        mapped = None if self._mapper is None else self._mapper(ranges, opts, keys)
         checks: Iterator[RangeCheck]
-        if self._pool is None:
+        if mapped is not None:
+            checks = iter(mapped)
+        elif self._pool is None:
             checks = (check_range(self.store, r, opts, keys) for r in ranges)
         else:
             checks = self._pool.map(functools.partial(_in_worker, opts, keys), ranges)
