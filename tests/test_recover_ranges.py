@@ -8,17 +8,20 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from rmqinspect.analysis.ranges import plan_ranges
 from rmqinspect.analysis.recovery import RangeChecker, RecoverOptions, index_service, run_recovery
 from rmqinspect.analysis.recovery import ranges as recovery_ranges
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
-from rmqinspect.analysis.recovery.ranges import RangeCheck, check_range
+from rmqinspect.analysis.recovery.ranges import Keys, RangeCheck, WalkEnds, check_range
 from rmqinspect.analysis.recovery.report import RecoveryReport
+from rmqinspect.analysis.recovery.state import RecordChecks
 from rmqinspect.export.plan import StoreRef
 from rmqinspect.export.tasks import Prechecked, plan_restart_checks, predict_restart
 from rmqinspect.store.model import Store
@@ -128,3 +131,23 @@ def test_the_exports_prediction_takes_the_pools_checks(
             assert _same(predict_restart(ref, checked), serial)
         # Planned for another start (the store changed): the emulation checks them itself.
         assert _same(predict_restart(ref, Prechecked(opts, ranges[1:], checks[1:])), serial)
+
+
+def test_a_range_that_starts_elsewhere_is_checked_again(tmp_path: Path) -> None:
+    """A range whose resync found a boundary the walk before it did not reach (bytes in a body
+    that look like a record at their own position) says nothing about the walk: the stitch
+    checks it again from where the range before stopped."""
+    with Store.open(_store(tmp_path, "commitlog.intact_after_damage"), OPTIONS) as store:
+        f = store.commitlog.files[0]
+        opts = RecordChecks.of(store, RecoverOptions()).recover
+        ranges = [r for r in plan_ranges(store, SPLITS[0]) if r.file == 0]
+        checks = [check_range(store, r, opts, True) for r in ranges]
+        truth = WalkEnds(store, ranges, iter(checks), opts, True).walk(f)
+        k = 1
+        assert checks[k].start == checks[k - 1].stop  # a range the stitch takes as it is
+        bogus = Keys(np.zeros(1, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32))
+        wrong = [*checks[:k], RangeCheck(checks[k].start + 1, 0, True, bogus), *checks[k + 1 :]]
+        walk = WalkEnds(store, ranges, iter(wrong), opts, True).walk(f)
+        assert walk.stop == truth.stop > ranges[k].begin
+        for got, want in zip(astuple(walk.records), astuple(truth.records), strict=True):
+            assert got.tolist() == want.tolist()
