@@ -434,7 +434,7 @@ class _OneAtATimeExecutor:
         return future
 
     def _run(self) -> None:
-        first = 3  # the restart's record check, the planning and the prediction are not parts
+        first = 2  # the restart prediction and the planning are not parts
         while (task := self._tasks.get()) is not None:
             future, call = task
             if first:
