@@ -23,6 +23,7 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import harness
 
@@ -63,7 +64,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "COLUMNS": "200"}
 
 
-def _export() -> Callable[[Path, int], object] | None:
+def _export() -> Callable[[Path, list[int]], list[Any]] | None:
     """``export_scaling`` of benchmarks/export.py, imported only when asked for: that module
     may need what this script must not (pyspark)."""
     try:
@@ -123,13 +124,14 @@ def main() -> None:
             print("export: benchmarks/export.py has no export_scaling(store, jobs): rows skipped")
         else:
             base = None
-            for j in jobs:
-                t0 = time.perf_counter()
-                export(root, j)
-                wall = time.perf_counter() - t0
-                base = base or wall
-                name = f"export --engine arrow -j{j}"
-                print(f"{name:<32}{wall:>8.2f}{gb / wall:>7.2f}{base / wall:>9.1f}x", flush=True)
+            for row in export(root, jobs):  # a Scaling per -j: wall time, time to first range
+                base = base or row.seconds
+                name = f"export --engine arrow -j{row.jobs}"
+                print(
+                    f"{name:<32}{row.seconds:>8.2f}{gb / row.seconds:>7.2f}"
+                    f"{base / row.seconds:>9.1f}x  first range {row.first_range:.2f} s",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

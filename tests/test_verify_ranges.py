@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rmqinspect.analysis.ranges import plan_ranges
 from rmqinspect.analysis.verify import Verifier, VerifyOptions, VerifyReport, verify_store
-from rmqinspect.analysis.verify.ranges import plan_ranges
 from rmqinspect.store.model import Store, StoreOptions
 from tests.test_verify_checks import RECIPES
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,7 @@ import typer
 
 from rmqinspect.analysis.recovery import (
     ApplyRefused,
+    RangeChecker,
     RecoverOptions,
     analyze_recovery,
     apply_recovery,
@@ -89,6 +91,16 @@ def recover(
         int,
         typer.Option("--lost-limit", min=0, help="List at most this many lost messages."),
     ] = 1000,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Worker processes: the records of the recovery's commitlog files are checked "
+            "in byte ranges in parallel, then dispatched in order here (default: all cores).",
+        ),
+    ] = None,
     *,
     store_options: StoreOptions,
 ) -> None:
@@ -121,17 +133,18 @@ def recover(
     fmt = resolve_format(format)
     with (
         open_store(store, store_options, "recover", ALL_PARTS) as opened,
+        RangeChecker(opened, jobs or os.cpu_count() or 1) as checker,
         commitlog_progress(opened, "recovering", fmt) as advance,
     ):
         profile = opened.profile.profile
         if force_verify_prop_crc and not profile.supports_prop_crc:
             raise fail(f"--force-verify-prop-crc: a {profile} broker has no forceVerifyPropCRC")
         if out is None:
-            report = analyze_recovery(opened, options, advance)
+            report = analyze_recovery(opened, options, advance, checker)
             applied = None
         else:
             try:
-                report, applied = apply_recovery(opened, out, options, advance)
+                report, applied = apply_recovery(opened, out, options, advance, checker)
             except ApplyRefused as refused:
                 # The verdict still goes to stdout; the refusal to apply is the error line.
                 report, applied = refused.report, None

@@ -16,7 +16,9 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from rmqinspect.analysis.ranges import Range
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
+from rmqinspect.analysis.recovery.ranges import RangeCheck
 from rmqinspect.errors import LiveStoreWarning
 from rmqinspect.export.findings import pool_mapper, write_findings
 from rmqinspect.export.plan import CommitlogRange, Part, StoreRef
@@ -26,15 +28,19 @@ from rmqinspect.export.tasks import (
     EngineResult,
     Member,
     PartResult,
+    Prechecked,
+    check_restart_range,
     finish_tables,
     first_chunks,
     plan_file,
     plan_parts,
     plan_ranges,
+    plan_restart_checks,
     predict_restart,
     range_keeps,
     run_part,
 )
+from rmqinspect.format.commitlog import CheckOptions
 from rmqinspect.render.output import warn
 
 
@@ -94,14 +100,26 @@ def run_arrow(
             future.add_done_callback(done.put)
             return future
 
-        # The driver plans from file lengths and queue bounds only. The restart emulations and
-        # the planning of each commitlog file (a walk of its headers) go first, then the parts
-        # that need neither; a file's ranges start once its plan and its store's prediction
-        # are both in.
+        # The driver plans from file lengths and queue bounds only. The restart emulations'
+        # record checks (from the file each scan starts at; in a DLedger store the emulation
+        # itself) and the planning of each commitlog file (a walk of its headers) go first,
+        # then the parts that need neither. A store's emulation starts once its checks are
+        # in, and a file's ranges once its plan and its store's prediction are both in.
         chunks = [plan_ranges(m.store, wanted) for m in members]
         keeps: dict[Future[RestartKeeps], int] = {}
+        checking: dict[Future[RangeCheck], int] = {}
+        checks: dict[int, tuple[CheckOptions, list[Range], list[Future[RangeCheck]]]] = {}
         if Table.MESSAGES in wanted:
-            keeps = {submit(predict_restart, ref): i for i, ref in enumerate(refs)}
+            for i, ref in enumerate(refs):
+                # One worker gains nothing from the checks apart: they read every record once
+                # more (a third more CPU than the emulation checking as it walks).
+                opts, ranges = plan_restart_checks(members[i].store) if workers > 1 else (None, [])
+                if opts is None or not ranges:
+                    keeps[submit(predict_restart, ref)] = i
+                    continue
+                futures = [submit(check_restart_range, ref, opts, r) for r in ranges]
+                checks[i] = (opts, ranges, futures)
+                checking.update(dict.fromkeys(futures, i))
         predictions: dict[int, RestartKeeps | None] = {
             i: None for i in range(len(members)) if Table.MESSAGES not in wanted
         }
@@ -112,7 +130,13 @@ def run_arrow(
         }
         waiting: dict[int, list[CommitlogRange]] = {i: [] for i in range(len(members))}
         parts = [plan_parts(m.store, wanted) for m in members]
+        # A pool runs its tasks in the order they came: the parts of a store whose emulation
+        # waits for its checks come after the emulation, not before it.
+        held: dict[int, list[Part]] = {}
         for i, ps in enumerate(parts):
+            if i in checks:
+                held[i] = ps
+                continue
             for p in ps:
                 start(i, p, None)
         findings: list[Future[PartResult]] = []
@@ -136,8 +160,18 @@ def run_arrow(
                     start(i, r, own)
                 waiting[i] = []
 
-        while running or keeps or plans:
+        while running or keeps or plans or checking:
             future = done.get()
+            if future in checking:
+                i = checking.pop(future)
+                opts, ranges, futures = checks[i]
+                if not any(f in checking for f in futures):  # its last check reported in
+                    del checks[i]
+                    checked = Prechecked(opts, ranges, [f.result() for f in futures])
+                    keeps[submit(predict_restart, refs[i], checked)] = i
+                    for p in held.pop(i):
+                        start(i, p, None)
+                continue
             if future in keeps:
                 i = keeps.pop(future)
                 predictions[i] = future.result()

@@ -10,8 +10,9 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+from rmqinspect.analysis.ranges import worker_settings
 from rmqinspect.analysis.verify import Verifier, VerifyOptions
-from rmqinspect.analysis.verify.run import Mapper, Work, run_unit, worker_settings
+from rmqinspect.analysis.verify.run import Mapper, Work, run_unit
 from rmqinspect.export.parquet import TableWriter
 from rmqinspect.export.schema import Table
 from rmqinspect.export.tables import findings_batch

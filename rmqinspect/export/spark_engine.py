@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rmqinspect.analysis.ranges import Range
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
+from rmqinspect.analysis.recovery.ranges import RangeCheck
 from rmqinspect.errors import StoreError
 from rmqinspect.export.class_archive import archive_options, archive_path, keep_at_exit
 from rmqinspect.export.findings import spark_mapper, write_findings
@@ -35,16 +37,20 @@ from rmqinspect.export.tasks import (
     EngineResult,
     Member,
     PartResult,
+    Prechecked,
+    check_restart_range,
     finish_tables,
     first_chunks,
     plan_file,
     plan_parts,
     plan_ranges,
+    plan_restart_checks,
     predict_restart,
     range_keeps,
     run_part,
     sweep,
 )
+from rmqinspect.format.commitlog import CheckOptions
 
 MIN_JAVA = 17
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only, on stderr
@@ -259,6 +265,10 @@ def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
 
 Item = tuple[int, Part, RestartKeeps | None]  # a store, its part, its cut of the prediction
 Prepared = tuple[int, RestartKeeps | list[CommitlogRange]]  # a store's prediction, or a plan
+# What a preparing task answers: also one range of an emulation's record checks.
+Answer = tuple[int, RestartKeeps | RangeCheck | list[CommitlogRange]]
+# What a preparing task is asked (see _Prepare).
+Ask = tuple[int, CommitlogChunk | tuple[CheckOptions, Range] | Prechecked | None]
 
 
 def run_spark(
@@ -278,9 +288,11 @@ def run_spark(
     ``master`` (and stopped at the end) in the background while this process plans the parts
     (from file lengths and queue bounds: it reads no commitlog). As in the arrow engine, the
     parts that need no restart prediction run first, in a job of their own as soon as the
-    context is up (it also starts the Python workers). Every store's restart emulation and the
-    planning of every commitlog file (a walk of its headers) are the tasks of another job, so
-    the executors do both; every store's commitlog ranges follow in a third.
+    context is up (it also starts the Python workers). Every store's restart emulation's record
+    checks (by byte ranges, from the file its scan starts at; where no scan runs, the emulation)
+    and the planning of every commitlog file (a walk of its headers) are the tasks of another
+    job, so the executors do both; the emulations given their checks (they stitch and dispatch)
+    follow in a job of their own, and every store's commitlog ranges in the last.
     """
     refs = [StoreRef.of(m.store) for m in members]
     wanted = tuple(tables)
@@ -301,10 +313,21 @@ def run_spark(
             for i, m in enumerate(members)
             for c in first_chunks(plan_ranges(m.store, wanted))
         ]
-        asks: list[tuple[int, CommitlogChunk | None]] = list(firsts)
+        asks: list[Ask] = list(firsts)
+        checking: dict[int, tuple[CheckOptions, list[Range]]] = {}
         if Table.MESSAGES in wanted:
-            asks = [(i, None) for i in range(len(members))] + asks
-        prepared = background.submit(lambda: _prepare(spark(), tuple(refs), asks))
+            # Each store's emulation: its record checks are tasks of the preparing job (the
+            # emulation follows in a job of its own), or where no scan runs the emulation.
+            emulations: list[Ask] = []
+            for i, m in enumerate(members):
+                opts, ranges = plan_restart_checks(m.store)
+                if ranges:
+                    checking[i] = (opts, ranges)
+                    emulations += [(i, (opts, r)) for r in ranges]
+                else:
+                    emulations.append((i, None))
+            asks = emulations + asks
+        prepared = background.submit(lambda: _prepare(spark(), tuple(refs), asks, checking))
         side: list[Item] = [
             (i, p, None) for i, m in enumerate(members) for p in plan_parts(m.store, wanted)
         ]
@@ -343,31 +366,56 @@ def run_spark(
 
 @dataclass(frozen=True)
 class _Prepare:
-    """What a task of the preparing job runs: a store's restart emulation (no chunk) or the
-    planning of one commitlog file (its first chunk)."""
+    """What a task of the preparing job runs: a store's restart emulation (no chunk; given its
+    checks: a :class:`Prechecked`), one range of its record checks, or the planning of one
+    commitlog file (its first chunk)."""
 
     refs: tuple[StoreRef, ...]
 
-    def __call__(self, ask: tuple[int, CommitlogChunk | None]) -> Prepared:
-        i, first = ask
-        if first is None:
-            return i, predict_restart(self.refs[i])
-        return i, plan_file(self.refs[i], first)
+    def __call__(self, ask: Ask) -> Answer:
+        i, what = ask
+        if what is None or isinstance(what, Prechecked):
+            return i, predict_restart(self.refs[i], what)
+        if isinstance(what, tuple):
+            return i, check_restart_range(self.refs[i], *what)
+        return i, plan_file(self.refs[i], what)
 
 
 def _prepare(
-    sc: Any, refs: tuple[StoreRef, ...], asks: Sequence[tuple[int, CommitlogChunk | None]]
+    sc: Any,
+    refs: tuple[StoreRef, ...],
+    asks: Sequence[Ask],
+    checking: dict[int, tuple[CheckOptions, list[Range]]],
 ) -> list[Prepared]:
-    """One job, a task per ask: the emulations first (the longest tasks)."""
+    """One job, a task per ask: the emulations (or their record checks) first, the longest
+    tasks; then a job of the emulations given their checks (``checking``: each store's)."""
+    checks: dict[int, list[RangeCheck]] = {i: [] for i in checking}
+    prepared: list[Prepared] = []
+
+    def take(answers: list[Answer]) -> None:
+        for i, answer in answers:
+            if isinstance(answer, RangeCheck):
+                checks[i].append(answer)  # in its store's ranges' order, as asked
+            else:
+                prepared.append((i, answer))
+
+    take(_collect(sc, _Prepare(refs), asks))
+    emulations: list[Ask] = [(i, Prechecked(*checking[i], checks[i])) for i in checking]
+    take(_collect(sc, _Prepare(refs), emulations))
+    return prepared
+
+
+def _collect(sc: Any, fn: _Prepare, asks: Sequence[Ask]) -> list[Answer]:
+    """A job, a task per ask; the answers in the asks' order."""
     if not asks:
         return []
     sc.setJobGroup(JOB_GROUP, "rmqinspect export")
     try:
-        prepared: list[Prepared] = sc.parallelize(asks, len(asks)).map(_Prepare(refs)).collect()
+        answers: list[Answer] = sc.parallelize(asks, len(asks)).map(fn).collect()
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
-    return prepared
+    return answers
 
 
 @dataclass(frozen=True)

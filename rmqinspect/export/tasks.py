@@ -15,7 +15,14 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
+from rmqinspect.analysis.ranges import SPLIT_BYTES as RANGE_BYTES
+from rmqinspect.analysis.ranges import Range
+from rmqinspect.analysis.ranges import plan_ranges as plan_check_ranges
+from rmqinspect.analysis.recovery import RecoverOptions
+from rmqinspect.analysis.recovery.emulator import scan_start
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
+from rmqinspect.analysis.recovery.ranges import RangeCheck, RangeChecker, check_range
+from rmqinspect.analysis.recovery.state import RecordChecks
 from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter, is_part_file, write_empty
 from rmqinspect.export.plan import (
     SPLIT_BYTES,
@@ -35,6 +42,7 @@ from rmqinspect.export.plan import (
 from rmqinspect.export.schema import BROKER_PARTITION, PARTITION_COLUMN, Table
 from rmqinspect.export.tables import file_crc32c, read_part
 from rmqinspect.export.timers import plan_timers
+from rmqinspect.format.commitlog import CheckOptions
 from rmqinspect.store import mapguard
 from rmqinspect.store.model import Store
 from rmqinspect.store.run_cache import RunCache
@@ -76,6 +84,9 @@ class Member:
     def prefix(self) -> str:
         return "" if self.broker is None else f"{BROKER_PARTITION}={quote(self.broker, safe='')}"
 
+
+# The emulation predict_keeps runs, as far as its record checks go.
+PREDICTION = RecoverOptions(lost_limit=None)
 
 # Per worker process: the stores one export's tasks share.
 _OPEN: RunCache[StoreRef, Store] = RunCache(Store.close)
@@ -137,12 +148,44 @@ def range_keeps(
 
 
 @mapguard.checked
-def predict_restart(ref: StoreRef) -> RestartKeeps:
+def predict_restart(ref: StoreRef, checked: Prechecked | None = None) -> RestartKeeps:
     """The restart emulation, on a store of its own that is closed afterwards: the emulation
     maps the files it scans, and their pages should not stay resident in a worker that goes on
-    to other parts."""
-    with ref.open() as store:
-        return predict_keeps(store, per_range=True)
+    to other parts. ``checked``: its record checks, done by other tasks (it then only stitches,
+    dispatches and judges)."""
+    with ref.open() as store, RangeChecker(store, 1, mapper=checked) as checker:
+        return predict_keeps(store, per_range=True, checker=checker if checked else None)
+
+
+def plan_restart_checks(store: Store) -> tuple[CheckOptions, list[Range]]:
+    """The record checks of the restart emulation (``recover --jobs``'s), planned in the
+    driver: its checks, and the ranges from the file its scan starts at (none where no scan
+    runs)."""
+    start = scan_start(store, PREDICTION)
+    ranges = [] if start is None else plan_check_ranges(store, RANGE_BYTES, start.index)
+    return RecordChecks.of(store, PREDICTION).recover, ranges
+
+
+@mapguard.checked
+def check_restart_range(ref: StoreRef, opts: CheckOptions, r: Range) -> RangeCheck:
+    """One range of the restart emulation's record checks, a task of the export's pool."""
+    return check_range(_OPEN.get("", ref, ref.open), r, opts, True)
+
+
+@dataclass(frozen=True)
+class Prechecked:
+    """The record checks of :func:`plan_restart_checks`' ranges, for the emulation's scan."""
+
+    opts: CheckOptions
+    ranges: list[Range]
+    checks: list[RangeCheck]
+
+    def __call__(
+        self, ranges: list[Range], opts: CheckOptions, keys: bool
+    ) -> list[RangeCheck] | None:
+        """The checks of ``ranges``; None when the emulation wants others (the store changed
+        since the driver planned them: it checks them itself)."""
+        return self.checks if (ranges, opts) == (self.ranges, self.opts) else None
 
 
 @mapguard.checked

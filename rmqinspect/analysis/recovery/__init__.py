@@ -3,7 +3,8 @@
 
 Modules: :mod:`.report` (the report types), :mod:`.state` (the restarting broker's in-memory
 state and ``load()``'s file checks), :mod:`.index_service` (index load and rebuild),
-:mod:`.commitlog` (start-file rules and the scan loop), :mod:`.dispatch` (dispatch and reput),
+:mod:`.commitlog` (start-file rules and the scan loop), :mod:`.ranges` (its record checks in
+worker processes), :mod:`.dispatch` (dispatch and reput),
 :mod:`.lost` (what the restart destroys), :mod:`.emulator` (the steps in order) and :mod:`.apply`
 (``--apply-to``). Consume queues are :class:`rmqinspect.store.consume_queue.ConsumeQueue`, shared
 with every other analysis.
@@ -17,6 +18,7 @@ from rmqinspect.analysis.recovery.emulator import (
     analyze_recovery,
     run_recovery,
 )
+from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import (
     SCHEMA_VERSION,
     LostMessage,
@@ -34,6 +36,7 @@ __all__ = [
     "QueueAfter",
     "QueueFileAfter",
     "QueueReport",
+    "RangeChecker",
     "RecoverOptions",
     "RecoveryOutcome",
     "RecoveryPath",

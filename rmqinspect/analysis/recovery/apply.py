@@ -33,6 +33,7 @@ import numpy as np
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.recovery.emulator import RecoveryOutcome, analyze_recovery, run_recovery
+from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import DLedgerReport, RecoveryReport
 from rmqinspect.analysis.recovery.state import RecoverOptions
 from rmqinspect.errors import StoreError
@@ -77,6 +78,7 @@ def apply_recovery(
     dest: Path,
     options: RecoverOptions | None = None,
     progress: Progress | None = None,
+    checker: RangeChecker | None = None,
 ) -> tuple[RecoveryReport, ApplyReport]:
     opts = options or RecoverOptions()
     store = opened.root
@@ -101,7 +103,11 @@ def apply_recovery(
     staging.mkdir()
     try:
         outcome = run_recovery(
-            opened, opts, progress, index_sink=lambda f: _stage_index_file(opened, staging, f)
+            opened,
+            opts,
+            progress,
+            index_sink=lambda f: _stage_index_file(opened, staging, f),
+            checker=checker,
         )
         report = outcome.report
         if not report.broker_starts:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from rmqinspect.analysis.recovery.dispatch import Dispatcher
+from rmqinspect.analysis.recovery.ranges import FileWalk, RangeChecker
 from rmqinspect.analysis.recovery.report import BadRecord, RecordInfo, StartCandidate, StartFile
 from rmqinspect.analysis.recovery.state import BrokerState, CommitlogFile
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.checkpoint import Checkpoint
+from rmqinspect.format.columns import RUN_RECORDS, gather
 from rmqinspect.format.scan import CheckedRun, check_run
 
 _I32 = struct.Struct(">i")
@@ -124,23 +129,32 @@ def scan(
     dispatcher: Dispatcher,
     dispatch: bool,
     dispatch_above: int | None,
+    checker: RangeChecker | None = None,
 ) -> ScanOutcome:
     """The shared scan loop (§10.4) from the start file with ``checkCRCOnRecover``; with
-    ``dispatch``, every valid record whose offset is above ``dispatch_above`` is dispatched."""
+    ``dispatch``, every valid record whose offset is above ``dispatch_above`` is dispatched.
+    With a ``checker``'s workers, the records are checked there (:mod:`.ranges`)."""
     idx = start.index
     f = state.commitlog[idx]
     pos = 0
     scanned = 0
     last: tuple[CommitlogFile, RecordInfo] | None = None
     opts = state.checks.recover
+    index = dispatcher.index if dispatch else None
+    ends = None if checker is None else checker.walk_ends(f.disk, opts, index is not None)
     above = -(1 << 63) if dispatch_above is None else dispatch_above
     size_cl = state.commitlog_file_size
     while True:
         buf = state.store.view(f.disk)
         begin = pos
+        walk = None if ends is None else ends.walk(f.disk)
+        if index is not None:
+            index.use_keys(None if walk is None else walk.records)
         try:
-            while True:
-                run = check_run(buf, pos, f.start, opts)
+            runs = (
+                _check_runs(buf, pos, f.start, opts) if walk is None else _runs(buf, f, walk, opts)
+            )
+            for run in runs:
                 if len(run):
                     if dispatch:
                         dispatcher.take_run(run, "load", above)
@@ -149,9 +163,10 @@ def scan(
                 pos = run.end
                 if run.stop is not None:
                     result = run.stop
-                    break
         finally:
             buf.release()
+            if index is not None:
+                index.use_keys(None)
         scanned += pos - begin
         state.progress(pos - begin)
         if result.success:  # BLANK: the next file, or the end after the last one
@@ -180,3 +195,32 @@ def scan(
             cl.magic_name(result.magic) if result.magic is not None else None,
         )
     return ScanOutcome(end, reason, info, bad, scanned)
+
+
+def _check_runs(
+    buf: memoryview, pos: int, file_start: int, opts: cl.CheckOptions
+) -> Iterator[CheckedRun]:
+    """The walk from ``pos``, checked as it goes, up to the run that ends at a BLANK or
+    failure."""
+    while True:
+        run = check_run(buf, pos, file_start, opts)
+        yield run
+        if run.stop is not None:
+            return
+        pos = run.end
+
+
+def _runs(
+    buf: memoryview, f: CommitlogFile, walk: FileWalk, opts: cl.CheckOptions
+) -> Iterator[CheckedRun]:
+    """The runs of :func:`_check_runs` from position 0, from the workers' checks: the records
+    they accepted are read, not checked again; the verdict where the walk stops is."""
+    positions = walk.records.positions
+    for a in range(0, max(len(positions), 1), RUN_RECORDS):
+        b = a + RUN_RECORDS
+        cols = gather(buf, positions[a:b].astype(np.int64), f.start)
+        if b < len(positions):
+            yield CheckedRun(cols, int(positions[a]), int(positions[b]), None, opts)
+        else:
+            stop = cl.check_message(buf, walk.stop, f.start, opts)
+            yield CheckedRun(cols, int(positions[a]) if len(cols) else 0, walk.stop, stop, opts)

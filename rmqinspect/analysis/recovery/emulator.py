@@ -48,6 +48,7 @@ from rmqinspect.analysis.recovery.index_service import (
     load_index,
 )
 from rmqinspect.analysis.recovery.lost import Unserved, lost_messages, served_check
+from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import (
     SCHEMA_VERSION,
     CheckpointReport,
@@ -118,11 +119,13 @@ def run_recovery(
     options: RecoverOptions | None = None,
     progress: Progress | None = None,
     index_sink: IndexSink | None = None,
+    checker: RangeChecker | None = None,
 ) -> RecoveryOutcome:
     """Emulate the restart of ``store``; the store is only read.
 
     ``index_sink`` receives, byte for byte, every index file the restart writes (new ones named
     by the current wall clock, as the broker would), for ``--apply-to`` and ``--as-recovered``.
+    ``checker``: worker processes that check the commitlog scan's records (``--jobs``).
     """
     opts = options or RecoverOptions()
     last_ok, source = decide_last_exit(store, opts)
@@ -140,7 +143,7 @@ def run_recovery(
         if state.failures:
             return _refused(state, last_ok, source)
     else:
-        recovered = recover_commitlog(state, dispatcher, last_ok, max_phy_cq, cp)
+        recovered = recover_commitlog(state, dispatcher, last_ok, max_phy_cq, cp, checker)
     failure = recover_topic_queue_table(state)
     for qid, q in state.queues.items():
         state.history[qid].after_load = (
@@ -225,11 +228,30 @@ def _recover_timer(store: Store, report: RecoveryReport, now: int | None) -> Non
         report.broker_starts = False
 
 
+def scan_start(store: Store, options: RecoverOptions | None = None) -> StartFile | None:
+    """The file the commitlog's recovery scan starts at, found as :func:`run_recovery` finds
+    it (``load()``, ``ConsumeQueue.recover``, the start-file rule) without the scan: work that
+    grows with the files and queues, not with the commitlog's bytes. None where no plain
+    commitlog scan runs (``load()`` fails, no files, DLedger)."""
+    opts = options or RecoverOptions()
+    last_ok, _ = decide_last_exit(store, opts)
+    state = load(store, opts, lambda _n: None)
+    if state.failures or store.dledger is not None or not state.commitlog:
+        return None
+    max_phy_cq = recover_consume_queues(state)
+    if last_ok:
+        return normal_start(state, max_phy_cq)
+    return crash_start(state, state.read_checkpoint()[0], max_phy_cq)
+
+
 def analyze_recovery(
-    store: Store, options: RecoverOptions | None = None, progress: Progress | None = None
+    store: Store,
+    options: RecoverOptions | None = None,
+    progress: Progress | None = None,
+    checker: RangeChecker | None = None,
 ) -> RecoveryReport:
     """The recovery report for ``store`` (see :func:`run_recovery`)."""
-    return run_recovery(store, options, progress).report
+    return run_recovery(store, options, progress, checker=checker).report
 
 
 # --- the steps ---------------------------------------------------------------------------------
@@ -240,6 +262,14 @@ def decide_last_exit(store: Store, options: RecoverOptions) -> tuple[bool, str]:
     if options.last_exit_ok is None:
         return not store.abort_present, "abort_file"
     return options.last_exit_ok, "assume_clean" if options.last_exit_ok else "assume_crash"
+
+
+def crash_start(state: BrokerState, cp: Checkpoint, max_phy_cq: int) -> StartFile:
+    """Where ``recoverAbnormally`` starts: by the checkpoint's times, or with RocksDB consume
+    queues by their dispatch checkpoint (analysis/recovery/rocksdb.py)."""
+    if rocksdb_checkpoint(state) is None:
+        return abnormal_start(state, cp)
+    return rocksdb_abnormal_start(state, max_phy_cq)
 
 
 def recover_consume_queues(state: BrokerState) -> int:
@@ -269,6 +299,7 @@ def recover_commitlog(
     last_exit_ok: bool,
     max_phy_cq: int,
     cp: Checkpoint,
+    checker: RangeChecker | None = None,
 ) -> CommitlogRecovery:
     """``recoverNormally`` or ``recoverAbnormally`` (§10.5-10.6), then the truncations."""
     files_before = [f.name for f in state.commitlog]
@@ -282,13 +313,10 @@ def recover_commitlog(
     if last_exit_ok:
         start_file = normal_start(state, max_phy_cq)
         dispatch = state.profile.normal_recovery_starts_at_cq_max
-        outcome = scan(state, start_file, dispatcher, dispatch, max_phy_cq)
+        outcome = scan(state, start_file, dispatcher, dispatch, max_phy_cq, checker)
     else:
-        if rocksdb_checkpoint(state) is None:
-            start_file = abnormal_start(state, cp)
-        else:
-            start_file = rocksdb_abnormal_start(state, max_phy_cq)
-        outcome = scan(state, start_file, dispatcher, True, None)
+        start_file = crash_start(state, cp, max_phy_cq)
+        outcome = scan(state, start_file, dispatcher, True, None, checker)
     disks = {f.name: f.disk for f in state.commitlog}
     state.truncate_commitlog(outcome.end)
     deleted = [disks[name] for name in state.commitlog_deleted]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from rmqinspect.analysis.recovery.ranges import Keys
 from rmqinspect.analysis.recovery.report import IndexFileInfo, IndexReport, OffsetRange
 from rmqinspect.format.checkpoint import Checkpoint
 from rmqinspect.format.columns import RecordColumns
@@ -116,6 +117,7 @@ class IndexService:
         last = loaded.kept[-1] if loaded.kept else None
         self._last_kept = last
         self._last_kept_header = loaded.headers[last] if last is not None else None
+        self._keys: Keys | None = None
 
     # state the dispatcher reads ---------------------------------------------------------------
 
@@ -142,14 +144,23 @@ class IndexService:
         property name over the run, hashed with numpy."""
         if not len(rows):
             return
-        keys = cols.index_keys(rows, topic_ids, topics)
+        if self._keys is not None:
+            hashes, owners = self._keys.of(cols.positions[rows])
+        else:
+            keys = cols.index_keys(rows, topic_ids, topics)
+            hashes, owners = keys.hashes, keys.owners
         self._get_builder().dispatch(
             cols.physical_offset_field[rows],
             cols.store_timestamp[rows],
             cols.sys_flag[rows],
-            keys.hashes,
-            keys.owners,
+            hashes,
+            owners,
         )
+
+    def use_keys(self, keys: Keys | None) -> None:
+        """The index keys of the file being dispatched, found by ``recover --jobs``'s workers
+        (None: found here, run by run)."""
+        self._keys = keys
 
     def _get_builder(self) -> IndexBuilder:
         if self._builder is None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from rmqinspect.analysis.recovery.emulator import run_recovery
+from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import RecoveryReport
 from rmqinspect.analysis.recovery.served import ServingState, TopicIds, walk_unserved
 from rmqinspect.analysis.recovery.state import RecoverOptions
@@ -157,14 +158,18 @@ def keeps_from_report(report: RecoveryReport) -> RestartKeeps:
     return RestartKeeps(True, end, deleted, np.array(sorted(unserved), np.int64))
 
 
-def predict_keeps(store: Store, *, per_range: bool = False) -> RestartKeeps:
+def predict_keeps(
+    store: Store, *, per_range: bool = False, checker: RangeChecker | None = None
+) -> RestartKeeps:
     """Run the restart emulation and keep what :class:`RestartKeeps` needs. With ``per_range``
     the unserved messages are left to :meth:`RestartKeeps.unserved_in` when the store allows
     (a plain commitlog, a post-restart state of bounded size); otherwise the emulation lists
-    them."""
+    them. ``checker``: where the emulation's record checks run (the export's workers)."""
     ledger = store.dledger is not None
     outcome = run_recovery(
-        store, RecoverOptions(lost_limit=None, find_lost=ledger or not per_range)
+        store,
+        RecoverOptions(lost_limit=None, find_lost=ledger or not per_range),
+        checker=checker,
     )
     report = outcome.report
     end = report.end_after_start

@@ -14,7 +14,6 @@ processes (``--jobs``), and the findings merged in file order whatever the numbe
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import multiprocessing
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from rmqinspect.analysis.ranges import SPLIT_BYTES, plan_ranges, worker_settings
 from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
 from rmqinspect.analysis.verify.batch_queues import check_batch_queue
 from rmqinspect.analysis.verify.commitlog import FileResult
@@ -50,7 +50,7 @@ from rmqinspect.analysis.verify.queues import (
     check_rocksdb_queue,
     classify_lagging,
 )
-from rmqinspect.analysis.verify.ranges import SPLIT_BYTES, check_unit, plan_ranges, stitch
+from rmqinspect.analysis.verify.ranges import check_unit, stitch
 from rmqinspect.analysis.verify.summary import Coverage, Summary, summarize
 from rmqinspect.analysis.verify.timer import check_timer
 from rmqinspect.store import mapguard
@@ -130,15 +130,6 @@ def _open_in_worker(
 def _in_worker(work: Callable[[Context, A], T], arg: A) -> T:
     assert _CONTEXT is not None
     return work(_CONTEXT, arg)
-
-
-def worker_settings(store: Store) -> StoreOptions:
-    """The store options workers open the store with: the profile as detected here, so that
-    every process judges records by the same rules, and the consume-queue file size inferred
-    here (inferring it lists every queue directory: each worker did, with 100,000 queues)."""
-    return dataclasses.replace(
-        store.options, profile=store.profile.profile, cq_file_size=store.cq_file_size
-    )
 
 
 @mapguard.checked

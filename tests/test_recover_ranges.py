@@ -1,0 +1,153 @@
+"""``recover --jobs``: the recovery scan's records checked by byte ranges (cut at arbitrary
+bytes: into damage, inside records, past the last record) and stitched in the broker's order
+give the serial emulation's report, field for field, on damaged and crashed stores; the
+export's restart prediction takes those checks from its pool's tasks."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from dataclasses import astuple
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rmqinspect.analysis.ranges import plan_ranges
+from rmqinspect.analysis.recovery import RangeChecker, RecoverOptions, index_service, run_recovery
+from rmqinspect.analysis.recovery import ranges as recovery_ranges
+from rmqinspect.analysis.recovery.keeps import RestartKeeps
+from rmqinspect.analysis.recovery.ranges import Keys, RangeCheck, WalkEnds, check_range
+from rmqinspect.analysis.recovery.report import RecoveryReport
+from rmqinspect.analysis.recovery.state import RecordChecks
+from rmqinspect.export.plan import StoreRef
+from rmqinspect.export.tasks import Prechecked, plan_restart_checks, predict_restart
+from rmqinspect.store.model import Store
+from tests.cli_helpers import run
+from tests.damage_matrix import records
+from tests.test_verify_checks import RECIPES, patch_record
+from tests.test_verify_ranges import OPTIONS
+
+# Each breaks the commitlog so that the scan stops (or a range's cut lands) somewhere else:
+# a bad magic, size, CRC, property CRC, length, DELAY, position, BLANK, trailing bytes.
+CASES = sorted(c for c in RECIPES if c.startswith("commitlog.") and c != "commitlog.file_name")
+SPLITS = (997, 2999)  # bytes: a 64 KiB file becomes 66 or 22 ranges
+NOW = 1_800_000_000.0  # new index files are named by the clock: the same for every run
+
+
+def _store(tmp_path: Path, check: str) -> Path:
+    source, recipe = RECIPES[check]
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    recipe(root)
+    return root
+
+
+def _recover(store: Store, last_exit_ok: bool, checker: RangeChecker | None) -> RecoveryReport:
+    options = RecoverOptions(last_exit_ok=last_exit_ok, read_timer=True)
+    return run_recovery(store, options, checker=checker).report
+
+
+@pytest.fixture(autouse=True)
+def _clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_service.time, "time", lambda: NOW)
+
+
+@pytest.mark.parametrize("last_exit_ok", [False, True], ids=["crash", "clean"])
+@pytest.mark.parametrize("check", CASES)
+def test_ranges_give_the_serial_report(tmp_path: Path, check: str, last_exit_ok: bool) -> None:
+    with Store.open(_store(tmp_path, check), OPTIONS) as store:
+        serial = _recover(store, last_exit_ok, None)
+        for split in SPLITS:
+            assert len(plan_ranges(store, split)) > len(store.commitlog.files)  # cut
+            with RangeChecker(store, 1, split) as checker:
+                assert _recover(store, last_exit_ok, checker) == serial, split
+
+
+def test_a_cut_at_the_bad_record(tmp_path: Path) -> None:
+    """A range that begins with the record the scan stops at: its check fails at once."""
+    with Store.open(_store(tmp_path, "commitlog.body_crc"), OPTIONS) as store:
+        serial = _recover(store, False, None)
+        bad = serial.commitlog.first_bad_record if serial.commitlog else None
+        assert bad is not None and bad.reason == "body_crc_mismatch"
+        with RangeChecker(store, 1, bad.file_position) as checker:
+            assert _recover(store, False, checker) == serial
+
+
+def test_workers_give_the_serial_report(tmp_path: Path) -> None:
+    with Store.open(_store(tmp_path, "commitlog.intact_after_damage"), OPTIONS) as store:
+        serial = _recover(store, False, None)
+        assert serial.lost_messages.count > 0
+        with RangeChecker(store, 2, SPLITS[1]) as checker:
+            assert _recover(store, False, checker) == serial
+
+
+def _json(*args: str | Path) -> Any:
+    result = run("recover", *args, "--format", "json")
+    assert result.exit_code == 1, result.stderr  # the crash loses messages
+    return json.loads(result.stdout)
+
+
+def test_cli_jobs_give_the_same_json(tmp_path: Path) -> None:
+    """A crashed synth store without its checkpoint (the scan starts at file 0) and a body
+    CRC broken in its middle: workers check the files, this process stitches and dispatches."""
+    store = tmp_path / "store"
+    cmd = ["synth", store, "--quiet", "--messages", "3000", "--body-size", "100", "--crash"]
+    assert run(*cmd, "--commitlog-file-size", str(64 << 10)).exit_code == 0
+    (store / "checkpoint").unlink()
+    bad = records(store)[2000]
+    patch_record(store, bad, 88, b"\xff")
+    whole = _json(store, "-j", "1")
+    assert len(whole["commitlog"]["files_before"]) > 4
+    assert whole["commitlog"]["first_bad_record"]["physical_offset"] == bad.offset
+    assert _json(store, "-j", "3") == whole
+
+
+def _same(a: RestartKeeps, b: RestartKeeps) -> bool:
+    return pickle.dumps(a) == pickle.dumps(b)
+
+
+def test_the_exports_prediction_takes_the_pools_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver plans the emulation's checks from the file its scan starts at; the
+    prediction task given their results checks no record itself and predicts the same."""
+    with Store.open(_store(tmp_path, "commitlog.intact_after_damage"), OPTIONS) as store:
+        ref = StoreRef.of(store)
+        serial = predict_restart(ref)
+        assert serial.broker_starts and serial.end > 0
+        opts, ranges = plan_restart_checks(store)
+        assert [r.file for r in ranges] == list(range(len(store.commitlog.files)))
+        checks = [check_range(store, r, opts, True) for r in ranges]
+        checked = Prechecked(opts, ranges, checks)
+
+        def refused(*_: object) -> RangeCheck:
+            raise AssertionError("the prediction checked a range itself")
+
+        with monkeypatch.context() as m:
+            m.setattr(recovery_ranges, "check_range", refused)
+            assert _same(predict_restart(ref, checked), serial)
+        # Planned for another start (the store changed): the emulation checks them itself.
+        assert _same(predict_restart(ref, Prechecked(opts, ranges[1:], checks[1:])), serial)
+
+
+def test_a_range_that_starts_elsewhere_is_checked_again(tmp_path: Path) -> None:
+    """A range whose resync found a boundary the walk before it did not reach (bytes in a body
+    that look like a record at their own position) says nothing about the walk: the stitch
+    checks it again from where the range before stopped."""
+    with Store.open(_store(tmp_path, "commitlog.intact_after_damage"), OPTIONS) as store:
+        f = store.commitlog.files[0]
+        opts = RecordChecks.of(store, RecoverOptions()).recover
+        ranges = [r for r in plan_ranges(store, SPLITS[0]) if r.file == 0]
+        checks = [check_range(store, r, opts, True) for r in ranges]
+        truth = WalkEnds(store, ranges, iter(checks), opts, True).walk(f)
+        k = 1
+        assert checks[k].start == checks[k - 1].stop  # a range the stitch takes as it is
+        bogus = Keys(np.zeros(1, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32))
+        wrong = [*checks[:k], RangeCheck(checks[k].start + 1, 0, True, bogus), *checks[k + 1 :]]
+        walk = WalkEnds(store, ranges, iter(wrong), opts, True).walk(f)
+        assert walk.stop == truth.stop > ranges[k].begin
+        for got, want in zip(astuple(walk.records), astuple(truth.records), strict=True):
+            assert got.tolist() == want.tolist()
