@@ -154,6 +154,13 @@ def test_verify_is_clean_and_synth_refuses_4_9(synth_timers: StoreSummary, tmp_p
     assert doc["findings"] == []
     result = run("synth", str(tmp_path / "x"), "--timers", "6", "-q")
     assert result.exit_code == 2 and "--timers needs --profile 5.3" in result.stderr
+    # fate's crash leaves its copies undispatched at the log's end: no timer message can follow
+    # them dispatched. Refused before anything is written.
+    out = tmp_path / "y"
+    args = ("--profile", "5.3", "--messages", "300", "--crash", "--fate", "--timers", "6")
+    result = run("synth", str(out), *args)
+    assert result.exit_code == 2 and "--crash with --fate cannot add --timers" in result.stderr
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(
