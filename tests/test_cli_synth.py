@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner, Result
 
 from rmqinspect.cli.app import app
@@ -154,3 +155,27 @@ def test_zeroed_block_after_a_crash_lands_in_the_data(tmp_path: Path) -> None:
     doc = json.loads(recovered.stdout)
     assert doc["commitlog"]["max_offset"] <= file_start + start
     assert doc["lost_messages"]["count"] > 0
+
+
+def test_a_store_that_fails_half_way_is_not_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails after it began leaves no half store at a path this run created; an
+    empty directory the user made stays."""
+    import rmqinspect.cli.synth as synth_cli
+
+    real = synth_cli.write_workload
+
+    def failing(root: Any, *args: Any, **kwargs: Any) -> Any:
+        real(root, *args, **kwargs)  # the store is on disk, then something is wrong
+        raise ValueError("a late inconsistency")
+
+    monkeypatch.setattr(synth_cli, "write_workload", failing)
+    made = tmp_path / "new"
+    result = synth(made, "--messages", "20", *SMALL)
+    assert result.exit_code == 2 and "a late inconsistency" in result.output
+    assert not made.exists()
+    given = tmp_path / "given"
+    given.mkdir()
+    assert synth(given, "--messages", "20", *SMALL).exit_code == 2
+    assert given.is_dir()

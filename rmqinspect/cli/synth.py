@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Annotated
@@ -259,12 +261,15 @@ def synth(
     if timers and profile is not Profile.V5_3:
         raise typer.BadParameter("--timers needs --profile 5.3 (the timer store came with 5.x)")
     started = time.perf_counter()
+    created = not os.path.lexists(out_dir)
     try:
         summary = write_workload(out_dir, config, layout)
         damages = [_apply(kind, out_dir, summary) for kind in damage_kinds or []]
         if rocksdb:
             move_queues_to_rocksdb(out_dir)
     except ValueError as err:
+        if created:  # what this run made is half a store: none is better than a misleading one
+            shutil.rmtree(out_dir, ignore_errors=True)
         raise typer.BadParameter(str(err)) from None
     seconds = time.perf_counter() - started
     if quiet or old_quiet:
