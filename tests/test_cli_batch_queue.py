@@ -334,3 +334,12 @@ def test_a_hostile_base_costs_the_restart_nothing(tmp_path: Path, base: int) -> 
         q["max_offset_after_load"]
         == run_json("consumequeue", root, TOPIC, "1", expect=0)["queue"]["max_offset"]
     )
+
+
+def test_synth_refuses_batch_queue_files_in_a_rocksdb_store(tmp_path: Path) -> None:
+    """A RocksDB store keeps its queues as rows: synth's BatchConsumeQueue files would sit
+    beside them as a second, conflicting answer (moved as 20-byte units they read as garbage)."""
+    out = tmp_path / "s"
+    result = run("synth", out, "--profile", "5.3", "--rocksdb", "--batch-queue", "3", "-q")
+    assert result.exit_code == 2 and "--rocksdb cannot add --batch-queue" in result.stderr
+    assert not out.exists()

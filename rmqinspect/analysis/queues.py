@@ -423,6 +423,11 @@ def _file_runs(
     """:func:`iter_unit_runs` before runs that meet at a chunk's or a file's edge are joined.
     A BatchConsumeQueue's unit comes as (msgBaseOffset, unit, batchSize): it serves that many
     offsets."""
+    # The same precedence as iter_unit_chunks: RocksDB rows, then a BatchConsumeQueue.
+    if store.rocksdb_queue(QueueId(topic, queue_id)):
+        for c in iter_unit_chunks(store, topic, queue_id, start, limit):
+            yield from _chunk_runs(c)
+        return
     if store.batch_queue(QueueId(topic, queue_id)) is not None:
         for c in iter_unit_chunks(store, topic, queue_id, start, limit):
             assert c.batch is not None
@@ -430,10 +435,6 @@ def _file_runs(
                 c.batch.bases.tolist(), c.batch.batch_sizes.tolist(), c.units, strict=True
             ):
                 yield base, (int(u["phy_offset"]), int(u["size"]), int(u["tags_code"])), n
-        return
-    if store.rocksdb_queue(QueueId(topic, queue_id)):
-        for c in iter_unit_chunks(store, topic, queue_id, start, limit):
-            yield from _chunk_runs(c)
         return
     queue = store.consume_queue_files(topic, queue_id)
     left = limit

@@ -258,6 +258,11 @@ def synth(
     if rocksdb and (profile is not Profile.V5_3 or dledger):
         # RocksDB consume queues came with 5.2; the DLedger store keeps file queues.
         raise typer.BadParameter("--rocksdb needs --profile 5.3 and no --dledger")
+    if rocksdb and batch_queue:
+        # The RocksDB store keeps every queue as rows; synth's BatchConsumeQueue is files.
+        raise typer.BadParameter(
+            "--rocksdb cannot add --batch-queue: synth writes the batch units as files"
+        )
     if timers and profile is not Profile.V5_3:
         raise typer.BadParameter("--timers needs --profile 5.3 (the timer store came with 5.x)")
     started = time.perf_counter()
