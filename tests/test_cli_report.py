@@ -206,8 +206,9 @@ def check_report(
     verified = run("verify", store, "--hexdump", *options, "--format", "json")
     recovered = run("recover", store, "--lost-limit", LOST_LIMIT, *options, "--format", "json")
     groups = run("groups", store, "--after-restart", *version, *options, "--format", "json")
-    assert verified.exit_code in (0, 1) and recovered.exit_code in (0, 1), verified.stderr
     v, r, g = (json.loads(x.stdout) for x in (verified, recovered, groups))
+    assert verified.exit_code == (1 if v["summary"]["findings_by_severity"]["error"] else 0)
+    assert recovered.exit_code == (1 if r["loses_data"] or not r["broker_starts"] else 0)
     result = run("report", store, "--out", out, *version, *options, "--format", "json")
     flagged = recovered.exit_code == 1 or verified.exit_code == 1
     assert result.exit_code == (1 if flagged else 0), result.stderr
