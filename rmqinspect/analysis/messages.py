@@ -10,7 +10,7 @@ an event so the caller can report it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -297,3 +297,30 @@ def skipped_range(store: Store, f: StoreFile, event: Skipped) -> SkippedRange:
         reason=result.reason.value,
         detail=result.detail,
     )
+
+
+@dataclass
+class ForensicWalk:
+    """One forensic walk of the whole commitlog without bodies, as the whole-store analyses
+    (``trace``, ``transactions``, ``pop``) make it: the runs of records, and beside them the
+    damaged ranges stepped over and the newest store time seen."""
+
+    skipped: list[SkippedRange] = field(default_factory=list)
+    newest: int | None = None
+
+    def runs(self, store: Store, progress: Progress | None) -> Iterator[RecordColumns]:
+        opts = store.check_options(check_crc=False, read_body=False)
+        last = max(store.commitlog.min_offset, 0)
+        for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
+            if isinstance(event, Skipped):
+                self.skipped.append(skipped_range(store, f, event))
+            else:
+                cols = event.columns
+                if len(cols):
+                    newest = int(cols.store_timestamp.max())
+                    self.newest = newest if self.newest is None else max(self.newest, newest)
+                yield cols
+            end = f.start + event.end
+            if progress is not None and end > last:
+                progress(end - last)
+                last = end

@@ -10,14 +10,13 @@ from enum import StrEnum
 import numpy as np
 
 from rmqinspect.analysis import Progress
-from rmqinspect.analysis.messages import SkippedRange, skipped_range
+from rmqinspect.analysis.messages import ForensicWalk, SkippedRange
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import pop
 from rmqinspect.format import properties as props
 from rmqinspect.format.columns import decode_text
 from rmqinspect.format.fate import RETRY_PREFIX, int_property
-from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.format.timer import TIMER_TOPIC
 from rmqinspect.store.model import Store
 
@@ -101,16 +100,8 @@ def walk(store: Store, progress: Progress | None) -> Records:
     """The revive-topic records, the timer's records bound for a revive topic and the POP retry
     copies (``%RETRY%`` records with ``1ST_POP_TIME``), in one forensic walk."""
     out = Records()
-    opts = store.check_options(check_crc=False, read_body=False)
-    last = max(store.commitlog.min_offset, 0)
-    for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
-        if isinstance(event, Skipped):
-            out.skipped.append(skipped_range(store, f, event))
-            continue
-        cols = event.columns
-        if len(cols):
-            newest = int(cols.store_timestamp.max())
-            out.newest = newest if out.newest is None else max(out.newest, newest)
+    walk = ForensicWalk()
+    for cols in walk.runs(store, progress):
         ids, topics = cols.topic_ids()
         names = [decode_text(t) for t in topics]
         revive = [i for i, n in enumerate(names) if pop.is_revive_topic(n)]
@@ -134,10 +125,7 @@ def walk(store: Store, progress: Progress | None) -> Records:
             first = cols.property_values(pop.FIRST_POP_TIME, retry_rows)
             popped = retry_rows[[v is not None for v in first]]
             out.retry_copies.extend(cols.records(popped, with_body=False))
-        end = f.start + event.end
-        if progress is not None and end > last:
-            progress(end - last)
-            last = end
+    out.skipped, out.newest = walk.skipped, walk.newest
     out.stored = [
         Stored(store.with_entry(s.record), s.revive_topic, s.revive_queue_id, s.in_timer)
         for s in out.stored

@@ -10,7 +10,11 @@ compares it with where the range before stopped (:mod:`.verify.ranges`,
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from rmqinspect.format.scan import data_extent
 from rmqinspect.store.model import Store, StoreOptions
@@ -62,3 +66,20 @@ def worker_settings(store: Store) -> StoreOptions:
     return dataclasses.replace(
         store.options, profile=store.profile.profile, cq_file_size=store.cq_file_size
     )
+
+
+def worker_pool(
+    jobs: int, initializer: Callable[..., None], initargs: tuple[Any, ...]
+) -> ProcessPoolExecutor:
+    """``jobs`` worker processes, each opening the store with ``initializer(*initargs)``;
+    forked where the platform can (the store's maps and tables are inherited, not rebuilt), and
+    all started now, so that their start-up is not paid inside the first work unit."""
+    fork = "fork" in multiprocessing.get_all_start_methods()
+    pool = ProcessPoolExecutor(
+        jobs,
+        mp_context=multiprocessing.get_context("fork") if fork else None,
+        initializer=initializer,
+        initargs=initargs,
+    )
+    pool.submit(int).result()
+    return pool

@@ -33,7 +33,7 @@ import numpy.typing as npt
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.lookup.keys import KeyQuery, default_max_num, known_topics, lookup_key
 from rmqinspect.analysis.lookup.offset import lookup_msg_id
-from rmqinspect.analysis.messages import SkippedRange, skipped_range
+from rmqinspect.analysis.messages import ForensicWalk, SkippedRange
 from rmqinspect.analysis.offsets import (
     ConsumeFromWhere,
     OffsetsReport,
@@ -66,7 +66,6 @@ from rmqinspect.format.fate import (
 from rmqinspect.format.ids import decode_offset_msg_id, decode_uniq_key, msg_id
 from rmqinspect.format.npbytes import spans_equal
 from rmqinspect.format.properties_text import PropertiesText
-from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.format.times import iso_ms
 from rmqinspect.format.trace_data import TraceProblem, TraceRecord, decode_trace_data
 from rmqinspect.store.layout import QueueId
@@ -350,13 +349,8 @@ def _read_origin(store: Store, origin: str) -> cl.MessageRecord | str:
 def _walk(
     store: Store, pool: _Pool, trace_topics: tuple[str, ...], progress: Progress | None
 ) -> None:
-    opts = store.check_options(check_crc=False, read_body=False)
-    last = max(store.commitlog.min_offset, 0)
-    for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
-        if isinstance(event, Skipped):
-            pool.skipped.append(skipped_range(store, f, event))
-            continue
-        cols = event.columns
+    walk = ForensicWalk()
+    for cols in walk.runs(store, progress):
         trace_at = np.flatnonzero(cols.topic_mask(list(trace_topics)))
         rows = np.union1d(_candidates(cols, pool.uniq_keys), trace_at)
         uniq = cols.property_values(props.UNIQ_KEY, rows)
@@ -375,10 +369,7 @@ def _walk(
                 how = "origin_message_id"  # a copy without UNIQ_KEY (see _same_message)
             if how is not None:
                 pool.add(store.with_entry(cols.record(i, with_body=False)), how)
-        end = f.start + event.end
-        if progress is not None and end > last:
-            progress(end - last)
-            last = end
+    pool.skipped.extend(walk.skipped)
 
 
 def _candidates(cols: RecordColumns, uniq_keys: set[str]) -> npt.NDArray[np.int64]:

@@ -39,7 +39,7 @@ from enum import StrEnum
 import numpy as np
 
 from rmqinspect.analysis import Progress
-from rmqinspect.analysis.messages import SkippedRange, skipped_range
+from rmqinspect.analysis.messages import ForensicWalk, SkippedRange
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.config import ConsumerOffsetTable
@@ -54,7 +54,6 @@ from rmqinspect.format.fate import (
     int_property,
     op_offsets,
 )
-from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.model import Store
 
@@ -242,16 +241,8 @@ def _walk(store: Store, progress: Progress | None, links: _Links) -> _Records:
     """The half, op and given-up records and every COMMIT/ROLLBACK/PREPARED-type record, in one
     forensic walk; bodies are read for op records only."""
     out = _Records(links)
-    opts = store.check_options(check_crc=False, read_body=False)
-    last = max(store.commitlog.min_offset, 0)
-    for f, event in store.scan(None, opts, policy=WalkPolicy.FORENSIC):
-        if isinstance(event, Skipped):
-            out.skipped.append(skipped_range(store, f, event))
-            continue
-        cols = event.columns
-        if len(cols):
-            newest = int(cols.store_timestamp.max())
-            out.newest = newest if out.newest is None else max(out.newest, newest)
+    walk = ForensicWalk()
+    for cols in walk.runs(store, progress):
         tx_type = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
         rows = np.flatnonzero(cols.topic_mask([HALF_TOPIC]))
         for r in cols.records(rows, with_body=False):
@@ -268,10 +259,7 @@ def _walk(store: Store, progress: Progress | None, links: _Links) -> _Records:
             rows = np.flatnonzero(tx_type == kind)
             bucket.extend(_end(store.with_entry(r)) for r in cols.records(rows, with_body=False))
         out.prepared += int(np.count_nonzero(tx_type == cl.TRANSACTION_PREPARED_TYPE))
-        end = f.start + event.end
-        if progress is not None and end > last:
-            progress(end - last)
-            last = end
+    out.skipped, out.newest = walk.skipped, walk.newest
     return out
 
 

@@ -17,7 +17,6 @@ most of the dispatch): the same answers, field for field, as the serial scan.
 from __future__ import annotations
 
 import functools
-import multiprocessing
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -26,7 +25,7 @@ from types import TracebackType
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.analysis.ranges import SPLIT_BYTES, Range, plan_ranges, worker_settings
+from rmqinspect.analysis.ranges import SPLIT_BYTES, Range, plan_ranges, worker_pool, worker_settings
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.npbytes import I64
@@ -239,14 +238,9 @@ class RangeChecker:
 
     def __enter__(self) -> RangeChecker:
         if self.jobs > 1:
-            fork = "fork" in multiprocessing.get_all_start_methods()
-            self._pool = ProcessPoolExecutor(
-                self.jobs,
-                mp_context=multiprocessing.get_context("fork") if fork else None,
-                initializer=_open_in_worker,
-                initargs=(str(self.store.root), worker_settings(self.store)),
+            self._pool = worker_pool(
+                self.jobs, _open_in_worker, (str(self.store.root), worker_settings(self.store))
             )
-            self._pool.submit(int).result()  # fork them all now
         return self
 
     def __exit__(

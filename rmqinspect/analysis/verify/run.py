@@ -15,7 +15,6 @@ processes (``--jobs``), and the findings merged in file order whatever the numbe
 from __future__ import annotations
 
 import functools
-import multiprocessing
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from rmqinspect.analysis.ranges import SPLIT_BYTES, plan_ranges, worker_settings
+from rmqinspect.analysis.ranges import SPLIT_BYTES, plan_ranges, worker_pool, worker_settings
 from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
 from rmqinspect.analysis.verify.batch_queues import check_batch_queue
 from rmqinspect.analysis.verify.commitlog import FileResult
@@ -187,16 +186,10 @@ class Verifier:
 
     def __enter__(self) -> Verifier:
         if self.jobs > 1:
-            fork = "fork" in multiprocessing.get_all_start_methods()
             settings = worker_settings(self.store)
-            self._pool = ProcessPoolExecutor(
-                self.jobs,
-                mp_context=multiprocessing.get_context("fork") if fork else None,
-                initializer=_open_in_worker,
-                # The queue directories as found here: each worker listed every topic again.
-                initargs=(str(self.store.root), settings, self.options, self.store.queue_dirs),
-            )
-            self._pool.submit(int).result()  # fork them all now
+            # The queue directories as found here: each worker listed every topic again.
+            initargs = (str(self.store.root), settings, self.options, self.store.queue_dirs)
+            self._pool = worker_pool(self.jobs, _open_in_worker, initargs)
         return self
 
     def __exit__(
