@@ -57,9 +57,14 @@ typecheck: $(VENV)/.installed-dev
 # no PCLMULQDQ, SSE4.2, SSSE3 or SSE2), the paths an ARM host runs, so CI on x86_64 tests them.
 SCALAR_TESTS := tests/test_speedups.py tests/test_scan.py tests/test_columns.py tests/test_crc.py
 
+# The suite runs in PYTEST_WORKERS processes (pytest-xdist), a test file to a worker (loadfile:
+# a module's fixtures are built once, its tests run in their order); tests write only under their
+# own tmp_path, which xdist makes per worker. 2: CI's cores, and no more Spark drivers at once.
+PYTEST_WORKERS ?= 2
+
 pytest: $(VENV)/.installed-dev bytecode
-	$(VENV)/bin/pytest
-	RMQINSPECT_SCALAR=1 $(VENV)/bin/pytest $(SCALAR_TESTS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	RMQINSPECT_SCALAR=1 $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile $(SCALAR_TESTS)
 
 test: lint typecheck pytest
 
