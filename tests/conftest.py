@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -70,6 +74,32 @@ def conformance_timer_dir() -> Path:
     if not (CONFORMANCE_TIMER / "expected").is_dir():
         pytest.skip(f"real-broker corpus not found at {CONFORMANCE_TIMER} (dev workspace only)")
     return CONFORMANCE_TIMER
+
+
+def demo_args(name: str) -> list[str]:
+    """The arguments ``make demo`` passes to ``rmqinspect NAME``, after the store."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    match = re.search(rf"rmqinspect {name} \$\(DEMO_STORE\)([^;\n]*)", makefile)
+    assert match is not None, f"make demo lost its {name} step"
+    return shlex.split(match.group(1))
+
+
+@dataclass(frozen=True)
+class DemoStore:
+    root: Path
+    synth: dict[str, Any]  # what its ``synth --json`` printed
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> DemoStore:
+    """``make demo``'s store, made once by its synth step through the CLI (5000 messages with
+    fates: seconds); the tests only read it."""
+    from tests.cli_helpers import run
+
+    root = tmp_path_factory.mktemp("demo") / "store"
+    made = run("synth", root, *demo_args("synth"), "--json")
+    assert made.exit_code == 0, made.stderr
+    return DemoStore(root, json.loads(made.stdout))
 
 
 @pytest.fixture

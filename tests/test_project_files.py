@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import tomllib
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from rmqinspect.cli.app import app
+from tests.conftest import DemoStore, demo_args
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,21 +24,10 @@ def test_license_is_an_spdx_string_the_build_backend_accepts() -> None:
     assert backend == ["setuptools>=77"]
 
 
-def _demo_command(name: str) -> list[str]:
-    """The arguments ``make demo`` passes to ``rmqinspect NAME``, after the store."""
-    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    match = re.search(rf"rmqinspect {name} \$\(DEMO_STORE\)([^;\n]*)", makefile)
-    assert match is not None, f"make demo lost its {name} step"
-    return shlex.split(match.group(1))
-
-
 def test_make_demo_shows_a_restart_that_loses_named_messages(
-    tmp_path: Path, wide_console: None
+    demo_store: DemoStore, wide_console: None
 ) -> None:
-    store = tmp_path / "store"
-    made = CliRunner().invoke(app, ["synth", str(store), *_demo_command("synth"), "--quiet"])
-    assert made.exit_code == 0, made.stderr
-    args = ["recover", str(store), *_demo_command("recover"), "--format", "table"]
+    args = ["recover", str(demo_store.root), *demo_args("recover"), "--format", "table"]
     table = CliRunner().invoke(app, args)
     # The Makefile requires exit 1: the restart discards data, and the table lists it by id.
     assert table.exit_code == 1, table.stderr
@@ -48,17 +37,16 @@ def test_make_demo_shows_a_restart_that_loses_named_messages(
     assert "nothing is lost" not in table.stdout
 
 
-def test_make_demo_writes_the_report_the_readme_shows(tmp_path: Path) -> None:
+def test_make_demo_writes_the_report_the_readme_shows(
+    tmp_path: Path, demo_store: DemoStore
+) -> None:
     """make demo's report step exits 1 (the restart loses data) with the verdict the README
     quotes, and the README's screenshot of that page is in the repository."""
-    store = tmp_path / "store"
-    made = CliRunner().invoke(app, ["synth", str(store), *_demo_command("synth"), "--quiet"])
-    assert made.exit_code == 0, made.stderr
-    args = _demo_command("report")
+    args = demo_args("report")
     assert args[:2] == ["--out", ".demo/report.html"]
     out = tmp_path / "report.html"
     result = CliRunner().invoke(
-        app, ["report", str(store), "--out", str(out), *args[2:], "-F", "json"]
+        app, ["report", str(demo_store.root), "--out", str(out), *args[2:], "-F", "json"]
     )
     assert result.exit_code == 1, result.stderr
     verdict = json.loads(result.stdout)["verdict"]

@@ -5,9 +5,6 @@ rules the real 4.9.8 broker followed (``conformance-consume`` README, "What the 
 from __future__ import annotations
 
 import hashlib
-import json
-import re
-import shlex
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ from rmqinspect.synth.layout import FateSummary
 from rmqinspect.synth.workload import WorkloadConfig, write_workload
 from rmqinspect.synth.writer import StoreLayout
 from tests.cli_helpers import run, run_json, run_jsonl
+from tests.conftest import DemoStore, demo_args
 
 LAYOUT = StoreLayout(commitlog_file_size=1 << 20, cq_file_size=6000)
 DELAYS = parse_delay_levels(DEFAULT_DELAY_LEVELS)
@@ -309,20 +307,10 @@ def test_same_seed_same_bytes_and_no_fate_no_change(tmp_path: Path) -> None:
     )
 
 
-def _demo_args(name: str) -> list[str]:
-    """What ``make demo`` passes to ``rmqinspect NAME`` after the store (and the exit it wants)."""
-    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text(encoding="utf-8")
-    match = re.search(rf"rmqinspect {name} \$\(DEMO_STORE\)([^;\n]*)", makefile)
-    assert match is not None, f"make demo lost its {name} step"
-    return shlex.split(match.group(1))
-
-
-def test_make_demo_holds_the_cases_the_readme_walks_through(tmp_path: Path) -> None:
+def test_make_demo_holds_the_cases_the_readme_walks_through(demo_store: DemoStore) -> None:
     """The demo store's cases, by UNIQ_KEY (the README's worked investigation names them)."""
-    store = tmp_path / "store"
-    made = run("synth", store, *_demo_args("synth"), "--json")
-    assert made.exit_code == 0, made.stderr
-    fate = json.loads(made.stdout)["fate"]
+    store = demo_store.root
+    fate = demo_store.synth["fate"]
     assert fate["examples"] == {
         "dlq": "0A0000024A8BAF266A9500000057002E",
         "pending_transaction": "0A0000024A8BAF266A950000075F00CB",
@@ -340,7 +328,7 @@ def test_make_demo_holds_the_cases_the_readme_walks_through(tmp_path: Path) -> N
     }
     # The exits the Makefile asserts: the cut at the zeroed block leaves delayOffset.json past
     # levels 2-5's queues (flagged); the transactions read back whole.
-    assert run("delays", store, *_demo_args("delays")).exit_code == 1
-    assert run("transactions", store, *_demo_args("transactions")).exit_code == 0
+    assert run("delays", store, *demo_args("delays")).exit_code == 1
+    assert run("transactions", store, *demo_args("transactions")).exit_code == 0
     report = run_json("transactions", store, expect=0)
     assert report["counts"] == fate["transactions"]
