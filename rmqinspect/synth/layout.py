@@ -330,3 +330,31 @@ def check_columns(c: MessageColumns, count: int) -> None:
         raise ValueError(f"{len(c.keys)} keys but {len(owner)} key owners")
     if len(owner) and (owner.min() < 0 or owner.max() >= count or (np.diff(owner) < 0).any()):
         raise ValueError("key owners must be message indexes in non-decreasing order")
+
+
+def slice_columns(c: MessageColumns, start: int, end: int) -> MessageColumns:
+    """Messages ``start:end`` of ``c`` (the tables are shared)."""
+    owner = np.asarray(c.key_owner)
+    lo, hi = np.searchsorted(owner, [start, end], side="left").tolist()
+    return MessageColumns(
+        topics=c.topics,
+        topic=c.topic[start:end],
+        queue_id=c.queue_id[start:end],
+        properties=c.properties[start:end],
+        tags=c.tags[start:end],
+        delay=c.delay[start:end],
+        keys=c.keys[lo:hi],
+        key_owner=owner[lo:hi] - start,
+        bodies=c.bodies,
+        body=c.body[start:end],
+        hosts=c.hosts,
+        born_host=c.born_host[start:end],
+        store_host=c.store_host[start:end],
+        born_timestamp=c.born_timestamp[start:end],
+        store_timestamp=c.store_timestamp[start:end],
+        sys_flag=c.sys_flag[start:end],
+        flag=c.flag[start:end],
+        reconsume_times=c.reconsume_times[start:end],
+        prepared_offset=c.prepared_offset[start:end],
+        dispatch=c.dispatch[start:end],
+    )

@@ -41,6 +41,7 @@ from rmqinspect.format.index_build import IndexNamer
 from rmqinspect.format.javamap import java_map_order
 from rmqinspect.format.profile import Profile
 from rmqinspect.format.properties import encode_properties_map, properties_template
+from rmqinspect.synth import fate_persist
 from rmqinspect.synth.batchcq import write_batches
 from rmqinspect.synth.clientid import ClientIds
 from rmqinspect.synth.fate import FATE_DELAY_LEVELS, FateSimulator
@@ -627,10 +628,10 @@ def write_workload(
             writer.set_consumer_offsets(current, previous)
             summary = writer.close()
         else:
-            writer.set_consumer_offsets(*fate.consumer_offsets(generator.topics))
-            writer.set_delay_offsets(*fate.delay_offsets())
-            writer.set_retry_max_times(fate.retry_max_times())
-            summary = replace(writer.close(), fate=fate.summary(generator.topics))
+            writer.set_consumer_offsets(*fate_persist.consumer_offsets(fate, generator.topics))
+            writer.set_delay_offsets(*fate_persist.delay_offsets(fate))
+            writer.set_retry_max_times(fate_persist.retry_max_times(fate))
+            summary = replace(writer.close(), fate=fate_persist.summary(fate, generator.topics))
         if timers is None:
             return summary
         return replace(summary, timers=timers.write())
