@@ -16,10 +16,6 @@ from rmqinspect.format.config import (
     DelayOffsetTable,
     TopicConfig,
     delay_level_to_queue_id,
-    encode_consumer_offsets,
-    encode_delay_offsets,
-    encode_subscription_groups,
-    encode_topics,
     parse_consumer_offsets,
     parse_delay_offsets,
     parse_subscription_groups,
@@ -27,6 +23,12 @@ from rmqinspect.format.config import (
     parse_untyped,
     queue_id_to_delay_level,
     split_topic_group,
+)
+from rmqinspect.format.config_encode import (
+    encode_consumer_offsets,
+    encode_delay_offsets,
+    encode_subscription_groups,
+    encode_topics,
 )
 from rmqinspect.format.fastjson import loads
 

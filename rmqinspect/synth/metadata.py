@@ -16,11 +16,13 @@ from rmqinspect.format.config import (
     SubscriptionGroupTable,
     TopicConfig,
     TopicConfigTable,
+    split_topic_group,
+)
+from rmqinspect.format.config_encode import (
     encode_consumer_offsets,
     encode_delay_offsets,
     encode_subscription_groups,
     encode_topics,
-    split_topic_group,
 )
 from rmqinspect.format.fate import parse_retry_topic
 from rmqinspect.format.javamap import java_map_order
