@@ -52,22 +52,13 @@ from rmqinspect.store.layout import (
     small_file_problems,
 )
 from rmqinspect.store.live import Fingerprint, live_evidence, lock_holder
+from rmqinspect.store.profile_detect import ProfileDetection, detect_profile, looks_like
 
 if TYPE_CHECKING:
     from rmqinspect.format.scan import FileEvent, WalkPolicy
     from rmqinspect.store.batch_queue import BatchQueue
     from rmqinspect.store.dledger import DLedgerStore
     from rmqinspect.store.rocksdb_queue import RocksConsumeQueues
-
-# Files and directories only a 5.x broker writes, and what each one says.
-_FIVE_MARKERS = (
-    ("abort.bak", "abort.bak exists (5.x writes the PID into abort)"),
-    ("compaction", "compaction/ exists (5.x compaction store)"),
-    ("timerwheel", "timerwheel exists (5.x timer)"),
-    ("timerlog", "timerlog/ exists (5.x timer)"),
-    ("batchconsumequeue", "batchconsumequeue/ exists (5.x)"),
-    ("config/timercheck", "config/timercheck exists (5.x timer)"),
-)
 
 # The scanner, the consume-queue and checkpoint codecs (numpy) are imported where they are used:
 # a command that reads one record (``lookup --msg-id``) starts without them.
@@ -86,13 +77,6 @@ class StoreOptions:
     # The commitlog files to read, by name; None: all those listed. A task that reopens a store
     # its driver opened names the driver's files: a live broker may have added more since.
     commitlog_files: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileDetection:
-    profile: Profile
-    explicit: bool
-    reasons: tuple[str, ...]
 
 
 @dataclass
@@ -593,78 +577,19 @@ class Store:
     @property
     def profile(self) -> ProfileDetection:
         if self._profile is None:
-            self._profile = self._detect_profile()
+            self._profile = detect_profile(self)
         return self._profile
 
     def profile_mismatch(self) -> str | None:
         """When ``--profile`` was forced and the store shows another profile, says so."""
         forced = self.options.profile
-        seen = self._looks_like() if forced is not None else None
+        seen = looks_like(self) if forced is not None else None
         if forced is None or seen is None or seen.profile is forced:
             return None
         return (
             f"--profile {forced} is forced, but the store looks like {seen.profile} "
             f"({'; '.join(seen.reasons)}); {forced}'s format and recovery rules apply"
         )
-
-    def _detect_profile(self) -> ProfileDetection:
-        if self.options.profile is not None:
-            return ProfileDetection(self.options.profile, True, ("given explicitly",))
-        return self._looks_like() or ProfileDetection(
-            Profile.V4_9, False, ("no 5.x files, fields or records found",)
-        )
-
-    def _looks_like(self) -> ProfileDetection | None:
-        """The profile the files show, or None when nothing on disk tells (4.9 by default)."""
-        five: list[str] = []
-        markers = () if self.loose is not None else _FIVE_MARKERS
-        for marker, why in markers:
-            if (self.root / marker).exists():
-                five.append(why)
-        if self.loose is None:
-            five.extend(self._five_small_files())
-        sample = self._sample_records()
-        if any(r.magic == cl.MESSAGE_MAGIC_CODE_V2 for r in sample):
-            five.append("V2 records (0xDAA320AB) present (5.1+)")
-        trailing = [r for r in sample if r.properties_raw]
-        ending = sum(r.properties_raw.endswith(b"\x02") for r in trailing)
-        # Nine in ten, not all: one damaged record among the sample must not hide the 5.2+ form.
-        if trailing and ending * 10 >= len(trailing) * 9:
-            return ProfileDetection(
-                Profile.V5_3,
-                False,
-                (*five, "properties end with 0x02 (written by 5.2+)"),
-            )
-        if five:
-            return ProfileDetection(Profile.V5_1, False, tuple(five))
-        if trailing:
-            reason = "properties have no trailing 0x02 and no 5.x files or fields are present"
-            return ProfileDetection(Profile.V4_9, False, (reason,))
-        return None
-
-    def _five_small_files(self) -> list[str]:
-        """What the abort marker and the checkpoint say of a 5.x broker."""
-        five = []
-        if self.abort_content().strip():
-            five.append("abort holds a PID (5.x)")
-        try:
-            checkpoint = self.checkpoint_file()
-        except StoreError:
-            checkpoint = None  # reported where the checkpoint is read
-        cp = checkpoint.data if checkpoint is not None else b""
-        if len(cp) >= 40 and any(cp[24:40]):
-            five.append("checkpoint has masterFlushedOffset/confirmPhyOffset (5.x)")
-        return five
-
-    def _sample_records(self, limit: int = 64) -> list[cl.MessageRecord]:
-        """A few records from the start of the newest non-empty commitlog file."""
-
-        opts = cl.CheckOptions(profile=Profile.V5_3, check_crc=False, read_body=False)
-        for f in reversed(self.commitlog.files):
-            found = self.first_records(f, opts, limit)
-            if found:
-                return found
-        return []
 
 
 BATCH_QUEUE_DIR = "batchconsumequeue"  # StorePathConfigHelper.getStorePathBatchConsumeQueue
