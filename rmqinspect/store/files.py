@@ -1,7 +1,8 @@
 """Store files: the one way they are opened, listed, read and mapped, always read-only.
 
-Every reader in :mod:`rmqinspect.store` goes through this module, so hostile input is met in one
-place: :func:`open_regular` never blocks (a FIFO or device where a file should be is refused
+Every reader in :mod:`rmqinspect.store` goes through this module (its open and read primitives are
+:mod:`rmqinspect.store.fileio`'s, imported from here), so hostile input is met in one place:
+:func:`open_regular` never blocks (a FIFO or device where a file should be is refused
 before anything is read), never follows a symlink, and accepts only a regular file;
 :func:`read_small` never reads more than its caller's cap, whatever a file's size says;
 :func:`list_family` lists a directory without following or opening anything, and parses names
@@ -17,13 +18,11 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import errno
 import functools
 import mmap
 import os
 import stat
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -33,147 +32,24 @@ from rmqinspect.errors import StoreError
 from rmqinspect.format.crc import crc32c_zeros
 from rmqinspect.format.names import fits_offset_stream, parse_offset_name
 from rmqinspect.store import mapguard
+from rmqinspect.store.fileio import READ_CHUNK, file_kind, link_target
+from rmqinspect.store.fileio import SmallFile as SmallFile
+from rmqinspect.store.fileio import data_extents as data_extents
+from rmqinspect.store.fileio import last_data_end as last_data_end
+from rmqinspect.store.fileio import open_regular as open_regular
+from rmqinspect.store.fileio import read_small as read_small
 from rmqinspect.store.mapguard import Guard
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 # The last commitlog file is copied rather than mapped up to this size (see MappedFiles).
 SNAPSHOT_MAX_BYTES = 1 << 30
 # Files up to this size are read whole with one pread and kept (see MappedFiles), up to
 # COPIES_MAX_BYTES of them at once.
 COPY_MAX_BYTES = 4096  # a page: mapping a smaller file costs a page and four system calls
 COPIES_MAX_BYTES = 64 << 20
-_READ_CHUNK = 1 << 20
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def open_regular(path: Path) -> int:
-    """Open a store file for reading: the only way rmqinspect opens one.
-
-    ``lstat`` first, so nothing that is not a regular file is ever opened (opening a FIFO or a
-    device can block or act); then ``O_RDONLY | O_NONBLOCK | O_NOFOLLOW`` and ``fstat`` again,
-    so a file swapped in between is refused too. Symlinks are not followed: what a store holds
-    is judged, not what a link points to. Raises :class:`StoreError` naming the file, except for
-    a missing one (``FileNotFoundError``/``NotADirectoryError``, which callers tell apart).
-    """
-    try:
-        mode = os.lstat(path).st_mode
-        if stat.S_ISLNK(mode):
-            raise StoreError(
-                f"is a symbolic link (to {_readlink(path)!r}); not followed", str(path)
-            )
-        if not stat.S_ISREG(mode):
-            raise StoreError(f"is {_kind(mode)}, not a regular file; not read", str(path))
-        fd = os.open(path, _OPEN_FLAGS)
-    except (FileNotFoundError, NotADirectoryError):
-        raise
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise StoreError("is a symbolic link; not followed", str(path)) from None
-        raise StoreError(f"cannot open: {err.strerror or err}", str(path)) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise StoreError(f"is {_kind(mode)}, not a regular file; not read", str(path))
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-@dataclass(frozen=True, slots=True)
-class SmallFile:
-    """The first bytes of a small file (at most what the caller asked for) and its size."""
-
-    data: bytes
-    size: int
-
-    @property
-    def truncated(self) -> bool:
-        return self.size > len(self.data)
-
-
-def read_small(path: Path, limit: int) -> SmallFile | None:
-    """At most ``limit`` bytes of a small store file (checkpoint, markers, config JSON), however
-    large it is or says it is; None when it does not exist."""
-    try:
-        fd = open_regular(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        size = os.fstat(fd).st_size
-        chunks: list[bytes] = []
-        got = 0
-        while got < limit:
-            chunk = os.read(fd, min(limit - got, _READ_CHUNK))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-        return SmallFile(b"".join(chunks), size)
-    except OSError as err:
-        raise StoreError(f"cannot read: {err.strerror or err}", str(path)) from None
-    finally:
-        os.close(fd)
-
-
-# --- sparse files -------------------------------------------------------------------------------
-
-
-def data_extents(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
-    """``[a, b)`` ranges of ``[start, end)`` that hold data (``SEEK_DATA``/``SEEK_HOLE``); holes
-    read as zeros. Where the file system cannot tell, the whole range is one extent."""
-    pos = start
-    while pos < end:
-        try:
-            a = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError as err:
-            if err.errno != errno.ENXIO:
-                yield pos, end
-            return
-        if a >= end:
-            return
-        b = min(os.lseek(fd, a, os.SEEK_HOLE), end)
-        yield a, b
-        pos = b
-
-
-def last_data_end(fd: int, size: int) -> int:
-    """Where the last data extent of a file ends: past it the file is a hole (zeros). Probed
-    backwards from the end in doubling steps, so a huge sparse file costs a few system calls."""
-    step = _READ_CHUNK
-    while size > 0:
-        lo = max(0, size - step)
-        try:
-            first = os.lseek(fd, lo, os.SEEK_DATA)
-        except OSError as err:
-            if err.errno != errno.ENXIO:
-                return size  # no SEEK_DATA here: assume data to the end
-            if lo == 0:
-                return 0
-            step *= 2
-            continue
-        end = first
-        for _, b in data_extents(fd, first, size):
-            end = b
-        return end
-    return 0
 
 
 # --- families -------------------------------------------------------------------------------------
@@ -298,7 +174,7 @@ def list_directory(directory: Path, what: str) -> Listing:
                 LayoutProblem("directory_entry", str(path), f"unexpected directory in {what}")
             )
         elif stat.S_ISLNK(st.st_mode):
-            target = _readlink(path)
+            target = link_target(path)
             problems.append(
                 LayoutProblem(
                     "symlink",
@@ -312,18 +188,11 @@ def list_directory(directory: Path, what: str) -> Listing:
                 LayoutProblem(
                     "not_regular",
                     str(path),
-                    f"{_kind(st.st_mode)} in {what}: not read",
+                    f"{file_kind(st.st_mode)} in {what}: not read",
                     broker_fails_to_load=True,
                 )
             )
     return Listing(files, problems)
-
-
-def _readlink(path: Path) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return "?"
 
 
 def list_family(
@@ -459,7 +328,7 @@ def content_crc32c(path: Path) -> tuple[int, int, int]:
             crc = crc32c_zeros(crc, a - done)
             at = a
             while at < b:
-                chunk = os.pread(fd, min(b - at, 16 * _READ_CHUNK), at)
+                chunk = os.pread(fd, min(b - at, 16 * READ_CHUNK), at)
                 if not chunk:
                     break  # the file shrank while read: the rest counts as zeros
                 crc = crc32c.crc32c(chunk, crc)
@@ -482,7 +351,7 @@ def _snapshot(fd: int, size: int) -> tuple[mmap.mmap, int]:
         for a, b in data_extents(fd, 0, size):
             at = a
             while at < b:
-                got = os.preadv(fd, [whole[at : min(b, at + _READ_CHUNK)]], at)
+                got = os.preadv(fd, [whole[at : min(b, at + READ_CHUNK)]], at)
                 if got <= 0:
                     break  # the file shrank: the rest stays zeros
                 at += got
