@@ -13,6 +13,7 @@ from rmqinspect.synth.layout import FateRecord
 
 GROUP_OK = "groupOK"
 GROUP_RETRY = "groupRetry"
+TX_PRODUCER_GROUP = "PID_TX"  # the workload's transaction producer, in its records and traces
 GROUP_POP = "groupPop"
 MAX_RECONSUME_TIMES = 3  # groupRetry's DefaultMQPushConsumer.setMaxReconsumeTimes(3)
 TX_CHECK_INTERVAL_MS = 10_000

@@ -25,10 +25,9 @@ from rmqinspect.format.fate import TRACE_TOPIC, Role
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.trace_data import TraceRecord
 from rmqinspect.synth.clientid import ClientIds
-from rmqinspect.synth.fate_model import GROUP_RETRY, Copy
+from rmqinspect.synth.fate_model import GROUP_RETRY, TX_PRODUCER_GROUP, Copy
 from rmqinspect.synth.layout import FateTrace
 
-TX_PRODUCER_GROUP = "PID_TX"  # the workload's transaction producer
 TRACED_PRODUCER_GROUP = "PID_TRACED"  # the traced producer of TopicA
 _TRACE_WAIT_MS = 500  # AsyncTraceDispatcher.waitTimeThresholdMil
 _TRACE_POLL_MS = 100  # AsyncTraceDispatcher.pollingTimeMil

@@ -48,6 +48,7 @@ from rmqinspect.synth import fate_persist
 from rmqinspect.synth.batchcq import write_batches
 from rmqinspect.synth.clientid import ClientIds
 from rmqinspect.synth.fate import FATE_DELAY_LEVELS, FateSimulator
+from rmqinspect.synth.fate_model import TX_PRODUCER_GROUP
 from rmqinspect.synth.timer import TimerWorkload
 from rmqinspect.synth.workload_config import WorkloadConfig as WorkloadConfig
 from rmqinspect.synth.workload_config import topic_name as topic_name
@@ -59,7 +60,6 @@ from rmqinspect.synth.writer import (
 )
 
 TX_TOPIC = "TopicTx"
-TX_PRODUCER_GROUP = "PID_TX"
 RETRY_GROUP = "groupX"
 _BATCH = 8192
 _FIRST_BATCH = 64  # batches double up to _BATCH, so small stores still see retries of earlier ones
