@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from rmqinspect.analysis.ranges import plan_ranges
 from rmqinspect.analysis.recovery import RangeChecker, RecoverOptions, index_service, run_recovery
+from rmqinspect.analysis.recovery import lost as lost_module
 from rmqinspect.analysis.recovery import ranges as recovery_ranges
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
 from rmqinspect.analysis.recovery.ranges import RangeCheck, WalkEnds, check_range
@@ -163,3 +165,78 @@ def _walked(ends: WalkEnds, f: StoreFile) -> tuple[int, list[npt.NDArray[np.int6
     parts = [p for c in checks for p in c.records]
     fields = [np.concatenate([getattr(p, name) for p in parts]) for name in _FIELDS]
     return checks[-1].stop, fields
+
+
+@pytest.fixture(scope="module")
+def unserved_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A crashed synth store of 64 KiB files whose recovery starts late (its checkpoint
+    kept), with a queue's files gone (its messages before the start file are served by no
+    unit) and a bad magic early in the kept commitlog, which the loss search's walk steps
+    over."""
+    store = tmp_path_factory.mktemp("unserved") / "store"
+    cmd = ["synth", store, "--quiet", "--messages", "3000", "--body-size", "100", "--crash"]
+    assert run(*cmd, "--commitlog-file-size", str(64 << 10)).exit_code == 0
+    shutil.rmtree(store / "consumequeue" / "TopicB" / "1")
+    bad = records(store)[40]
+    patch_record(store, bad, 4, b"\0\0\0\0")
+    return store
+
+
+@pytest.mark.parametrize("limit", [5, None])
+def test_the_loss_search_by_ranges(
+    unserved_store: Path, limit: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept commitlog's unserved messages found by ranges (cut into the damage, inside
+    records, past the last record) and merged in order are the whole walk's: the same
+    listing, counts per queue and queues without a consume queue, the first few or all;
+    each range's walk is taken as it is (none is walked again in this process)."""
+    options = RecoverOptions(read_timer=True, lost_limit=limit)
+    walked_again: list[int] = []
+    judge = lost_module._judge
+
+    def counted(*args: Any) -> Any:
+        task = args[2]
+        if task.begin and not task.sync:
+            walked_again.append(task.begin)
+        return judge(*args)
+
+    monkeypatch.setattr(lost_module, "_judge", counted)
+    with Store.open(unserved_store) as store:
+        serial = run_recovery(store, options).report
+        lost, commitlog = serial.lost_messages, serial.commitlog
+        assert lost is not None and commitlog is not None and commitlog.scan_start_offset
+        unserved = lost.by_where["no_queue_unit"]
+        assert unserved == serial.unreachable_messages > 5
+        assert lost.truncated is (limit is not None)
+        assert len(lost.messages) == (limit or lost.count)
+        for split in SPLITS:
+            with RangeChecker(store, 1, split) as checker:
+                assert run_recovery(store, options, checker=checker).report == serial, split
+        with RangeChecker(store, 2, 1 << 14) as checker:
+            assert run_recovery(store, options, checker=checker).report == serial
+    assert not walked_again
+
+
+def test_a_loss_range_that_starts_elsewhere_is_walked_again(
+    unserved_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A range of the loss search whose resync found a boundary the walk before it did not
+    reach says nothing: its findings are dropped and the range is walked again from where the
+    one before stopped."""
+    options = RecoverOptions(read_timer=True)
+    real = lost_module._judge_in_worker
+    wrong: list[int] = []
+
+    def elsewhere(store: Store, task: Any) -> Any:
+        found = real(store, task)
+        if task.sync and found.start is not None and found.per_queue and not wrong:
+            wrong.append(found.start)
+            return replace(found, start=found.start + 1, per_queue={}, listed=[])
+        return found
+
+    with Store.open(unserved_store) as store:
+        serial = run_recovery(store, options).report
+        monkeypatch.setattr(lost_module, "_judge_in_worker", elsewhere)
+        with RangeChecker(store, 1, SPLITS[1]) as checker:
+            assert run_recovery(store, options, checker=checker).report == serial
+    assert wrong  # a range with unserved messages was answered wrongly

@@ -14,24 +14,38 @@ with ``forceVerifyPropCRC`` any other record whose ``__CRC32#`` does not match.
 
 from __future__ import annotations
 
+import os
+import pickle
+import tempfile
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rmqinspect.analysis.ranges import plan_ranges
+from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import BadRecord, LostMessage, LostReport
-from rmqinspect.analysis.recovery.served import Scan, ServedCheck, walk_unserved
+from rmqinspect.analysis.recovery.served import (
+    Scan,
+    ServedCheck,
+    ServingState,
+    reput_scan,
+    walk_unserved,
+)
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.ids import msg_id
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.scan import FileEvent, Skipped, certain_mask, data_extent
+from rmqinspect.format.scan import FileEvent, Skipped, certain_mask, data_extent, resync
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.layout import QueueId
+from rmqinspect.store.model import Store
 
 _MESSAGE_MAGICS = (cl.MESSAGE_MAGIC_CODE, cl.MESSAGE_MAGIC_CODE_V2)
+NO_QUEUE_UNIT = "no_queue_unit"
 
 
 class _Listing:
@@ -62,6 +76,16 @@ class _Listing:
         if self.limit is None or len(self.damaged) < self.limit:
             self.damaged.append(bad)
 
+    def extend(self, count: int, messages: list[LostMessage], where: str) -> None:
+        """``count`` messages found at once, the first of them listed (``messages``, as
+        :meth:`add` lists them)."""
+        if not count:
+            return
+        self.count += count
+        self.by_where[where] = self.by_where.get(where, 0) + count
+        room = len(messages) if self.limit is None else self.limit - len(self.messages)
+        self.messages.extend(messages[: max(room, 0)])
+
 
 @dataclass(frozen=True, slots=True)
 class Unserved:
@@ -80,10 +104,12 @@ def lost_messages(
     deleted: list[StoreFile],
     queue_max: dict[QueueId, int],
     cut_at: BadRecord | None,
+    checker: RangeChecker | None = None,
 ) -> tuple[LostReport, int, Unserved]:
     """Every intact message the restart destroys and every damaged record past E (see the
     module docstring; ``cut_at``: the record the recovery stopped at), and the count of
-    non-zero bytes past E (in the cut file and the deleted files)."""
+    non-zero bytes past E (in the cut file and the deleted files). With a ``checker`` that
+    cuts ranges, the kept commitlog's unserved messages are looked for by ranges there."""
     listing = _Listing(state.options.lost_limit)
     data_bytes = 0
     regions: list[tuple[StoreFile, int, str]] = []
@@ -94,7 +120,9 @@ def lost_messages(
     for disk, begin, where in regions:
         cut_here = cut_at if where == "past_end" else None
         data_bytes += _past_end(state, disk, begin, where, queue_max, listing, cut_here)
-    unserved = _unserved(state, listing)
+    unserved = None if checker is None else _unserved_by_ranges(state, listing, checker)
+    if unserved is None:
+        unserved = _unserved(state, listing)
     truncated = listing.limit is not None and listing.count > len(listing.messages)
     report = LostReport(
         listing.count,
@@ -198,7 +226,7 @@ def _unserved(state: BrokerState, listing: _Listing) -> Unserved:
                 continue
             qid = QueueId(found.topic, found.queue_id)
             per_queue[qid] = per_queue.get(qid, 0) + 1
-            listing.add(found, state.store.relative(f.disk.path), "no_queue_unit")
+            listing.add(found, state.store.relative(f.disk.path), NO_QUEUE_UNIT)
     queues = check.queues
     without = sorted(
         (q for q in check.seen if q not in queues), key=lambda q: (q.topic, q.queue_id)
@@ -213,6 +241,147 @@ def _reput_scan(state: BrokerState) -> Scan:
         return state.scan_file(region, file_start, pos, state.checks.reput, data_end)
 
     return scan
+
+
+# --- the kept commitlog's unserved messages by ranges (recover --jobs) -------------------------
+#
+# The walk :func:`_unserved` makes of each kept file is cut into byte ranges that workers walk
+# from the first record (or damage) their resync finds, with the post-restart state shipped to
+# them once (a pickled ServingState, bound to each worker's own store). As for the recovery
+# scan's checks (:mod:`.ranges`), a range whose walk starts where the one before stopped is the
+# file's walk there; any other is walked again here from where the one before stopped. Every
+# verdict is per record, so the merged findings, in order, are the whole walk's.
+
+
+@dataclass(frozen=True, slots=True)
+class _KeptRange:
+    """Records (and damage) from ``begin`` up to ``end`` (None: the end of the walk) of the
+    ``kept``-th kept file; ``sync``: ``begin`` is a cut, not a position the walk reaches."""
+
+    serving: str  # where the pickled ServingState is
+    kept: int
+    begin: int
+    end: int | None
+    sync: bool
+    limit: int | None  # messages listed, at most
+
+
+@dataclass(frozen=True, slots=True)
+class _RangeUnserved:
+    """A range's walk: where it started (None: nothing found from its cut), where it stopped
+    (the first record or damage at or past the range's end; ``ended``: the file's walk ended
+    first), the unserved messages found per queue and the first of them listed, and the
+    queues of the records judged that have no consume queue."""
+
+    start: int | None
+    stop: int
+    ended: bool
+    per_queue: dict[QueueId, int]
+    listed: list[LostMessage]
+    without: frozenset[QueueId]
+
+
+_BOUND: tuple[str, ServingState, ServedCheck] | None = None  # a worker's state, by its file
+
+
+def _judge_in_worker(store: Store, task: _KeptRange) -> _RangeUnserved:
+    """:func:`_judge` with the shipped post-restart state, read and bound once per worker."""
+    global _BOUND
+    if _BOUND is None or _BOUND[0] != task.serving:
+        with open(task.serving, "rb") as fh:
+            serving: ServingState = pickle.load(fh)
+        _BOUND = (task.serving, serving, serving.bind(store))
+    _, serving, check = _BOUND
+    try:
+        return _judge(check, store, task, reput_scan(serving.reput), serving.reput)
+    finally:
+        check.release()  # a worker that judges range after range keeps no queue mapped
+
+
+def _judge(
+    check: ServedCheck, store: Store, task: _KeptRange, scan: Scan, reput: cl.CheckOptions
+) -> _RangeUnserved:
+    f = check.commitlog[task.kept]
+    start = task.begin
+    if task.sync:
+        buf = store.view(f.disk)
+        region = buf[: min(f.wrote, len(buf))]
+        try:
+            bound = len(region) if task.end is None else min(len(region), task.end)
+            found = resync(region, task.begin - 1, bound, f.start, reput)
+        finally:
+            region.release()
+            buf.release()
+            store.maps.release(f.disk, 0, f.disk.length)
+        if found is None:
+            stop = f.wrote if task.end is None else task.end
+            return _RangeUnserved(None, stop, False, {}, [], frozenset())
+        start = found
+    check.seen = set()
+    per_queue: dict[QueueId, int] = {}
+    listed: list[LostMessage] = []
+    file = store.relative(f.disk.path)
+    walk = walk_unserved(check, store, f, start, scan, stop=task.end)
+    while True:
+        try:
+            rec = next(walk)
+        except StopIteration as done:
+            stopped: int | None = done.value
+            break
+        if isinstance(rec, Skipped):
+            continue  # damage in a plain kept file is no finding of this search
+        qid = QueueId(rec.topic, rec.queue_id)
+        per_queue[qid] = per_queue.get(qid, 0) + 1
+        if task.limit is None or len(listed) < task.limit:
+            listed.append(_lost(rec, file, NO_QUEUE_UNIT))
+    without = frozenset(q for q in check.seen if q not in check.queues)
+    stop = (f.wrote if task.end is None else task.end) if stopped is None else stopped
+    return _RangeUnserved(start, stop, stopped is None, per_queue, listed, without)
+
+
+def _unserved_by_ranges(
+    state: BrokerState, listing: _Listing, checker: RangeChecker
+) -> Unserved | None:
+    """:func:`_unserved` by ranges in ``checker``'s workers; None where it cuts none (or the
+    commitlog is DLedger's, whose walk is entry by entry)."""
+    if not checker.cuts_ranges or state.store.dledger is not None:
+        return None
+    here = served_check(state)
+    serving = here.serving_state(state.checks.reput)
+    kept = {f.name: i for i, f in enumerate(state.commitlog)}
+    per_queue: dict[QueueId, int] = {}
+    without: set[QueueId] = set()
+    with tempfile.TemporaryDirectory(prefix="rmqinspect-") as tmp:
+        path = os.path.join(tmp, f"serving-{uuid.uuid4().hex}.pickle")
+        with open(path, "wb") as fh:
+            pickle.dump(serving, fh, pickle.HIGHEST_PROTOCOL)
+        assert checker.split_bytes is not None
+        tasks = [
+            _KeptRange(path, kept[name], r.begin, r.end, r.sync, listing.limit)
+            for r in plan_ranges(state.store, checker.split_bytes)
+            if (name := state.store.commitlog.files[r.file].name) in kept
+            and r.begin < state.commitlog[kept[name]].wrote
+        ]
+        results = checker.map(_judge_in_worker, tasks)
+        assert results is not None
+        expected = dict.fromkeys(range(len(state.commitlog)), 0)
+        ended: set[int] = set()
+        for task, found in zip(tasks, results, strict=True):
+            if task.kept in ended:
+                continue  # the file's walk ended in an earlier range
+            if found.start != expected[task.kept]:
+                again = replace(task, begin=expected[task.kept], sync=False)
+                found = _judge(here, state.store, again, _reput_scan(state), state.checks.reput)
+            listing.extend(sum(found.per_queue.values()), found.listed, NO_QUEUE_UNIT)
+            for qid, n in found.per_queue.items():
+                per_queue[qid] = per_queue.get(qid, 0) + n
+            without |= found.without
+            expected[task.kept] = found.stop
+            if found.ended:
+                ended.add(task.kept)
+    global _BOUND
+    _BOUND = None  # one process: it held this store's queues
+    return Unserved(per_queue, sorted(without, key=lambda q: (q.topic, q.queue_id)))
 
 
 def served_check(state: BrokerState) -> ServedCheck:

@@ -159,6 +159,12 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
+@mapguard.checked
+def _with_store(fn: Callable[[Store, T], U], item: T) -> U:
+    assert _STORE is not None
+    return fn(_STORE, item)
+
+
 def ahead(
     pool: ProcessPoolExecutor, fn: Callable[[T], U], items: Iterable[T], window: int
 ) -> Iterator[U]:
@@ -216,6 +222,21 @@ class RangeChecker:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+
+    @property
+    def cuts_ranges(self) -> bool:
+        """Whether this checker cuts ranges for work of its own (:meth:`map`)."""
+        return self.split_bytes is not None and self._mapper is None
+
+    def map(self, fn: Callable[[Store, T], U], items: list[T]) -> Iterator[U] | None:
+        """``fn(store, item)`` of each item (a module-level function: it runs in the workers,
+        on their own view of the store), results in order; None where this checker cuts no
+        ranges for itself (one process, or the export's checks)."""
+        if not self.cuts_ranges:
+            return None
+        if self._pool is None:
+            return (fn(self.store, item) for item in items)
+        return ahead(self._pool, functools.partial(_with_store, fn), items, 2 * self.jobs)
 
     def walk_ends(self, first: StoreFile, opts: cl.CheckOptions, dispatch: bool) -> WalkEnds | None:
         """The checks of every range from file ``first`` on (``dispatch``: with what the
