@@ -18,6 +18,8 @@ import pytest
 
 from rmqinspect.analysis.ranges import plan_ranges
 from rmqinspect.analysis.recovery import RangeChecker, RecoverOptions, index_service, run_recovery
+from rmqinspect.analysis.recovery import commitlog as recovery_commitlog
+from rmqinspect.analysis.recovery import fields as recovery_fields
 from rmqinspect.analysis.recovery import lost as lost_module
 from rmqinspect.analysis.recovery import ranges as recovery_ranges
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
@@ -60,13 +62,38 @@ def _clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("last_exit_ok", [False, True], ids=["crash", "clean"])
 @pytest.mark.parametrize("check", CASES)
-def test_ranges_give_the_serial_report(tmp_path: Path, check: str, last_exit_ok: bool) -> None:
+def test_ranges_give_the_serial_report(
+    tmp_path: Path, check: str, last_exit_ok: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan's checks and the loss search (past the end, in deleted files, in the kept
+    commitlog) by ranges give the serial report. The loss search walks no range again here,
+    except where records do not name their own position (a file whose name leaves a gap, a
+    changed PHYSICALOFFSET): no resync lands on them, so the stitch walks those itself."""
     with Store.open(_store(tmp_path, check), OPTIONS) as store:
         serial = _recover(store, last_exit_ok, None)
+        walked_again = _count_walks_here(monkeypatch)
         for split in SPLITS:
             assert len(plan_ranges(store, split)) > len(store.commitlog.files)  # cut
             with RangeChecker(store, 1, split) as checker:
                 assert _recover(store, last_exit_ok, checker) == serial, split
+        unnamed = check in ("commitlog.file_gap", "commitlog.physical_offset")
+        assert bool(walked_again) is unnamed
+
+
+def _count_walks_here(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """The parts of the loss search this process walks itself from now on (none is given to a
+    range's worker): where and from which position."""
+    walked: list[tuple[str, int]] = []
+    judge = lost_module._judge
+
+    def counted(*args: Any) -> Any:
+        part = args[2]
+        if not part.shipped:
+            walked.append((part.where, part.begin))
+        return judge(*args)
+
+    monkeypatch.setattr(lost_module, "_judge", counted)
+    return walked
 
 
 def test_a_cut_at_the_bad_record(tmp_path: Path) -> None:
@@ -123,15 +150,17 @@ def test_the_exports_prediction_takes_the_pools_checks(
         assert serial.broker_starts and serial.end > 0
         opts, ranges = plan_restart_checks(store)
         assert [r.file for r in ranges] == list(range(len(store.commitlog.files)))
-        checks = [check_range(store, r, opts, True) for r in ranges]
-        checked = Prechecked(opts, ranges, checks)
 
-        def refused(*_: object) -> RangeCheck:
+        def refused(*_: object, **__: object) -> RangeCheck:
             raise AssertionError("the prediction checked a range itself")
 
-        with monkeypatch.context() as m:
-            m.setattr(recovery_ranges, "check_range", refused)
-            assert _same(predict_restart(ref, checked), serial)
+        for lean in (False, True):  # the export's tasks send lean checks
+            checks = [check_range(store, r, opts, True, lean) for r in ranges]
+            assert all(p.lean is lean for c in checks for p in c.records)
+            checked = Prechecked(opts, ranges, checks)
+            with monkeypatch.context() as m:
+                m.setattr(recovery_ranges, "check_range", refused)
+                assert _same(predict_restart(ref, checked), serial)
         # Planned for another start (the store changed): the emulation checks them itself.
         assert _same(predict_restart(ref, Prechecked(opts, ranges[1:], checks[1:])), serial)
 
@@ -191,18 +220,9 @@ def test_the_loss_search_by_ranges(
     listing, counts per queue and queues without a consume queue, the first few or all;
     each range's walk is taken as it is (none is walked again in this process)."""
     options = RecoverOptions(read_timer=True, lost_limit=limit)
-    walked_again: list[int] = []
-    judge = lost_module._judge
-
-    def counted(*args: Any) -> Any:
-        task = args[2]
-        if task.begin and not task.sync:
-            walked_again.append(task.begin)
-        return judge(*args)
-
-    monkeypatch.setattr(lost_module, "_judge", counted)
     with Store.open(unserved_store) as store:
         serial = run_recovery(store, options).report
+        walked_again = _count_walks_here(monkeypatch)
         lost, commitlog = serial.lost_messages, serial.commitlog
         assert lost is not None and commitlog is not None and commitlog.scan_start_offset
         unserved = lost.by_where["no_queue_unit"]
@@ -231,7 +251,8 @@ def test_a_loss_range_that_starts_elsewhere_is_walked_again(
         found = real(store, task)
         if task.sync and found.start is not None and found.per_queue and not wrong:
             wrong.append(found.start)
-            return replace(found, start=found.start + 1, per_queue={}, listed=[])
+            nothing = lost_module._Listing(None)
+            return replace(found, start=found.start + 1, per_queue={}, listing=nothing)
         return found
 
     with Store.open(unserved_store) as store:
@@ -240,3 +261,20 @@ def test_a_loss_range_that_starts_elsewhere_is_walked_again(
         with RangeChecker(store, 1, SPLITS[1]) as checker:
             assert run_recovery(store, options, checker=checker).report == serial
     assert wrong  # a range with unserved messages was answered wrongly
+
+
+def test_the_scan_dispatches_what_the_ranges_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ranges, this process dispatches the fields their checks sent: it neither walks a
+    file itself nor reads an accepted record's bytes again."""
+    with Store.open(_store(tmp_path, "commitlog.intact_after_damage"), OPTIONS) as store:
+        serial = _recover(store, False, None)
+
+        def refused(*_: object) -> None:
+            raise AssertionError("this process read records the ranges had sent")
+
+        monkeypatch.setattr(recovery_commitlog, "RunRecords", refused)
+        monkeypatch.setattr(recovery_fields, "gather", refused)
+        with RangeChecker(store, 1, SPLITS[1]) as checker:
+            assert _recover(store, False, checker) == serial

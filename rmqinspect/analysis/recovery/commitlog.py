@@ -216,8 +216,9 @@ def _prechecked(
     the records they accepted are taken as they sent them, not read again; the verdict where
     the walk stops is found here."""
     for check in checks:
-        for records in check.records:
-            if len(records):
+        for part in check.records:
+            if len(part):
+                records = part.read(buf, f.start, opts)
                 yield records, int(records.positions[-1] + records.store_size[-1]), None
         if check.ended:
             yield Fields.none(), check.stop, cl.check_message(buf, check.stop, f.start, opts)

@@ -14,8 +14,9 @@ from typing import Protocol
 
 import numpy as np
 
-from rmqinspect.format.columns import decode_text, enters_consume_queue
-from rmqinspect.format.npbytes import I64, Mask
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.columns import decode_text, enters_consume_queue, gather
+from rmqinspect.format.npbytes import I64, Buffer, Mask
 from rmqinspect.format.scan import CheckedRun
 
 Topics = tuple[I64, list[str]]  # each record's topic id, and the topics by id
@@ -97,7 +98,9 @@ class RunRecords:
 class Fields:
     """Records' dispatch fields as arrays, small to send between processes: the topics by id
     (``topic_names``), and with ``dispatch`` each record's tagsCode and its index keys' hashes
-    (record ``i``'s are ``hashes[key_bounds[i]:key_bounds[i + 1]]``)."""
+    (record ``i``'s are ``hashes[key_bounds[i]:key_bounds[i + 1]]``). ``lean``: only the
+    positions and index keys; the rest is read from the file where they are dispatched
+    (:meth:`read`)."""
 
     positions: I64
     physical_offset_field: I64
@@ -111,23 +114,27 @@ class Fields:
     codes: I64
     key_bounds: I64
     hashes: I64
+    lean: bool = False
 
     def __len__(self) -> int:
         return len(self.positions)
 
     @staticmethod
-    def of(run: CheckedRun, n: int, dispatch: bool) -> Fields:
+    def of(run: CheckedRun, n: int, dispatch: bool, lean: bool = False) -> Fields:
         """The first ``n`` records of ``run``; with ``dispatch``, their tagsCodes and index
-        keys too."""
+        keys too; ``lean``: their positions and index keys only (for checks that wait long
+        before their dispatch, as the export's do: they stay small)."""
         records = RunRecords(run)
-        tids, names = records.topics()
         rows = np.arange(n, dtype=np.int64)
-        codes, bounds, hashes = _NONE, _NONE, _NONE
+        bounds, hashes = _NONE, _NONE
         if dispatch:
-            codes = records.tags_codes(rows)
             hashes, owners = records.index_keys(rows)
             bounds = np.searchsorted(owners, np.arange(n + 1, dtype=np.int64)).astype(np.int64)
         cols = run.columns
+        if lean:
+            e = _NONE
+            return Fields(cols.positions[:n], e, e, e, e, e, e, e, [], e, bounds, hashes, True)
+        tids, names = records.topics()
         return Fields(
             cols.positions[:n],
             cols.physical_offset_field[:n],
@@ -138,10 +145,19 @@ class Fields:
             cols.sys_flag[:n],
             tids[:n],
             names,
-            codes,
+            records.tags_codes(rows) if dispatch else _NONE,
             bounds,
             hashes,
         )
+
+    def read(self, buf: Buffer, file_start: int, opts: cl.CheckOptions) -> DispatchRecords:
+        """These records as the dispatch reads them: themselves, or (lean) their fields read
+        from ``buf`` (the file's view), with the index keys sent."""
+        if not self.lean or not len(self):
+            return self
+        cols = gather(buf, self.positions, file_start)
+        run = CheckedRun(cols, int(cols.positions[0]), cols.end, None, opts)
+        return _Keyed(run, self)
 
     @staticmethod
     def none() -> Fields:
@@ -164,3 +180,14 @@ class Fields:
         firsts = np.cumsum(counts) - counts
         at = np.repeat(lo - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
         return self.hashes[at], owners
+
+
+class _Keyed(RunRecords):
+    """Records read from the file, with their index keys found elsewhere."""
+
+    def __init__(self, run: CheckedRun, keys: Fields) -> None:
+        super().__init__(run)
+        self._keys = keys
+
+    def index_keys(self, rows: I64) -> tuple[I64, I64]:
+        return self._keys.index_keys(rows)

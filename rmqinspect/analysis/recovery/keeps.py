@@ -21,7 +21,7 @@ from rmqinspect.analysis.recovery.report import RecoveryReport
 from rmqinspect.analysis.recovery.served import (
     ServingState,
     TopicIds,
-    reput_scan,
+    forensic_scan,
     walk_unserved,
 )
 from rmqinspect.analysis.recovery.state import RecoverOptions
@@ -76,7 +76,7 @@ class RestartKeeps:
         kept = next((f for f in check.commitlog if f.name == file_name), None)
         if kept is None or begin >= kept.wrote:
             return _NONE
-        scan = reput_scan(self.serving.reput)
+        scan = forensic_scan(self.serving.reput)
         found = [
             rec.position
             for rec in walk_unserved(check, store, kept, walk_from, scan, stop=end)

@@ -49,10 +49,12 @@ class RangeCheck:
     records: tuple[Fields, ...]
 
 
-def check_range(store: Store, r: Range, opts: cl.CheckOptions, dispatch: bool) -> RangeCheck:
+def check_range(
+    store: Store, r: Range, opts: cl.CheckOptions, dispatch: bool, lean: bool = False
+) -> RangeCheck:
     """The recovery walk of range ``r`` with the scan's record checks ``opts``; with
     ``dispatch``, its records' tagsCodes and index keys (``CommitLogDispatcherBuildIndex``'s,
-    every record's) too."""
+    every record's) too; ``lean``: :meth:`Fields.of`'s."""
     f = store.commitlog.files[r.file]
     # Records start before the file's length: past it, nothing is the next range's.
     end = f.length + 1 if r.end is None else r.end
@@ -69,7 +71,7 @@ def check_range(store: Store, r: Range, opts: cl.CheckOptions, dispatch: bool) -
         while True:
             run = check_run(buf, pos, f.start, opts)
             inside = int(np.searchsorted(run.columns.positions, end))
-            parts.append(Fields.of(run, inside, dispatch))
+            parts.append(Fields.of(run, inside, dispatch, lean))
             store.maps.release(f, pos, run.end)  # memory stays flat
             if inside < len(run):
                 stop, ended = int(run.columns.positions[inside]), False

@@ -164,13 +164,13 @@ class ServedCheck:
 Scan = Callable[[memoryview, int, int, int], Iterator[FileEvent]]
 
 
-def reput_scan(reput: cl.CheckOptions) -> Scan:
-    """The reput's walk of a plain commitlog file's region with its check ``reput``, on past
-    damage (the walk the no-queue-unit rule judges)."""
+def forensic_scan(opts: cl.CheckOptions) -> Scan:
+    """The walk of a plain commitlog file's region with the check ``opts``, on past damage (the
+    reput's walk, which the no-queue-unit rule judges; the walk past the recovered end)."""
 
     def scan(region: memoryview, file_start: int, pos: int, data_end: int) -> Iterator[FileEvent]:
         return scan_file(
-            region, file_start, pos, reput, policy=WalkPolicy.FORENSIC, data_end=data_end
+            region, file_start, pos, opts, policy=WalkPolicy.FORENSIC, data_end=data_end
         )
 
     return scan
