@@ -151,12 +151,6 @@ def _open_in_worker(root: str, settings: StoreOptions) -> None:
     _STORE = Store.open(root, settings)
 
 
-@mapguard.checked
-def _in_worker(opts: cl.CheckOptions, dispatch: bool, r: Range) -> RangeCheck:
-    assert _STORE is not None
-    return check_range(_STORE, r, opts, dispatch)
-
-
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -167,7 +161,7 @@ def _with_store(fn: Callable[[Store, T], U], item: T) -> U:
     return fn(_STORE, item)
 
 
-def ahead(
+def _ahead(
     pool: ProcessPoolExecutor, fn: Callable[[T], U], items: Iterable[T], window: int
 ) -> Iterator[U]:
     """``fn`` of each item in the pool, results in order, at most ``window`` submitted ahead
@@ -234,11 +228,12 @@ class RangeChecker:
         """``fn(store, item)`` of each item (a module-level function: it runs in the workers,
         on their own view of the store), results in order; None where this checker cuts no
         ranges for itself (one process, or the export's checks)."""
-        if not self.cuts_ranges:
-            return None
+        return self._each(fn, items) if self.cuts_ranges else None
+
+    def _each(self, fn: Callable[[Store, T], U], items: list[T]) -> Iterator[U]:
         if self._pool is None:
             return (fn(self.store, item) for item in items)
-        return ahead(self._pool, functools.partial(_with_store, fn), items, 2 * self.jobs)
+        return _ahead(self._pool, functools.partial(_with_store, fn), items, 2 * self.jobs)
 
     def walk_ends(self, first: StoreFile, opts: cl.CheckOptions, dispatch: bool) -> WalkEnds | None:
         """The checks of every range from file ``first`` on (``dispatch``: with what the
@@ -252,9 +247,7 @@ class RangeChecker:
         checks: Iterator[RangeCheck]
         if mapped is not None:
             checks = iter(mapped)
-        elif self._pool is None:
-            checks = (check_range(self.store, r, opts, dispatch) for r in ranges)
         else:
-            work = functools.partial(_in_worker, opts, dispatch)
-            checks = ahead(self._pool, work, ranges, 2 * self.jobs)
+            work = functools.partial(check_range, opts=opts, dispatch=dispatch)
+            checks = self._each(work, ranges)
         return WalkEnds(self.store, ranges, checks, opts, dispatch)
