@@ -166,19 +166,24 @@ def _ahead(
 ) -> Iterator[U]:
     """``fn`` of each item in the pool, results in order, at most ``window`` submitted ahead
     of the one consumed: what waits for this process stays bounded when it is the slower
-    side (``Executor.map`` submits every item at once)."""
+    side (``Executor.map`` submits every item at once). Closed early (the scan stopped at a
+    bad record), it cancels what has not started, so later work does not wait behind it."""
     pending: deque[Future[U]] = deque()
     todo = iter(items)
-    for item in todo:
-        pending.append(pool.submit(fn, item))
-        if len(pending) >= window:
-            break
-    while pending:
-        result = pending.popleft().result()
-        nxt = next(todo, None)
-        if nxt is not None:
-            pending.append(pool.submit(fn, nxt))
-        yield result
+    try:
+        for item in todo:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= window:
+                break
+        while pending:
+            result = pending.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append(pool.submit(fn, nxt))
+            yield result
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 class RangeChecker:
