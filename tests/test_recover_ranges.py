@@ -8,22 +8,27 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
-from dataclasses import astuple
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from rmqinspect.analysis.ranges import plan_ranges
 from rmqinspect.analysis.recovery import RangeChecker, RecoverOptions, index_service, run_recovery
+from rmqinspect.analysis.recovery import commitlog as recovery_commitlog
+from rmqinspect.analysis.recovery import fields as recovery_fields
+from rmqinspect.analysis.recovery import lost as lost_module
 from rmqinspect.analysis.recovery import ranges as recovery_ranges
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
-from rmqinspect.analysis.recovery.ranges import Keys, RangeCheck, WalkEnds, check_range
+from rmqinspect.analysis.recovery.ranges import RangeCheck, WalkEnds, check_range
 from rmqinspect.analysis.recovery.report import RecoveryReport
 from rmqinspect.analysis.recovery.state import RecordChecks
 from rmqinspect.export.plan import StoreRef
 from rmqinspect.export.tasks import Prechecked, plan_restart_checks, predict_restart
+from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
 from tests.cli_helpers import run
 from tests.damage_matrix import records
@@ -57,13 +62,38 @@ def _clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("last_exit_ok", [False, True], ids=["crash", "clean"])
 @pytest.mark.parametrize("check", CASES)
-def test_ranges_give_the_serial_report(tmp_path: Path, check: str, last_exit_ok: bool) -> None:
+def test_ranges_give_the_serial_report(
+    tmp_path: Path, check: str, last_exit_ok: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan's checks and the loss search (past the end, in deleted files, in the kept
+    commitlog) by ranges give the serial report. The loss search walks no range again here,
+    except where records do not name their own position (a file whose name leaves a gap, a
+    changed PHYSICALOFFSET): no resync lands on them, so the stitch walks those itself."""
     with Store.open(_store(tmp_path, check), OPTIONS) as store:
         serial = _recover(store, last_exit_ok, None)
+        walked_again = _count_walks_here(monkeypatch)
         for split in SPLITS:
             assert len(plan_ranges(store, split)) > len(store.commitlog.files)  # cut
             with RangeChecker(store, 1, split) as checker:
                 assert _recover(store, last_exit_ok, checker) == serial, split
+        unnamed = check in ("commitlog.file_gap", "commitlog.physical_offset")
+        assert bool(walked_again) is unnamed
+
+
+def _count_walks_here(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """The parts of the loss search this process walks itself from now on (none is given to a
+    range's worker): where and from which position."""
+    walked: list[tuple[str, int]] = []
+    judge = lost_module._judge
+
+    def counted(*args: Any) -> Any:
+        part = args[2]
+        if not part.shipped:
+            walked.append((part.where, part.begin))
+        return judge(*args)
+
+    monkeypatch.setattr(lost_module, "_judge", counted)
+    return walked
 
 
 def test_a_cut_at_the_bad_record(tmp_path: Path) -> None:
@@ -120,15 +150,17 @@ def test_the_exports_prediction_takes_the_pools_checks(
         assert serial.broker_starts and serial.end > 0
         opts, ranges = plan_restart_checks(store)
         assert [r.file for r in ranges] == list(range(len(store.commitlog.files)))
-        checks = [check_range(store, r, opts, True) for r in ranges]
-        checked = Prechecked(opts, ranges, checks)
 
-        def refused(*_: object) -> RangeCheck:
+        def refused(*_: object, **__: object) -> RangeCheck:
             raise AssertionError("the prediction checked a range itself")
 
-        with monkeypatch.context() as m:
-            m.setattr(recovery_ranges, "check_range", refused)
-            assert _same(predict_restart(ref, checked), serial)
+        for lean in (False, True):  # the export's tasks send lean checks
+            checks = [check_range(store, r, opts, True, lean) for r in ranges]
+            assert all(p.lean is lean for c in checks for p in c.records)
+            checked = Prechecked(opts, ranges, checks)
+            with monkeypatch.context() as m:
+                m.setattr(recovery_ranges, "check_range", refused)
+                assert _same(predict_restart(ref, checked), serial)
         # Planned for another start (the store changed): the emulation checks them itself.
         assert _same(predict_restart(ref, Prechecked(opts, ranges[1:], checks[1:])), serial)
 
@@ -142,12 +174,107 @@ def test_a_range_that_starts_elsewhere_is_checked_again(tmp_path: Path) -> None:
         opts = RecordChecks.of(store, RecoverOptions()).recover
         ranges = [r for r in plan_ranges(store, SPLITS[0]) if r.file == 0]
         checks = [check_range(store, r, opts, True) for r in ranges]
-        truth = WalkEnds(store, ranges, iter(checks), opts, True).walk(f)
+        truth = _walked(WalkEnds(store, ranges, iter(checks), opts, True), f)
         k = 1
         assert checks[k].start == checks[k - 1].stop  # a range the stitch takes as it is
-        bogus = Keys(np.zeros(1, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32))
+        bogus = (checks[k].records[0],)
         wrong = [*checks[:k], RangeCheck(checks[k].start + 1, 0, True, bogus), *checks[k + 1 :]]
-        walk = WalkEnds(store, ranges, iter(wrong), opts, True).walk(f)
-        assert walk.stop == truth.stop > ranges[k].begin
-        for got, want in zip(astuple(walk.records), astuple(truth.records), strict=True):
+        walk = _walked(WalkEnds(store, ranges, iter(wrong), opts, True), f)
+        assert walk[0] == truth[0] > ranges[k].begin
+        for got, want in zip(walk[1], truth[1], strict=True):
             assert got.tolist() == want.tolist()
+
+
+_FIELDS = ("positions", "queue_offset", "store_timestamp", "topic_ids", "codes", "hashes")
+
+
+def _walked(ends: WalkEnds, f: StoreFile) -> tuple[int, list[npt.NDArray[np.int64]]]:
+    """Where the stitched walk of ``f`` stops, and its records' fields, file-wide."""
+    checks = list(ends.walk(f))
+    parts = [p for c in checks for p in c.records]
+    fields = [np.concatenate([getattr(p, name) for p in parts]) for name in _FIELDS]
+    return checks[-1].stop, fields
+
+
+@pytest.fixture(scope="module")
+def unserved_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A crashed synth store of 64 KiB files whose recovery starts late (its checkpoint
+    kept), with a queue's files gone (its messages before the start file are served by no
+    unit) and a bad magic early in the kept commitlog, which the loss search's walk steps
+    over."""
+    store = tmp_path_factory.mktemp("unserved") / "store"
+    cmd = ["synth", store, "--quiet", "--messages", "3000", "--body-size", "100", "--crash"]
+    assert run(*cmd, "--commitlog-file-size", str(64 << 10)).exit_code == 0
+    shutil.rmtree(store / "consumequeue" / "TopicB" / "1")
+    bad = records(store)[40]
+    patch_record(store, bad, 4, b"\0\0\0\0")
+    return store
+
+
+@pytest.mark.parametrize("limit", [5, None])
+def test_the_loss_search_by_ranges(
+    unserved_store: Path, limit: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept commitlog's unserved messages found by ranges (cut into the damage, inside
+    records, past the last record) and merged in order are the whole walk's: the same
+    listing, counts per queue and queues without a consume queue, the first few or all;
+    each range's walk is taken as it is (none is walked again in this process)."""
+    options = RecoverOptions(read_timer=True, lost_limit=limit)
+    with Store.open(unserved_store) as store:
+        serial = run_recovery(store, options).report
+        walked_again = _count_walks_here(monkeypatch)
+        lost, commitlog = serial.lost_messages, serial.commitlog
+        assert lost is not None and commitlog is not None and commitlog.scan_start_offset
+        unserved = lost.by_where["no_queue_unit"]
+        assert unserved == serial.unreachable_messages > 5
+        assert lost.truncated is (limit is not None)
+        assert len(lost.messages) == (limit or lost.count)
+        for split in SPLITS:
+            with RangeChecker(store, 1, split) as checker:
+                assert run_recovery(store, options, checker=checker).report == serial, split
+        with RangeChecker(store, 2, 1 << 14) as checker:
+            assert run_recovery(store, options, checker=checker).report == serial
+    assert not walked_again
+
+
+def test_a_loss_range_that_starts_elsewhere_is_walked_again(
+    unserved_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A range of the loss search whose resync found a boundary the walk before it did not
+    reach says nothing: its findings are dropped and the range is walked again from where the
+    one before stopped."""
+    options = RecoverOptions(read_timer=True)
+    real = lost_module._judge_in_worker
+    wrong: list[int] = []
+
+    def elsewhere(store: Store, task: Any) -> Any:
+        found = real(store, task)
+        if task.sync and found.start is not None and found.per_queue and not wrong:
+            wrong.append(found.start)
+            nothing = lost_module._Listing(None)
+            return replace(found, start=found.start + 1, per_queue={}, listing=nothing)
+        return found
+
+    with Store.open(unserved_store) as store:
+        serial = run_recovery(store, options).report
+        monkeypatch.setattr(lost_module, "_judge_in_worker", elsewhere)
+        with RangeChecker(store, 1, SPLITS[1]) as checker:
+            assert run_recovery(store, options, checker=checker).report == serial
+    assert wrong  # a range with unserved messages was answered wrongly
+
+
+def test_the_scan_dispatches_what_the_ranges_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ranges, this process dispatches the fields their checks sent: it neither walks a
+    file itself nor reads an accepted record's bytes again."""
+    with Store.open(_store(tmp_path, "commitlog.intact_after_damage"), OPTIONS) as store:
+        serial = _recover(store, False, None)
+
+        def refused(*_: object) -> None:
+            raise AssertionError("this process read records the ranges had sent")
+
+        monkeypatch.setattr(recovery_commitlog, "RunRecords", refused)
+        monkeypatch.setattr(recovery_fields, "gather", refused)
+        with RangeChecker(store, 1, SPLITS[1]) as checker:
+            assert _recover(store, False, checker) == serial

@@ -168,8 +168,9 @@ def plan_restart_checks(store: Store) -> tuple[CheckOptions, list[Range]]:
 
 @mapguard.checked
 def check_restart_range(ref: StoreRef, opts: CheckOptions, r: Range) -> RangeCheck:
-    """One range of the restart emulation's record checks, a task of the export's pool."""
-    return check_range(_OPEN.get("", ref, ref.open), r, opts, True)
+    """One range of the restart emulation's record checks, a task of the export's pool: lean
+    (positions and index keys), as every range's answer is held until the emulation runs."""
+    return check_range(_OPEN.get("", ref, ref.open), r, opts, True, lean=True)
 
 
 @dataclass(frozen=True)

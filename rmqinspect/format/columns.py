@@ -162,6 +162,14 @@ def decode_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+def enters_consume_queue(sys_flag: I64) -> Mask:
+    """Whether records of these SYSFLAGs are dispatched to a consume queue: NOT and COMMIT
+    records are, PREPARED and ROLLBACK ones not."""
+    tt = sys_flag & cl.TRANSACTION_TYPE_MASK
+    out: Mask = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
+    return out
+
+
 class IndexKeys(NamedTuple):
     """Index keys of many records (see :meth:`RecordColumns.index_keys`): each key's hash,
     the index of its record among the rows asked about, and where the key's bytes are."""
@@ -228,9 +236,7 @@ class RecordColumns:
     def enters_consume_queue(self) -> Mask:
         """NOT and COMMIT records are dispatched to a consume queue; PREPARED and ROLLBACK are
         not (``MessageRecord.enters_consume_queue`` for many records)."""
-        tt = self.sys_flag & cl.TRANSACTION_TYPE_MASK
-        out: Mask = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
-        return out
+        return enters_consume_queue(self.sys_flag)
 
     def select(self, rows: slice | I64 | Mask) -> RecordColumns:
         """The records at ``rows`` (a slice, indices or a mask), as columns over the same buffer."""

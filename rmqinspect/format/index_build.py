@@ -152,7 +152,9 @@ class IndexFileBuilder:
         slots = key_hashes % slot_num
         # Per slot, in put order: the first key reads the table, the others chain to the
         # previous key of the same slot in this run.
-        order = np.argsort(slots, kind="stable")
+        # Sorting slot * count + put number (distinct values) orders the keys as a stable
+        # argsort by slot would, several times faster (numpy's SIMD sort of plain integers).
+        order = np.sort(slots * count + np.arange(count, dtype=np.int64)) % count
         sorted_slots = slots[order]
         sorted_numbers = numbers[order]
         same = sorted_slots[1:] == sorted_slots[:-1]

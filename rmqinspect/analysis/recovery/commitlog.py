@@ -7,16 +7,14 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from rmqinspect.analysis.recovery.dispatch import Dispatcher
-from rmqinspect.analysis.recovery.ranges import FileWalk, RangeChecker
+from rmqinspect.analysis.recovery.fields import DispatchRecords, Fields, RunRecords
+from rmqinspect.analysis.recovery.ranges import RangeCheck, RangeChecker
 from rmqinspect.analysis.recovery.report import BadRecord, RecordInfo, StartCandidate, StartFile
 from rmqinspect.analysis.recovery.state import BrokerState, CommitlogFile
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.checkpoint import Checkpoint
-from rmqinspect.format.columns import RUN_RECORDS, gather
-from rmqinspect.format.scan import CheckedRun, check_run
+from rmqinspect.format.scan import check_run
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -99,16 +97,18 @@ def abnormal_start(state: BrokerState, cp: Checkpoint) -> StartFile:
     )
 
 
-def _record_info(state: BrokerState, run: CheckedRun, i: int, f: CommitlogFile) -> RecordInfo:
-    cols = run.columns
+def _record_info(
+    state: BrokerState, records: DispatchRecords, i: int, f: CommitlogFile
+) -> RecordInfo:
+    tids, names = records.topics()
     return RecordInfo(
-        f.start + int(cols.positions[i]),
-        int(cols.store_size[i]),
+        f.start + int(records.positions[i]),
+        int(records.store_size[i]),
         state.store.relative(f.disk.path),
-        cols.topic(i),
-        int(cols.queue_id[i]),
-        int(cols.queue_offset[i]),
-        int(cols.store_timestamp[i]),
+        names[int(tids[i])],
+        int(records.queue_id[i]),
+        int(records.queue_offset[i]),
+        int(records.store_timestamp[i]),
     )
 
 
@@ -140,33 +140,29 @@ def scan(
     scanned = 0
     last: tuple[CommitlogFile, RecordInfo] | None = None
     opts = state.checks.recover
-    index = dispatcher.index if dispatch else None
-    ends = None if checker is None else checker.walk_ends(f.disk, opts, index is not None)
+    ends = None if checker is None else checker.walk_ends(f.disk, opts, dispatch)
     above = -(1 << 63) if dispatch_above is None else dispatch_above
     size_cl = state.commitlog_file_size
     while True:
         buf = state.store.view(f.disk)
         begin = pos
-        walk = None if ends is None else ends.walk(f.disk)
-        if index is not None:
-            index.use_keys(None if walk is None else walk.records)
         try:
-            runs = (
-                _check_runs(buf, pos, f.start, opts) if walk is None else _runs(buf, f, walk, opts)
+            walk = (
+                _check_runs(buf, pos, f.start, opts)
+                if ends is None
+                else _prechecked(buf, f, ends.walk(f.disk), opts)
             )
-            for run in runs:
-                if len(run):
+            for records, end, stop in walk:
+                if len(records):
                     if dispatch:
-                        dispatcher.take_run(run, "load", above)
-                    last = (f, _record_info(state, run, len(run) - 1, f))
-                state.store.maps.release(f.disk, pos, run.end)  # memory stays flat
-                pos = run.end
-                if run.stop is not None:
-                    result = run.stop
+                        dispatcher.take_run(records, "load", above)
+                    last = (f, _record_info(state, records, len(records) - 1, f))
+                state.store.maps.release(f.disk, pos, end)  # memory stays flat
+                pos = end
+                if stop is not None:
+                    result = stop
         finally:
             buf.release()
-            if index is not None:
-                index.use_keys(None)
         scanned += pos - begin
         state.progress(pos - begin)
         if result.success:  # BLANK: the next file, or the end after the last one
@@ -197,30 +193,33 @@ def scan(
     return ScanOutcome(end, reason, info, bad, scanned)
 
 
-def _check_runs(
-    buf: memoryview, pos: int, file_start: int, opts: cl.CheckOptions
-) -> Iterator[CheckedRun]:
+# A walk of a file, run by run: the records accepted, where the run ends, and the verdict on
+# the BLANK or failure that ends the walk (None until then).
+Walked = Iterator[tuple[DispatchRecords, int, cl.CheckResult | None]]
+
+
+def _check_runs(buf: memoryview, pos: int, file_start: int, opts: cl.CheckOptions) -> Walked:
     """The walk from ``pos``, checked as it goes, up to the run that ends at a BLANK or
     failure."""
     while True:
         run = check_run(buf, pos, file_start, opts)
-        yield run
+        yield RunRecords(run), run.end, run.stop
         if run.stop is not None:
             return
         pos = run.end
 
 
-def _runs(
-    buf: memoryview, f: CommitlogFile, walk: FileWalk, opts: cl.CheckOptions
-) -> Iterator[CheckedRun]:
-    """The runs of :func:`_check_runs` from position 0, from the workers' checks: the records
-    they accepted are read, not checked again; the verdict where the walk stops is."""
-    positions = walk.records.positions
-    for a in range(0, max(len(positions), 1), RUN_RECORDS):
-        b = a + RUN_RECORDS
-        cols = gather(buf, positions[a:b].astype(np.int64), f.start)
-        if b < len(positions):
-            yield CheckedRun(cols, int(positions[a]), int(positions[b]), None, opts)
-        else:
-            stop = cl.check_message(buf, walk.stop, f.start, opts)
-            yield CheckedRun(cols, int(positions[a]) if len(cols) else 0, walk.stop, stop, opts)
+def _prechecked(
+    buf: memoryview, f: CommitlogFile, checks: Iterator[RangeCheck], opts: cl.CheckOptions
+) -> Walked:
+    """The walk of :func:`_check_runs` from position 0, from the workers' checks of its ranges:
+    the records they accepted are taken as they sent them, not read again; the verdict where
+    the walk stops is found here."""
+    for check in checks:
+        for part in check.records:
+            if len(part):
+                records = part.read(buf, f.start, opts)
+                yield records, int(records.positions[-1] + records.store_size[-1]), None
+        if check.ended:
+            yield Fields.none(), check.stop, cl.check_message(buf, check.stop, f.start, opts)
+            return

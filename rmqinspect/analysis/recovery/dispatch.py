@@ -1,28 +1,28 @@
 """Dispatch (``doDispatch``: consume queue and index, §10.11) and the reput service after
 ``start()``.
 
-:class:`Dispatcher` takes the records of a checked run (:class:`~rmqinspect.format.scan.CheckedRun`)
-as columns: numpy works out which records would change anything (a queue that lacks the unit, an
-index that has not passed the offset); consume-queue units are put one by one (the broker's
-placement rules are sequential), index keys are found and hashed for the whole run at once.
+:class:`Dispatcher` takes the records of a checked run
+(:class:`~rmqinspect.format.scan.CheckedRun`), or the fields ``recover --jobs``' workers read of
+them (:mod:`.fields`), as columns: numpy works out which records would change anything (a queue
+that lacks the unit, an index that has not passed the offset); consume-queue units are put one
+by one (the broker's placement rules are sequential), index keys are found and hashed for the
+whole run at once.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from rmqinspect.analysis.recovery.fields import DispatchRecords, RunRecords
 from rmqinspect.analysis.recovery.index_service import IndexService
 from rmqinspect.analysis.recovery.report import ReputReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.javamath import jmod, wrap32, wrap64
 from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import CheckedRun, check_run
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.layout import QueueId
-
-Topics = tuple[I64, list[str]]  # each record's topic id, and the topics by id
 
 
 class Dispatcher:
@@ -35,43 +35,39 @@ class Dispatcher:
 
     def dispatch_rows(
         self,
-        run: CheckedRun,
+        run: CheckedRun | DispatchRecords,
         rows: I64,
         phase: str,
         index_rows: I64 | None = None,
-        topics: Topics | None = None,
     ) -> None:
         """``doDispatch`` of the records ``rows`` (ascending) of a run: the consume queues get
         ``putMessagePositionInfo`` for the NOT and COMMIT records among them, the index
         ``buildIndex`` for ``index_rows`` (default: the same rows)."""
-        cols = run.columns
+        records = RunRecords(run) if isinstance(run, CheckedRun) else run
         index_rows = rows if index_rows is None else index_rows
         if not len(rows) and not len(index_rows):
             return
-        tids, names = topics if topics is not None else _topics(cols)
         state = self.state
         if state.first_dispatched is None:
             first = min(rows[:1].tolist() + index_rows[:1].tolist())
-            state.first_dispatched = int(cols.physical_offset_field[first])
-        units = rows[cols.enters_consume_queue()[rows]]
+            state.first_dispatched = int(records.physical_offset_field[first])
+        units = rows[records.enters_consume_queue()[rows]]
         if len(units):
-            self._put_units(run, units, tids, names, phase)
+            self._put_units(records, units, phase)
             # putMessagePositionInfoWrapper moves logicsMsgTimestamp even on a skip.
-            state.logics_timestamp = int(cols.store_timestamp[units[-1]])
+            state.logics_timestamp = int(records.store_timestamp[units[-1]])
         if self.index is not None:
-            self.index.add_run(cols, index_rows, tids, names)
+            self.index.add_run(records, index_rows)
 
-    def _put_units(
-        self, run: CheckedRun, rows: I64, tids: I64, names: list[str], phase: str
-    ) -> None:
+    def _put_units(self, records: DispatchRecords, rows: I64, phase: str) -> None:
         """``putMessagePositionInfo`` record by record (skips, pre-blank fill and placement are
         sequential rules); the tagsCode is the tag hash, or the schedule topic's delivery time."""
-        cols = run.columns
-        codes = run.tags_codes(rows, (tids, names)).tolist()
-        phys = cols.physical_offset_field[rows].tolist()
-        sizes = cols.store_size[rows].tolist()
-        qids = cols.queue_id[rows].tolist()
-        qoffs = cols.queue_offset[rows].tolist()
+        tids, names = records.topics()
+        codes = records.tags_codes(rows).tolist()
+        phys = records.physical_offset_field[rows].tolist()
+        sizes = records.store_size[rows].tolist()
+        qids = records.queue_id[rows].tolist()
+        qoffs = records.queue_offset[rows].tolist()
         for n, i in enumerate(rows.tolist()):
             key = (names[int(tids[i])], qids[n])
             q = self._queues.get(key)
@@ -81,13 +77,12 @@ class Dispatcher:
             if wrap64(phy + size) > q.max_physic:
                 q.put(phy, size, codes[n], qoffs[n], phase)
 
-    def take_run(self, run: CheckedRun, phase: str, above: int) -> None:
-        """Dispatch, as the recovery scan loop would one by one, the records of ``run`` whose
-        physical offset is above ``above``, handing over only those that change anything."""
-        cols = run.columns
-        if not len(cols):
+    def take_run(self, records: DispatchRecords, phase: str, above: int) -> None:
+        """Dispatch, as the recovery scan loop would one by one, the records whose physical
+        offset is above ``above``, handing over only those that change anything."""
+        if not len(records):
             return
-        phys = cols.physical_offset_field
+        phys = records.physical_offset_field
         sel = phys > above
         if not sel.any():
             return
@@ -95,9 +90,9 @@ class Dispatcher:
         state = self.state
         if state.first_dispatched is None:
             state.first_dispatched = int(phys[first])
-        tids, names = _topics(cols)
-        cq_type = cols.enters_consume_queue()
-        keys = (tids << 32) | (cols.queue_id & 0xFFFFFFFF)
+        tids, names = records.topics()
+        cq_type = records.enters_consume_queue()
+        keys = (tids << 32) | (records.queue_id & 0xFFFFFFFF)
         # A queue already holds the unit when phy + size <= its maxPhysicOffset (which only
         # grows); the index skips a record below the last file's endPhyOffset (which only
         # grows), but a record still makes getAndCreateLastIndexFile create a file.
@@ -107,22 +102,17 @@ class Dispatcher:
             for key in uniq.tolist()
         ]
         maxp = np.array([-1 if q is None else q.max_physic for q in known], np.int64)[inverse]
-        units = np.flatnonzero(sel & cq_type & (phys + cols.store_size > maxp))
+        units = np.flatnonzero(sel & cq_type & (phys + records.store_size > maxp))
         indexed = np.zeros(0, np.int64)
         if self.index is not None:
             need = sel & (phys >= self.index.skip_below())
             if self.index.creates_file():
                 need[first] = True
             indexed = np.flatnonzero(need)
-        self.dispatch_rows(run, units, phase, indexed, (tids, names))
-        ts = cols.store_timestamp[sel & cq_type]
+        self.dispatch_rows(records, units, phase, indexed)
+        ts = records.store_timestamp[sel & cq_type]
         if ts.size:
             state.logics_timestamp = int(ts[-1])
-
-
-def _topics(cols: RecordColumns) -> Topics:
-    tids, topics = cols.topic_ids()
-    return tids, [decode_text(t) for t in topics]
 
 
 def read_length(r: cl.CheckResult) -> int:

@@ -170,7 +170,9 @@ def run_recovery(
         end, deleted_disks = recovered.scan.end, recovered.deleted_disks
         # DLedger cuts at an entry header, not at a record: no record there to call damaged.
         cut_at = recovered.scan.first_bad if state.ledger is None else None
-        lost, data_bytes, unserved = lost_messages(state, end, deleted_disks, queue_max, cut_at)
+        lost, data_bytes, unserved = lost_messages(
+            state, end, deleted_disks, queue_max, cut_at, checker
+        )
     confirm = _confirm_offset(state, recovered)
     queues = [
         _queue_report(state, unserved, qid)

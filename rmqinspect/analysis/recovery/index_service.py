@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from rmqinspect.analysis.recovery.ranges import Keys
+from rmqinspect.analysis.recovery.fields import DispatchRecords
 from rmqinspect.analysis.recovery.report import IndexFileInfo, IndexReport, OffsetRange
 from rmqinspect.format.checkpoint import Checkpoint
-from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.index import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
@@ -117,7 +116,6 @@ class IndexService:
         last = loaded.kept[-1] if loaded.kept else None
         self._last_kept = last
         self._last_kept_header = loaded.headers[last] if last is not None else None
-        self._keys: Keys | None = None
 
     # state the dispatcher reads ---------------------------------------------------------------
 
@@ -138,29 +136,20 @@ class IndexService:
 
     # dispatch ---------------------------------------------------------------------------------
 
-    def add_run(self, cols: RecordColumns, rows: I64, topic_ids: I64, topics: list[str]) -> None:
+    def add_run(self, records: DispatchRecords, rows: I64) -> None:
         """``IndexService.buildIndex`` for the records ``rows`` (ascending) of a run, in
         dispatch order, with one vectorised builder call: keys are found with one search per
-        property name over the run, hashed with numpy."""
+        property name over the run (or by ``recover --jobs``' workers), hashed with numpy."""
         if not len(rows):
             return
-        if self._keys is not None:
-            hashes, owners = self._keys.of(cols.positions[rows])
-        else:
-            keys = cols.index_keys(rows, topic_ids, topics)
-            hashes, owners = keys.hashes, keys.owners
+        hashes, owners = records.index_keys(rows)
         self._get_builder().dispatch(
-            cols.physical_offset_field[rows],
-            cols.store_timestamp[rows],
-            cols.sys_flag[rows],
+            records.physical_offset_field[rows],
+            records.store_timestamp[rows],
+            records.sys_flag[rows],
             hashes,
             owners,
         )
-
-    def use_keys(self, keys: Keys | None) -> None:
-        """The index keys of the file being dispatched, found by ``recover --jobs``'s workers
-        (None: found here, run by run)."""
-        self._keys = keys
 
     def _get_builder(self) -> IndexBuilder:
         if self._builder is None:

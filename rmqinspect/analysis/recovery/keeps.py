@@ -10,22 +10,26 @@ the export's workers do that walk in parallel over the ranges they read anyway.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from rmqinspect.analysis.recovery.emulator import run_recovery
+from rmqinspect.analysis.recovery.lost import NO_QUEUE_UNIT
 from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import RecoveryReport
-from rmqinspect.analysis.recovery.served import ServingState, TopicIds, walk_unserved
+from rmqinspect.analysis.recovery.served import (
+    ServingState,
+    TopicIds,
+    forensic_scan,
+    walk_unserved,
+)
 from rmqinspect.analysis.recovery.state import RecoverOptions
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.npbytes import I64, Mask, members
-from rmqinspect.format.scan import FileEvent, Skipped, WalkPolicy, scan_file
+from rmqinspect.format.scan import Skipped
 from rmqinspect.store.model import Store
 
-NO_QUEUE_UNIT = "no_queue_unit"
 # Above this many bytes of units written in memory by the restart's dispatch, the post-restart
 # state is not shipped to every range task: the unserved records are listed once instead.
 MAX_SHIPPED_OVERLAY = 64 << 20
@@ -72,15 +76,7 @@ class RestartKeeps:
         kept = next((f for f in check.commitlog if f.name == file_name), None)
         if kept is None or begin >= kept.wrote:
             return _NONE
-        reput = self.serving.reput
-
-        def scan(
-            region: memoryview, file_start: int, pos: int, data_end: int
-        ) -> Iterator[FileEvent]:
-            return scan_file(
-                region, file_start, pos, reput, policy=WalkPolicy.FORENSIC, data_end=data_end
-            )
-
+        scan = forensic_scan(self.serving.reput)
         found = [
             rec.position
             for rec in walk_unserved(check, store, kept, walk_from, scan, stop=end)

@@ -9,105 +9,69 @@ boundary it reaches, so where a range starts where the one before it stopped, it
 whole walk's there; where it does not (the cut fell into damage, or a body holds bytes that
 look like a record at their own position), the stitch checks it again here from where the one
 before stopped. The scan then knows, per file, the records the broker's walk accepts and the
-position it stops at; it reads those records' fields without checking them again and dispatches
-them in order as before, the index keys' hashes also computed by the workers (the hashing was
-most of the dispatch): the same answers, field for field, as the serial scan.
+position it stops at. The workers also send back what the dispatch reads of each record
+(:class:`~rmqinspect.analysis.recovery.fields.Fields`: topic ids, queue fields, tagsCodes, the
+index keys' hashes), so this process dispatches them in order without reading their bytes: the
+same answers, field for field, as the serial scan.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from types import TracebackType
+from typing import TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from rmqinspect.analysis.ranges import SPLIT_BYTES, Range, plan_ranges, worker_pool, worker_settings
+from rmqinspect.analysis.recovery.fields import Fields
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import RecordColumns, decode_text
-from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import check_run, resync
 from rmqinspect.store import mapguard
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store, StoreOptions
-
-I32 = npt.NDArray[np.int32]
-_NONE: I32 = np.zeros(0, np.int32)
-
-
-@dataclass(frozen=True, slots=True)
-class Keys:
-    """Index keys of records, by the records' file positions (ascending): each key's hash and
-    the number of its record among ``positions`` (non-decreasing), in ``buildIndex`` order."""
-
-    positions: I32
-    hashes: I32
-    owners: I32
-
-    @staticmethod
-    def concat(parts: list[Keys]) -> Keys:
-        bases = np.cumsum([0, *(len(k.positions) for k in parts)])
-        return Keys(
-            np.concatenate([_NONE, *(k.positions for k in parts)]),
-            np.concatenate([_NONE, *(k.hashes for k in parts)]),
-            np.concatenate(
-                [
-                    _NONE,
-                    *(
-                        (k.owners + b).astype(np.int32)
-                        for k, b in zip(parts, bases[:-1], strict=True)
-                    ),
-                ]
-            ),
-        )
-
-    def of(self, positions: I64) -> tuple[I64, I64]:
-        """The hashes and owners (numbers among ``positions``) of the keys of the records at
-        ``positions`` (ascending, each one of :attr:`positions`)."""
-        records = np.searchsorted(self.positions, positions)
-        lo = np.searchsorted(self.owners, records, side="left")
-        counts = np.searchsorted(self.owners, records, side="right") - lo
-        owners = np.repeat(np.arange(len(positions), dtype=np.int64), counts)
-        firsts = np.cumsum(counts) - counts
-        at = np.repeat(lo - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-        return self.hashes[at].astype(np.int64), owners
 
 
 @dataclass(frozen=True, slots=True)
 class RangeCheck:
     """A range's walk: its first record boundary (None: none found from its cut), where it
     ended (at a BLANK or failure: ``ended``; else at the first boundary at or past its end),
-    and the records it accepted before that, with their index keys when asked for."""
+    and the records it accepted before that, run by run, with what their dispatch needs when
+    asked for."""
 
     start: int | None
     stop: int
     ended: bool
-    records: Keys
+    records: tuple[Fields, ...]
 
 
-def check_range(store: Store, r: Range, opts: cl.CheckOptions, keys: bool) -> RangeCheck:
-    """The recovery walk of range ``r`` with the scan's record checks ``opts``; with ``keys``,
-    the index keys of its records (``CommitLogDispatcherBuildIndex``'s, every record's)."""
+def check_range(
+    store: Store, r: Range, opts: cl.CheckOptions, dispatch: bool, lean: bool = False
+) -> RangeCheck:
+    """The recovery walk of range ``r`` with the scan's record checks ``opts``; with
+    ``dispatch``, its records' tagsCodes and index keys (``CommitLogDispatcherBuildIndex``'s,
+    every record's) too; ``lean``: :meth:`Fields.of`'s."""
     f = store.commitlog.files[r.file]
     # Records start before the file's length: past it, nothing is the next range's.
     end = f.length + 1 if r.end is None else r.end
     buf = store.view(f)
-    parts: list[Keys] = []
+    parts: list[Fields] = []
     try:
         start = r.begin
         if r.sync:
             found = resync(buf, r.begin - 1, min(len(buf), end), f.start, opts)
             if found is None:
-                return RangeCheck(None, end, False, Keys(_NONE, _NONE, _NONE))
+                return RangeCheck(None, end, False, ())
             start = found
         pos = start
         while True:
             run = check_run(buf, pos, f.start, opts)
             inside = int(np.searchsorted(run.columns.positions, end))
-            parts.append(_keys(run.columns, inside, keys))
+            parts.append(Fields.of(run, inside, dispatch, lean))
             store.maps.release(f, pos, run.end)  # memory stays flat
             if inside < len(run):
                 stop, ended = int(run.columns.positions[inside]), False
@@ -116,31 +80,10 @@ def check_range(store: Store, r: Range, opts: cl.CheckOptions, keys: bool) -> Ra
             else:
                 pos = run.end
                 continue
-            return RangeCheck(start, stop, ended, Keys.concat(parts))
+            return RangeCheck(start, stop, ended, tuple(parts))
     finally:
         buf.release()
         store.maps.release(f, 0, f.length)
-
-
-def _keys(cols: RecordColumns, n: int, keys: bool) -> Keys:
-    """The positions of the first ``n`` records and (``keys``) their index keys, as 32-bit
-    numbers (a position in a mapped file, a hash in 0..Integer.MAX_VALUE): what waits for the
-    stitch stays small."""
-    positions = cols.positions[:n].astype(np.int32)
-    if not keys or not n:
-        return Keys(positions, _NONE, _NONE)
-    tids, topics = cols.topic_ids()
-    found = cols.index_keys(np.arange(n, dtype=np.int64), tids, [decode_text(t) for t in topics])
-    return Keys(positions, found.hashes.astype(np.int32), found.owners.astype(np.int32))
-
-
-@dataclass(frozen=True, slots=True)
-class FileWalk:
-    """The scan loop's walk of a file from position 0: the records it accepts (and their index
-    keys) and the position of the BLANK or failure it stops at."""
-
-    records: Keys
-    stop: int
 
 
 class WalkEnds:
@@ -153,22 +96,23 @@ class WalkEnds:
         ranges: list[Range],
         checks: Iterator[RangeCheck],
         opts: cl.CheckOptions,
-        keys: bool,
+        dispatch: bool,
     ) -> None:
         self._store = store
         self._ranges = iter(ranges)
         self._checks = checks
         self._opts = opts
-        self._keys = keys
+        self._dispatch = dispatch
         self._file = {f.path: i for i, f in enumerate(store.commitlog.files)}
         self._pending: tuple[Range, RangeCheck] | None = None
 
-    def walk(self, disk: StoreFile) -> FileWalk:
-        """The walk of ``disk`` from position 0."""
+    def walk(self, disk: StoreFile) -> Iterator[RangeCheck]:
+        """The walk of ``disk`` from position 0: its ranges' checks in order, each starting
+        where the one before stopped, the last one ``ended`` at the BLANK or failure the walk
+        stops at."""
         index = self._file[disk.path]
         expected = 0
-        ended: int | None = None
-        parts: list[Keys] = []
+        ended = False
         while True:
             item = self._pending or self._next()
             self._pending = None
@@ -180,24 +124,22 @@ class WalkEnds:
             if r.file > index:
                 self._pending = item
                 break
-            if ended is not None:
+            if ended:
                 continue  # the walk stopped in an earlier range of this file
             if check.start != expected:
                 again = replace(r, begin=expected, sync=False)
-                check = check_range(self._store, again, self._opts, self._keys)
-            parts.append(check.records)
-            if check.ended:
-                ended = check.stop
+                check = check_range(self._store, again, self._opts, self._dispatch)
+            yield check
+            ended = check.ended
             expected = check.stop
-        assert ended is not None, "a file's last range runs to a BLANK or failure"
-        return FileWalk(Keys.concat(parts), ended)
+        assert ended, "a file's last range runs to a BLANK or failure"
 
     def _next(self) -> tuple[Range, RangeCheck] | None:
         r = next(self._ranges, None)
         return None if r is None else (r, next(self._checks))
 
 
-# Checks ``ranges`` with ``opts`` (and ``keys``) elsewhere (the export's pool), results in
+# Checks ``ranges`` with ``opts`` (and ``dispatch``) elsewhere (the export's pool), results in
 # order; None: not there (they are checked here).
 RangeMapper = Callable[[list[Range], cl.CheckOptions, bool], Iterable[RangeCheck] | None]
 
@@ -209,10 +151,39 @@ def _open_in_worker(root: str, settings: StoreOptions) -> None:
     _STORE = Store.open(root, settings)
 
 
+T = TypeVar("T")
+U = TypeVar("U")
+
+
 @mapguard.checked
-def _in_worker(opts: cl.CheckOptions, keys: bool, r: Range) -> RangeCheck:
+def _with_store(fn: Callable[[Store, T], U], item: T) -> U:
     assert _STORE is not None
-    return check_range(_STORE, r, opts, keys)
+    return fn(_STORE, item)
+
+
+def _ahead(
+    pool: ProcessPoolExecutor, fn: Callable[[T], U], items: Iterable[T], window: int
+) -> Iterator[U]:
+    """``fn`` of each item in the pool, results in order, at most ``window`` submitted ahead
+    of the one consumed: what waits for this process stays bounded when it is the slower
+    side (``Executor.map`` submits every item at once). Closed early (the scan stopped at a
+    bad record), it cancels what has not started, so later work does not wait behind it."""
+    pending: deque[Future[U]] = deque()
+    todo = iter(items)
+    try:
+        for item in todo:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= window:
+                break
+        while pending:
+            result = pending.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append(pool.submit(fn, nxt))
+            yield result
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 class RangeChecker:
@@ -253,20 +224,35 @@ class RangeChecker:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
 
-    def walk_ends(self, first: StoreFile, opts: cl.CheckOptions, keys: bool) -> WalkEnds | None:
-        """The checks of every range from file ``first`` on (``keys``: with the records' index
-        keys), under way; None without ranges (the scan checks as it walks)."""
+    @property
+    def cuts_ranges(self) -> bool:
+        """Whether this checker cuts ranges for work of its own (:meth:`map`)."""
+        return self.split_bytes is not None and self._mapper is None
+
+    def map(self, fn: Callable[[Store, T], U], items: list[T]) -> Iterator[U] | None:
+        """``fn(store, item)`` of each item (a module-level function: it runs in the workers,
+        on their own view of the store), results in order; None where this checker cuts no
+        ranges for itself (one process, or the export's checks)."""
+        return self._each(fn, items) if self.cuts_ranges else None
+
+    def _each(self, fn: Callable[[Store, T], U], items: list[T]) -> Iterator[U]:
+        if self._pool is None:
+            return (fn(self.store, item) for item in items)
+        return _ahead(self._pool, functools.partial(_with_store, fn), items, 2 * self.jobs)
+
+    def walk_ends(self, first: StoreFile, opts: cl.CheckOptions, dispatch: bool) -> WalkEnds | None:
+        """The checks of every range from file ``first`` on (``dispatch``: with what the
+        dispatch reads), under way; None without ranges (the scan checks as it walks)."""
         if self.split_bytes is None:
             return None
         files = self.store.commitlog.files
         start = next(i for i, f in enumerate(files) if f.path == first.path)
         ranges = plan_ranges(self.store, self.split_bytes, start)
-        mapped = None if self._mapper is None else self._mapper(ranges, opts, keys)
+        mapped = None if self._mapper is None else self._mapper(ranges, opts, dispatch)
         checks: Iterator[RangeCheck]
         if mapped is not None:
             checks = iter(mapped)
-        elif self._pool is None:
-            checks = (check_range(self.store, r, opts, keys) for r in ranges)
         else:
-            checks = self._pool.map(functools.partial(_in_worker, opts, keys), ranges)
-        return WalkEnds(self.store, ranges, checks, opts, keys)
+            work = functools.partial(check_range, opts=opts, dispatch=dispatch)
+            checks = self._each(work, ranges)
+        return WalkEnds(self.store, ranges, checks, opts, dispatch)

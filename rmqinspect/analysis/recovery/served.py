@@ -14,7 +14,7 @@ per record, so the walks agree however the records are grouped.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +25,7 @@ from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.npbytes import I64, Buffer
-from rmqinspect.format.scan import FileEvent, Skipped
+from rmqinspect.format.scan import FileEvent, Skipped, WalkPolicy, scan_file
 from rmqinspect.store.consume_queue import MISPLACED_SLOTS, ConsumeQueue, CqFile
 from rmqinspect.store.files import MappedFiles
 from rmqinspect.store.layout import QueueId
@@ -164,6 +164,18 @@ class ServedCheck:
 Scan = Callable[[memoryview, int, int, int], Iterator[FileEvent]]
 
 
+def forensic_scan(opts: cl.CheckOptions) -> Scan:
+    """The walk of a plain commitlog file's region with the check ``opts``, on past damage (the
+    reput's walk, which the no-queue-unit rule judges; the walk past the recovered end)."""
+
+    def scan(region: memoryview, file_start: int, pos: int, data_end: int) -> Iterator[FileEvent]:
+        return scan_file(
+            region, file_start, pos, opts, policy=WalkPolicy.FORENSIC, data_end=data_end
+        )
+
+    return scan
+
+
 def walk_unserved(
     check: ServedCheck,
     store: Store,
@@ -171,23 +183,30 @@ def walk_unserved(
     pos: int,
     scan: Scan,
     stop: int | None = None,
-) -> Iterator[Skipped | cl.MessageRecord]:
-    """Walk the kept file ``f`` up to its write position from ``pos`` (up to the first event at
-    ``stop``): its damage (Skipped) and its unserved messages, in file order. Pages are released
-    behind the walk, so memory stays flat."""
+) -> Generator[Skipped | cl.MessageRecord, None, int | None]:
+    """Walk the kept file ``f`` up to its write position from ``pos`` (up to the first record
+    or damage at ``stop`` or past it): its damage (Skipped) and its unserved messages, in file
+    order; returns where it stopped (None: the walk of the file ended first). Pages are
+    released behind the walk, so memory stays flat."""
     buf = store.view(f.disk)
     region = buf[: min(f.wrote, len(buf))]
     released = pos
     try:
         for event in scan(region, f.start, pos, store.maps.data_end(f.disk)):
             if stop is not None and event.start >= stop:
-                break
+                return event.start
             store.maps.release(f.disk, released, event.start)
             released = event.start
             if isinstance(event, Skipped):
                 yield event
-            else:
-                yield from check.unserved(region, f.start, event.columns)
+                continue
+            cols = event.columns
+            if stop is not None and len(cols) and cols.positions[-1] >= stop:
+                inside = int(np.searchsorted(cols.positions, stop))
+                yield from check.unserved(region, f.start, cols.select(slice(0, inside)))
+                return int(cols.positions[inside])
+            yield from check.unserved(region, f.start, cols)
+        return None
     finally:
         region.release()
         buf.release()

@@ -1,0 +1,193 @@
+"""What the dispatch reads of each record, in one shape for both of its sources.
+
+A run checked here (:class:`RunRecords`) reads its fields from the mapped columns, and the
+topic ids, tagsCodes and index keys only when the dispatch asks for them. ``recover --jobs``'s
+workers send back :class:`Fields`: the same values as numpy arrays for every record a range's
+walk accepts, computed there (topic ids against the range's own topic table, tagsCodes, index
+key hashes), so this process dispatches them without reading a record's bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from rmqinspect.format import commitlog as cl
+from rmqinspect.format.columns import decode_text, enters_consume_queue, gather
+from rmqinspect.format.npbytes import I64, Buffer, Mask
+from rmqinspect.format.scan import CheckedRun
+
+Topics = tuple[I64, list[str]]  # each record's topic id, and the topics by id
+_NONE: I64 = np.zeros(0, np.int64)
+
+
+class DispatchRecords(Protocol):
+    """Consecutive records of one commitlog file, as the dispatch reads them."""
+
+    @property
+    def positions(self) -> I64: ...
+    @property
+    def physical_offset_field(self) -> I64: ...
+    @property
+    def store_size(self) -> I64: ...
+    @property
+    def queue_id(self) -> I64: ...
+    @property
+    def queue_offset(self) -> I64: ...
+    @property
+    def store_timestamp(self) -> I64: ...
+    @property
+    def sys_flag(self) -> I64: ...
+
+    def __len__(self) -> int: ...
+
+    def topics(self) -> Topics:
+        """Each record's topic id, and the decoded topics by id."""
+        ...
+
+    def enters_consume_queue(self) -> Mask: ...
+
+    def tags_codes(self, rows: I64) -> I64:
+        """The tagsCode the check gives each record of ``rows`` (ascending)."""
+        ...
+
+    def index_keys(self, rows: I64) -> tuple[I64, I64]:
+        """The hashes of the index keys of the records ``rows`` (ascending), in ``buildIndex``
+        order, and each key's record as its number among ``rows``."""
+        ...
+
+
+class RunRecords:
+    """The records of a run checked in this process, read from its columns."""
+
+    def __init__(self, run: CheckedRun) -> None:
+        self.run = run
+        cols = run.columns
+        self.positions = cols.positions
+        self.physical_offset_field = cols.physical_offset_field
+        self.store_size = cols.store_size
+        self.queue_id = cols.queue_id
+        self.queue_offset = cols.queue_offset
+        self.store_timestamp = cols.store_timestamp
+        self.sys_flag = cols.sys_flag
+        self._topics: Topics | None = None
+
+    def __len__(self) -> int:
+        return len(self.run)
+
+    def topics(self) -> Topics:
+        if self._topics is None:
+            tids, raw = self.run.columns.topic_ids()
+            self._topics = tids, [decode_text(t) for t in raw]
+        return self._topics
+
+    def enters_consume_queue(self) -> Mask:
+        return self.run.columns.enters_consume_queue()
+
+    def tags_codes(self, rows: I64) -> I64:
+        return self.run.tags_codes(rows, self.topics())
+
+    def index_keys(self, rows: I64) -> tuple[I64, I64]:
+        keys = self.run.columns.index_keys(rows, *self.topics())
+        return keys.hashes, keys.owners
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Fields:
+    """Records' dispatch fields as arrays, small to send between processes: the topics by id
+    (``topic_names``), and with ``dispatch`` each record's tagsCode and its index keys' hashes
+    (record ``i``'s are ``hashes[key_bounds[i]:key_bounds[i + 1]]``). ``lean``: only the
+    positions and index keys; the rest is read from the file where they are dispatched
+    (:meth:`read`)."""
+
+    positions: I64
+    physical_offset_field: I64
+    store_size: I64
+    queue_id: I64
+    queue_offset: I64
+    store_timestamp: I64
+    sys_flag: I64
+    topic_ids: I64
+    topic_names: list[str]
+    codes: I64
+    key_bounds: I64
+    hashes: I64
+    lean: bool = False
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @staticmethod
+    def of(run: CheckedRun, n: int, dispatch: bool, lean: bool = False) -> Fields:
+        """The first ``n`` records of ``run``; with ``dispatch``, their tagsCodes and index
+        keys too; ``lean``: their positions and index keys only (for checks that wait long
+        before their dispatch, as the export's do: they stay small)."""
+        records = RunRecords(run)
+        rows = np.arange(n, dtype=np.int64)
+        bounds, hashes = _NONE, _NONE
+        if dispatch:
+            hashes, owners = records.index_keys(rows)
+            bounds = np.searchsorted(owners, np.arange(n + 1, dtype=np.int64)).astype(np.int64)
+        cols = run.columns
+        if lean:
+            e = _NONE
+            return Fields(cols.positions[:n], e, e, e, e, e, e, e, [], e, bounds, hashes, True)
+        tids, names = records.topics()
+        return Fields(
+            cols.positions[:n],
+            cols.physical_offset_field[:n],
+            cols.store_size[:n],
+            cols.queue_id[:n],
+            cols.queue_offset[:n],
+            cols.store_timestamp[:n],
+            cols.sys_flag[:n],
+            tids[:n],
+            names,
+            records.tags_codes(rows) if dispatch else _NONE,
+            bounds,
+            hashes,
+        )
+
+    def read(self, buf: Buffer, file_start: int, opts: cl.CheckOptions) -> DispatchRecords:
+        """These records as the dispatch reads them: themselves, or (lean) their fields read
+        from ``buf`` (the file's view), with the index keys sent."""
+        if not self.lean or not len(self):
+            return self
+        cols = gather(buf, self.positions, file_start)
+        run = CheckedRun(cols, int(cols.positions[0]), cols.end, None, opts)
+        return _Keyed(run, self)
+
+    @staticmethod
+    def none() -> Fields:
+        n = _NONE
+        return Fields(n, n, n, n, n, n, n, n, [], n, n, n)
+
+    def topics(self) -> Topics:
+        return self.topic_ids, self.topic_names
+
+    def enters_consume_queue(self) -> Mask:
+        return enters_consume_queue(self.sys_flag)
+
+    def tags_codes(self, rows: I64) -> I64:
+        return self.codes[rows]
+
+    def index_keys(self, rows: I64) -> tuple[I64, I64]:
+        lo = self.key_bounds[rows]
+        counts = self.key_bounds[rows + 1] - lo
+        owners = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+        firsts = np.cumsum(counts) - counts
+        at = np.repeat(lo - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        return self.hashes[at], owners
+
+
+class _Keyed(RunRecords):
+    """Records read from the file, with their index keys found elsewhere."""
+
+    def __init__(self, run: CheckedRun, keys: Fields) -> None:
+        super().__init__(run)
+        self._keys = keys
+
+    def index_keys(self, rows: I64) -> tuple[I64, I64]:
+        return self._keys.index_keys(rows)
