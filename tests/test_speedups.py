@@ -709,6 +709,7 @@ def _switched_path_results() -> list[object]:
         speedups.crc32_many(buf, starts, lengths).tolist(),
         speedups.crc32c_many(buf, starts, lengths).tolist(),
         *(message_json_lines(cols, rows, body, bytearray()) for body in BodyFormat),
+        [a.tolist() for a in cols.index_keys(rows)],
     ]
 
 
@@ -737,5 +738,7 @@ def test_the_scalar_switch_changes_no_result() -> None:
     slices = [buf[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
     assert here[0] == [zlib.crc32(b) if b else 0 for b in slices]
     assert here[1] == [crc32c.crc32c(b) if b else 0 for b in slices]
-    for body, lines in zip(BodyFormat, here[2:], strict=True):
+    spans = (cols.topic_at, cols.topic_length, cols.properties_at, cols.properties_length)
+    assert here[-1][0] == speedups.py_index_keys(cols.buf, *spans).hashes.tolist()
+    for body, lines in zip(BodyFormat, here[2:-1], strict=True):
         assert lines == [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]

@@ -1728,6 +1728,201 @@ static PyObject *speedups_features(PyObject *self, PyObject *unused)
                          have_ssse3 ? Py_True : Py_False, "sse2", have_sse2 ? Py_True : Py_False);
 }
 
+/* --- index keys of many records --------------------------------------------------------------- */
+
+/* Java's String.hashCode continued from h over the UTF-16 code units of the UTF-8 text p[0..n):
+ * a character beyond the BMP is two units (its surrogates). 0 when the text is not strict UTF-8
+ * (Python's decoder then replaces bytes, which the caller does), else 1. */
+static int java_hash_utf8(uint32_t *h, const uint8_t *p, size_t n)
+{
+    uint32_t v = *h;
+    size_t i = 0;
+    while (i < n) {
+        uint8_t b = p[i];
+        /* ASCII four bytes at a time: h * 31^4 + ..., products that do not wait on each other */
+        if (i + 4 <= n && !((p[i] | p[i + 1] | p[i + 2] | p[i + 3]) & 0x80)) {
+            v = v * 923521u + p[i] * 29791u + p[i + 1] * 961u + p[i + 2] * 31u + p[i + 3];
+            i += 4;
+            continue;
+        }
+        if (b < 0x80) {
+            v = 31u * v + b;
+            i++;
+            continue;
+        }
+        size_t len = utf8_length[b];
+        if (!len || n - i < len || p[i + 1] < utf8_low[b] || p[i + 1] > utf8_high[b])
+            return 0;
+        uint32_t cp = b & (0x7Fu >> len);
+        for (size_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3Fu);
+        }
+        if (cp >= 0x10000) {
+            v = 31u * v + (0xD800u + ((cp - 0x10000u) >> 10));
+            v = 31u * v + (0xDC00u + (cp & 0x3FFu));
+        } else {
+            v = 31u * v + cp;
+        }
+        i += len;
+    }
+    *h = v;
+    return 1;
+}
+
+/* The values of the last UNIQ_KEY and KEYS entries with a non-empty value in the properties
+ * p[0..n), as parse_properties splits them (NULL for none), in one pass over the entries. */
+static void key_properties(const uint8_t *p, size_t n, const uint8_t **uniq, size_t *uniq_len,
+                           const uint8_t **keys, size_t *keys_len)
+{
+    size_t i = 0;
+    *uniq = *keys = NULL;
+    while (i < n) {
+        const uint8_t *entry = p + i;
+        const uint8_t *stop = memchr(entry, 0x02, n - i);
+        size_t m = stop ? (size_t)(stop - entry) : n - i;
+        if (m > 9 && memcmp(entry, "UNIQ_KEY\x01", 9) == 0) {
+            *uniq = entry + 9;
+            *uniq_len = m - 9;
+        } else if (m > 5 && memcmp(entry, "KEYS\x01", 5) == 0) {
+            *keys = entry + 5;
+            *keys_len = m - 5;
+        }
+        i += m + 1;
+    }
+}
+
+/* The masked index hash of one key (IndexFile.indexKeyHashMethod: abs of hashCode, 0 for
+ * Integer.MIN_VALUE) after the topic's prefix hash; -1 where the key is not strict UTF-8. */
+static int64_t index_hash(uint32_t prefix, int prefix_ok, const uint8_t *p, size_t n)
+{
+    uint32_t h = prefix;
+    if (!prefix_ok || !java_hash_utf8(&h, p, n))
+        return -1;
+    int32_t s = (int32_t)h;
+    return s == INT32_MIN ? 0 : (s < 0 ? -(int64_t)s : s);
+}
+
+/* span_fingerprints' polynomial of one key's bytes (modulo 2^64), four bytes a step */
+#define FP_M 0x100000001B3ull
+static int64_t fingerprint(const uint8_t *p, size_t n)
+{
+    const uint64_t m2 = FP_M * FP_M, m3 = m2 * FP_M, m4 = m3 * FP_M;
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        v = v * m4 + p[i] * m3 + p[i + 1] * m2 + p[i + 2] * FP_M + p[i + 3];
+    for (; i < n; i++)
+        v = v * FP_M + p[i];
+    return (int64_t)(v ^ (uint64_t)n);
+}
+#undef FP_M
+
+PyDoc_STRVAR(index_keys_doc,
+             "index_keys(buf, topic_at, topic_len, props_at, props_len, separator, owners,\n"
+             "           starts, lengths, hashes, prints) -> (count, rows)\n\n"
+             "The keys IndexService.buildIndex puts for each record (its topic and properties\n"
+             "the slices of buf given by the int64 arrays), in order: the last non-empty\n"
+             "UNIQ_KEY, then the last non-empty KEYS split on the byte separator, empty parts\n"
+             "dropped. Written to the int64 buffers (of one length): each key's record,\n"
+             "position and length in buf, the index hash of topic#key (-1 where the topic or\n"
+             "key is not strict UTF-8: Python's decoder replaces bytes there) and a 64-bit\n"
+             "fingerprint of the key's bytes. Stops before a record whose keys might not fit\n"
+             "(2 + props_len // 2 items): rows is how many records were done.");
+
+static PyObject *speedups_index_keys(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, topic_at, topic_len, props_at, props_len, out[5];
+    PyObject *out_obj[5];
+    int separator;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*iOOOOO", &buf, &topic_at, &topic_len, &props_at,
+                          &props_len, &separator, &out_obj[0], &out_obj[1], &out_obj[2],
+                          &out_obj[3], &out_obj[4]))
+        return NULL;
+    Py_ssize_t capacity = 0, got = 0;
+    PyObject *result = NULL;
+    Py_ssize_t n = slice_pairs(&topic_at, &topic_len, buf.len);
+    if (n < 0 || slice_pairs(&props_at, &props_len, buf.len) < 0)
+        goto done;
+    if (props_at.len != topic_at.len || separator < 0 || separator > 255) {
+        PyErr_SetString(PyExc_ValueError, "bad index_keys arguments");
+        goto done;
+    }
+    const int64_t *ta = topic_at.buf, *tl = topic_len.buf, *pa = props_at.buf, *pl = props_len.buf;
+    for (; got < 5; got++) {
+        if (PyObject_GetBuffer(out_obj[got], &out[got], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        if (got && out[got].len != out[0].len) {
+            PyErr_SetString(PyExc_ValueError, "the key columns differ in length");
+            got++;
+            goto done;
+        }
+    }
+    capacity = out[0].len / (Py_ssize_t)sizeof(int64_t);
+    int64_t *owners = out[0].buf, *starts = out[1].buf, *lengths = out[2].buf;
+    int64_t *hashes = out[3].buf, *prints = out[4].buf;
+    const uint8_t *data = buf.buf;
+    Py_ssize_t count = 0, r = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; r < n; r++) {
+        size_t plen = pl[r] > 0 ? (size_t)pl[r] : 0, tlen = tl[r] > 0 ? (size_t)tl[r] : 0;
+        if (!plen)
+            continue;
+        /* at most one UNIQ_KEY and (value length + 1) / 2 KEYS parts */
+        if ((size_t)(capacity - count) < 2 + plen / 2)
+            break;
+        /* Properties lie a record apart, after its body: ask for a later record's now. */
+        if (r + 4 < n && pl[r + 4] > 0) {
+            __builtin_prefetch(data + pa[r + 4]);
+            __builtin_prefetch(data + pa[r + 4] + pl[r + 4] - 1);
+        }
+        const uint8_t *p = data + pa[r];
+        size_t uniq_len = 0, keys_len = 0;
+        const uint8_t *uniq, *keys;
+        key_properties(p, plen, &uniq, &uniq_len, &keys, &keys_len);
+        if (!uniq && !keys)
+            continue;
+        uint32_t prefix = 0;
+        int prefix_ok = java_hash_utf8(&prefix, data + (tlen ? ta[r] : 0), tlen);
+        prefix = 31u * prefix + '#';
+        if (uniq) {
+            owners[count] = r;
+            starts[count] = uniq - data;
+            lengths[count] = (int64_t)uniq_len;
+            hashes[count] = index_hash(prefix, prefix_ok, uniq, uniq_len);
+            prints[count] = fingerprint(uniq, uniq_len);
+            count++;
+        }
+        size_t i = 0;
+        while (keys && i < keys_len) {
+            const uint8_t *part = keys + i;
+            const uint8_t *stop = memchr(part, separator, keys_len - i);
+            size_t m = stop ? (size_t)(stop - part) : keys_len - i;
+            if (m) {
+                owners[count] = r;
+                starts[count] = part - data;
+                lengths[count] = (int64_t)m;
+                hashes[count] = index_hash(prefix, prefix_ok, part, m);
+                prints[count] = fingerprint(part, m);
+                count++;
+            }
+            i += m + 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", count, r);
+done:
+    while (got > 0)
+        PyBuffer_Release(&out[--got]);
+    PyBuffer_Release(&props_len);
+    PyBuffer_Release(&props_at);
+    PyBuffer_Release(&topic_len);
+    PyBuffer_Release(&topic_at);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* --- linked entries ------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(follow_links_doc,
@@ -1795,6 +1990,7 @@ static PyMethodDef methods[] = {
     {"gather", speedups_gather, METH_VARARGS, gather_doc},
     {"binary_views", speedups_binary_views, METH_VARARGS, binary_views_doc},
     {"property_entries", speedups_property_entries, METH_VARARGS, property_entries_doc},
+    {"index_keys", speedups_index_keys, METH_VARARGS, index_keys_doc},
     {"features", speedups_features, METH_NOARGS, "The CPU features in use."},
     {NULL, NULL, 0, NULL},
 };

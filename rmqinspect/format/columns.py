@@ -32,6 +32,7 @@ from rmqinspect.format.npbytes import (
     Mask,
     be_ints,
     members,
+    span_fingerprints,
     span_ids,
     split_spans,
     zero_filled_windows,
@@ -164,12 +165,14 @@ def decode_text(raw: bytes) -> str:
 
 class IndexKeys(NamedTuple):
     """Index keys of many records (see :meth:`RecordColumns.index_keys`): each key's hash,
-    the index of its record among the rows asked about, and where the key's bytes are."""
+    the index of its record among the rows asked about, where the key's bytes are, and a
+    fingerprint of them (:func:`~rmqinspect.format.npbytes.span_fingerprints`)."""
 
     hashes: I64
     owners: I64
     starts: I64
     lengths: I64
+    prints: I64
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -376,13 +379,32 @@ class RecordColumns:
             known[delayed[~parses]] = False
         return codes, known
 
-    def index_keys(self, rows: I64, topic_ids: I64, topics: Sequence[str]) -> IndexKeys:
-        """The keys ``IndexService.buildIndex`` puts for the records ``rows`` (ascending), in
-        order: each record's UNIQ_KEY, then its KEYS split on single spaces, empty ones
-        dropped; ROLLBACK records put none. Keys stay spans of the buffer and are hashed (as
-        ``topic#key``) with numpy. ``topic_ids``/``topics`` are :meth:`topic_ids`' answer,
-        decoded."""
+    def index_keys(
+        self, rows: I64, topic_ids: I64 | None = None, topics: Sequence[str] | None = None
+    ) -> IndexKeys:
+        """The keys ``IndexService.buildIndex`` puts for the records ``rows`` (ascending, well
+        formed), in order: each record's UNIQ_KEY, then its KEYS split on single spaces, empty
+        ones dropped; ROLLBACK records put none. Keys stay spans of the buffer, hashed (as
+        ``topic#key``) and fingerprinted by :func:`~rmqinspect.format.speedups.index_keys` in
+        C, or without the extension with numpy (``topic_ids``/``topics``: :meth:`topic_ids`'
+        answer, decoded, when the caller has it)."""
         rollback = (self.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK) == cl.TRANSACTION_ROLLBACK_TYPE
+        if speedups.compiled():
+            keep = np.flatnonzero(~rollback)
+            r = rows[keep]
+            found = speedups.index_keys(
+                self.buf,
+                self.topic_at[r],
+                np.maximum(self.topic_length[r], 0),
+                self.properties_at[r],
+                np.maximum(self.properties_length[r], 0),
+            )
+            return IndexKeys(
+                found.hashes, keep[found.owners], found.starts, found.lengths, found.prints
+            )
+        if topic_ids is None or topics is None:
+            topic_ids, raw = self.topic_ids()
+            topics = [decode_text(t) for t in raw]
         text = PropertiesText(self, rows)
         uniq_at, uniq_len = text.spans(props.UNIQ_KEY)
         keys_at, keys_len = text.spans(props.KEYS)
@@ -405,7 +427,8 @@ class RecordColumns:
         owners, starts, lengths = owners[order], starts[order], lengths[order]
         prefixes = [index_key(topic, "") for topic in topics]
         hashes = prefixed_span_hashes(prefixes, topic_ids[rows[owners]], data, starts, lengths)
-        return IndexKeys(hashes, owners, starts, lengths)
+        prints = span_fingerprints(data, starts, lengths)
+        return IndexKeys(hashes, owners, starts, lengths, prints)
 
     def _texts(self, at: I64, length: I64) -> list[str]:
         """The spans as text (Java's decoding), built without a Python loop."""

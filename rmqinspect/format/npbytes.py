@@ -181,13 +181,19 @@ def span_polynomials(
     return values, ascii_
 
 
+_PRINT_MULTIPLIER = 0x100000001B3
+
+
 def span_fingerprints(data: npt.NDArray[np.uint8], starts: I64, lengths: I64) -> I64:
     """A 64-bit fingerprint of each span's bytes (to tell distinct values apart without
-    building them; long spans are fingerprinted one by one)."""
-    prints, _ = span_polynomials(data, starts, lengths, 0x100000001B3, np.uint64)
+    building them): Horner's polynomial of the bytes modulo 2**64, xor the length, as the C
+    index key loop computes it (long spans one by one, with the powers of the multiplier)."""
+    prints, _ = span_polynomials(data, starts, lengths, _PRINT_MULTIPLIER, np.uint64)
     for j in np.flatnonzero(lengths > _MAX_VECTOR_SPAN).tolist():
-        a = int(starts[j])
-        prints[j] = hash(data[a : a + int(lengths[j])].tobytes()) & 0xFFFFFFFFFFFFFFFF
+        a, n = int(starts[j]), int(lengths[j])
+        powers = np.ones(n, np.uint64)  # array products wrap modulo 2**64
+        powers[1:] = np.cumprod(np.full(n - 1, _PRINT_MULTIPLIER, np.uint64))
+        prints[j] = np.sum(data[a : a + n][::-1].astype(np.uint64) * powers, dtype=np.uint64)
     out: I64 = prints.astype(np.uint64).view(np.int64) ^ lengths
     return out
 

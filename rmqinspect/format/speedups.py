@@ -24,10 +24,12 @@ import struct
 import zlib
 from collections.abc import Callable
 from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from rmqinspect.format.javahash import index_key_hash
 from rmqinspect.format.npbytes import windows
 
 I64 = npt.NDArray[np.int64]
@@ -227,6 +229,121 @@ def property_entries(
         return None
     rows, name_at, name_len, value_at, value_len = (a[:count] for a in out)
     return rows, name_at, name_len, value_at, value_len
+
+
+class KeySpans(NamedTuple):
+    """The index keys of many records (see :func:`index_keys`), one row per key."""
+
+    owners: I64  # the record's row among those asked about
+    starts: I64  # the key's bytes in the buffer
+    lengths: I64
+    hashes: I64  # the index hash of ``topic#key`` (IndexFile.indexKeyHashMethod)
+    prints: I64  # a fingerprint of the key's bytes (to tell distinct keys apart)
+
+
+_UNIQ_NAME = b"UNIQ_KEY\x01"
+_KEYS_NAME = b"KEYS\x01"
+_KEY_SEPARATOR = 0x20  # MessageConst.KEY_SEPARATOR
+
+
+def _last_value(raw: bytes, needle: bytes) -> int:
+    """Where the value of the last entry ``needle`` names (name and 0x01) starts in ``raw``,
+    with a non-empty value, entries split as ``parse_properties`` splits them; -1 for none."""
+    found, at = -1, 0
+    for entry in raw.split(b"\x02"):
+        if entry.startswith(needle) and len(entry) > len(needle):
+            found = at + len(needle)
+        at += len(entry) + 1
+    return found
+
+
+def _key_hash(topic: bytes, key: bytes) -> int:
+    """The index hash of ``topic#key``, both decoded as Java decodes (replacement characters)."""
+    text = topic.decode("utf-8", "replace") + "#" + key.decode("utf-8", "replace")
+    return index_key_hash(text)
+
+
+def _fingerprint(key: bytes) -> int:
+    """:func:`~rmqinspect.format.npbytes.span_fingerprints`' polynomial of any length."""
+    v = 0
+    for b in key:
+        v = (v * 0x100000001B3 + b) & 0xFFFFFFFFFFFFFFFF
+    v ^= len(key)
+    return v - (1 << 64) if v >> 63 else v
+
+
+def py_index_keys(
+    buf: Buffer, topic_at: I64, topic_len: I64, props_at: I64, props_len: I64
+) -> KeySpans:
+    """The keys ``IndexService.buildIndex`` puts for each record whose topic and properties
+    lie at the given spans of ``buf`` (ROLLBACK records are the caller's to leave out), in
+    order: the record's UNIQ_KEY, then its KEYS split on spaces, empty parts dropped (the
+    values as ``parse_properties`` keeps them: the last entry with a non-empty value)."""
+    view = memoryview(buf)
+    rows: list[tuple[int, int, int, int, int]] = []
+    spans = zip(
+        topic_at.tolist(), topic_len.tolist(), props_at.tolist(), props_len.tolist(), strict=True
+    )
+    for r, (ta, tl, pa, pl) in enumerate(spans):
+        raw = bytes(view[pa : pa + max(pl, 0)])
+        uniq, keys = _last_value(raw, _UNIQ_NAME), _last_value(raw, _KEYS_NAME)
+        found: list[tuple[int, int]] = []
+        if uniq >= 0:
+            stop = raw.find(b"\x02", uniq)
+            found.append((uniq, (len(raw) if stop < 0 else stop) - uniq))
+        if keys >= 0:
+            stop = raw.find(b"\x02", keys)
+            at = keys
+            for part in raw[keys : len(raw) if stop < 0 else stop].split(bytes([_KEY_SEPARATOR])):
+                if part:
+                    found.append((at, len(part)))
+                at += len(part) + 1
+        topic = bytes(view[ta : ta + max(tl, 0)])
+        for start, length in found:
+            key = raw[start : start + length]
+            rows.append((r, pa + start, length, _key_hash(topic, key), _fingerprint(key)))
+    columns = np.array(rows, np.int64).reshape(-1, 5).T
+    return KeySpans(*(np.ascontiguousarray(c) for c in columns))
+
+
+def index_keys(
+    buf: Buffer, topic_at: I64, topic_len: I64, props_at: I64, props_len: I64
+) -> KeySpans:
+    """:func:`py_index_keys`, in C when built (keys whose text is not UTF-8, which Java decodes
+    with replacement characters, are hashed here)."""
+    if _speedups is None:
+        return py_index_keys(buf, topic_at, topic_len, props_at, props_len)
+    topic_at, topic_len, props_at, props_len = map(_i64, (topic_at, topic_len, props_at, props_len))
+    n, done, parts = len(props_at), 0, []
+    while done < n:
+        # Room for a few keys a record; the call stops where a record might not fit.
+        room = max(4 * (n - done), 2 + max(int(props_len[done]), 0) // 2)
+        out = [np.empty(room, np.int64) for _ in range(5)]
+        count, rows = _speedups.index_keys(
+            buf,
+            topic_at[done:],
+            topic_len[done:],
+            props_at[done:],
+            props_len[done:],
+            _KEY_SEPARATOR,
+            *out,
+        )
+        out[0] += done
+        parts.append([a[:count] for a in out])
+        done += rows
+    if len(parts) == 1:
+        keys = KeySpans(*parts[0])
+    elif parts:
+        keys = KeySpans(*(np.concatenate(c) for c in zip(*parts, strict=True)))
+    else:
+        keys = KeySpans(*(np.zeros(0, np.int64) for _ in range(5)))
+    view = memoryview(buf)
+    for j in np.flatnonzero(keys.hashes < 0).tolist():
+        r, start = int(keys.owners[j]), int(keys.starts[j])
+        ta = int(topic_at[r])
+        topic = bytes(view[ta : ta + max(int(topic_len[r]), 0)])
+        keys.hashes[j] = _key_hash(topic, bytes(view[start : start + int(keys.lengths[j])]))
+    return keys
 
 
 def py_crc32_many(buf: Buffer, starts: I64, lengths: I64) -> I64:

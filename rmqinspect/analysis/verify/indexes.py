@@ -19,7 +19,7 @@ import numpy as np
 from rmqinspect.analysis.verify.context import Context
 from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import decode_text, gather
+from rmqinspect.format.columns import gather
 from rmqinspect.format.index import (
     ENTRY_DTYPE,
     HASH_SLOT_SIZE,
@@ -28,7 +28,7 @@ from rmqinspect.format.index import (
     IndexGeometry,
     IndexHeader,
 )
-from rmqinspect.format.npbytes import I64, distinct, members, span_fingerprints
+from rmqinspect.format.npbytes import I64, distinct, members
 from rmqinspect.format.scan import data_extent
 from rmqinspect.store.files import StoreFile
 
@@ -432,9 +432,7 @@ def _check_records(
         rows = np.flatnonzero(whole)
         if not len(rows):
             return empty
-        tids, topics = cols.topic_ids()
-        names = [decode_text(t) for t in topics]
-        keys = cols.index_keys(rows, tids, names)
+        keys = cols.index_keys(rows)
         owner = rows[keys.owners]
         record_keys = (owner << 32) | keys.hashes
         has_keys = np.zeros(len(cols), bool)
@@ -450,9 +448,7 @@ def _check_records(
                 if has_keys[inverse[n]]
                 else "the record has no indexed key",
             )
-        data = np.frombuffer(cols.buf, np.uint8)
-        prints = span_fingerprints(data, keys.starts, keys.lengths) & 0xFFFFFFFF
-        out: I64 = distinct((keys.hashes << 32) | prints)
+        out: I64 = distinct((keys.hashes << 32) | (keys.prints & 0xFFFFFFFF))
         del cols
         return out
     finally:
