@@ -15,7 +15,7 @@ from rmqinspect.format import columns, encode, speedups
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.host import HostAddress
-from rmqinspect.format.javahash import index_key, index_key_hash
+from rmqinspect.format.javahash import index_key, index_key_hash, java_hash
 from rmqinspect.format.npbytes import span_fingerprints
 
 needs_c = pytest.mark.skipif(not speedups.compiled(), reason="the C extension is not built")
@@ -192,3 +192,68 @@ def test_record_columns_keys_are_the_same_with_and_without_the_extension(
     assert got.hashes[:3].tolist() == [
         index_key_hash(k) for k in ("TopicA#U1", "TopicA#a", "TopicA#b")
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([*_PIECES, b"TAGS\x01"])).map(b"".join), max_size=8))
+def test_property_hashes_are_parse_properties_and_java_hash(texts: list[bytes]) -> None:
+    """The value ``parse_properties`` keeps under a name, and Java's ``String.hashCode`` of it
+    (the tag hash of a consume-queue unit), C and twin alike."""
+    buf, spans = _spans([(b"T", t) for t in texts])
+    for name in (b"TAGS", b"KEYS", b"UNIQ_KEY"):
+        got = speedups.property_hashes(buf, spans[2], spans[3], name)
+        twin = speedups.py_property_hashes(buf, spans[2], spans[3], name)
+        assert [a.tolist() for a in got] == [a.tolist() for a in twin]
+        for r, raw in enumerate(texts):
+            value = props.parse_properties(raw.decode("utf-8", "replace")).get(name.decode())
+            assert (got[0][r] >= 0) == (value is not None)
+            assert int(got[2][r]) == (java_hash(value) if value else 0)
+            if value is not None and raw.decode("utf-8", "replace").encode() == raw:
+                assert buf[int(got[0][r]) : int(got[0][r] + got[1][r])] == value.encode()
+
+
+@needs_c
+def test_property_hashes_refuse_a_name_that_splits_entries() -> None:
+    buf, spans = _spans([(b"T", b"TAGS\x01a")])
+    out = [np.empty(1, np.int64) for _ in range(3)]
+    for name in (b"", b"TA\x01GS", b"TA\x02GS", b"N" * 64):
+        with pytest.raises(ValueError, match="bad property name"):
+            speedups._speedups.property_hashes(buf, spans[2], spans[3], name, *out)
+    with pytest.raises(ValueError, match="fewer than 1"):
+        speedups._speedups.property_hashes(buf, spans[2], spans[3], b"TAGS", *out[:2], out[2][:0])
+
+
+def test_tags_codes_are_the_same_with_and_without_the_extension(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tag hashes (U+FFFD for bytes that are not UTF-8, none without TAGS), and a schedule
+    record's delivery time by its DELAY level."""
+    data = bytearray()
+    cases = [
+        ("TopicA", b"TAGS\x01TagA"),
+        ("TopicA", "TAGS\x01标签😀".encode()),
+        ("TopicA", b"TAGS\x01a\xffb\x02TAGS\x01"),
+        ("TopicA", b"KEYS\x01k"),
+        (cl.SCHEDULE_TOPIC, b"TAGS\x01t\x02DELAY\x012"),
+    ]
+    for i, (topic, raw) in enumerate(cases):
+        data += encode.encode_message(
+            topic=topic, queue_id=0, flag=0, queue_offset=i, physical_offset=len(data),
+            sys_flag=0, born_timestamp=0, born_host=_HOST, store_timestamp=1000,
+            store_host=_HOST, reconsume_times=0, prepared_transaction_offset=0, body=b"b",
+            properties=raw,
+        )  # fmt: skip
+    cols = columns.gather(bytes(data), columns.walk(bytes(data), 0), 0)
+    rows = np.arange(len(cols), dtype=np.int64)
+    levels = {1: 1000, 2: 5000}
+    codes, known = cols.tags_codes(rows, levels)
+    assert codes.tolist() == [
+        java_hash("TagA"),
+        java_hash("标签😀"),
+        java_hash("a\ufffdb"),
+        0,
+        1000 + 5000,
+    ]
+    assert known.all()
+    monkeypatch.setattr(speedups, "_speedups", None)
+    assert [a.tolist() for a in cols.tags_codes(rows, levels)] == [codes.tolist(), known.tolist()]

@@ -1923,6 +1923,82 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(property_hashes_doc,
+             "property_hashes(buf, props_at, props_len, name, at, length, hashes)\n\n"
+             "For each record's properties (the slices of buf given by the int64 arrays), the\n"
+             "value of the last entry called name with a non-empty value, as parse_properties\n"
+             "keeps it: its position and length in buf ((-1, 0) for none) and Java's\n"
+             "String.hashCode of it (0 for none; 2**32 where it is not strict UTF-8: Python's\n"
+             "decoder replaces bytes there), into the int64 buffers of len(props_at) items.");
+
+static PyObject *speedups_property_hashes(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, props_at, props_len, name, out[3];
+    PyObject *out_obj[3];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*OOO", &buf, &props_at, &props_len, &name, &out_obj[0],
+                          &out_obj[1], &out_obj[2]))
+        return NULL;
+    Py_ssize_t got = 0;
+    PyObject *result = NULL;
+    Py_ssize_t n = slice_pairs(&props_at, &props_len, buf.len);
+    if (n < 0)
+        goto done;
+    /* the name and its 0x01, which the name must not hold (nor 0x02) to find whole entries */
+    uint8_t needle[64];
+    if (name.len < 1 || name.len >= (Py_ssize_t)sizeof(needle) ||
+        memchr(name.buf, 0x01, (size_t)name.len) || memchr(name.buf, 0x02, (size_t)name.len)) {
+        PyErr_SetString(PyExc_ValueError, "bad property name");
+        goto done;
+    }
+    size_t nl = (size_t)name.len + 1;
+    memcpy(needle, name.buf, nl - 1);
+    needle[nl - 1] = 0x01;
+    for (; got < 3; got++)
+        if (get_i64_out(out_obj[got], &out[got], n, "value columns") < 0)
+            goto done;
+    int64_t *at = out[0].buf, *length = out[1].buf, *hashes = out[2].buf;
+    const int64_t *pa = props_at.buf, *pl = props_len.buf;
+    const uint8_t *data = buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < n; r++) {
+        at[r] = -1;
+        length[r] = 0;
+        hashes[r] = 0;
+        size_t plen = pl[r] > 0 ? (size_t)pl[r] : 0, i = 0;
+        const uint8_t *p = data + (plen ? pa[r] : 0);
+        if (r + 4 < n && pl[r + 4] > 0)
+            __builtin_prefetch(data + pa[r + 4]);
+        const uint8_t *value = NULL;
+        size_t value_len = 0;
+        while (i < plen) {
+            const uint8_t *entry = p + i;
+            const uint8_t *stop = memchr(entry, 0x02, plen - i);
+            size_t m = stop ? (size_t)(stop - entry) : plen - i;
+            if (m > nl && memcmp(entry, needle, nl) == 0) {
+                value = entry + nl;
+                value_len = m - nl;
+            }
+            i += m + 1;
+        }
+        if (value) {
+            uint32_t h = 0;
+            at[r] = value - data;
+            length[r] = (int64_t)value_len;
+            hashes[r] = java_hash_utf8(&h, value, value_len) ? (int64_t)(int32_t)h : (1LL << 32);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    while (got > 0)
+        PyBuffer_Release(&out[--got]);
+    PyBuffer_Release(&name);
+    PyBuffer_Release(&props_len);
+    PyBuffer_Release(&props_at);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* --- linked entries ------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(follow_links_doc,
@@ -1991,6 +2067,7 @@ static PyMethodDef methods[] = {
     {"binary_views", speedups_binary_views, METH_VARARGS, binary_views_doc},
     {"property_entries", speedups_property_entries, METH_VARARGS, property_entries_doc},
     {"index_keys", speedups_index_keys, METH_VARARGS, index_keys_doc},
+    {"property_hashes", speedups_property_hashes, METH_VARARGS, property_hashes_doc},
     {"features", speedups_features, METH_NOARGS, "The CPU features in use."},
     {NULL, NULL, 0, NULL},
 };

@@ -346,18 +346,27 @@ class RecordColumns:
         topics: tuple[I64, Sequence[str]] | None = None,
     ) -> tuple[I64, Mask]:
         """:meth:`tags_code` of each record of ``rows`` (ascending), and whether it is known
-        (False where a schedule record's DELAY makes the check fail). TAGS are found by
-        :meth:`property_spans` and hashed once per distinct value; only schedule-topic records
-        (whose DELAY decides) are looked at one by one. ``topics`` is :meth:`topic_ids`'
-        answer, decoded, when the caller has it."""
-        codes = np.zeros(len(rows), np.int64)
+        (False where a schedule record's DELAY makes the check fail). TAGS are found and
+        hashed by :func:`~rmqinspect.format.speedups.property_hashes` (without the extension:
+        by :meth:`property_spans`, each distinct value hashed once); schedule-topic records,
+        whose DELAY decides, are looked at apart. ``topics`` is :meth:`topic_ids`' answer,
+        decoded, when the caller has it."""
         known = np.ones(len(rows), bool)
-        text = PropertiesText(self, rows)
-        at, length = text.spans(props.TAGS)
-        present = np.flatnonzero(at >= 0)
-        ids, distinct = span_ids(self.buf, at[present], length[present])
-        hashes = np.array([_tag_hash(decode_text(v)) for v in distinct], np.int64)
-        codes[present] = hashes[ids] if len(distinct) else 0
+        if speedups.compiled():
+            # TAGS found and hashed in C: the tag hash, 0 without tags (``_tag_hash``).
+            _, _, codes = speedups.property_hashes(
+                self.buf,
+                self.properties_at[rows],
+                np.maximum(self.properties_length[rows], 0),
+                _TAGS_NAME,
+            )
+        else:
+            codes = np.zeros(len(rows), np.int64)
+            at, length = PropertiesText(self, rows).spans(props.TAGS)
+            present = np.flatnonzero(at >= 0)
+            ids, distinct = span_ids(self.buf, at[present], length[present])
+            hashes = np.array([_tag_hash(decode_text(v)) for v in distinct], np.int64)
+            codes[present] = hashes[ids] if len(distinct) else 0
         if topics is None:
             tids, raw = self.topic_ids()
             topics = tids, [decode_text(t) for t in raw]
@@ -366,7 +375,7 @@ class RecordColumns:
         schedule = np.flatnonzero(members(tids[rows], np.array(wanted, np.int64)))
         if len(schedule):
             # A run holds few distinct DELAY values: each is judged once.
-            at, length = (v[schedule] for v in text.spans(props.DELAY))
+            at, length = self.property_spans(props.DELAY, rows[schedule])
             has = at >= 0
             delayed = schedule[has]
             ids, distinct = span_ids(self.buf, at[has], length[has])
@@ -471,6 +480,7 @@ class RecordColumns:
 
 
 _DECODE = operator.methodcaller("decode", "utf-8", "replace")
+_TAGS_NAME = props.TAGS.encode()
 
 
 _ARRAY_FIELDS = tuple(

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.format.javahash import index_key_hash
+from rmqinspect.format.javahash import index_key_hash, java_hash
 from rmqinspect.format.npbytes import windows
 
 I64 = npt.NDArray[np.int64]
@@ -344,6 +344,47 @@ def index_keys(
         topic = bytes(view[ta : ta + max(int(topic_len[r]), 0)])
         keys.hashes[j] = _key_hash(topic, bytes(view[start : start + int(keys.lengths[j])]))
     return keys
+
+
+def py_property_hashes(
+    buf: Buffer, props_at: I64, props_len: I64, name: bytes
+) -> tuple[I64, I64, I64]:
+    """For each record's properties ``buf[a:a + n]``, the value ``parse_properties`` keeps
+    under ``name`` (the last entry with a non-empty value): its position and length in
+    ``buf``, (-1, 0) for none, and ``String.hashCode`` of it as Java decodes it (0 for none)."""
+    view = memoryview(buf)
+    needle = name + b"\x01"
+    n = len(props_at)
+    at, length, hashes = np.full(n, -1, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    spans = zip(props_at.tolist(), props_len.tolist(), strict=True)
+    for r, (pa, pl) in enumerate(spans):
+        raw = bytes(view[pa : pa + max(pl, 0)])
+        start = _last_value(raw, needle)
+        if start >= 0:
+            stop = raw.find(b"\x02", start)
+            value = raw[start : len(raw) if stop < 0 else stop]
+            at[r], length[r] = pa + start, len(value)
+            hashes[r] = java_hash(value.decode("utf-8", "replace"))
+    return at, length, hashes
+
+
+def property_hashes(
+    buf: Buffer, props_at: I64, props_len: I64, name: bytes
+) -> tuple[I64, I64, I64]:
+    """:func:`py_property_hashes`, in C when built (values that are not UTF-8, which Java
+    decodes with replacement characters, are hashed here)."""
+    if _speedups is None:
+        return py_property_hashes(buf, props_at, props_len, name)
+    n = len(props_at)
+    at, length, hashes = (np.empty(n, np.int64) for _ in range(3))
+    _speedups.property_hashes(buf, _i64(props_at), _i64(props_len), name, at, length, hashes)
+    for r in np.flatnonzero(hashes > _INT_MAX).tolist():
+        a = int(at[r])
+        hashes[r] = java_hash(bytes(buf[a : a + int(length[r])]).decode("utf-8", "replace"))
+    return at, length, hashes
+
+
+_INT_MAX = (1 << 31) - 1
 
 
 def py_crc32_many(buf: Buffer, starts: I64, lengths: I64) -> I64:
