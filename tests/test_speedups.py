@@ -250,6 +250,72 @@ def test_gather_agrees(data: st.DataObject) -> None:
     assert via_c == _fields(columns.py_gather(bytes(buf), positions, 0))
 
 
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_walk_columns_agree(data: st.DataObject) -> None:
+    """The one-pass walk, gather and body CRCs are the walk, the numpy gather and zlib's CRC:
+    lying sizes, flags and lengths, a record cut by the buffer's end, the record limit."""
+    records = [_drawn_record(data) for _ in range(data.draw(st.integers(1, 4)))]
+    buf = bytearray(b"".join(records))
+    for _ in range(data.draw(st.integers(0, 4))):
+        at = data.draw(st.integers(0, len(buf) - 1))
+        buf[at] = data.draw(st.integers(0, 255))
+    buf = bytes(buf[: data.draw(st.integers(0, len(buf)))])
+    pos = data.draw(st.integers(0, len(buf)))
+    kwargs: dict[str, Any] = {
+        "accept_v2": data.draw(st.booleans()),
+        "max_records": data.draw(st.integers(0, 5)),
+        "file_start": 1000,
+        "with_crc": data.draw(st.booleans()),
+    }
+    w, cols, crcs = columns.walk_columns(buf, pos, **kwargs)
+    extension = speedups._speedups
+    speedups._speedups = None  # the path without it (a fixture would outlive one example)
+    try:
+        w2, cols2, crcs2 = columns.walk_columns(buf, pos, **kwargs)
+    finally:
+        speedups._speedups = extension
+    assert (w.positions.tolist(), w.store_size.tolist(), w.end, w.stop) == (
+        w2.positions.tolist(),
+        w2.store_size.tolist(),
+        w2.end,
+        w2.stop,
+    )
+    assert _fields(cols) == _fields(cols2)
+    assert (crcs is None) == (crcs2 is None) == (not kwargs["with_crc"])
+    if crcs is not None and crcs2 is not None:
+        assert crcs.tolist() == crcs2.tolist()
+
+
+@needs_c
+def test_walk_gather_refuses_an_output_shorter_than_its_record_limit() -> None:
+    layout = columns._LAYOUT
+    magics = (cl.MESSAGE_MAGIC_CODE,)
+    rows = len(speedups.gather_columns())
+    small = np.empty((rows, 2), np.int64)
+    for out, positions, crcs in (
+        (small, np.empty(3, np.int64), np.empty(3, np.int64)),
+        (np.empty((rows, 3), np.int64), np.empty(2, np.int64), np.empty(3, np.int64)),
+        (np.empty((rows, 3), np.int64), np.empty(3, np.int64), np.empty(2, np.int64)),
+    ):
+        with pytest.raises(ValueError):
+            speedups._speedups.walk_gather(
+                _record(), 0, 3, 8, magics, layout, True, positions, out, crcs
+            )
+    with pytest.raises(ValueError, match="bad gather arguments"):
+        speedups._speedups.walk_gather(
+            _record(),
+            0,
+            1,
+            8,
+            magics,
+            (1 << 40,) * len(layout),
+            True,
+            *(np.empty(1, np.int64), np.empty((rows, 1), np.int64), np.empty(1, np.int64)),
+        )
+
+
 def test_gather_reads_a_short_record_at_the_buffers_end() -> None:
     record = _record(
         topic="T",
@@ -710,6 +776,7 @@ def _switched_path_results() -> list[object]:
         speedups.crc32c_many(buf, starts, lengths).tolist(),
         *(message_json_lines(cols, rows, body, bytearray()) for body in BodyFormat),
         [a.tolist() for a in cols.index_keys(rows)],
+        columns.walk_columns(cols.buf, 0, max_records=1 << 12, with_crc=True)[2].tolist(),
     ]
 
 
@@ -739,6 +806,7 @@ def test_the_scalar_switch_changes_no_result() -> None:
     assert here[0] == [zlib.crc32(b) if b else 0 for b in slices]
     assert here[1] == [crc32c.crc32c(b) if b else 0 for b in slices]
     spans = (cols.topic_at, cols.topic_length, cols.properties_at, cols.properties_length)
-    assert here[-1][0] == speedups.py_index_keys(cols.buf, *spans).hashes.tolist()
-    for body, lines in zip(BodyFormat, here[2:-1], strict=True):
+    assert here[-2][0] == speedups.py_index_keys(cols.buf, *spans).hashes.tolist()
+    assert here[-1] == cols.body_crcs().tolist()
+    for body, lines in zip(BodyFormat, here[2:-2], strict=True):
         assert lines == [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]

@@ -1481,6 +1481,80 @@ static const char *const gather_names[C_COUNT] = {
     "well_formed",
 };
 
+/* Every field of the record at p into column row i of o (rows of stride items); returns whether
+ * the record is well formed. */
+static inline __attribute__((always_inline)) int
+gather_record(const uint8_t *d, Py_ssize_t L, int64_t p, const int64_t *lay, int64_t *o,
+              Py_ssize_t n, Py_ssize_t i)
+{
+    int64_t size = read_be(d, L, wadd(p, lay[L_TOTALSIZE]), 4);
+    int64_t magic = read_be(d, L, wadd(p, lay[L_MAGIC]), 4);
+    int64_t sys_flag = read_be(d, L, wadd(p, lay[L_SYSFLAG]), 4);
+    int64_t ends = wadd(p, size);
+    int64_t born_size = (sys_flag & lay[L_BORN_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
+    int64_t store_size =
+        (sys_flag & lay[L_STORE_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
+    int64_t born_host_at = wadd(p, lay[L_BORNHOST]);
+    int64_t store_host_at = wadd(wadd(born_host_at, born_size), lay[L_STORETIMESTAMP_SIZE]);
+    int64_t mid_at = wadd(store_host_at, store_size);
+    int64_t body_at = wadd(mid_at, lay[L_MID_SIZE]);
+    int ok = body_at <= ends;
+    int64_t body_length = ok ? read_be(d, L, wadd(mid_at, lay[L_BODYLENGTH_REL]), 4) : 0;
+    int64_t topic_length_at = wadd(body_at, body_length > 0 ? body_length : 0);
+    int v2 = magic == lay[L_MAGIC_V2];
+    int tls = v2 ? 2 : 1;
+    int64_t topic_at = wadd(topic_length_at, tls);
+    ok = ok && topic_at <= ends;
+    int64_t topic_length = ok ? read_be(d, L, topic_length_at, tls) : 0;
+    ok = ok && topic_length >= 0;
+    int64_t properties_length_at = wadd(topic_at, topic_length > 0 ? topic_length : 0);
+    int64_t properties_at = wadd(properties_length_at, 2);
+    ok = ok && properties_at <= ends;
+    int64_t properties_length = ok ? read_be(d, L, properties_length_at, 2) : 0;
+    ok = ok && wadd(properties_at, properties_length > 0 ? properties_length : 0) == ends;
+    o[C_SIZES * n + i] = size;
+    o[C_MAGIC * n + i] = magic;
+    o[C_BODY_CRC * n + i] = read_be(d, L, wadd(p, lay[L_BODYCRC]), 4);
+    o[C_QUEUE_ID * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEID]), 4);
+    o[C_FLAG * n + i] = read_be(d, L, wadd(p, lay[L_FLAG]), 4);
+    o[C_QUEUE_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEOFFSET]), 8);
+    o[C_PHYSICAL_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_PHYSICALOFFSET]), 8);
+    o[C_SYS_FLAG * n + i] = sys_flag;
+    o[C_BORN_TIMESTAMP * n + i] = read_be(d, L, wadd(p, lay[L_BORNTIMESTAMP]), 8);
+    o[C_BORN_HOST_AT * n + i] = born_host_at;
+    o[C_BORN_PORT * n + i] = read_be(d, L, wadd(born_host_at, born_size - 4), 4);
+    o[C_STORE_TIMESTAMP * n + i] = read_be(d, L, wadd(born_host_at, born_size), 8);
+    o[C_STORE_HOST_AT * n + i] = store_host_at;
+    o[C_STORE_PORT * n + i] = ok ? read_be(d, L, wadd(store_host_at, store_size - 4), 4) : 0;
+    o[C_RECONSUME_TIMES * n + i] =
+        ok ? read_be(d, L, wadd(mid_at, lay[L_RECONSUME_REL]), 4) : 0;
+    o[C_PREPARED * n + i] = ok ? read_be(d, L, wadd(mid_at, lay[L_PREPARED_REL]), 8) : 0;
+    o[C_BODY_AT * n + i] = body_at;
+    o[C_BODY_LENGTH * n + i] = body_length;
+    o[C_TOPIC_AT * n + i] = topic_at;
+    o[C_TOPIC_LENGTH * n + i] = topic_length;
+    o[C_PROPERTIES_AT * n + i] = properties_at;
+    o[C_PROPERTIES_LENGTH * n + i] = properties_length;
+    o[C_WELL_FORMED * n + i] = ok;
+    return ok;
+}
+
+/* The layout tuple's constants into lay; -1 with an exception set when one is not an int32 (they
+ * are offsets, sizes, flags and a magic). */
+static int parse_layout(PyObject *layout_obj, int64_t *lay)
+{
+    for (int k = 0; k < L_COUNT; k++) {
+        lay[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(layout_obj, k));
+        if (lay[k] == -1 && PyErr_Occurred())
+            return -1;
+        if (lay[k] < INT32_MIN || lay[k] > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "bad gather arguments");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(gather_doc,
              "gather(buf, positions, layout, out)\n\n"
              "Every field of the message records at the int64 positions, into out: an int64\n"
@@ -1502,15 +1576,8 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bad gather arguments");
         goto done;
     }
-    for (int k = 0; k < L_COUNT; k++) {
-        lay[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(layout_obj, k));
-        if (lay[k] == -1 && PyErr_Occurred())
-            goto done;
-        if (lay[k] < INT32_MIN || lay[k] > INT32_MAX) { /* offsets, sizes, flags and a magic */
-            PyErr_SetString(PyExc_ValueError, "bad gather arguments");
-            goto done;
-        }
-    }
+    if (parse_layout(layout_obj, lay) < 0)
+        goto done;
     const uint8_t *d = buf.buf;
     Py_ssize_t L = buf.len;
     const int64_t *pos = positions.buf;
@@ -1536,61 +1603,95 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
             if (topic >= 0 && topic < (int64_t)L)
                 __builtin_prefetch(d + topic);
         }
-        int64_t size = read_be(d, L, wadd(p, lay[L_TOTALSIZE]), 4);
-        int64_t magic = read_be(d, L, wadd(p, lay[L_MAGIC]), 4);
-        int64_t sys_flag = read_be(d, L, wadd(p, lay[L_SYSFLAG]), 4);
-        int64_t ends = wadd(p, size);
-        int64_t born_size = (sys_flag & lay[L_BORN_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
-        int64_t store_size =
-            (sys_flag & lay[L_STORE_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
-        int64_t born_host_at = wadd(p, lay[L_BORNHOST]);
-        int64_t store_host_at = wadd(wadd(born_host_at, born_size), lay[L_STORETIMESTAMP_SIZE]);
-        int64_t mid_at = wadd(store_host_at, store_size);
-        int64_t body_at = wadd(mid_at, lay[L_MID_SIZE]);
-        int ok = body_at <= ends;
-        int64_t body_length = ok ? read_be(d, L, wadd(mid_at, lay[L_BODYLENGTH_REL]), 4) : 0;
-        int64_t topic_length_at = wadd(body_at, body_length > 0 ? body_length : 0);
-        int v2 = magic == lay[L_MAGIC_V2];
-        int tls = v2 ? 2 : 1;
-        int64_t topic_at = wadd(topic_length_at, tls);
-        ok = ok && topic_at <= ends;
-        int64_t topic_length = ok ? read_be(d, L, topic_length_at, tls) : 0;
-        ok = ok && topic_length >= 0;
-        int64_t properties_length_at = wadd(topic_at, topic_length > 0 ? topic_length : 0);
-        int64_t properties_at = wadd(properties_length_at, 2);
-        ok = ok && properties_at <= ends;
-        int64_t properties_length = ok ? read_be(d, L, properties_length_at, 2) : 0;
-        ok = ok && wadd(properties_at, properties_length > 0 ? properties_length : 0) == ends;
-        o[C_SIZES * n + i] = size;
-        o[C_MAGIC * n + i] = magic;
-        o[C_BODY_CRC * n + i] = read_be(d, L, wadd(p, lay[L_BODYCRC]), 4);
-        o[C_QUEUE_ID * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEID]), 4);
-        o[C_FLAG * n + i] = read_be(d, L, wadd(p, lay[L_FLAG]), 4);
-        o[C_QUEUE_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEOFFSET]), 8);
-        o[C_PHYSICAL_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_PHYSICALOFFSET]), 8);
-        o[C_SYS_FLAG * n + i] = sys_flag;
-        o[C_BORN_TIMESTAMP * n + i] = read_be(d, L, wadd(p, lay[L_BORNTIMESTAMP]), 8);
-        o[C_BORN_HOST_AT * n + i] = born_host_at;
-        o[C_BORN_PORT * n + i] = read_be(d, L, wadd(born_host_at, born_size - 4), 4);
-        o[C_STORE_TIMESTAMP * n + i] = read_be(d, L, wadd(born_host_at, born_size), 8);
-        o[C_STORE_HOST_AT * n + i] = store_host_at;
-        o[C_STORE_PORT * n + i] = ok ? read_be(d, L, wadd(store_host_at, store_size - 4), 4) : 0;
-        o[C_RECONSUME_TIMES * n + i] =
-            ok ? read_be(d, L, wadd(mid_at, lay[L_RECONSUME_REL]), 4) : 0;
-        o[C_PREPARED * n + i] = ok ? read_be(d, L, wadd(mid_at, lay[L_PREPARED_REL]), 8) : 0;
-        o[C_BODY_AT * n + i] = body_at;
-        o[C_BODY_LENGTH * n + i] = body_length;
-        o[C_TOPIC_AT * n + i] = topic_at;
-        o[C_TOPIC_LENGTH * n + i] = topic_length;
-        o[C_PROPERTIES_AT * n + i] = properties_at;
-        o[C_PROPERTIES_LENGTH * n + i] = properties_length;
-        o[C_WELL_FORMED * n + i] = ok;
+        gather_record(d, L, p, lay, o, n, i);
     }
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&out);
     PyBuffer_Release(&positions);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(walk_gather_doc,
+             "walk_gather(buf, pos, max_records, min_size, magics, layout, with_crc, positions,\n"
+             "            out, crcs) -> (count, end)\n\n"
+             "walk and gather in one pass over the bytes: follow TOTALSIZE from pos as walk does\n"
+             "(the starts into the int64 buffer positions), and write each record's fields as\n"
+             "gather does into out, len(GATHER_COLUMNS) rows of max_records items; with with_crc\n"
+             "also the CRC-32 of each well-formed record's body (0 for none) into crcs.");
+
+static PyObject *speedups_walk_gather(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, pos_out, out, crc_out;
+    Py_ssize_t pos, max_records;
+    long min_size;
+    int with_crc;
+    PyObject *magics, *layout_obj, *positions, *crcs;
+    int32_t allowed[4];
+    int64_t lay[L_COUNT];
+    if (!PyArg_ParseTuple(args, "y*nnlO!O!pOw*O", &buf, &pos, &max_records, &min_size,
+                          &PyTuple_Type, &magics, &PyTuple_Type, &layout_obj, &with_crc,
+                          &positions, &out, &crcs))
+        return NULL;
+    PyObject *result = NULL;
+    int got = 0;
+    Py_ssize_t n_allowed = PyTuple_GET_SIZE(magics);
+    if (n_allowed > 4 || max_records < 0 || pos < 0 || min_size < 8 ||
+        PyTuple_GET_SIZE(layout_obj) != L_COUNT ||
+        max_records > out.len / (Py_ssize_t)(C_COUNT * sizeof(int64_t))) {
+        PyErr_SetString(PyExc_ValueError, "bad walk_gather arguments");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_allowed; i++) {
+        long m = PyLong_AsLong(PyTuple_GET_ITEM(magics, i));
+        if (m == -1 && PyErr_Occurred())
+            goto done;
+        allowed[i] = (int32_t)m;
+    }
+    if (parse_layout(layout_obj, lay) < 0)
+        goto done;
+    if (get_i64_out(positions, &pos_out, max_records, "positions") < 0)
+        goto done;
+    got = 1;
+    if (get_i64_out(crcs, &crc_out, max_records, "crcs") < 0)
+        goto done;
+    got = 2;
+    const uint8_t *d = buf.buf;
+    Py_ssize_t L = buf.len, at = pos, count = 0;
+    int64_t *po = pos_out.buf, *o = out.buf, *co = crc_out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    while (count < max_records && at <= L - 8) { /* at + 8 could pass PY_SSIZE_T_MAX */
+        int32_t size = be32(d + at);
+        if (size < min_size || size > L - at)
+            break;
+        int32_t magic = be32(d + at + 4);
+        int ok = 0;
+        for (Py_ssize_t i = 0; i < n_allowed; i++)
+            ok |= magic == allowed[i];
+        if (!ok)
+            break;
+        po[count] = at;
+        /* A well-formed record's body lies inside it, so inside buf. */
+        int formed = gather_record(d, L, at, lay, o, max_records, count);
+        if (with_crc) {
+            int64_t body_length = o[C_BODY_LENGTH * max_records + count];
+            co[count] = formed && body_length > 0
+                            ? crc32_of(d + o[C_BODY_AT * max_records + count], (size_t)body_length)
+                            : 0;
+        }
+        count++;
+        at += size;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", count, at);
+done:
+    if (got > 1)
+        PyBuffer_Release(&crc_out);
+    if (got > 0)
+        PyBuffer_Release(&pos_out);
+    PyBuffer_Release(&out);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -2077,6 +2178,7 @@ static PyMethodDef methods[] = {
     {"crc32_many", speedups_crc32_many, METH_VARARGS, crc32_many_doc},
     {"crc32c_many", speedups_crc32c_many, METH_VARARGS, crc32c_many_doc},
     {"gather", speedups_gather, METH_VARARGS, gather_doc},
+    {"walk_gather", speedups_walk_gather, METH_VARARGS, walk_gather_doc},
     {"binary_views", speedups_binary_views, METH_VARARGS, binary_views_doc},
     {"property_entries", speedups_property_entries, METH_VARARGS, property_entries_doc},
     {"index_keys", speedups_index_keys, METH_VARARGS, index_keys_doc},

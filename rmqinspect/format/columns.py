@@ -550,6 +550,35 @@ def gather(buf: Buffer, positions: I64 | Walk, file_start: int = 0) -> RecordCol
     return RecordColumns(buf, file_start, positions=p, well_formed=well_formed, **arrays)
 
 
+def walk_columns(
+    buf: Buffer,
+    pos: int = 0,
+    *,
+    accept_v2: bool = True,
+    max_records: int = RUN_RECORDS,
+    file_start: int = 0,
+    with_crc: bool = False,
+) -> tuple[Walk, RecordColumns, I64 | None]:
+    """:func:`walk` from ``pos`` and :func:`gather` of the records walked, and with
+    ``with_crc`` their :meth:`RecordColumns.body_crcs` (else None): in one C pass over the
+    bytes when the extension is built (a record's bytes are read once, while in cache)."""
+    magics = (_V1, _V2) if accept_v2 else (_V1,)
+    found = speedups.walk_gather(
+        buf, pos, max_records, cl.MIN_RECORD_SIZE, magics, _LAYOUT, with_crc
+    )
+    if found is None:
+        w = walk(buf, pos, accept_v2=accept_v2, max_records=max_records)
+        cols = gather(buf, w, file_start)
+        return w, cols, cols.body_crcs() if with_crc else None
+    p, fields, crcs, end = found
+    stop = WalkStop.LIMIT if len(p) == max_records else _stop_reason(buf, end, accept_v2)
+    arrays = dict(zip(speedups.gather_columns(), fields, strict=True))
+    well_formed: Mask = arrays.pop("well_formed") != 0
+    cols = RecordColumns(buf, file_start, positions=p, well_formed=well_formed, **arrays)
+    w = Walk(p, cols.store_size, end, stop)
+    return w, cols, (crcs & CRC_MASK) if with_crc else None
+
+
 def py_gather(buf: Buffer, p: I64, file_start: int = 0) -> RecordColumns:
     """:func:`gather` with numpy gathers (the C loop's twin)."""
     data = np.frombuffer(buf, np.uint8)

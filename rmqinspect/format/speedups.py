@@ -210,6 +210,31 @@ def gather_fields(buf: Buffer, positions: I64, layout: tuple[int, ...]) -> I64 |
     return out
 
 
+def walk_gather(
+    buf: Buffer,
+    pos: int,
+    max_records: int,
+    min_size: int,
+    magics: tuple[int, ...],
+    layout: tuple[int, ...],
+    with_crc: bool,
+) -> tuple[I64, I64, I64, int] | None:
+    """:func:`walk_chain` and :func:`gather_fields` in one pass over the bytes (each record's
+    header, fields and, ``with_crc``, the CRC-32 of its body read while it is in cache): the
+    starts, the field rows, the CRCs (unmasked; 0 for a record that is not well formed, or
+    without ``with_crc``) and the position after the last record. None without the extension
+    (:func:`rmqinspect.format.columns.walk_columns` then walks, gathers and checksums apart)."""
+    if _speedups is None:
+        return None
+    positions = np.empty(max_records, np.int64)
+    out = np.empty((len(_speedups.GATHER_COLUMNS), max_records), np.int64)
+    crcs = np.zeros(max_records, np.int64)
+    count, end = _speedups.walk_gather(
+        buf, pos, max_records, min_size, magics, layout, with_crc, positions, out, crcs
+    )
+    return positions[:count], out[:, :count], crcs[:count], end
+
+
 def property_entries(
     buf: Buffer, starts: I64, lengths: I64
 ) -> tuple[I64, I64, I64, I64, I64] | None:
