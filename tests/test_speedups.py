@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqinspect.analysis.messages import MessageBatch
-from rmqinspect.format import columns, encode, scan, speedups
+from rmqinspect.format import columns, encode, npbytes, scan, speedups
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.batch import _arrow_properties_column, map_values, properties_column
 from rmqinspect.format.host import HostAddress
@@ -314,6 +314,37 @@ def test_walk_gather_refuses_an_output_shorter_than_its_record_limit() -> None:
             True,
             *(np.empty(1, np.int64), np.empty((rows, 1), np.int64), np.empty(1, np.int64)),
         )
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=60).map(lambda b: bytes(97 + x % 3 for x in b)), st.data())
+def test_span_ids_number_values_as_the_numpy_grouping_does(buf: bytes, data: st.DataObject) -> None:
+    """Few distinct values (three letters), and short spans whose 8-byte window the buffer's
+    end moves (spans lie inside the buffer: the C pass refuses others, below)."""
+    n = data.draw(st.integers(0, 16))
+    at = data.draw(st.lists(st.integers(0, len(buf)), min_size=n, max_size=n))
+    length = [data.draw(st.integers(0, len(buf) - a)) for a in at]
+    spans = np.array(at, np.int64), np.array(length, np.int64)
+    got = npbytes.span_ids(buf, *spans)
+    extension = speedups._speedups
+    speedups._speedups = None
+    try:
+        want = npbytes.span_ids(buf, *spans)
+    finally:
+        speedups._speedups = extension
+    assert (got[0].tolist(), got[1]) == (want[0].tolist(), want[1])
+    assert [got[1][i] for i in got[0].tolist()] == [
+        buf[a : a + k] for a, k in zip(at, length, strict=True)
+    ]
+
+
+@needs_c
+def test_span_ids_refuse_a_span_outside_the_buffer() -> None:
+    out = np.empty(1, np.int64), np.empty(1, np.int64)
+    for at, length in ((3, 2), (-1, 1), (5, 0), (0, -1)):
+        with pytest.raises(ValueError):
+            speedups._speedups.span_ids(b"abcd", np.array([at]), np.array([length]), *out)
 
 
 def test_gather_reads_a_short_record_at_the_buffers_end() -> None:

@@ -2113,6 +2113,145 @@ done:
     return result;
 }
 
+/* --- spans grouped by content ---------------------------------------------------------------- */
+
+/* The 8 bytes at off as rmqinspect.format.npbytes.windows reads them: from the nearest position
+ * where 8 bytes fit (zeros after a buffer shorter than 8), big-endian. */
+static uint64_t window_be64(const uint8_t *d, Py_ssize_t L, int64_t off)
+{
+    uint8_t w[8] = {0};
+    if (L < 8) {
+        memcpy(w, d, (size_t)L);
+    } else {
+        int64_t at = off < 0 ? 0 : (off > (int64_t)L - 8 ? (int64_t)L - 8 : off);
+        memcpy(w, d + at, 8);
+    }
+    uint64_t v = 0;
+    for (int k = 0; k < 8; k++)
+        v = (v << 8) | w[k];
+    return v;
+}
+
+typedef struct {
+    uint64_t key;  /* span_ids' grouping key of the span that ranks the value */
+    int64_t row;   /* that span's row (the least (key, row) of the value's spans) */
+    int64_t first; /* the value's first row */
+    int64_t id;    /* the value's number by first row */
+} span_value;
+
+static int value_order(const void *a, const void *b)
+{
+    const span_value *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->row > y->row) - (x->row < y->row);
+}
+
+PyDoc_STRVAR(span_ids_doc,
+             "span_ids(buf, at, length, ids, firsts) -> count\n\n"
+             "rmqinspect.format.npbytes.span_ids in one pass: each span buf[a:a + n] (every one\n"
+             "inside buf) as the id of its distinct value, ids numbered as span_ids numbers them\n"
+             "(by its grouping key of the value's spans, then by row), into the int64 buffer ids;\n"
+             "firsts (as long as ids) gets each id's first row. count: the distinct values.");
+
+static PyObject *speedups_span_ids(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, at_buf, len_buf, ids_out, firsts_out;
+    PyObject *ids_obj, *firsts_obj;
+    if (!PyArg_ParseTuple(args, "y*y*y*OO", &buf, &at_buf, &len_buf, &ids_obj, &firsts_obj))
+        return NULL;
+    PyObject *result = NULL;
+    int got = 0;
+    int64_t *table = NULL;
+    span_value *values = NULL;
+    int64_t *rank = NULL;
+    Py_ssize_t n = slice_pairs(&at_buf, &len_buf, buf.len);
+    if (n < 0)
+        goto done;
+    const int64_t *at = at_buf.buf, *len = len_buf.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (len[i] < 0 || at[i] < 0 || at[i] > buf.len) {
+            PyErr_SetString(PyExc_ValueError, "a span lies outside the buffer");
+            goto done;
+        }
+    if (get_i64_out(ids_obj, &ids_out, n, "ids") < 0)
+        goto done;
+    got = 1;
+    if (get_i64_out(firsts_obj, &firsts_out, n, "firsts") < 0)
+        goto done;
+    got = 2;
+    size_t cap = 16;
+    while (cap < 2 * (size_t)n)
+        cap *= 2;
+    table = PyMem_Malloc(cap * sizeof(int64_t));
+    values = PyMem_Malloc(((size_t)n + 1) * sizeof(span_value));
+    rank = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+    if (!table || !values || !rank) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *d = buf.buf;
+    Py_ssize_t L = buf.len, count = 0;
+    int64_t *ids = ids_out.buf, *firsts = firsts_out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    memset(table, 0xff, cap * sizeof(int64_t));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *p = d + at[i];
+        size_t m = (size_t)len[i];
+        /* span_ids' key: the first 8 bytes (those inside the span), the last 8, the length */
+        uint64_t every = ~(uint64_t)0;
+        uint64_t mask = m >= 8 ? every : ~(every >> (8 * m));
+        uint64_t head = window_be64(d, L, at[i]) & mask;
+        uint64_t tail = m >= 8 ? window_be64(d, L, at[i] + (int64_t)m - 8) : 0;
+        uint64_t key = (head * 0x9E3779B97F4A7C15ull) ^ tail ^ ((uint64_t)m << 48);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t k = 0; k < m; k++)
+            h = (h ^ p[k]) * 0x100000001b3ull;
+        size_t slot = (size_t)(h ^ (h >> 29)) & (cap - 1);
+        for (;;) {
+            int64_t v = table[slot];
+            if (v < 0) {
+                table[slot] = count;
+                values[count] = (span_value){key, i, i, count};
+                ids[i] = count++;
+                break;
+            }
+            int64_t f = values[v].first;
+            if ((size_t)len[f] == m && memcmp(d + at[f], p, m) == 0) {
+                if (key < values[v].key) { /* rows ascend: a tie keeps the earlier one */
+                    values[v].key = key;
+                    values[v].row = i;
+                }
+                ids[i] = v;
+                break;
+            }
+            slot = (slot + 1) & (cap - 1);
+        }
+    }
+    /* span_ids numbers values group by group in key order, a group's spans in row order */
+    qsort(values, (size_t)count, sizeof(span_value), value_order);
+    for (Py_ssize_t v = 0; v < count; v++) {
+        rank[values[v].id] = v;
+        firsts[v] = values[v].first;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        ids[i] = rank[ids[i]];
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(count);
+done:
+    PyMem_Free(rank);
+    PyMem_Free(values);
+    PyMem_Free(table);
+    if (got > 1)
+        PyBuffer_Release(&firsts_out);
+    if (got > 0)
+        PyBuffer_Release(&ids_out);
+    PyBuffer_Release(&len_buf);
+    PyBuffer_Release(&at_buf);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* --- linked entries ------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(follow_links_doc,
@@ -2182,6 +2321,7 @@ static PyMethodDef methods[] = {
     {"binary_views", speedups_binary_views, METH_VARARGS, binary_views_doc},
     {"property_entries", speedups_property_entries, METH_VARARGS, property_entries_doc},
     {"index_keys", speedups_index_keys, METH_VARARGS, index_keys_doc},
+    {"span_ids", speedups_span_ids, METH_VARARGS, span_ids_doc},
     {"property_hashes", speedups_property_hashes, METH_VARARGS, property_hashes_doc},
     {"features", speedups_features, METH_NOARGS, "The CPU features in use."},
     {NULL, NULL, 0, NULL},
