@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rmqinspect.analysis import units
-from rmqinspect.analysis.verify import VerifyOptions, VerifyReport, verify_store
+from rmqinspect.analysis.verify import VerifyOptions, VerifyReport, context, verify_store
 from rmqinspect.analysis.verify.queues import QueueCoverage
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store, StoreOptions
@@ -82,3 +82,27 @@ def test_a_clean_stores_units_are_not_read_again(
         report = verify_store(store, VerifyOptions())
     assert reads == [1]
     assert [f.check for f in report.findings] == ["consumequeue.size_mismatch"]
+
+
+def test_units_read_ahead_are_the_units_at_those_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records-to-units check reads each queue's units ahead (a run holds a few records of
+    each queue): what it gets is ``units_at`` of the offsets asked, read ahead or again, with
+    the queues read ahead beyond the bound dropped."""
+    monkeypatch.setattr(context, "_READ_AHEAD", 8)
+    monkeypatch.setattr(context, "_UNITS_HELD", 10)
+    root = build_store(tmp_path / "store", orders(60, queues=3))
+    with Store.open(root) as store:
+        ctx = context.Context(store, VerifyOptions())
+        asks = [[0, 1, 2], [3, 7], [5, 8, 9], [19], [0], [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
+        for offsets in asks:
+            for queue_id in range(3):
+                qid = QueueId("Orders", queue_id)
+                q = ctx.queue(qid)
+                assert q is not None and q.max_offset_in_queue == 20
+                at = np.array(offsets, np.int64)
+                got = ctx.units_at(qid, q, at)
+                assert got.tobytes() == q.units_at(at).tobytes()
+                assert (got["phy_offset"] >= 0).all()
+        assert ctx._units_held <= 10 + 11  # the last read is kept whatever its size

@@ -174,7 +174,7 @@ class QueueCoverage:
         if not len(inside):
             return exact
         inside = inside[np.argsort(qoffs[inside], kind="stable")]
-        units = q.units_at(qoffs[inside])
+        units = ctx.units_at(qid, q, qoffs[inside])
         hit = units["phy_offset"] == positions[inside]
         exact[inside[hit]] = True
         at, units = inside[hit], units[hit]
