@@ -1,7 +1,8 @@
 /*
- * The commitlog scanner's per-record loops in C: following TOTALSIZE, copying header rows, the
- * CRCs of many slices of one buffer (zlib's CRC-32 for BODYCRC and the property CRC, CRC-32C
- * for the export's record checksum) and the index keys of many records; and rmqinspect's one
+ * The commitlog scanner's per-record loops in C: following TOTALSIZE, copying header rows (both
+ * in one pass with the body CRCs, walk_gather), the CRCs of many slices of one buffer (zlib's
+ * CRC-32 for BODYCRC and the property CRC, CRC-32C for the export's record checksum), the index
+ * keys and tag hashes of many records, spans numbered by content; and rmqinspect's one
  * CRC-32 of a single buffer (rmqinspect/format/crc.py). Python pays ~0.3 us per record for each loop; a scan at the
  * speed of the data cannot. rmqinspect/format/speedups.py holds the pure-Python twins (the
  * fallback when this module is not built) and tests check that both agree.

@@ -2,7 +2,11 @@
 pure-Python twins here (same arguments, same results; tests run both).
 
 * :func:`walk_chain` follows TOTALSIZE through message headers, the only sequential part of a
-  scan;
+  scan, and :func:`walk_gather` follows it while it reads every field and the body's CRC-32
+  (each record's bytes read once, while in cache);
+* :func:`index_keys` finds, hashes (Java's ``String.hashCode`` of ``topic#key``) and
+  fingerprints the index keys of many records, :func:`property_hashes` one property's value
+  (the tag hash) of many records, and :func:`span_ids` numbers spans by content;
 * :func:`follow_links` follows the prev links of an index file's hash chain;
 * :func:`crc32_many` and :func:`crc32c_many` checksum many slices of one buffer in one call;
 * :func:`property_entries` parses the properties of many records into entry columns (the
