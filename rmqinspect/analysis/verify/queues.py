@@ -137,6 +137,8 @@ class QueueCoverage:
                 self.lagging.setdefault(qid, Lagging()).add(positions, qoffs)
                 continue
             missing = ~self._exact(ctx, q, qid, cols, members, codes[group], findings)
+            if not missing.any():  # the usual case: every record's own unit serves it
+                continue
             missing[missing] = ~q.serves(qoffs[missing], positions[missing])
             late = missing & (qoffs >= q.max_offset_in_queue)
             if late.any():
@@ -170,10 +172,15 @@ class QueueCoverage:
         qoffs = cols.queue_offset[members]
         positions = cols.positions[members] + cols.file_start
         exact = np.zeros(len(members), bool)
-        inside = np.flatnonzero((qoffs >= q.min_offset_in_queue) & (qoffs < q.max_offset_in_queue))
-        if not len(inside):
-            return exact
-        inside = inside[np.argsort(qoffs[inside], kind="stable")]
+        low, high = q.min_offset_in_queue, q.max_offset_in_queue
+        if int(qoffs.min()) >= low and int(qoffs.max()) < high:
+            inside = np.arange(len(qoffs))
+        else:
+            inside = np.flatnonzero((qoffs >= low) & (qoffs < high))
+            if not len(inside):
+                return exact
+        if not bool((qoffs[inside][1:] >= qoffs[inside][:-1]).all()):
+            inside = inside[np.argsort(qoffs[inside], kind="stable")]
         units = ctx.units_at(qid, q, qoffs[inside])
         hit = units["phy_offset"] == positions[inside]
         exact[inside[hit]] = True
@@ -185,7 +192,9 @@ class QueueCoverage:
             self._pending.setdefault(qid, []).append(qoffs[at[sized]])
         tags = units["tags_code"].astype(np.int64)
         wrong = (tags > EXT_MAX_ADDR) & (tags != codes[at])
-        if wrong.any() and ctx.profile is Profile.V4_9 and qid.topic == cl.SCHEDULE_TOPIC:
+        if not wrong.any():
+            return exact
+        if ctx.profile is Profile.V4_9 and qid.topic == cl.SCHEDULE_TOPIC:
             # 4.9.8 dispatches during load() before it parses the delay levels: tag hashes then.
             hashes, _ = cols.tags_codes(members[at], {})
             wrong &= tags != hashes
