@@ -6,6 +6,8 @@ UTF-16 code units of the text it decoded with replacement characters)."""
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -257,3 +259,19 @@ def test_tags_codes_are_the_same_with_and_without_the_extension(
     assert known.all()
     monkeypatch.setattr(speedups, "_speedups", None)
     assert [a.tolist() for a in cols.tags_codes(rows, levels)] == [codes.tolist(), known.tolist()]
+
+
+def test_a_build_from_an_older_source_is_refused() -> None:
+    """An extension built before a loop was added would fail in the middle of a command: it is
+    refused at import, saying to rebuild it."""
+    old = types.ModuleType("_speedups")
+    for name in speedups.LOOPS:
+        if name != "walk_gather":
+            setattr(old, name, len)
+    with pytest.raises(ImportError, match=r"lacks walk_gather.*rebuild"):
+        speedups.check_build(old)
+    old.walk_gather = len  # type: ignore[attr-defined]
+    speedups.check_build(old)
+    if speedups.compiled():
+        assert speedups._speedups is not None
+        speedups.check_build(speedups._speedups)

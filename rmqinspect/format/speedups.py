@@ -39,11 +39,32 @@ from rmqinspect.format.npbytes import windows
 I64 = npt.NDArray[np.int64]
 Buffer = bytes | bytearray | memoryview
 
+# Every loop this module calls: a build older than this file lacks some.
+LOOPS = (
+    "walk", "walk_gather", "gather", "follow_links", "message_json", "crc32", "crc32_many",
+    "crc32c_many", "binary_views", "property_entries", "index_keys", "property_hashes",
+    "span_ids", "features",
+)  # fmt: skip
+
+
+def check_build(module: ModuleType) -> None:
+    """Refuse a build of the extension without every loop of :data:`LOOPS` (one built from an
+    older source): this module would fail half-way through a command instead."""
+    missing = [name for name in LOOPS if not hasattr(module, name)]
+    if missing:
+        raise ImportError(
+            f"rmqinspect.format._speedups lacks {', '.join(missing)}: it was built from an older "
+            "source; rebuild it (pip install -e .)"
+        )
+
+
 _speedups: ModuleType | None
 try:
     _speedups = importlib.import_module("rmqinspect.format._speedups")
 except ImportError:  # pragma: no cover - built at install where a C compiler is present
     _speedups = None
+if _speedups is not None:
+    check_build(_speedups)
 
 _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">ii")
