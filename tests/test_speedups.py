@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqinspect.analysis.messages import MessageBatch
-from rmqinspect.format import columns, encode, scan, speedups
+from rmqinspect.format import columns, encode, npbytes, scan, speedups
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.batch import _arrow_properties_column, map_values, properties_column
 from rmqinspect.format.host import HostAddress
@@ -248,6 +248,103 @@ def test_gather_agrees(data: st.DataObject) -> None:
     positions = np.array(data.draw(st.lists(st.integers(0, len(buf) + 120), max_size=8)), np.int64)
     via_c = _fields(columns.gather(bytes(buf), positions, 0))
     assert via_c == _fields(columns.py_gather(bytes(buf), positions, 0))
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_walk_columns_agree(data: st.DataObject) -> None:
+    """The one-pass walk, gather and body CRCs are the walk, the numpy gather and zlib's CRC:
+    lying sizes, flags and lengths, a record cut by the buffer's end, the record limit."""
+    records = [_drawn_record(data) for _ in range(data.draw(st.integers(1, 4)))]
+    buf = bytearray(b"".join(records))
+    for _ in range(data.draw(st.integers(0, 4))):
+        at = data.draw(st.integers(0, len(buf) - 1))
+        buf[at] = data.draw(st.integers(0, 255))
+    buf = bytes(buf[: data.draw(st.integers(0, len(buf)))])
+    pos = data.draw(st.integers(0, len(buf)))
+    kwargs: dict[str, Any] = {
+        "accept_v2": data.draw(st.booleans()),
+        "max_records": data.draw(st.integers(0, 5)),
+        "file_start": 1000,
+        "with_crc": data.draw(st.booleans()),
+    }
+    w, cols, crcs = columns.walk_columns(buf, pos, **kwargs)
+    extension = speedups._speedups
+    speedups._speedups = None  # the path without it (a fixture would outlive one example)
+    try:
+        w2, cols2, crcs2 = columns.walk_columns(buf, pos, **kwargs)
+    finally:
+        speedups._speedups = extension
+    assert (w.positions.tolist(), w.store_size.tolist(), w.end, w.stop) == (
+        w2.positions.tolist(),
+        w2.store_size.tolist(),
+        w2.end,
+        w2.stop,
+    )
+    assert _fields(cols) == _fields(cols2)
+    assert (crcs is None) == (crcs2 is None) == (not kwargs["with_crc"])
+    if crcs is not None and crcs2 is not None:
+        assert crcs.tolist() == crcs2.tolist()
+
+
+@needs_c
+def test_walk_gather_refuses_an_output_shorter_than_its_record_limit() -> None:
+    layout = columns._LAYOUT
+    magics = (cl.MESSAGE_MAGIC_CODE,)
+    rows = len(speedups.gather_columns())
+    small = np.empty((rows, 2), np.int64)
+    for out, positions, crcs in (
+        (small, np.empty(3, np.int64), np.empty(3, np.int64)),
+        (np.empty((rows, 3), np.int64), np.empty(2, np.int64), np.empty(3, np.int64)),
+        (np.empty((rows, 3), np.int64), np.empty(3, np.int64), np.empty(2, np.int64)),
+    ):
+        with pytest.raises(ValueError):
+            speedups._speedups.walk_gather(
+                _record(), 0, 3, 8, magics, layout, True, positions, out, crcs
+            )
+    with pytest.raises(ValueError, match="bad gather arguments"):
+        speedups._speedups.walk_gather(
+            _record(),
+            0,
+            1,
+            8,
+            magics,
+            (1 << 40,) * len(layout),
+            True,
+            *(np.empty(1, np.int64), np.empty((rows, 1), np.int64), np.empty(1, np.int64)),
+        )
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=60).map(lambda b: bytes(97 + x % 3 for x in b)), st.data())
+def test_span_ids_number_values_as_the_numpy_grouping_does(buf: bytes, data: st.DataObject) -> None:
+    """Few distinct values (three letters), and short spans whose 8-byte window the buffer's
+    end moves (spans lie inside the buffer: the C pass refuses others, below)."""
+    n = data.draw(st.integers(0, 16))
+    at = data.draw(st.lists(st.integers(0, len(buf)), min_size=n, max_size=n))
+    length = [data.draw(st.integers(0, len(buf) - a)) for a in at]
+    spans = np.array(at, np.int64), np.array(length, np.int64)
+    got = npbytes.span_ids(buf, *spans)
+    extension = speedups._speedups
+    speedups._speedups = None
+    try:
+        want = npbytes.span_ids(buf, *spans)
+    finally:
+        speedups._speedups = extension
+    assert (got[0].tolist(), got[1]) == (want[0].tolist(), want[1])
+    assert [got[1][i] for i in got[0].tolist()] == [
+        buf[a : a + k] for a, k in zip(at, length, strict=True)
+    ]
+
+
+@needs_c
+def test_span_ids_refuse_a_span_outside_the_buffer() -> None:
+    out = np.empty(1, np.int64), np.empty(1, np.int64)
+    for at, length in ((3, 2), (-1, 1), (5, 0), (0, -1)):
+        with pytest.raises(ValueError):
+            speedups._speedups.span_ids(b"abcd", np.array([at]), np.array([length]), *out)
 
 
 def test_gather_reads_a_short_record_at_the_buffers_end() -> None:
@@ -709,6 +806,8 @@ def _switched_path_results() -> list[object]:
         speedups.crc32_many(buf, starts, lengths).tolist(),
         speedups.crc32c_many(buf, starts, lengths).tolist(),
         *(message_json_lines(cols, rows, body, bytearray()) for body in BodyFormat),
+        [a.tolist() for a in cols.index_keys(rows)],
+        columns.walk_columns(cols.buf, 0, max_records=1 << 12, with_crc=True)[2].tolist(),
     ]
 
 
@@ -737,5 +836,8 @@ def test_the_scalar_switch_changes_no_result() -> None:
     slices = [buf[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
     assert here[0] == [zlib.crc32(b) if b else 0 for b in slices]
     assert here[1] == [crc32c.crc32c(b) if b else 0 for b in slices]
-    for body, lines in zip(BodyFormat, here[2:], strict=True):
+    spans = (cols.topic_at, cols.topic_length, cols.properties_at, cols.properties_length)
+    assert here[-2][0] == speedups.py_index_keys(cols.buf, *spans).hashes.tolist()
+    assert here[-1] == cols.body_crcs().tolist()
+    for body, lines in zip(BodyFormat, here[2:-2], strict=True):
         assert lines == [dumps(message_json(cols.record(i), body)) for i in range(len(cols))]

@@ -123,11 +123,16 @@ def resolve_units(
     units: npt.NDArray[np.void],
     *,
     data_end: int | None = None,
+    proven: Mask | None = None,
 ) -> UnitResolution:
     """What each of ``units`` (``CQ_UNIT_DTYPE`` rows of queue ``topic``/``queue_id`` at
     ``queue_offsets``) leads to. ``data_end``: where the commitlog's data ends, if known; units
-    at or past it are beyond the commitlog without reading what lies there."""
-    return _resolve(store, topic, queue_id, queue_offsets, units, data_end, fast=True)
+    at or past it are beyond the commitlog without reading what lies there. ``proven``: units
+    the caller saw lead to their record (a walk of the log that read the unit of each record),
+    found unless an earlier rule (an invalid unit, the data's end) says otherwise."""
+    return _resolve(
+        store, topic, queue_id, queue_offsets, units, data_end, fast=True, proven=proven
+    )
 
 
 def resolve_unit(
@@ -203,6 +208,7 @@ def _resolve(
     data_end: int | None,
     *,
     fast: bool,
+    proven: Mask | None = None,
 ) -> UnitResolution:
     """:func:`resolve_units`; ``fast`` gathers records many at a time before judging the rest
     one by one."""
@@ -237,6 +243,10 @@ def _resolve(
     mark(nowhere & ~below, UnitStatus.NO_RECORD, "no commitlog file holds this offset")
     left &= ~nowhere
     accept_v2 = store.profile.profile.accepts_v2_magic
+    if proven is not None:
+        known = left & proven
+        left &= ~known
+        record_sizes[known] = size[known]
     if fast:
         for k, sel in _windows(left, which, phy, clq.files):
             found, magic = _found(

@@ -1,7 +1,8 @@
 /*
- * The commitlog scanner's per-record loops in C: following TOTALSIZE, copying header rows, the
- * CRCs of many slices of one buffer (zlib's CRC-32 for BODYCRC and the property CRC, CRC-32C
- * for the export's record checksum) and the index keys of many records; and rmqinspect's one
+ * The commitlog scanner's per-record loops in C: following TOTALSIZE, copying header rows (both
+ * in one pass with the body CRCs, walk_gather), the CRCs of many slices of one buffer (zlib's
+ * CRC-32 for BODYCRC and the property CRC, CRC-32C for the export's record checksum), the index
+ * keys and tag hashes of many records, spans numbered by content; and rmqinspect's one
  * CRC-32 of a single buffer (rmqinspect/format/crc.py). Python pays ~0.3 us per record for each loop; a scan at the
  * speed of the data cannot. rmqinspect/format/speedups.py holds the pure-Python twins (the
  * fallback when this module is not built) and tests check that both agree.
@@ -1481,6 +1482,80 @@ static const char *const gather_names[C_COUNT] = {
     "well_formed",
 };
 
+/* Every field of the record at p into column row i of o (rows of stride items); returns whether
+ * the record is well formed. */
+static inline __attribute__((always_inline)) int
+gather_record(const uint8_t *d, Py_ssize_t L, int64_t p, const int64_t *lay, int64_t *o,
+              Py_ssize_t n, Py_ssize_t i)
+{
+    int64_t size = read_be(d, L, wadd(p, lay[L_TOTALSIZE]), 4);
+    int64_t magic = read_be(d, L, wadd(p, lay[L_MAGIC]), 4);
+    int64_t sys_flag = read_be(d, L, wadd(p, lay[L_SYSFLAG]), 4);
+    int64_t ends = wadd(p, size);
+    int64_t born_size = (sys_flag & lay[L_BORN_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
+    int64_t store_size =
+        (sys_flag & lay[L_STORE_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
+    int64_t born_host_at = wadd(p, lay[L_BORNHOST]);
+    int64_t store_host_at = wadd(wadd(born_host_at, born_size), lay[L_STORETIMESTAMP_SIZE]);
+    int64_t mid_at = wadd(store_host_at, store_size);
+    int64_t body_at = wadd(mid_at, lay[L_MID_SIZE]);
+    int ok = body_at <= ends;
+    int64_t body_length = ok ? read_be(d, L, wadd(mid_at, lay[L_BODYLENGTH_REL]), 4) : 0;
+    int64_t topic_length_at = wadd(body_at, body_length > 0 ? body_length : 0);
+    int v2 = magic == lay[L_MAGIC_V2];
+    int tls = v2 ? 2 : 1;
+    int64_t topic_at = wadd(topic_length_at, tls);
+    ok = ok && topic_at <= ends;
+    int64_t topic_length = ok ? read_be(d, L, topic_length_at, tls) : 0;
+    ok = ok && topic_length >= 0;
+    int64_t properties_length_at = wadd(topic_at, topic_length > 0 ? topic_length : 0);
+    int64_t properties_at = wadd(properties_length_at, 2);
+    ok = ok && properties_at <= ends;
+    int64_t properties_length = ok ? read_be(d, L, properties_length_at, 2) : 0;
+    ok = ok && wadd(properties_at, properties_length > 0 ? properties_length : 0) == ends;
+    o[C_SIZES * n + i] = size;
+    o[C_MAGIC * n + i] = magic;
+    o[C_BODY_CRC * n + i] = read_be(d, L, wadd(p, lay[L_BODYCRC]), 4);
+    o[C_QUEUE_ID * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEID]), 4);
+    o[C_FLAG * n + i] = read_be(d, L, wadd(p, lay[L_FLAG]), 4);
+    o[C_QUEUE_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEOFFSET]), 8);
+    o[C_PHYSICAL_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_PHYSICALOFFSET]), 8);
+    o[C_SYS_FLAG * n + i] = sys_flag;
+    o[C_BORN_TIMESTAMP * n + i] = read_be(d, L, wadd(p, lay[L_BORNTIMESTAMP]), 8);
+    o[C_BORN_HOST_AT * n + i] = born_host_at;
+    o[C_BORN_PORT * n + i] = read_be(d, L, wadd(born_host_at, born_size - 4), 4);
+    o[C_STORE_TIMESTAMP * n + i] = read_be(d, L, wadd(born_host_at, born_size), 8);
+    o[C_STORE_HOST_AT * n + i] = store_host_at;
+    o[C_STORE_PORT * n + i] = ok ? read_be(d, L, wadd(store_host_at, store_size - 4), 4) : 0;
+    o[C_RECONSUME_TIMES * n + i] =
+        ok ? read_be(d, L, wadd(mid_at, lay[L_RECONSUME_REL]), 4) : 0;
+    o[C_PREPARED * n + i] = ok ? read_be(d, L, wadd(mid_at, lay[L_PREPARED_REL]), 8) : 0;
+    o[C_BODY_AT * n + i] = body_at;
+    o[C_BODY_LENGTH * n + i] = body_length;
+    o[C_TOPIC_AT * n + i] = topic_at;
+    o[C_TOPIC_LENGTH * n + i] = topic_length;
+    o[C_PROPERTIES_AT * n + i] = properties_at;
+    o[C_PROPERTIES_LENGTH * n + i] = properties_length;
+    o[C_WELL_FORMED * n + i] = ok;
+    return ok;
+}
+
+/* The layout tuple's constants into lay; -1 with an exception set when one is not an int32 (they
+ * are offsets, sizes, flags and a magic). */
+static int parse_layout(PyObject *layout_obj, int64_t *lay)
+{
+    for (int k = 0; k < L_COUNT; k++) {
+        lay[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(layout_obj, k));
+        if (lay[k] == -1 && PyErr_Occurred())
+            return -1;
+        if (lay[k] < INT32_MIN || lay[k] > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "bad gather arguments");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(gather_doc,
              "gather(buf, positions, layout, out)\n\n"
              "Every field of the message records at the int64 positions, into out: an int64\n"
@@ -1502,15 +1577,8 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bad gather arguments");
         goto done;
     }
-    for (int k = 0; k < L_COUNT; k++) {
-        lay[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(layout_obj, k));
-        if (lay[k] == -1 && PyErr_Occurred())
-            goto done;
-        if (lay[k] < INT32_MIN || lay[k] > INT32_MAX) { /* offsets, sizes, flags and a magic */
-            PyErr_SetString(PyExc_ValueError, "bad gather arguments");
-            goto done;
-        }
-    }
+    if (parse_layout(layout_obj, lay) < 0)
+        goto done;
     const uint8_t *d = buf.buf;
     Py_ssize_t L = buf.len;
     const int64_t *pos = positions.buf;
@@ -1518,66 +1586,113 @@ static PyObject *speedups_gather(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t p = pos[i];
-        /* Records lie a cache miss apart: ask for a later record's header lines now. */
+        /* Records lie a cache miss apart: ask for a later record's header lines now, and for
+         * the line of the topic of a nearer one, whose header was asked for four records ago
+         * (its body length says where the topic is). */
         if (i + 8 < n && pos[i + 8] >= 0 && pos[i + 8] <= (int64_t)L - 128) {
             __builtin_prefetch(d + pos[i + 8]);
             __builtin_prefetch(d + pos[i + 8] + 64);
         }
-        int64_t size = read_be(d, L, wadd(p, lay[L_TOTALSIZE]), 4);
-        int64_t magic = read_be(d, L, wadd(p, lay[L_MAGIC]), 4);
-        int64_t sys_flag = read_be(d, L, wadd(p, lay[L_SYSFLAG]), 4);
-        int64_t ends = wadd(p, size);
-        int64_t born_size = (sys_flag & lay[L_BORN_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
-        int64_t store_size =
-            (sys_flag & lay[L_STORE_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST];
-        int64_t born_host_at = wadd(p, lay[L_BORNHOST]);
-        int64_t store_host_at = wadd(wadd(born_host_at, born_size), lay[L_STORETIMESTAMP_SIZE]);
-        int64_t mid_at = wadd(store_host_at, store_size);
-        int64_t body_at = wadd(mid_at, lay[L_MID_SIZE]);
-        int ok = body_at <= ends;
-        int64_t body_length = ok ? read_be(d, L, wadd(mid_at, lay[L_BODYLENGTH_REL]), 4) : 0;
-        int64_t topic_length_at = wadd(body_at, body_length > 0 ? body_length : 0);
-        int v2 = magic == lay[L_MAGIC_V2];
-        int tls = v2 ? 2 : 1;
-        int64_t topic_at = wadd(topic_length_at, tls);
-        ok = ok && topic_at <= ends;
-        int64_t topic_length = ok ? read_be(d, L, topic_length_at, tls) : 0;
-        ok = ok && topic_length >= 0;
-        int64_t properties_length_at = wadd(topic_at, topic_length > 0 ? topic_length : 0);
-        int64_t properties_at = wadd(properties_length_at, 2);
-        ok = ok && properties_at <= ends;
-        int64_t properties_length = ok ? read_be(d, L, properties_length_at, 2) : 0;
-        ok = ok && wadd(properties_at, properties_length > 0 ? properties_length : 0) == ends;
-        o[C_SIZES * n + i] = size;
-        o[C_MAGIC * n + i] = magic;
-        o[C_BODY_CRC * n + i] = read_be(d, L, wadd(p, lay[L_BODYCRC]), 4);
-        o[C_QUEUE_ID * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEID]), 4);
-        o[C_FLAG * n + i] = read_be(d, L, wadd(p, lay[L_FLAG]), 4);
-        o[C_QUEUE_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_QUEUEOFFSET]), 8);
-        o[C_PHYSICAL_OFFSET * n + i] = read_be(d, L, wadd(p, lay[L_PHYSICALOFFSET]), 8);
-        o[C_SYS_FLAG * n + i] = sys_flag;
-        o[C_BORN_TIMESTAMP * n + i] = read_be(d, L, wadd(p, lay[L_BORNTIMESTAMP]), 8);
-        o[C_BORN_HOST_AT * n + i] = born_host_at;
-        o[C_BORN_PORT * n + i] = read_be(d, L, wadd(born_host_at, born_size - 4), 4);
-        o[C_STORE_TIMESTAMP * n + i] = read_be(d, L, wadd(born_host_at, born_size), 8);
-        o[C_STORE_HOST_AT * n + i] = store_host_at;
-        o[C_STORE_PORT * n + i] = ok ? read_be(d, L, wadd(store_host_at, store_size - 4), 4) : 0;
-        o[C_RECONSUME_TIMES * n + i] =
-            ok ? read_be(d, L, wadd(mid_at, lay[L_RECONSUME_REL]), 4) : 0;
-        o[C_PREPARED * n + i] = ok ? read_be(d, L, wadd(mid_at, lay[L_PREPARED_REL]), 8) : 0;
-        o[C_BODY_AT * n + i] = body_at;
-        o[C_BODY_LENGTH * n + i] = body_length;
-        o[C_TOPIC_AT * n + i] = topic_at;
-        o[C_TOPIC_LENGTH * n + i] = topic_length;
-        o[C_PROPERTIES_AT * n + i] = properties_at;
-        o[C_PROPERTIES_LENGTH * n + i] = properties_length;
-        o[C_WELL_FORMED * n + i] = ok;
+        if (i + 4 < n && pos[i + 4] >= 0 && pos[i + 4] <= (int64_t)L - 128) {
+            int64_t q = pos[i + 4];
+            int64_t flag = read_be(d, L, wadd(q, lay[L_SYSFLAG]), 4);
+            int64_t hosts = ((flag & lay[L_BORN_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST]) +
+                            ((flag & lay[L_STORE_V6_FLAG]) ? lay[L_IPV6_HOST] : lay[L_IPV4_HOST]);
+            int64_t mid = wadd(wadd(q, lay[L_BORNHOST]), hosts + lay[L_STORETIMESTAMP_SIZE]);
+            int64_t body = read_be(d, L, wadd(mid, lay[L_BODYLENGTH_REL]), 4);
+            int64_t topic = wadd(wadd(mid, lay[L_MID_SIZE]), body > 0 ? body : 0);
+            if (topic >= 0 && topic < (int64_t)L)
+                __builtin_prefetch(d + topic);
+        }
+        gather_record(d, L, p, lay, o, n, i);
     }
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&out);
     PyBuffer_Release(&positions);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(walk_gather_doc,
+             "walk_gather(buf, pos, max_records, min_size, magics, layout, with_crc, positions,\n"
+             "            out, crcs) -> (count, end)\n\n"
+             "walk and gather in one pass over the bytes: follow TOTALSIZE from pos as walk does\n"
+             "(the starts into the int64 buffer positions), and write each record's fields as\n"
+             "gather does into out, len(GATHER_COLUMNS) rows of max_records items; with with_crc\n"
+             "also the CRC-32 of each well-formed record's body (0 for none) into crcs.");
+
+static PyObject *speedups_walk_gather(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, pos_out, out, crc_out;
+    Py_ssize_t pos, max_records;
+    long min_size;
+    int with_crc;
+    PyObject *magics, *layout_obj, *positions, *crcs;
+    int32_t allowed[4];
+    int64_t lay[L_COUNT];
+    if (!PyArg_ParseTuple(args, "y*nnlO!O!pOw*O", &buf, &pos, &max_records, &min_size,
+                          &PyTuple_Type, &magics, &PyTuple_Type, &layout_obj, &with_crc,
+                          &positions, &out, &crcs))
+        return NULL;
+    PyObject *result = NULL;
+    int got = 0;
+    Py_ssize_t n_allowed = PyTuple_GET_SIZE(magics);
+    if (n_allowed > 4 || max_records < 0 || pos < 0 || min_size < 8 ||
+        PyTuple_GET_SIZE(layout_obj) != L_COUNT ||
+        max_records > out.len / (Py_ssize_t)(C_COUNT * sizeof(int64_t))) {
+        PyErr_SetString(PyExc_ValueError, "bad walk_gather arguments");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_allowed; i++) {
+        long m = PyLong_AsLong(PyTuple_GET_ITEM(magics, i));
+        if (m == -1 && PyErr_Occurred())
+            goto done;
+        allowed[i] = (int32_t)m;
+    }
+    if (parse_layout(layout_obj, lay) < 0)
+        goto done;
+    if (get_i64_out(positions, &pos_out, max_records, "positions") < 0)
+        goto done;
+    got = 1;
+    if (get_i64_out(crcs, &crc_out, max_records, "crcs") < 0)
+        goto done;
+    got = 2;
+    const uint8_t *d = buf.buf;
+    Py_ssize_t L = buf.len, at = pos, count = 0;
+    int64_t *po = pos_out.buf, *o = out.buf, *co = crc_out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    while (count < max_records && at <= L - 8) { /* at + 8 could pass PY_SSIZE_T_MAX */
+        int32_t size = be32(d + at);
+        if (size < min_size || size > L - at)
+            break;
+        int32_t magic = be32(d + at + 4);
+        int ok = 0;
+        for (Py_ssize_t i = 0; i < n_allowed; i++)
+            ok |= magic == allowed[i];
+        if (!ok)
+            break;
+        po[count] = at;
+        /* A well-formed record's body lies inside it, so inside buf. */
+        int formed = gather_record(d, L, at, lay, o, max_records, count);
+        if (with_crc) {
+            int64_t body_length = o[C_BODY_LENGTH * max_records + count];
+            co[count] = formed && body_length > 0
+                            ? crc32_of(d + o[C_BODY_AT * max_records + count], (size_t)body_length)
+                            : 0;
+        }
+        count++;
+        at += size;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", count, at);
+done:
+    if (got > 1)
+        PyBuffer_Release(&crc_out);
+    if (got > 0)
+        PyBuffer_Release(&pos_out);
+    PyBuffer_Release(&out);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -1728,6 +1843,416 @@ static PyObject *speedups_features(PyObject *self, PyObject *unused)
                          have_ssse3 ? Py_True : Py_False, "sse2", have_sse2 ? Py_True : Py_False);
 }
 
+/* --- index keys of many records --------------------------------------------------------------- */
+
+/* Java's String.hashCode continued from h over the UTF-16 code units of the UTF-8 text p[0..n):
+ * a character beyond the BMP is two units (its surrogates). 0 when the text is not strict UTF-8
+ * (Python's decoder then replaces bytes, which the caller does), else 1. */
+static int java_hash_utf8(uint32_t *h, const uint8_t *p, size_t n)
+{
+    uint32_t v = *h;
+    size_t i = 0;
+    while (i < n) {
+        uint8_t b = p[i];
+        /* ASCII four bytes at a time: h * 31^4 + ..., products that do not wait on each other */
+        if (i + 4 <= n && !((p[i] | p[i + 1] | p[i + 2] | p[i + 3]) & 0x80)) {
+            v = v * 923521u + p[i] * 29791u + p[i + 1] * 961u + p[i + 2] * 31u + p[i + 3];
+            i += 4;
+            continue;
+        }
+        if (b < 0x80) {
+            v = 31u * v + b;
+            i++;
+            continue;
+        }
+        size_t len = utf8_length[b];
+        if (!len || n - i < len || p[i + 1] < utf8_low[b] || p[i + 1] > utf8_high[b])
+            return 0;
+        uint32_t cp = b & (0x7Fu >> len);
+        for (size_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3Fu);
+        }
+        if (cp >= 0x10000) {
+            v = 31u * v + (0xD800u + ((cp - 0x10000u) >> 10));
+            v = 31u * v + (0xDC00u + (cp & 0x3FFu));
+        } else {
+            v = 31u * v + cp;
+        }
+        i += len;
+    }
+    *h = v;
+    return 1;
+}
+
+/* The values of the last UNIQ_KEY and KEYS entries with a non-empty value in the properties
+ * p[0..n), as parse_properties splits them (NULL for none), in one pass over the entries. */
+static void key_properties(const uint8_t *p, size_t n, const uint8_t **uniq, size_t *uniq_len,
+                           const uint8_t **keys, size_t *keys_len)
+{
+    size_t i = 0;
+    *uniq = *keys = NULL;
+    while (i < n) {
+        const uint8_t *entry = p + i;
+        const uint8_t *stop = memchr(entry, 0x02, n - i);
+        size_t m = stop ? (size_t)(stop - entry) : n - i;
+        if (m > 9 && memcmp(entry, "UNIQ_KEY\x01", 9) == 0) {
+            *uniq = entry + 9;
+            *uniq_len = m - 9;
+        } else if (m > 5 && memcmp(entry, "KEYS\x01", 5) == 0) {
+            *keys = entry + 5;
+            *keys_len = m - 5;
+        }
+        i += m + 1;
+    }
+}
+
+/* The masked index hash of one key (IndexFile.indexKeyHashMethod: abs of hashCode, 0 for
+ * Integer.MIN_VALUE) after the topic's prefix hash; -1 where the key is not strict UTF-8. */
+static int64_t index_hash(uint32_t prefix, int prefix_ok, const uint8_t *p, size_t n)
+{
+    uint32_t h = prefix;
+    if (!prefix_ok || !java_hash_utf8(&h, p, n))
+        return -1;
+    int32_t s = (int32_t)h;
+    return s == INT32_MIN ? 0 : (s < 0 ? -(int64_t)s : s);
+}
+
+/* span_fingerprints' polynomial of one key's bytes (modulo 2^64), four bytes a step */
+#define FP_M 0x100000001B3ull
+static int64_t fingerprint(const uint8_t *p, size_t n)
+{
+    const uint64_t m2 = FP_M * FP_M, m3 = m2 * FP_M, m4 = m3 * FP_M;
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        v = v * m4 + p[i] * m3 + p[i + 1] * m2 + p[i + 2] * FP_M + p[i + 3];
+    for (; i < n; i++)
+        v = v * FP_M + p[i];
+    return (int64_t)(v ^ (uint64_t)n);
+}
+#undef FP_M
+
+PyDoc_STRVAR(index_keys_doc,
+             "index_keys(buf, topic_at, topic_len, props_at, props_len, separator, owners,\n"
+             "           starts, lengths, hashes, prints) -> (count, rows)\n\n"
+             "The keys IndexService.buildIndex puts for each record (its topic and properties\n"
+             "the slices of buf given by the int64 arrays), in order: the last non-empty\n"
+             "UNIQ_KEY, then the last non-empty KEYS split on the byte separator, empty parts\n"
+             "dropped. Written to the int64 buffers (of one length): each key's record,\n"
+             "position and length in buf, the index hash of topic#key (-1 where the topic or\n"
+             "key is not strict UTF-8: Python's decoder replaces bytes there) and a 64-bit\n"
+             "fingerprint of the key's bytes. Stops before a record whose keys might not fit\n"
+             "(2 + props_len // 2 items): rows is how many records were done.");
+
+static PyObject *speedups_index_keys(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, topic_at, topic_len, props_at, props_len, out[5];
+    PyObject *out_obj[5];
+    int separator;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*iOOOOO", &buf, &topic_at, &topic_len, &props_at,
+                          &props_len, &separator, &out_obj[0], &out_obj[1], &out_obj[2],
+                          &out_obj[3], &out_obj[4]))
+        return NULL;
+    Py_ssize_t capacity = 0, got = 0;
+    PyObject *result = NULL;
+    Py_ssize_t n = slice_pairs(&topic_at, &topic_len, buf.len);
+    if (n < 0 || slice_pairs(&props_at, &props_len, buf.len) < 0)
+        goto done;
+    if (props_at.len != topic_at.len || separator < 0 || separator > 255) {
+        PyErr_SetString(PyExc_ValueError, "bad index_keys arguments");
+        goto done;
+    }
+    const int64_t *ta = topic_at.buf, *tl = topic_len.buf, *pa = props_at.buf, *pl = props_len.buf;
+    for (; got < 5; got++) {
+        if (PyObject_GetBuffer(out_obj[got], &out[got], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        if (got && out[got].len != out[0].len) {
+            PyErr_SetString(PyExc_ValueError, "the key columns differ in length");
+            got++;
+            goto done;
+        }
+    }
+    capacity = out[0].len / (Py_ssize_t)sizeof(int64_t);
+    int64_t *owners = out[0].buf, *starts = out[1].buf, *lengths = out[2].buf;
+    int64_t *hashes = out[3].buf, *prints = out[4].buf;
+    const uint8_t *data = buf.buf;
+    Py_ssize_t count = 0, r = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; r < n; r++) {
+        size_t plen = pl[r] > 0 ? (size_t)pl[r] : 0, tlen = tl[r] > 0 ? (size_t)tl[r] : 0;
+        if (!plen)
+            continue;
+        /* at most one UNIQ_KEY and (value length + 1) / 2 KEYS parts */
+        if ((size_t)(capacity - count) < 2 + plen / 2)
+            break;
+        /* Properties lie a record apart, after its body: ask for a later record's now. */
+        if (r + 4 < n && pl[r + 4] > 0) {
+            __builtin_prefetch(data + pa[r + 4]);
+            __builtin_prefetch(data + pa[r + 4] + pl[r + 4] - 1);
+        }
+        const uint8_t *p = data + pa[r];
+        size_t uniq_len = 0, keys_len = 0;
+        const uint8_t *uniq, *keys;
+        key_properties(p, plen, &uniq, &uniq_len, &keys, &keys_len);
+        if (!uniq && !keys)
+            continue;
+        uint32_t prefix = 0;
+        int prefix_ok = java_hash_utf8(&prefix, data + (tlen ? ta[r] : 0), tlen);
+        prefix = 31u * prefix + '#';
+        if (uniq) {
+            owners[count] = r;
+            starts[count] = uniq - data;
+            lengths[count] = (int64_t)uniq_len;
+            hashes[count] = index_hash(prefix, prefix_ok, uniq, uniq_len);
+            prints[count] = fingerprint(uniq, uniq_len);
+            count++;
+        }
+        size_t i = 0;
+        while (keys && i < keys_len) {
+            const uint8_t *part = keys + i;
+            const uint8_t *stop = memchr(part, separator, keys_len - i);
+            size_t m = stop ? (size_t)(stop - part) : keys_len - i;
+            if (m) {
+                owners[count] = r;
+                starts[count] = part - data;
+                lengths[count] = (int64_t)m;
+                hashes[count] = index_hash(prefix, prefix_ok, part, m);
+                prints[count] = fingerprint(part, m);
+                count++;
+            }
+            i += m + 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", count, r);
+done:
+    while (got > 0)
+        PyBuffer_Release(&out[--got]);
+    PyBuffer_Release(&props_len);
+    PyBuffer_Release(&props_at);
+    PyBuffer_Release(&topic_len);
+    PyBuffer_Release(&topic_at);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(property_hashes_doc,
+             "property_hashes(buf, props_at, props_len, name, at, length, hashes)\n\n"
+             "For each record's properties (the slices of buf given by the int64 arrays), the\n"
+             "value of the last entry called name with a non-empty value, as parse_properties\n"
+             "keeps it: its position and length in buf ((-1, 0) for none) and Java's\n"
+             "String.hashCode of it (0 for none; 2**32 where it is not strict UTF-8: Python's\n"
+             "decoder replaces bytes there), into the int64 buffers of len(props_at) items.");
+
+static PyObject *speedups_property_hashes(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, props_at, props_len, name, out[3];
+    PyObject *out_obj[3];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*OOO", &buf, &props_at, &props_len, &name, &out_obj[0],
+                          &out_obj[1], &out_obj[2]))
+        return NULL;
+    Py_ssize_t got = 0;
+    PyObject *result = NULL;
+    Py_ssize_t n = slice_pairs(&props_at, &props_len, buf.len);
+    if (n < 0)
+        goto done;
+    /* the name and its 0x01, which the name must not hold (nor 0x02) to find whole entries */
+    uint8_t needle[64];
+    if (name.len < 1 || name.len >= (Py_ssize_t)sizeof(needle) ||
+        memchr(name.buf, 0x01, (size_t)name.len) || memchr(name.buf, 0x02, (size_t)name.len)) {
+        PyErr_SetString(PyExc_ValueError, "bad property name");
+        goto done;
+    }
+    size_t nl = (size_t)name.len + 1;
+    memcpy(needle, name.buf, nl - 1);
+    needle[nl - 1] = 0x01;
+    for (; got < 3; got++)
+        if (get_i64_out(out_obj[got], &out[got], n, "value columns") < 0)
+            goto done;
+    int64_t *at = out[0].buf, *length = out[1].buf, *hashes = out[2].buf;
+    const int64_t *pa = props_at.buf, *pl = props_len.buf;
+    const uint8_t *data = buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < n; r++) {
+        at[r] = -1;
+        length[r] = 0;
+        hashes[r] = 0;
+        size_t plen = pl[r] > 0 ? (size_t)pl[r] : 0, i = 0;
+        const uint8_t *p = data + (plen ? pa[r] : 0);
+        if (r + 4 < n && pl[r + 4] > 0)
+            __builtin_prefetch(data + pa[r + 4]);
+        const uint8_t *value = NULL;
+        size_t value_len = 0;
+        while (i < plen) {
+            const uint8_t *entry = p + i;
+            const uint8_t *stop = memchr(entry, 0x02, plen - i);
+            size_t m = stop ? (size_t)(stop - entry) : plen - i;
+            if (m > nl && memcmp(entry, needle, nl) == 0) {
+                value = entry + nl;
+                value_len = m - nl;
+            }
+            i += m + 1;
+        }
+        if (value) {
+            uint32_t h = 0;
+            at[r] = value - data;
+            length[r] = (int64_t)value_len;
+            hashes[r] = java_hash_utf8(&h, value, value_len) ? (int64_t)(int32_t)h : (1LL << 32);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    while (got > 0)
+        PyBuffer_Release(&out[--got]);
+    PyBuffer_Release(&name);
+    PyBuffer_Release(&props_len);
+    PyBuffer_Release(&props_at);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* --- spans grouped by content ---------------------------------------------------------------- */
+
+/* The 8 bytes at off as rmqinspect.format.npbytes.windows reads them: from the nearest position
+ * where 8 bytes fit (zeros after a buffer shorter than 8), big-endian. */
+static uint64_t window_be64(const uint8_t *d, Py_ssize_t L, int64_t off)
+{
+    uint8_t w[8] = {0};
+    if (L < 8) {
+        memcpy(w, d, (size_t)L);
+    } else {
+        int64_t at = off < 0 ? 0 : (off > (int64_t)L - 8 ? (int64_t)L - 8 : off);
+        memcpy(w, d + at, 8);
+    }
+    uint64_t v = 0;
+    for (int k = 0; k < 8; k++)
+        v = (v << 8) | w[k];
+    return v;
+}
+
+typedef struct {
+    uint64_t key;  /* span_ids' grouping key of the span that ranks the value */
+    int64_t row;   /* that span's row (the least (key, row) of the value's spans) */
+    int64_t first; /* the value's first row */
+    int64_t id;    /* the value's number by first row */
+} span_value;
+
+static int value_order(const void *a, const void *b)
+{
+    const span_value *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->row > y->row) - (x->row < y->row);
+}
+
+PyDoc_STRVAR(span_ids_doc,
+             "span_ids(buf, at, length, ids, firsts) -> count\n\n"
+             "rmqinspect.format.npbytes.span_ids in one pass: each span buf[a:a + n] (every one\n"
+             "inside buf) as the id of its distinct value, ids numbered as span_ids numbers them\n"
+             "(by its grouping key of the value's spans, then by row), into the int64 buffer ids;\n"
+             "firsts (as long as ids) gets each id's first row. count: the distinct values.");
+
+static PyObject *speedups_span_ids(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, at_buf, len_buf, ids_out, firsts_out;
+    PyObject *ids_obj, *firsts_obj;
+    if (!PyArg_ParseTuple(args, "y*y*y*OO", &buf, &at_buf, &len_buf, &ids_obj, &firsts_obj))
+        return NULL;
+    PyObject *result = NULL;
+    int got = 0;
+    int64_t *table = NULL;
+    span_value *values = NULL;
+    int64_t *rank = NULL;
+    Py_ssize_t n = slice_pairs(&at_buf, &len_buf, buf.len);
+    if (n < 0)
+        goto done;
+    const int64_t *at = at_buf.buf, *len = len_buf.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (len[i] < 0 || at[i] < 0 || at[i] > buf.len) {
+            PyErr_SetString(PyExc_ValueError, "a span lies outside the buffer");
+            goto done;
+        }
+    if (get_i64_out(ids_obj, &ids_out, n, "ids") < 0)
+        goto done;
+    got = 1;
+    if (get_i64_out(firsts_obj, &firsts_out, n, "firsts") < 0)
+        goto done;
+    got = 2;
+    size_t cap = 16;
+    while (cap < 2 * (size_t)n)
+        cap *= 2;
+    table = PyMem_Malloc(cap * sizeof(int64_t));
+    values = PyMem_Malloc(((size_t)n + 1) * sizeof(span_value));
+    rank = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+    if (!table || !values || !rank) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *d = buf.buf;
+    Py_ssize_t L = buf.len, count = 0;
+    int64_t *ids = ids_out.buf, *firsts = firsts_out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    memset(table, 0xff, cap * sizeof(int64_t));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *p = d + at[i];
+        size_t m = (size_t)len[i];
+        /* span_ids' key: the first 8 bytes (those inside the span), the last 8, the length */
+        uint64_t every = ~(uint64_t)0;
+        uint64_t mask = m >= 8 ? every : ~(every >> (8 * m));
+        uint64_t head = window_be64(d, L, at[i]) & mask;
+        uint64_t tail = m >= 8 ? window_be64(d, L, at[i] + (int64_t)m - 8) : 0;
+        uint64_t key = (head * 0x9E3779B97F4A7C15ull) ^ tail ^ ((uint64_t)m << 48);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t k = 0; k < m; k++)
+            h = (h ^ p[k]) * 0x100000001b3ull;
+        size_t slot = (size_t)(h ^ (h >> 29)) & (cap - 1);
+        for (;;) {
+            int64_t v = table[slot];
+            if (v < 0) {
+                table[slot] = count;
+                values[count] = (span_value){key, i, i, count};
+                ids[i] = count++;
+                break;
+            }
+            int64_t f = values[v].first;
+            if ((size_t)len[f] == m && memcmp(d + at[f], p, m) == 0) {
+                if (key < values[v].key) { /* rows ascend: a tie keeps the earlier one */
+                    values[v].key = key;
+                    values[v].row = i;
+                }
+                ids[i] = v;
+                break;
+            }
+            slot = (slot + 1) & (cap - 1);
+        }
+    }
+    /* span_ids numbers values group by group in key order, a group's spans in row order */
+    qsort(values, (size_t)count, sizeof(span_value), value_order);
+    for (Py_ssize_t v = 0; v < count; v++) {
+        rank[values[v].id] = v;
+        firsts[v] = values[v].first;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        ids[i] = rank[ids[i]];
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(count);
+done:
+    PyMem_Free(rank);
+    PyMem_Free(values);
+    PyMem_Free(table);
+    if (got > 1)
+        PyBuffer_Release(&firsts_out);
+    if (got > 0)
+        PyBuffer_Release(&ids_out);
+    PyBuffer_Release(&len_buf);
+    PyBuffer_Release(&at_buf);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* --- linked entries ------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(follow_links_doc,
@@ -1793,8 +2318,12 @@ static PyMethodDef methods[] = {
     {"crc32_many", speedups_crc32_many, METH_VARARGS, crc32_many_doc},
     {"crc32c_many", speedups_crc32c_many, METH_VARARGS, crc32c_many_doc},
     {"gather", speedups_gather, METH_VARARGS, gather_doc},
+    {"walk_gather", speedups_walk_gather, METH_VARARGS, walk_gather_doc},
     {"binary_views", speedups_binary_views, METH_VARARGS, binary_views_doc},
     {"property_entries", speedups_property_entries, METH_VARARGS, property_entries_doc},
+    {"index_keys", speedups_index_keys, METH_VARARGS, index_keys_doc},
+    {"span_ids", speedups_span_ids, METH_VARARGS, span_ids_doc},
+    {"property_hashes", speedups_property_hashes, METH_VARARGS, property_hashes_doc},
     {"features", speedups_features, METH_NOARGS, "The CPU features in use."},
     {NULL, NULL, 0, NULL},
 };

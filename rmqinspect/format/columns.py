@@ -32,6 +32,7 @@ from rmqinspect.format.npbytes import (
     Mask,
     be_ints,
     members,
+    span_fingerprints,
     span_ids,
     split_spans,
     zero_filled_windows,
@@ -172,12 +173,14 @@ def enters_consume_queue(sys_flag: I64) -> Mask:
 
 class IndexKeys(NamedTuple):
     """Index keys of many records (see :meth:`RecordColumns.index_keys`): each key's hash,
-    the index of its record among the rows asked about, and where the key's bytes are."""
+    the index of its record among the rows asked about, where the key's bytes are, and a
+    fingerprint of them (:func:`~rmqinspect.format.npbytes.span_fingerprints`)."""
 
     hashes: I64
     owners: I64
     starts: I64
     lengths: I64
+    prints: I64
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -349,18 +352,27 @@ class RecordColumns:
         topics: tuple[I64, Sequence[str]] | None = None,
     ) -> tuple[I64, Mask]:
         """:meth:`tags_code` of each record of ``rows`` (ascending), and whether it is known
-        (False where a schedule record's DELAY makes the check fail). TAGS are found by
-        :meth:`property_spans` and hashed once per distinct value; only schedule-topic records
-        (whose DELAY decides) are looked at one by one. ``topics`` is :meth:`topic_ids`'
-        answer, decoded, when the caller has it."""
-        codes = np.zeros(len(rows), np.int64)
+        (False where a schedule record's DELAY makes the check fail). TAGS are found and
+        hashed by :func:`~rmqinspect.format.speedups.property_hashes` (without the extension:
+        by :meth:`property_spans`, each distinct value hashed once); schedule-topic records,
+        whose DELAY decides, are looked at apart. ``topics`` is :meth:`topic_ids`' answer,
+        decoded, when the caller has it."""
         known = np.ones(len(rows), bool)
-        text = PropertiesText(self, rows)
-        at, length = text.spans(props.TAGS)
-        present = np.flatnonzero(at >= 0)
-        ids, distinct = span_ids(self.buf, at[present], length[present])
-        hashes = np.array([_tag_hash(decode_text(v)) for v in distinct], np.int64)
-        codes[present] = hashes[ids] if len(distinct) else 0
+        if speedups.compiled():
+            # TAGS found and hashed in C: the tag hash, 0 without tags (``_tag_hash``).
+            _, _, codes = speedups.property_hashes(
+                self.buf,
+                self.properties_at[rows],
+                np.maximum(self.properties_length[rows], 0),
+                _TAGS_NAME,
+            )
+        else:
+            codes = np.zeros(len(rows), np.int64)
+            at, length = PropertiesText(self, rows).spans(props.TAGS)
+            present = np.flatnonzero(at >= 0)
+            ids, distinct = span_ids(self.buf, at[present], length[present])
+            hashes = np.array([_tag_hash(decode_text(v)) for v in distinct], np.int64)
+            codes[present] = hashes[ids] if len(distinct) else 0
         if topics is None:
             tids, raw = self.topic_ids()
             topics = tids, [decode_text(t) for t in raw]
@@ -369,7 +381,7 @@ class RecordColumns:
         schedule = np.flatnonzero(members(tids[rows], np.array(wanted, np.int64)))
         if len(schedule):
             # A run holds few distinct DELAY values: each is judged once.
-            at, length = (v[schedule] for v in text.spans(props.DELAY))
+            at, length = self.property_spans(props.DELAY, rows[schedule])
             has = at >= 0
             delayed = schedule[has]
             ids, distinct = span_ids(self.buf, at[has], length[has])
@@ -382,13 +394,32 @@ class RecordColumns:
             known[delayed[~parses]] = False
         return codes, known
 
-    def index_keys(self, rows: I64, topic_ids: I64, topics: Sequence[str]) -> IndexKeys:
-        """The keys ``IndexService.buildIndex`` puts for the records ``rows`` (ascending), in
-        order: each record's UNIQ_KEY, then its KEYS split on single spaces, empty ones
-        dropped; ROLLBACK records put none. Keys stay spans of the buffer and are hashed (as
-        ``topic#key``) with numpy. ``topic_ids``/``topics`` are :meth:`topic_ids`' answer,
-        decoded."""
+    def index_keys(
+        self, rows: I64, topic_ids: I64 | None = None, topics: Sequence[str] | None = None
+    ) -> IndexKeys:
+        """The keys ``IndexService.buildIndex`` puts for the records ``rows`` (ascending, well
+        formed), in order: each record's UNIQ_KEY, then its KEYS split on single spaces, empty
+        ones dropped; ROLLBACK records put none. Keys stay spans of the buffer, hashed (as
+        ``topic#key``) and fingerprinted by :func:`~rmqinspect.format.speedups.index_keys` in
+        C, or without the extension with numpy (``topic_ids``/``topics``: :meth:`topic_ids`'
+        answer, decoded, when the caller has it)."""
         rollback = (self.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK) == cl.TRANSACTION_ROLLBACK_TYPE
+        if speedups.compiled():
+            keep = np.flatnonzero(~rollback)
+            r = rows[keep]
+            found = speedups.index_keys(
+                self.buf,
+                self.topic_at[r],
+                np.maximum(self.topic_length[r], 0),
+                self.properties_at[r],
+                np.maximum(self.properties_length[r], 0),
+            )
+            return IndexKeys(
+                found.hashes, keep[found.owners], found.starts, found.lengths, found.prints
+            )
+        if topic_ids is None or topics is None:
+            topic_ids, raw = self.topic_ids()
+            topics = [decode_text(t) for t in raw]
         text = PropertiesText(self, rows)
         uniq_at, uniq_len = text.spans(props.UNIQ_KEY)
         keys_at, keys_len = text.spans(props.KEYS)
@@ -411,7 +442,8 @@ class RecordColumns:
         owners, starts, lengths = owners[order], starts[order], lengths[order]
         prefixes = [index_key(topic, "") for topic in topics]
         hashes = prefixed_span_hashes(prefixes, topic_ids[rows[owners]], data, starts, lengths)
-        return IndexKeys(hashes, owners, starts, lengths)
+        prints = span_fingerprints(data, starts, lengths)
+        return IndexKeys(hashes, owners, starts, lengths, prints)
 
     def _texts(self, at: I64, length: I64) -> list[str]:
         """The spans as text (Java's decoding), built without a Python loop."""
@@ -454,6 +486,7 @@ class RecordColumns:
 
 
 _DECODE = operator.methodcaller("decode", "utf-8", "replace")
+_TAGS_NAME = props.TAGS.encode()
 
 
 _ARRAY_FIELDS = tuple(
@@ -521,6 +554,35 @@ def gather(buf: Buffer, positions: I64 | Walk, file_start: int = 0) -> RecordCol
     arrays = dict(zip(speedups.gather_columns(), fields, strict=True))
     well_formed: Mask = arrays.pop("well_formed") != 0
     return RecordColumns(buf, file_start, positions=p, well_formed=well_formed, **arrays)
+
+
+def walk_columns(
+    buf: Buffer,
+    pos: int = 0,
+    *,
+    accept_v2: bool = True,
+    max_records: int = RUN_RECORDS,
+    file_start: int = 0,
+    with_crc: bool = False,
+) -> tuple[Walk, RecordColumns, I64 | None]:
+    """:func:`walk` from ``pos`` and :func:`gather` of the records walked, and with
+    ``with_crc`` their :meth:`RecordColumns.body_crcs` (else None): in one C pass over the
+    bytes when the extension is built (a record's bytes are read once, while in cache)."""
+    magics = (_V1, _V2) if accept_v2 else (_V1,)
+    found = speedups.walk_gather(
+        buf, pos, max_records, cl.MIN_RECORD_SIZE, magics, _LAYOUT, with_crc
+    )
+    if found is None:
+        w = walk(buf, pos, accept_v2=accept_v2, max_records=max_records)
+        cols = gather(buf, w, file_start)
+        return w, cols, cols.body_crcs() if with_crc else None
+    p, fields, crcs, end = found
+    stop = WalkStop.LIMIT if len(p) == max_records else _stop_reason(buf, end, accept_v2)
+    arrays = dict(zip(speedups.gather_columns(), fields, strict=True))
+    well_formed: Mask = arrays.pop("well_formed") != 0
+    cols = RecordColumns(buf, file_start, positions=p, well_formed=well_formed, **arrays)
+    w = Walk(p, cols.store_size, end, stop)
+    return w, cols, (crcs & CRC_MASK) if with_crc else None
 
 
 def py_gather(buf: Buffer, p: I64, file_start: int = 0) -> RecordColumns:

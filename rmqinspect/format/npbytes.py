@@ -83,13 +83,19 @@ def span_ids(buf: Buffer, at: I64, length: I64) -> tuple[I64, list[bytes]]:
     Spans are grouped by a hash of (length, first 8 bytes, last 8 bytes) with numpy; a group
     whose members all hold the same bytes (compared in full) gets one id, any other group is
     resolved span by span. No bytes object per span: meant for values a run repeats (topics,
-    tags).
+    tags). Spans inside ``buf`` are numbered alike in one C pass where the extension is built.
     """
     n = len(at)
     ids = np.zeros(n, np.int64)
     names: dict[bytes, int] = {}
     if not n:
         return ids, []
+    if (at >= 0).all() and (length >= 0).all() and (at + length <= len(buf)).all():
+        from rmqinspect.format import speedups  # imports this module
+
+        found = speedups.span_ids(buf, at, length)
+        if found is not None:
+            return found
     data = np.frombuffer(buf, np.uint8)
     every = ~np.uint64(0)
     # Keep only the bytes inside the span, so what surrounds a short span cannot split it.
@@ -181,13 +187,19 @@ def span_polynomials(
     return values, ascii_
 
 
+_PRINT_MULTIPLIER = 0x100000001B3
+
+
 def span_fingerprints(data: npt.NDArray[np.uint8], starts: I64, lengths: I64) -> I64:
     """A 64-bit fingerprint of each span's bytes (to tell distinct values apart without
-    building them; long spans are fingerprinted one by one)."""
-    prints, _ = span_polynomials(data, starts, lengths, 0x100000001B3, np.uint64)
+    building them): Horner's polynomial of the bytes modulo 2**64, xor the length, as the C
+    index key loop computes it (long spans one by one, with the powers of the multiplier)."""
+    prints, _ = span_polynomials(data, starts, lengths, _PRINT_MULTIPLIER, np.uint64)
     for j in np.flatnonzero(lengths > _MAX_VECTOR_SPAN).tolist():
-        a = int(starts[j])
-        prints[j] = hash(data[a : a + int(lengths[j])].tobytes()) & 0xFFFFFFFFFFFFFFFF
+        a, n = int(starts[j]), int(lengths[j])
+        powers = np.ones(n, np.uint64)  # array products wrap modulo 2**64
+        powers[1:] = np.cumprod(np.full(n - 1, _PRINT_MULTIPLIER, np.uint64))
+        prints[j] = np.sum(data[a : a + n][::-1].astype(np.uint64) * powers, dtype=np.uint64)
     out: I64 = prints.astype(np.uint64).view(np.int64) ^ lengths
     return out
 

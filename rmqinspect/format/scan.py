@@ -27,7 +27,13 @@ import numpy.typing as npt
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
-from rmqinspect.format.columns import RUN_RECORDS, RecordColumns, WalkStop, gather, walk
+from rmqinspect.format.columns import (
+    RUN_RECORDS,
+    RecordColumns,
+    WalkStop,
+    gather,
+    walk_columns,
+)
 from rmqinspect.format.crc import CRC_MASK
 from rmqinspect.format.npbytes import I64, Buffer, Mask, first_false, windows
 from rmqinspect.format.speedups import crc32_many, property_entries
@@ -111,10 +117,18 @@ def check_run(
     taken = 0
     at = pos
     stop: cl.CheckResult | None = None
+    # The body CRCs certain_mask compares are taken in the same pass as the walk.
+    with_crc = opts.check_crc and opts.read_body and not opts.force_verify_prop_crc
     while taken < max_records:
-        w = walk(buf, at, accept_v2=accept_v2, max_records=max_records - taken)
-        cols = gather(buf, w.positions, file_start)
-        k = _certain(cols, opts)
+        w, cols, crcs = walk_columns(
+            buf,
+            at,
+            accept_v2=accept_v2,
+            max_records=max_records - taken,
+            file_start=file_start,
+            with_crc=with_crc,
+        )
+        k = _certain(cols, opts, crcs)
         if k:
             parts.append(cols.select(slice(0, k)) if k < len(cols) else cols)
             taken += k
@@ -138,16 +152,17 @@ _DIGITS = cl.CRC32_RESERVED_LEN - len(_CRC_TAIL) - 1  # ten digits, then 0x02
 _SEPARATOR = ord(props.PROPERTY_SEPARATOR)
 
 
-def _certain(cols: RecordColumns, opts: cl.CheckOptions) -> int:
+def _certain(cols: RecordColumns, opts: cl.CheckOptions, crcs: I64 | None = None) -> int:
     """How many leading records of ``cols`` ``check_message`` certainly accepts."""
-    return first_false(certain_mask(cols, opts))
+    return first_false(certain_mask(cols, opts, crcs))
 
 
-def certain_mask(cols: RecordColumns, opts: cl.CheckOptions) -> Mask:
+def certain_mask(cols: RecordColumns, opts: cl.CheckOptions, crcs: I64 | None = None) -> Mask:
     """Which records of ``cols`` ``check_message`` certainly accepts, each with
     ``(TOTALSIZE, true)``: well formed (so the 5.3 bounds checks and every scratch-buffer fit
     pass too), and passing each check ``opts`` enables. False also where unsure: then
-    ``check_message`` decides."""
+    ``check_message`` decides. ``crcs``: :meth:`RecordColumns.body_crcs`, when the caller
+    took them already."""
     ok = cols.well_formed.copy()
     if opts.check_dup_info:
         for i in np.flatnonzero(ok).tolist():
@@ -157,8 +172,11 @@ def certain_mask(cols: RecordColumns, opts: cl.CheckOptions) -> Mask:
         _prop_crc_ok(cols, ok)
     elif opts.check_crc and opts.read_body and ok.any():
         rows = np.flatnonzero(ok)
-        chosen = cols.select(rows)
-        ok[rows] = chosen.body_crcs() == chosen.body_crc
+        if crcs is None:
+            chosen = cols.select(rows)
+            ok[rows] = chosen.body_crcs() == chosen.body_crc
+        else:
+            ok[rows] = crcs[rows] == cols.body_crc[rows]
     return ok
 
 

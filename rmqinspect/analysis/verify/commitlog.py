@@ -241,6 +241,7 @@ def check_range(
         part.extent = data_extent(buf, 0, ctx.store.maps.data_end(f)) if extent is None else extent
         # Records start before the file's length: past it, nothing is the next range's.
         _walk(ctx, f, buf, f.length + 1 if end is None else end, out)
+        part.coverage.compact()
     finally:
         buf.release()
         # The walk dropped the pages it passed; this drops what the tail scan and the

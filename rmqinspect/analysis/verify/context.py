@@ -4,14 +4,21 @@ and (per process) the consume queues as the broker loads them."""
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from rmqinspect.analysis.indexes import IndexFileInfo, open_index_files
 from rmqinspect.analysis.queues import loaded_queue
+from rmqinspect.format.npbytes import I64
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
+
+_READ_AHEAD = 1 << 12  # units read at once for a queue's records (80 KiB)
+_UNITS_HELD = 1 << 21  # units kept read ahead in all (40 MiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +40,9 @@ class Context:
         self.delay_table = dict(store.delay_table)
         self.check = store.check_options(check_crc=options.check_crc, read_body=True)
         self._queues: dict[QueueId, ConsumeQueue | None] = {}
+        # units read ahead per queue (first queue offset, units), least recently used first
+        self._units: OrderedDict[QueueId, tuple[int, np.ndarray]] = OrderedDict()
+        self._units_held = 0
         self._batch_units: dict[QueueId, dict[int, int]] = {}
         # topics served from batchconsumequeue/ (analysis/verify/batch_queues.py)
         self.batch_topics = frozenset(q.topic for q in store.batch_dirs)
@@ -56,6 +66,24 @@ class Context:
             for c in bq.chunks(self.store.maps, 0, 2**63, 1 << 14) if bq is not None else ():
                 found.update(zip(c.bases.tolist(), c.units["phy_offset"].tolist(), strict=True))
         return found
+
+    def units_at(self, qid: QueueId, q: ConsumeQueue, queue_offsets: I64) -> np.ndarray:
+        """``q.units_at(queue_offsets)`` (ascending, inside the queue's range), read ahead: the
+        records of a run are a few of each queue's, and reading each queue's file for each run
+        remapped it run after run where the store has more queues than open maps."""
+        lo, hi = int(queue_offsets[0]), int(queue_offsets[-1]) + 1
+        kept = self._units.get(qid)
+        if kept is None or lo < kept[0] or hi > kept[0] + len(kept[1]):
+            stop = min(max(hi, lo + _READ_AHEAD), q.max_offset_in_queue)
+            kept = (lo, q.units_at(np.arange(lo, stop, dtype=np.int64)))
+            self._units_held += len(kept[1]) - len(self._units.pop(qid, (0, ()))[1])
+            self._units[qid] = kept
+            while self._units_held > _UNITS_HELD and len(self._units) > 1:
+                _, (_, old) = self._units.popitem(last=False)
+                self._units_held -= len(old)
+        else:
+            self._units.move_to_end(qid)
+        return kept[1][queue_offsets - kept[0]]
 
     def queue(self, qid: QueueId) -> ConsumeQueue | None:
         """The queue as the broker loads it (None when its directory does not exist)."""

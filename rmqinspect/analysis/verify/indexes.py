@@ -19,7 +19,7 @@ import numpy as np
 from rmqinspect.analysis.verify.context import Context
 from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import decode_text, gather
+from rmqinspect.format.columns import gather
 from rmqinspect.format.index import (
     ENTRY_DTYPE,
     HASH_SLOT_SIZE,
@@ -28,7 +28,7 @@ from rmqinspect.format.index import (
     IndexGeometry,
     IndexHeader,
 )
-from rmqinspect.format.npbytes import I64, distinct, members, span_fingerprints
+from rmqinspect.format.npbytes import I64, distinct, members
 from rmqinspect.format.scan import data_extent
 from rmqinspect.store.files import StoreFile
 
@@ -208,10 +208,16 @@ def _slot_of(entries: np.ndarray, geometry: IndexGeometry) -> Callable[[I64], I6
     """The slot of the entries at 0-based ``rows`` (-1 for a negative key hash), read from
     the file when asked: an array of every entry's slot grew with the file."""
     hashes = entries["key_hash"]
+    slots = geometry.slot_num
 
     def slot(rows: I64) -> I64:
-        h = hashes[rows].astype(np.int64)
-        out: I64 = np.where(h >= 0, h % geometry.slot_num, -1)
+        h = hashes[rows].astype(np.int32)
+        if not 0 < slots <= 0xFFFFFFFF:
+            out: I64 = np.where(h >= 0, h.astype(np.int64) % slots, -1)
+            return out
+        # A non-negative int32 is its uint32: the 32-bit remainder is the cheaper one.
+        out = (h.view(np.uint32) % np.uint32(slots)).astype(np.int64)
+        out[h < 0] = -1
         return out
 
     return slot
@@ -418,7 +424,7 @@ def _check_records(
         return empty
     buf = ctx.store.view(f)
     try:
-        uniq, inverse = np.unique(rel, return_inverse=True)
+        uniq, inverse = _unique(rel)
         cols = gather(buf, uniq, f.start)
         magic = cols.magic[inverse]
         v2 = (magic == cl.MESSAGE_MAGIC_CODE_V2) & ctx.profile.accepts_v2_magic
@@ -432,9 +438,7 @@ def _check_records(
         rows = np.flatnonzero(whole)
         if not len(rows):
             return empty
-        tids, topics = cols.topic_ids()
-        names = [decode_text(t) for t in topics]
-        keys = cols.index_keys(rows, tids, names)
+        keys = cols.index_keys(rows)
         owner = rows[keys.owners]
         record_keys = (owner << 32) | keys.hashes
         has_keys = np.zeros(len(cols), bool)
@@ -450,15 +454,25 @@ def _check_records(
                 if has_keys[inverse[n]]
                 else "the record has no indexed key",
             )
-        data = np.frombuffer(cols.buf, np.uint8)
-        prints = span_fingerprints(data, keys.starts, keys.lengths) & 0xFFFFFFFF
-        out: I64 = distinct((keys.hashes << 32) | prints)
+        out: I64 = distinct((keys.hashes << 32) | (keys.prints & 0xFFFFFFFF))
         del cols
         return out
     finally:
         buf.release()
         # Entries point all over the file: drop what was read (see units._found).
         ctx.store.maps.release(f, 0, f.length)
+
+
+def _unique(values: I64) -> tuple[I64, I64]:
+    """``np.unique(values, return_inverse=True)``; without sorting where the values ascend
+    already (an index's entries follow the log)."""
+    if not bool((values[1:] >= values[:-1]).all()):
+        uniq, inverse = np.unique(values, return_inverse=True)
+        return uniq, inverse
+    new = np.ones(len(values), bool)
+    new[1:] = values[1:] != values[:-1]
+    first: I64 = np.cumsum(new) - 1
+    return values[new], first
 
 
 def _report_collisions(file: str, fingerprints: list[I64], findings: Findings) -> None:

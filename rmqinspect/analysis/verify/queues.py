@@ -44,7 +44,7 @@ from rmqinspect.format.consumequeue import (
     units_array,
 )
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.npbytes import I64, Mask, members
+from rmqinspect.format.npbytes import I64, Mask, distinct, members
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import StoreFile
@@ -88,9 +88,16 @@ class Lagging:
 @dataclass
 class QueueCoverage:
     """Records to units, run by run: records inside their queue's range that no unit serves are
-    findings at once; those past its end (or without a queue) wait for :func:`classify_lagging`."""
+    findings at once; those past its end (or without a queue) wait for :func:`classify_lagging`.
+
+    ``proven``: per queue, runs ``[start, end)`` of queue offsets whose unit this walk found
+    leading to its record (the record's position and TOTALSIZE, in the queue's topic, queue id
+    and offset): what the units-to-records check would find reading those records again, so
+    it need not (:func:`check_queue_file`)."""
 
     lagging: dict[QueueId, Lagging] = field(default_factory=dict)
+    proven: dict[QueueId, list[tuple[I64, I64]]] = field(default_factory=dict)
+    _pending: dict[QueueId, list[I64]] = field(default_factory=dict)  # offsets, not yet runs
 
     def add_run(
         self,
@@ -130,6 +137,8 @@ class QueueCoverage:
                 self.lagging.setdefault(qid, Lagging()).add(positions, qoffs)
                 continue
             missing = ~self._exact(ctx, q, qid, cols, members, codes[group], findings)
+            if not missing.any():  # the usual case: every record's own unit serves it
+                continue
             missing[missing] = ~q.serves(qoffs[missing], positions[missing])
             late = missing & (qoffs >= q.max_offset_in_queue)
             if late.any():
@@ -148,8 +157,8 @@ class QueueCoverage:
                     queue_offset=int(qoffs[i]),
                 )
 
-    @staticmethod
     def _exact(
+        self,
         ctx: Context,
         q: ConsumeQueue,
         qid: QueueId,
@@ -163,17 +172,29 @@ class QueueCoverage:
         qoffs = cols.queue_offset[members]
         positions = cols.positions[members] + cols.file_start
         exact = np.zeros(len(members), bool)
-        inside = np.flatnonzero((qoffs >= q.min_offset_in_queue) & (qoffs < q.max_offset_in_queue))
-        if not len(inside):
-            return exact
-        inside = inside[np.argsort(qoffs[inside], kind="stable")]
-        units = q.units_at(qoffs[inside])
+        low, high = q.min_offset_in_queue, q.max_offset_in_queue
+        if int(qoffs.min()) >= low and int(qoffs.max()) < high:
+            inside = np.arange(len(qoffs))
+        else:
+            inside = np.flatnonzero((qoffs >= low) & (qoffs < high))
+            if not len(inside):
+                return exact
+        if not bool((qoffs[inside][1:] >= qoffs[inside][:-1]).all()):
+            inside = inside[np.argsort(qoffs[inside], kind="stable")]
+        units = ctx.units_at(qid, q, qoffs[inside])
         hit = units["phy_offset"] == positions[inside]
         exact[inside[hit]] = True
         at, units = inside[hit], units[hit]
+        # A topic name that is not its record's bytes (replacement characters) is left to the
+        # units' own check, which compares bytes.
+        if "\ufffd" not in qid.topic:
+            sized = units["size"].astype(np.int64) == cols.store_size[members[at]]
+            self._pending.setdefault(qid, []).append(qoffs[at[sized]])
         tags = units["tags_code"].astype(np.int64)
         wrong = (tags > EXT_MAX_ADDR) & (tags != codes[at])
-        if wrong.any() and ctx.profile is Profile.V4_9 and qid.topic == cl.SCHEDULE_TOPIC:
+        if not wrong.any():
+            return exact
+        if ctx.profile is Profile.V4_9 and qid.topic == cl.SCHEDULE_TOPIC:
             # 4.9.8 dispatches during load() before it parses the delay levels: tag hashes then.
             hashes, _ = cols.tags_codes(members[at], {})
             wrong &= tags != hashes
@@ -201,9 +222,34 @@ class QueueCoverage:
             )
         return exact
 
+    def compact(self) -> None:
+        """Turn the offsets proven since the last call into runs of consecutive ones (a
+        range's walk ends with this: runs are what travels)."""
+        for qid, parts in self._pending.items():
+            offsets = distinct(np.concatenate(parts))
+            if not len(offsets):
+                continue
+            breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
+            starts = offsets[np.concatenate(([0], breaks))]
+            ends = offsets[np.concatenate((breaks - 1, [len(offsets) - 1]))] + 1
+            self.proven.setdefault(qid, []).append((starts, ends))
+        self._pending.clear()
+
+    def proven_runs(self, qid: QueueId) -> tuple[I64, I64]:
+        """The queue's proven runs, sorted by start."""
+        self.compact()
+        runs = self.proven.get(qid, [])
+        starts = np.concatenate([a for a, _ in runs]) if runs else np.zeros(0, np.int64)
+        ends = np.concatenate([b for _, b in runs]) if runs else np.zeros(0, np.int64)
+        order = np.argsort(starts, kind="stable")
+        return starts[order], ends[order]
+
     def extend(self, other: QueueCoverage) -> None:
         for qid, lag in other.lagging.items():
             self.lagging.setdefault(qid, Lagging()).extend(lag)
+        other.compact()
+        for qid, runs in other.proven.items():
+            self.proven.setdefault(qid, []).extend(runs)
 
 
 def classify_lagging(
@@ -297,10 +343,17 @@ def _records(n: int) -> str:
 
 
 def check_queue_file(
-    ctx: Context, qid: QueueId, f: StoreFile, data_end: int, findings: Findings
+    ctx: Context,
+    qid: QueueId,
+    f: StoreFile,
+    data_end: int,
+    findings: Findings,
+    proven: tuple[I64, I64] | None = None,
 ) -> int:
     """Check the units of one consume-queue file (see the module docstring); returns how many
-    units of the queue's range it held. ``data_end`` is where the commitlog's data ends."""
+    units of the queue's range it held. ``data_end`` is where the commitlog's data ends;
+    ``proven``: :meth:`QueueCoverage.proven_runs` of the queue, units whose records need not
+    be read again."""
     q = ctx.queue(qid)
     if q is None or not f.length:
         return 0
@@ -316,7 +369,7 @@ def check_queue_file(
         for a in range(first, last, _CHUNK):
             b = min(a + _CHUNK, last)
             invalid = _check_units(
-                ctx, qid, file, f.start, units[a:b], a, data_end, findings, invalid
+                ctx, qid, file, f.start, units[a:b], a, data_end, findings, invalid, proven
             )
         if invalid is not None:
             invalid.report(qid, file, f.start, findings)
@@ -481,6 +534,7 @@ def _check_units(
     data_end: int,
     findings: Findings,
     invalid: _InvalidRun | None,
+    proven: tuple[I64, I64] | None = None,
 ) -> _InvalidRun | None:
     """Units ``first..`` of one file (positions in units from the file start): what
     :func:`~rmqinspect.analysis.units.resolve_units` says each leads to, as findings.
@@ -488,7 +542,14 @@ def _check_units(
     ended with, and the run this one ends with is returned, not yet reported."""
     index = np.arange(first, first + len(units), dtype=np.int64)
     queue_offsets = file_start // CQ_STORE_UNIT_SIZE + index
-    res = resolve_units(ctx.store, qid.topic, qid.queue_id, queue_offsets, units, data_end=data_end)
+    known = None
+    if proven is not None and len(proven[0]):
+        starts, ends = proven
+        within = np.searchsorted(starts, queue_offsets, side="right") - 1
+        known = (within >= 0) & (queue_offsets < ends[np.maximum(within, 0)])
+    res = resolve_units(
+        ctx.store, qid.topic, qid.queue_id, queue_offsets, units, data_end=data_end, proven=known
+    )
     bad = res.codes == _CODE_INVALID
     done, invalid = _invalid_runs(units[bad], index[bad], invalid)
     for run in done:

@@ -52,6 +52,7 @@ from rmqinspect.analysis.verify.queues import (
 from rmqinspect.analysis.verify.ranges import check_unit, stitch
 from rmqinspect.analysis.verify.summary import Coverage, Summary, summarize
 from rmqinspect.analysis.verify.timer import check_timer
+from rmqinspect.format.npbytes import I64
 from rmqinspect.store import mapguard
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store, StoreOptions
@@ -91,15 +92,17 @@ class VerifyReport:
 _BATCH, _ROCKSDB = -1, -2  # a queue's work unit that is no file index
 
 
-def _queue_unit(ctx: Context, arg: tuple[str, int, int, int]) -> tuple[Findings, int]:
-    topic, queue_id, index, data_end = arg
+def _queue_unit(
+    ctx: Context, arg: tuple[str, int, int, int, tuple[I64, I64] | None]
+) -> tuple[Findings, int]:
+    topic, queue_id, index, data_end, proven = arg
     findings = Findings()
     if index == _BATCH:  # checked whole (its units are found by their bases)
         return findings, check_batch_queue(ctx, QueueId(topic, queue_id), data_end, findings)
     if index == _ROCKSDB:  # no files: the database's rows
         return findings, check_rocksdb_queue(ctx, QueueId(topic, queue_id), data_end, findings)
     f = ctx.store.consume_queue_files(topic, queue_id).files[index]
-    units = check_queue_file(ctx, QueueId(topic, queue_id), f, data_end, findings)
+    units = check_queue_file(ctx, QueueId(topic, queue_id), f, data_end, findings, proven)
     return findings, units
 
 
@@ -228,15 +231,22 @@ class Verifier:
             (r.physical_end for r in results if r.extent),
             default=max(store.commitlog.min_offset, 0),
         )
-        queue_args = [
-            (qid.topic, qid.queue_id, i, data_end)
+        coverage = QueueCoverage()
+        for r in results:
+            coverage.extend(r.coverage)
+        # The walk read the unit of each record: units it found leading to their record are
+        # not read again from the queue side (their records lie all over the log).
+        queue_args: list[tuple[str, int, int, int, tuple[I64, I64] | None]] = [
+            (qid.topic, qid.queue_id, i, data_end, coverage.proven_runs(qid))
             for qid in store.queue_dirs
             if qid not in store.batch_dirs
             for i in range(len(store.consume_queue_files(qid.topic, qid.queue_id).files))
         ]
-        queue_args += [(qid.topic, qid.queue_id, _BATCH, data_end) for qid in store.batch_dirs]
         queue_args += [
-            (qid.topic, qid.queue_id, _ROCKSDB, data_end)
+            (qid.topic, qid.queue_id, _BATCH, data_end, None) for qid in store.batch_dirs
+        ]
+        queue_args += [
+            (qid.topic, qid.queue_id, _ROCKSDB, data_end, None)
             for qid in store.queue_dirs
             if store.rocksdb_queue(qid)
         ]
@@ -247,9 +257,6 @@ class Verifier:
         # findings are merged below, in the same order as ever.
         queue_parts = self._map(_queue_unit, queue_args)
         index_results = self._map(_index_unit, index_args)
-        coverage = QueueCoverage()
-        for r in results:
-            coverage.extend(r.coverage)
         restart = None
         self.restart = None
         if coverage.lagging:
