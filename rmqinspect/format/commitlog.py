@@ -1,4 +1,4 @@
-"""CommitLog records: decoding, the broker's own validity check, and encoding.
+"""CommitLog records: decoding and the broker's own validity check.
 
 Layout and rules: rocketmq-store-format.md §2 (record), §3 (CRCs), §10.3 (the check).
 Two entry points read records:
@@ -7,184 +7,96 @@ Two entry points read records:
   including the order in which it notices problems; recovery and dispatch emulation use it.
 * :func:`decode_message` is lenient about checksums (it reports them) and strict about structure;
   the inspection commands use it.
+
+The record's layout and sysFlag names (:mod:`rmqinspect.format.record_layout`) and the decoded
+record with its property CRC (:mod:`rmqinspect.format.message_record`) have their own modules;
+this one re-exports their names, so every reader takes them from here.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
-from rmqinspect.format.crc import masked_crc32
 from rmqinspect.format.host import HostAddress
 from rmqinspect.format.javahash import java_hash
 from rmqinspect.format.javamath import java_parse_int, java_split, wrap64
+from rmqinspect.format.message_record import CRC_TAIL_PREFIX as CRC_TAIL_PREFIX
+from rmqinspect.format.message_record import MessageRecord as MessageRecord
+from rmqinspect.format.message_record import PropCrc as PropCrc
+from rmqinspect.format.message_record import decode_prop_crc_digits as decode_prop_crc_digits
+from rmqinspect.format.message_record import prop_crc_computed as prop_crc_computed
+from rmqinspect.format.message_record import read_prop_crc as read_prop_crc
+from rmqinspect.format.message_record import record_prop_crc as record_prop_crc
 from rmqinspect.format.profile import Profile
-
-if TYPE_CHECKING:
-    from rmqinspect.format.dledger import EntryHeader
-
-MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, topic length is an i8
-MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, topic length is an i16 (5.1.0+)
-BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end-of-file filler
-END_FILE_MIN_BLANK_LENGTH = 8
-CRC32_RESERVED_LEN = 20  # "__CRC32#" + 0x01 + 10 digits + 0x02
-
-# sysFlag bits (MessageSysFlag)
-COMPRESSED_FLAG = 0x1
-MULTI_TAGS_FLAG = 0x2
-TRANSACTION_TYPE_MASK = 0xC
-TRANSACTION_NOT_TYPE = 0x0
-TRANSACTION_PREPARED_TYPE = 0x4
-TRANSACTION_COMMIT_TYPE = 0x8
-TRANSACTION_ROLLBACK_TYPE = 0xC
-BORNHOST_V6_FLAG = 0x10
-STOREHOSTADDRESS_V6_FLAG = 0x20
-NEED_UNWRAP_FLAG = 0x40
-INNER_BATCH_FLAG = 0x80
-COMPRESSION_TYPE_MASK = 0x700
+from rmqinspect.format.record_layout import BLANK_MAGIC_CODE as BLANK_MAGIC_CODE
+from rmqinspect.format.record_layout import BODY_REL as BODY_REL
+from rmqinspect.format.record_layout import BODYCRC_POS as BODYCRC_POS
+from rmqinspect.format.record_layout import BODYLENGTH_REL as BODYLENGTH_REL
+from rmqinspect.format.record_layout import BORNHOST_POS as BORNHOST_POS
+from rmqinspect.format.record_layout import BORNHOST_V6_FLAG as BORNHOST_V6_FLAG
+from rmqinspect.format.record_layout import BORNTIMESTAMP_POS as BORNTIMESTAMP_POS
+from rmqinspect.format.record_layout import COMPRESSED_FLAG as COMPRESSED_FLAG
+from rmqinspect.format.record_layout import COMPRESSION_TYPE_MASK as COMPRESSION_TYPE_MASK
+from rmqinspect.format.record_layout import CRC32_RESERVED_LEN as CRC32_RESERVED_LEN
+from rmqinspect.format.record_layout import (
+    DEFAULT_COMMITLOG_FILE_SIZE as DEFAULT_COMMITLOG_FILE_SIZE,
+)
+from rmqinspect.format.record_layout import END_FILE_MIN_BLANK_LENGTH as END_FILE_MIN_BLANK_LENGTH
+from rmqinspect.format.record_layout import FIXED_FIELDS as FIXED_FIELDS
+from rmqinspect.format.record_layout import FIXED_HEAD as FIXED_HEAD
+from rmqinspect.format.record_layout import FIXED_POS as FIXED_POS
+from rmqinspect.format.record_layout import FLAG_POS as FLAG_POS
+from rmqinspect.format.record_layout import INNER_BATCH_FLAG as INNER_BATCH_FLAG
+from rmqinspect.format.record_layout import IPV4_HOST_SIZE as IPV4_HOST_SIZE
+from rmqinspect.format.record_layout import IPV6_HOST_SIZE as IPV6_HOST_SIZE
+from rmqinspect.format.record_layout import MAGIC_POS as MAGIC_POS
+from rmqinspect.format.record_layout import MESSAGE_MAGIC_CODE as MESSAGE_MAGIC_CODE
+from rmqinspect.format.record_layout import MESSAGE_MAGIC_CODE_V2 as MESSAGE_MAGIC_CODE_V2
+from rmqinspect.format.record_layout import MID_FIELDS as MID_FIELDS
+from rmqinspect.format.record_layout import MID_FIELDS_STRUCT as MID_FIELDS_STRUCT
+from rmqinspect.format.record_layout import MID_POS as MID_POS
+from rmqinspect.format.record_layout import MIN_RECORD_SIZE as MIN_RECORD_SIZE
+from rmqinspect.format.record_layout import MULTI_TAGS_FLAG as MULTI_TAGS_FLAG
+from rmqinspect.format.record_layout import NEED_UNWRAP_FLAG as NEED_UNWRAP_FLAG
+from rmqinspect.format.record_layout import PHYSICALOFFSET_POS as PHYSICALOFFSET_POS
+from rmqinspect.format.record_layout import PREPARED_REL as PREPARED_REL
+from rmqinspect.format.record_layout import QUEUEID_POS as QUEUEID_POS
+from rmqinspect.format.record_layout import QUEUEOFFSET_POS as QUEUEOFFSET_POS
+from rmqinspect.format.record_layout import RECONSUMETIMES_REL as RECONSUMETIMES_REL
+from rmqinspect.format.record_layout import STOREHOSTADDRESS_V6_FLAG as STOREHOSTADDRESS_V6_FLAG
+from rmqinspect.format.record_layout import STORETIMESTAMP_SIZE as STORETIMESTAMP_SIZE
+from rmqinspect.format.record_layout import SYSFLAG_POS as SYSFLAG_POS
+from rmqinspect.format.record_layout import TOTALSIZE_POS as TOTALSIZE_POS
+from rmqinspect.format.record_layout import TRANSACTION_COMMIT_TYPE as TRANSACTION_COMMIT_TYPE
+from rmqinspect.format.record_layout import TRANSACTION_NOT_TYPE as TRANSACTION_NOT_TYPE
+from rmqinspect.format.record_layout import TRANSACTION_PREPARED_TYPE as TRANSACTION_PREPARED_TYPE
+from rmqinspect.format.record_layout import TRANSACTION_ROLLBACK_TYPE as TRANSACTION_ROLLBACK_TYPE
+from rmqinspect.format.record_layout import TRANSACTION_TYPE_MASK as TRANSACTION_TYPE_MASK
+from rmqinspect.format.record_layout import TRANSACTION_TYPES as TRANSACTION_TYPES
+from rmqinspect.format.record_layout import body_crc as body_crc
+from rmqinspect.format.record_layout import born_host_size as born_host_size
+from rmqinspect.format.record_layout import calc_msg_length as calc_msg_length
+from rmqinspect.format.record_layout import compression_name as compression_name
+from rmqinspect.format.record_layout import magic_name as magic_name
+from rmqinspect.format.record_layout import mid_fields_pos as mid_fields_pos
+from rmqinspect.format.record_layout import store_host_size as store_host_size
+from rmqinspect.format.record_layout import store_timestamp_pos as store_timestamp_pos
+from rmqinspect.format.record_layout import topic_length_size as topic_length_size
+from rmqinspect.format.record_layout import transaction_name as transaction_name
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30  # mappedFileSizeCommitLog
-
-# --- record layout (§2.2): every position below derives from these two field lists ------------
-#
-# A record is FIXED_HEAD, the born host, STORETIMESTAMP, the store host, MID_FIELDS, the body,
-# the topic length (i8 in V1, i16 in V2), the topic, PROPERTIESLENGTH (i16) and the properties.
-# Hosts are 4 (IPv4) or 16 (IPv6) address bytes plus an i32 port, chosen by sysFlag bits.
-FIXED_HEAD = struct.Struct(">iiiiiqqiq")
-FIXED_FIELDS = (
-    "store_size",
-    "magic",
-    "body_crc",
-    "queue_id",
-    "flag",
-    "queue_offset",
-    "physical_offset_field",
-    "sys_flag",
-    "born_timestamp",
-)
-MID_FIELDS_STRUCT = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLENGTH
-MID_FIELDS = ("reconsume_times", "prepared_transaction_offset", "body_length")
-
-
-def _positions(fmt: str, names: tuple[str, ...]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    at = 0
-    for name, code in zip(names, fmt.lstrip(">"), strict=True):
-        out[name] = at
-        at += struct.calcsize(">" + code)
-    return out
-
-
-FIXED_POS = _positions(FIXED_HEAD.format, FIXED_FIELDS)
-TOTALSIZE_POS = FIXED_POS["store_size"]  # 0
-MAGIC_POS = FIXED_POS["magic"]  # 4
-BODYCRC_POS = FIXED_POS["body_crc"]  # 8
-QUEUEID_POS = FIXED_POS["queue_id"]  # 12
-FLAG_POS = FIXED_POS["flag"]  # 16
-QUEUEOFFSET_POS = FIXED_POS["queue_offset"]  # 20
-PHYSICALOFFSET_POS = FIXED_POS["physical_offset_field"]  # 28
-SYSFLAG_POS = FIXED_POS["sys_flag"]  # 36
-BORNTIMESTAMP_POS = FIXED_POS["born_timestamp"]  # 40
-BORNHOST_POS = FIXED_HEAD.size  # 48
-STORETIMESTAMP_SIZE = 8
-# Relative to the end of the store host:
-MID_POS = _positions(MID_FIELDS_STRUCT.format, MID_FIELDS)
-RECONSUMETIMES_REL = MID_POS["reconsume_times"]  # 0
-PREPARED_REL = MID_POS["prepared_transaction_offset"]  # 4
-BODYLENGTH_REL = MID_POS["body_length"]  # 12
-BODY_REL = MID_FIELDS_STRUCT.size  # 16
-IPV4_HOST_SIZE = 8
-IPV6_HOST_SIZE = 20
-
-
-def born_host_size(sys_flag: int) -> int:
-    return IPV6_HOST_SIZE if sys_flag & BORNHOST_V6_FLAG else IPV4_HOST_SIZE
-
-
-def store_host_size(sys_flag: int) -> int:
-    return IPV6_HOST_SIZE if sys_flag & STOREHOSTADDRESS_V6_FLAG else IPV4_HOST_SIZE
-
-
-def store_timestamp_pos(sys_flag: int) -> int:
-    """STORETIMESTAMP: 56 for an IPv4 born host, 68 for IPv6."""
-    return BORNHOST_POS + born_host_size(sys_flag)
-
-
-def mid_fields_pos(sys_flag: int) -> int:
-    """Where RECONSUMETIMES starts (the end of the store host): 72 for IPv4/IPv4."""
-    return store_timestamp_pos(sys_flag) + STORETIMESTAMP_SIZE + store_host_size(sys_flag)
-
-
-def topic_length_size(magic: int) -> int:
-    """The topic length is an i8 in V1 records and an i16 in V2 records."""
-    return 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
-
-
-# Fixed parts of ``calMsgLength``: everything but the hosts, body, topic and properties.
-_FIXED_LENGTH = BORNHOST_POS + STORETIMESTAMP_SIZE + BODY_REL + 2  # 48 + 8 + 16 + PROPLEN(2)
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _PORT = struct.Struct(">i")
-
-_TRANSACTION_NAMES = {
-    TRANSACTION_NOT_TYPE: "not",
-    TRANSACTION_PREPARED_TYPE: "prepared",
-    TRANSACTION_COMMIT_TYPE: "commit",
-    TRANSACTION_ROLLBACK_TYPE: "rollback",
-}
-TRANSACTION_TYPES = {name: code for code, name in _TRANSACTION_NAMES.items()}
-"""The transaction type bits of ``sys_flag`` by name (``--tx-type``)."""
-_COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
-
-
-def transaction_name(sys_flag: int) -> str:
-    """not, prepared, commit or rollback: the transaction type bits of ``sys_flag``."""
-    return _TRANSACTION_NAMES[sys_flag & TRANSACTION_TYPE_MASK]
-
-
-def compression_name(sys_flag: int) -> str | None:
-    """Body compression named by ``sys_flag``, or None when the body is stored as sent."""
-    if not sys_flag & COMPRESSED_FLAG:
-        return None
-    kind = (sys_flag & COMPRESSION_TYPE_MASK) >> 8
-    return _COMPRESSION_NAMES.get(kind, f"unknown({kind})")
-
-
-def body_crc(data: bytes | bytearray | memoryview) -> int:
-    """``UtilAll.crc32``: zlib CRC-32 masked to 31 bits."""
-    return masked_crc32(data)
-
-
-def magic_name(magic: int) -> str:
-    return f"0x{magic & 0xFFFFFFFF:08X}"
-
-
-def calc_msg_length(
-    sys_flag: int, body_length: int, topic_length: int, properties_length: int, version: int = 1
-) -> int:
-    """``calMsgLength``: the length a record must have given its variable parts."""
-    return (
-        _FIXED_LENGTH
-        + born_host_size(sys_flag)
-        + store_host_size(sys_flag)
-        + max(body_length, 0)
-        + (2 if version == 2 else 1)
-        + topic_length
-        + max(properties_length, 0)
-    )
-
-
-MIN_RECORD_SIZE = calc_msg_length(0, 0, 0, 0)  # 91: an empty V1 record with IPv4 hosts
 
 
 def dispatch_tags_code(
@@ -238,87 +150,6 @@ def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
             raise DecodeError(f"bad messageDelayLevel element {item!r}")
         table[i + 1] = int(digits) * units[item[-1]]
     return table
-
-
-@dataclass(slots=True)
-class MessageRecord:
-    """One decoded CommitLog message, named after RocketMQ's fields."""
-
-    position: int  # where the record starts in the commitlog stream (file start + position)
-    store_size: int
-    magic: int
-    body_crc: int
-    queue_id: int
-    flag: int
-    queue_offset: int
-    physical_offset_field: int  # PHYSICALOFFSET as stored; ``position`` is where it is
-    sys_flag: int
-    born_timestamp: int
-    born_host: HostAddress
-    store_timestamp: int
-    store_host: HostAddress
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body_length: int
-    body: bytes | None  # None when decoded without the body
-    topic: str
-    properties_raw: bytes
-    properties: dict[str, str] = field(default_factory=dict)
-    prop_crc: PropCrc | None = None  # 5.2+ __CRC32# property; read with the body
-    entry: EntryHeader | None = None  # the DLedger entry holding the record, in a DLedger store
-
-    @property
-    def version(self) -> str:
-        return "v2" if self.magic == MESSAGE_MAGIC_CODE_V2 else "v1"
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(props.TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return props.split_keys(self.properties.get(props.KEYS))
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(props.UNIQ_KEY)
-
-    @property
-    def transaction_type(self) -> int:
-        return self.sys_flag & TRANSACTION_TYPE_MASK
-
-    @property
-    def transaction_name(self) -> str:
-        return transaction_name(self.sys_flag)
-
-    @property
-    def compression(self) -> str | None:
-        return compression_name(self.sys_flag)
-
-    @property
-    def body_crc_ok(self) -> bool | None:
-        """Whether BODYCRC matches the body; None when the body was not read."""
-        if self.body is None:
-            return None
-        return body_crc(self.body) == self.body_crc
-
-    @property
-    def end(self) -> int:
-        return self.position + self.store_size
-
-    @property
-    def enters_consume_queue(self) -> bool:
-        """NOT and COMMIT messages are dispatched to a consume queue; PREPARED/ROLLBACK are not."""
-        return self.transaction_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-
-    @property
-    def is_indexed(self) -> bool:
-        """Every type but ROLLBACK reaches the index (PREPARED included)."""
-        return self.transaction_type != TRANSACTION_ROLLBACK_TYPE
-
-    def index_keys(self) -> list[str]:
-        """The keys ``IndexService.buildIndex`` puts for this record, in order."""
-        return props.index_key_values(self.uniq_key, self.properties.get(props.KEYS))
 
 
 class CheckReason(StrEnum):
@@ -717,61 +548,3 @@ def decode_message(
     if mismatch is not None:
         raise DecodeError(mismatch, pos)
     return parsed.record
-
-
-# --- 5.2+ whole-record property CRC (§3.2) ---------------------------------------------------
-
-
-def decode_prop_crc_digits(text: str) -> int | None:
-    """The broker reads the digits from the last to the first (``'0'..'9'`` only: a digit
-    ``str.isdigit`` knows beyond those, such as ``²``, is no digit to it)."""
-    if not text or len(text) > CRC32_RESERVED_LEN or not (text.isascii() and text.isdigit()):
-        return None
-    return int(text[::-1])
-
-
-def prop_crc_computed(buf: bytes | memoryview, pos: int, store_size: int) -> int | None:
-    """Masked CRC32 over the record minus its 20-byte CRC tail; None if it does not fit."""
-    if store_size < CRC32_RESERVED_LEN or pos + store_size > len(buf):
-        return None
-    return body_crc(buf[pos : pos + store_size - CRC32_RESERVED_LEN])
-
-
-@dataclass(frozen=True, slots=True)
-class PropCrc:
-    """A record's ``__CRC32#`` property: its digits, the value they give (None when they are
-    not digits) and the CRC the record's bytes give (None when the record does not fit)."""
-
-    raw: str
-    stored: int | None
-    computed: int | None
-
-    @property
-    def match(self) -> bool:
-        return self.stored is not None and self.stored == self.computed
-
-
-def record_prop_crc(
-    buf: bytes | memoryview, pos: int, store_size: int, properties: Mapping[str, str]
-) -> PropCrc | None:
-    """The property CRC as ``forceVerifyPropCRC`` checks it: the ``__CRC32#`` property's digits
-    against the CRC of the record minus its 20-byte tail; None without the property."""
-    raw = properties.get(props.CRC32)
-    if raw is None:
-        return None
-    return PropCrc(raw, decode_prop_crc_digits(raw), prop_crc_computed(buf, pos, store_size))
-
-
-CRC_TAIL_PREFIX = (props.CRC32 + props.NAME_VALUE_SEPARATOR).encode()
-
-
-def read_prop_crc(buf: bytes | memoryview, pos: int, store_size: int) -> PropCrc | None:
-    """Return the property CRC of the record at ``pos`` when its last 20 bytes hold one."""
-    if store_size < CRC32_RESERVED_LEN or pos + store_size > len(buf):
-        return None
-    tail = bytes(buf[pos + store_size - CRC32_RESERVED_LEN : pos + store_size])
-    if not tail.startswith(CRC_TAIL_PREFIX) or tail[-1:] != b"\x02":
-        return None
-    raw = tail[len(CRC_TAIL_PREFIX) : -1].decode("ascii", "replace")
-    computed = body_crc(buf[pos : pos + store_size - CRC32_RESERVED_LEN])
-    return PropCrc(raw, decode_prop_crc_digits(raw), computed)
