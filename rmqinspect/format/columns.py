@@ -1,46 +1,48 @@
-"""Commitlog records as numpy columns: walking TOTALSIZE and gathering every field.
+"""Commitlog records as numpy columns: gathering every field of walked records.
 
 Pure functions over one whole commitlog file given as a buffer and the file's first physical
-offset; every position is a buffer position. :func:`walk` follows TOTALSIZE (the only
-sequential part) through message headers; :func:`gather` reads every field of the walked
-records at once, each position derived from the layout constants of
-:mod:`rmqinspect.format.commitlog`, into :class:`RecordColumns`. The verdicts on those records
-are :mod:`rmqinspect.format.scan`'s.
+offset; every position is a buffer position. :func:`walk` (:mod:`rmqinspect.format.record_walk`)
+follows TOTALSIZE (the only sequential part) through message headers; :func:`gather` reads every
+field of the walked records at once, each position derived from the layout constants of
+:mod:`rmqinspect.format.commitlog`, into :class:`RecordColumns`. What dispatch derives from
+their properties (tagsCode, index keys) is :mod:`rmqinspect.format.record_keys`'. This module
+re-exports both modules' names. The verdicts on those records are :mod:`rmqinspect.format.scan`'s.
 """
 
 from __future__ import annotations
 
-import functools
 import operator
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import NamedTuple
 
 import numpy as np
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
-from rmqinspect.format import speedups
+from rmqinspect.format import record_keys, speedups
 from rmqinspect.format.crc import CRC_MASK
 from rmqinspect.format.host import HostAddress
-from rmqinspect.format.javahash import index_key, prefixed_span_hashes
 from rmqinspect.format.npbytes import (
     I64,
     Buffer,
     Mask,
     be_ints,
     members,
-    span_fingerprints,
     span_ids,
-    split_spans,
     zero_filled_windows,
 )
 from rmqinspect.format.properties_text import PropertiesText
+from rmqinspect.format.record_keys import IndexKeys as IndexKeys
+from rmqinspect.format.record_keys import decode_text as decode_text
+from rmqinspect.format.record_keys import tag_hash
+from rmqinspect.format.record_walk import RUN_RECORDS as RUN_RECORDS
+from rmqinspect.format.record_walk import Walk as Walk
+from rmqinspect.format.record_walk import WalkStop as WalkStop
+from rmqinspect.format.record_walk import headers_plausible as headers_plausible
+from rmqinspect.format.record_walk import stop_reason
+from rmqinspect.format.record_walk import walk as walk
 
-RUN_RECORDS = 1 << 14  # records per run: bounds the columns' memory, not the file size
-_HEAD2 = struct.Struct(">ii")
 _V1 = cl.MESSAGE_MAGIC_CODE
 _V2 = cl.MESSAGE_MAGIC_CODE_V2
 _NUMPY_CODES = {"b": "i1", "h": ">i2", "i": ">i4", "q": ">i8"}
@@ -93,74 +95,7 @@ _HOST_LAYOUTS = {
 }
 
 
-# --- walking ------------------------------------------------------------------------------------
-
-
-class WalkStop(StrEnum):
-    """Why a walk ended: a BLANK, its record limit, a magic that is no message's, or a TOTALSIZE
-    that cannot be a record (below the minimum or past the buffer)."""
-
-    BLANK = "blank"
-    LIMIT = "limit"
-    BAD_MAGIC = "bad_magic"
-    BAD_SIZE = "bad_size"
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Walk:
-    """Record starts of a run and their TOTALSIZE, and where and why the run ended."""
-
-    positions: I64
-    store_size: I64
-    end: int  # buffer position after the last record of the run
-    stop: WalkStop
-
-    def __len__(self) -> int:
-        return len(self.positions)
-
-
-def headers_plausible(buf: Buffer, positions: I64, sizes: I64, accept_v2: bool) -> Mask:
-    """Which of the records at ``positions`` with TOTALSIZE ``sizes`` have a message magic (V2
-    only with ``accept_v2``), at least ``MIN_RECORD_SIZE`` bytes and their end inside ``buf``:
-    what :func:`gather` takes for granted."""
-    ok: Mask = (sizes >= cl.MIN_RECORD_SIZE) & (positions + sizes <= len(buf))
-    magic = be_ints(np.frombuffer(buf, np.uint8), np.where(ok, positions, 0) + cl.MAGIC_POS, 4)
-    ok &= (magic == _V1) | ((magic == _V2) & accept_v2)
-    return ok
-
-
-def walk(
-    buf: Buffer, pos: int = 0, *, accept_v2: bool = True, max_records: int = RUN_RECORDS
-) -> Walk:
-    """Follow TOTALSIZE from ``pos`` through headers whose magic is a message magic (V2 only
-    with ``accept_v2``) and whose size is plausible (at least ``MIN_RECORD_SIZE``, inside the
-    buffer), for at most ``max_records`` records. Checksums and inner lengths are not looked at.
-
-    The chain is followed by :func:`rmqinspect.format.speedups.walk_chain` (in C when built).
-    """
-    magics = (_V1, _V2) if accept_v2 else (_V1,)
-    p, sizes, end = speedups.walk_chain(buf, pos, max_records, cl.MIN_RECORD_SIZE, magics)
-    if len(p) == max_records:
-        return Walk(p, sizes, end, WalkStop.LIMIT)
-    return Walk(p, sizes, end, _stop_reason(buf, end, accept_v2))
-
-
-def _stop_reason(buf: Buffer, at: int, accept_v2: bool) -> WalkStop:
-    if at + 8 > len(buf):
-        return WalkStop.BAD_SIZE
-    _, magic = _HEAD2.unpack_from(buf, at)
-    if magic == _V1 or (accept_v2 and magic == _V2):
-        return WalkStop.BAD_SIZE
-    return WalkStop.BLANK if magic == cl.BLANK_MAGIC_CODE else WalkStop.BAD_MAGIC
-
-
 # --- columns ------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4096)
-def decode_text(raw: bytes) -> str:
-    """Java decodes with replacement characters; so do we (cached: a log holds few topics)."""
-    return raw.decode("utf-8", "replace")
 
 
 def enters_consume_queue(sys_flag: I64) -> Mask:
@@ -169,18 +104,6 @@ def enters_consume_queue(sys_flag: I64) -> Mask:
     tt = sys_flag & cl.TRANSACTION_TYPE_MASK
     out: Mask = (tt == cl.TRANSACTION_NOT_TYPE) | (tt == cl.TRANSACTION_COMMIT_TYPE)
     return out
-
-
-class IndexKeys(NamedTuple):
-    """Index keys of many records (see :meth:`RecordColumns.index_keys`): each key's hash,
-    the index of its record among the rows asked about, where the key's bytes are, and a
-    fingerprint of them (:func:`~rmqinspect.format.npbytes.span_fingerprints`)."""
-
-    hashes: I64
-    owners: I64
-    starts: I64
-    lengths: I64
-    prints: I64
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -340,7 +263,7 @@ class RecordColumns:
         tags = p.get(props.TAGS)
         topic = self.topic(i)
         if topic != cl.SCHEDULE_TOPIC:
-            return _tag_hash(tags)
+            return tag_hash(tags)
         return cl.dispatch_tags_code(
             topic, tags, p.get(props.DELAY), int(self.store_timestamp[i]), delay_levels
         )
@@ -351,99 +274,16 @@ class RecordColumns:
         delay_levels: Mapping[int, int],
         topics: tuple[I64, Sequence[str]] | None = None,
     ) -> tuple[I64, Mask]:
-        """:meth:`tags_code` of each record of ``rows`` (ascending), and whether it is known
-        (False where a schedule record's DELAY makes the check fail). TAGS are found and
-        hashed by :func:`~rmqinspect.format.speedups.property_hashes` (without the extension:
-        by :meth:`property_spans`, each distinct value hashed once); schedule-topic records,
-        whose DELAY decides, are looked at apart. ``topics`` is :meth:`topic_ids`' answer,
-        decoded, when the caller has it."""
-        known = np.ones(len(rows), bool)
-        if speedups.compiled():
-            # TAGS found and hashed in C: the tag hash, 0 without tags (``_tag_hash``).
-            _, _, codes = speedups.property_hashes(
-                self.buf,
-                self.properties_at[rows],
-                np.maximum(self.properties_length[rows], 0),
-                _TAGS_NAME,
-            )
-        else:
-            codes = np.zeros(len(rows), np.int64)
-            at, length = PropertiesText(self, rows).spans(props.TAGS)
-            present = np.flatnonzero(at >= 0)
-            ids, distinct = span_ids(self.buf, at[present], length[present])
-            hashes = np.array([_tag_hash(decode_text(v)) for v in distinct], np.int64)
-            codes[present] = hashes[ids] if len(distinct) else 0
-        if topics is None:
-            tids, raw = self.topic_ids()
-            topics = tids, [decode_text(t) for t in raw]
-        tids, names = topics
-        wanted = [i for i, t in enumerate(names) if t == cl.SCHEDULE_TOPIC]
-        schedule = np.flatnonzero(members(tids[rows], np.array(wanted, np.int64)))
-        if len(schedule):
-            # A run holds few distinct DELAY values: each is judged once.
-            at, length = self.property_spans(props.DELAY, rows[schedule])
-            has = at >= 0
-            delayed = schedule[has]
-            ids, distinct = span_ids(self.buf, at[has], length[has])
-            verdicts = [cl.schedule_delay(decode_text(d), delay_levels) for d in distinct]
-            parses = np.array([ok for ok, _ in verdicts], bool)[ids]
-            millis = np.array([-1 if ms is None else ms for _, ms in verdicts], np.int64)[ids]
-            timed = parses & (millis >= 0)
-            codes[delayed[timed]] = self.store_timestamp[rows[delayed[timed]]] + millis[timed]
-            codes[delayed[~parses]] = 0
-            known[delayed[~parses]] = False
-        return codes, known
+        """:meth:`tags_code` of each record of ``rows`` (ascending), and whether it is known:
+        :func:`rmqinspect.format.record_keys.tags_codes`."""
+        return record_keys.tags_codes(self, rows, delay_levels, topics)
 
     def index_keys(
         self, rows: I64, topic_ids: I64 | None = None, topics: Sequence[str] | None = None
     ) -> IndexKeys:
         """The keys ``IndexService.buildIndex`` puts for the records ``rows`` (ascending, well
-        formed), in order: each record's UNIQ_KEY, then its KEYS split on single spaces, empty
-        ones dropped; ROLLBACK records put none. Keys stay spans of the buffer, hashed (as
-        ``topic#key``) and fingerprinted by :func:`~rmqinspect.format.speedups.index_keys` in
-        C, or without the extension with numpy (``topic_ids``/``topics``: :meth:`topic_ids`'
-        answer, decoded, when the caller has it)."""
-        rollback = (self.sys_flag[rows] & cl.TRANSACTION_TYPE_MASK) == cl.TRANSACTION_ROLLBACK_TYPE
-        if speedups.compiled():
-            keep = np.flatnonzero(~rollback)
-            r = rows[keep]
-            found = speedups.index_keys(
-                self.buf,
-                self.topic_at[r],
-                np.maximum(self.topic_length[r], 0),
-                self.properties_at[r],
-                np.maximum(self.properties_length[r], 0),
-            )
-            return IndexKeys(
-                found.hashes, keep[found.owners], found.starts, found.lengths, found.prints
-            )
-        if topic_ids is None or topics is None:
-            topic_ids, raw = self.topic_ids()
-            topics = [decode_text(t) for t in raw]
-        text = PropertiesText(self, rows)
-        uniq_at, uniq_len = text.spans(props.UNIQ_KEY)
-        keys_at, keys_len = text.spans(props.KEYS)
-        with_uniq = np.flatnonzero((uniq_at >= 0) & ~rollback)
-        with_keys = np.flatnonzero((keys_at >= 0) & ~rollback)
-        data = np.frombuffer(self.buf, np.uint8)
-        part_at, part_len, part_of = split_spans(
-            data, keys_at[with_keys], keys_len[with_keys], ord(props.KEY_SEPARATOR)
-        )
-        owner_of_part = with_keys[part_of]
-        # A part's rank among its record's parts: UNIQ_KEY (0) comes first.
-        first_part = np.searchsorted(part_of, part_of, side="left")
-        rank = np.arange(1, len(part_of) + 1) - first_part
-        kept = part_len > 0
-        owners = np.concatenate([with_uniq, owner_of_part[kept]])
-        ranks = np.concatenate([np.zeros(len(with_uniq), np.int64), rank[kept]])
-        starts = np.concatenate([uniq_at[with_uniq], part_at[kept]])
-        lengths = np.concatenate([uniq_len[with_uniq], part_len[kept]])
-        order = np.lexsort((ranks, owners))
-        owners, starts, lengths = owners[order], starts[order], lengths[order]
-        prefixes = [index_key(topic, "") for topic in topics]
-        hashes = prefixed_span_hashes(prefixes, topic_ids[rows[owners]], data, starts, lengths)
-        prints = span_fingerprints(data, starts, lengths)
-        return IndexKeys(hashes, owners, starts, lengths, prints)
+        formed), in order: :func:`rmqinspect.format.record_keys.index_keys`."""
+        return record_keys.index_keys(self, rows, topic_ids, topics)
 
     def _texts(self, at: I64, length: I64) -> list[str]:
         """The spans as text (Java's decoding), built without a Python loop."""
@@ -486,8 +326,6 @@ class RecordColumns:
 
 
 _DECODE = operator.methodcaller("decode", "utf-8", "replace")
-_TAGS_NAME = props.TAGS.encode()
-
 
 _ARRAY_FIELDS = tuple(
     name for name in RecordColumns.__dataclass_fields__ if name not in ("buf", "file_start")
@@ -510,13 +348,6 @@ def check_extension_columns(gathered: Sequence[str], message_fields: Sequence[st
 
 
 check_extension_columns(speedups.gather_columns(), speedups.message_fields())
-
-
-@functools.lru_cache(maxsize=4096)
-def _tag_hash(tags: str | None) -> int:
-    """``cl.dispatch_tags_code`` outside the schedule topic depends on TAGS only: cached."""
-    return cl.dispatch_tags_code("", tags, None, 0, {}) or 0
-
 
 # The layout constants the C gather reads records with, in its order.
 _LAYOUT = (
@@ -577,7 +408,7 @@ def walk_columns(
         cols = gather(buf, w, file_start)
         return w, cols, cols.body_crcs() if with_crc else None
     p, fields, crcs, end = found
-    stop = WalkStop.LIMIT if len(p) == max_records else _stop_reason(buf, end, accept_v2)
+    stop = WalkStop.LIMIT if len(p) == max_records else stop_reason(buf, end, accept_v2)
     arrays = dict(zip(speedups.gather_columns(), fields, strict=True))
     well_formed: Mask = arrays.pop("well_formed") != 0
     cols = RecordColumns(buf, file_start, positions=p, well_formed=well_formed, **arrays)
