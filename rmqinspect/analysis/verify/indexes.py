@@ -11,6 +11,7 @@ one), so only those links are followed one by one.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -81,10 +82,11 @@ def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: 
             heads = _heads(buf, geometry)
             bytes_end = ctx.store.maps.data_end(info.file)
             _check_header(buf, bytes_end, file, header, geometry, entries, heads, part.findings)
-            slot = _slot_of(entries, geometry)
 
             def drop() -> None:
                 ctx.store.maps.release(info.file, 0, info.file.length)
+
+            slot = _slot_of(entries, geometry, lambda a, b: ctx.store.maps.release(info.file, a, b))
 
             _check_slots(file, header, geometry, heads, len(entries), slot, part.findings, drop)
             # Pages the chain checks read go chunk by chunk: they read the whole file.
@@ -204,13 +206,29 @@ def _check_header(
         findings.add("index.header", file, problem, file_position=0)
 
 
-def _slot_of(entries: np.ndarray, geometry: IndexGeometry) -> Callable[[I64], I64]:
+def _slot_of(
+    entries: np.ndarray,
+    geometry: IndexGeometry,
+    drop: Callable[[int, int], None] = lambda _a, _b: None,
+) -> Callable[[I64], I64]:
     """The slot of the entries at 0-based ``rows`` (-1 for a negative key hash), read from
-    the file when asked: an array of every entry's slot grew with the file."""
+    the file when asked (an array of every entry's slot grew with the file), in file order a
+    window of entries at a time, ``drop`` (its byte range) after each: the rows of one chunk of
+    slots or links lie all over the file, and reading them at once kept every entry page
+    resident (68 MB of a 2 GB store's index file, 400 MB of a full one)."""
     hashes = entries["key_hash"]
 
     def slot(rows: I64) -> I64:
-        h = hashes[rows].astype(np.int64)
+        if not len(rows):
+            return np.zeros(0, np.int64)
+        order = np.argsort(rows, kind="stable")
+        window = rows[order] // _CHUNK
+        cuts = [0, *(np.flatnonzero(window[1:] != window[:-1]) + 1).tolist(), len(rows)]
+        h = np.empty(len(rows), np.int64)
+        for a, b in itertools.pairwise(cuts):
+            h[order[a:b]] = hashes[rows[order[a:b]]]
+            first = int(window[a]) * _CHUNK
+            drop(geometry.entry_position(first + 1), geometry.entry_position(first + _CHUNK + 1))
         out: I64 = np.where(h >= 0, h % geometry.slot_num, -1)
         return out
 
