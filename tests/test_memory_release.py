@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import subprocess
 import sys
 import tracemalloc
 from dataclasses import replace
@@ -313,3 +314,25 @@ def test_transactions_output_does_not_grow_with_the_transactions(
         peaks.append(_render_peak(report, fmt))
     small, large = peaks
     assert large < small * 2  # the whole document grew ten times
+
+
+@pytest.mark.parametrize(("chosen", "backend"), [(None, "system"), ("mimalloc", "mimalloc")])
+def test_commands_allocate_arrow_memory_with_the_c_library(
+    chosen: str | None, backend: str
+) -> None:
+    """Every command's Arrow memory (the Parquet writer's and the compute kernels' included)
+    comes from the C library's allocator, which hands freed batches back: with mimalloc,
+    pyarrow's default, salvage's peak RSS grew with the store (206 MiB for a 2 GB store, 172
+    for 0.25 GB; 179 with the C library's). ARROW_DEFAULT_MEMORY_POOL still chooses."""
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if chosen is not None:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    code = (
+        "import rmqinspect.cli.app, pyarrow as pa, pyarrow.compute as pc;"
+        "print(pa.default_memory_pool().backend_name,"
+        " pc.sum(pa.array(range(10**6))).as_py())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == [backend, str(sum(range(10**6)))]
