@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmqinspect.analysis.verify.collisions import KeySpill
 from rmqinspect.analysis.verify.context import Context
 from rmqinspect.analysis.verify.finding import Findings
 from rmqinspect.format import commitlog as cl
@@ -110,8 +111,11 @@ def check_index_part(ctx: Context, index: int, first: int, stop: int, data_end: 
     return part
 
 
-def finish_index_file(ctx: Context, index: int, parts: list[IndexPart], findings: Findings) -> None:
-    """What needs all parts of a file: entries below the commitlog, and hash collisions."""
+def finish_index_file(
+    ctx: Context, index: int, parts: list[IndexPart], keys: KeySpill, findings: Findings
+) -> None:
+    """What needs all parts of a file: entries below the commitlog, and hash collisions (among
+    the ``keys`` of every part, which :meth:`KeySpill.add` took from them)."""
     info = ctx.index_files[index]
     file = ctx.rel(info.file.path)
     below = sum(p.below for p in parts)
@@ -124,10 +128,7 @@ def finish_index_file(ctx: Context, index: int, parts: list[IndexPart], findings
             "their records were deleted by retention",
             file_position=info.geometry.entry_position(first),
         )
-    prints = [f for p in parts for f in p.fingerprints]
-    for p in parts:
-        p.fingerprints = []  # only ``prints`` holds them now: freed once concatenated
-    _report_collisions(file, prints, findings)
+    _report_collisions(file, keys.shared_hashes(), findings)
 
 
 def _entries(
@@ -479,20 +480,9 @@ def _check_records(
         ctx.store.maps.release(f, 0, f.length)
 
 
-def _report_collisions(file: str, fingerprints: list[I64], findings: Findings) -> None:
+def _report_collisions(file: str, shared: I64, findings: Findings) -> None:
     """Distinct keys (told apart by a fingerprint of the string) sharing one hash: one finding
     per file."""
-    if not fingerprints:
-        return
-    # (hash << 32 | fingerprint) sorted in place: a shared hash is two neighbours with the same
-    # high word and different low words, read through views (8 bytes per key in all, not 3x).
-    keys = np.concatenate(fingerprints)
-    fingerprints.clear()
-    keys.sort()
-    words = keys.view(np.uint32).reshape(-1, 2)
-    high, low = (words[:, 1], words[:, 0]) if np.little_endian else (words[:, 0], words[:, 1])
-    at = np.flatnonzero((high[1:] == high[:-1]) & (low[1:] != low[:-1]))
-    shared = np.unique(keys[at] >> 32)
     if len(shared):
         examples = ", ".join(str(h) for h in shared[:5].tolist())
         findings.add(
