@@ -15,7 +15,11 @@ that matter (with ``REAL_TOPIC``, or in a schedule, retry or DLQ topic).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+from array import array
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,6 +29,7 @@ from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
 from rmqinspect.format.fate import DLQ_PREFIX, RETRY_PREFIX, dlq_topic, retry_topic
 from rmqinspect.format.ids import decode_offset_msg_id
+from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -82,16 +87,34 @@ def delivered_units(store: Store, end: int | None) -> dict[int, set[int]]:
     return out
 
 
-def consumed_by_groups(store: Store, groups: set[str]) -> dict[str, dict[QueueId, set[int]]]:
-    """Per group, the queue offsets (by queue) of copies the store proves were delivered to it:
-    the copy an ``ORIGIN_MESSAGE_ID`` of one of its send-backs names, and each copy in its
-    ``%RETRY%`` topic that a later send-back of the same message (same UNIQ_KEY, reconsume
-    times + 1) followed. An ``ORIGIN_MESSAGE_ID`` that names no record is left out (``trace``
-    reports it)."""
+@dataclass
+class _Proof:
+    """One group's send-backs and retry copies as read, in compact form: as text and tuples
+    they took about 250 bytes a record (30 MB for a 2 GB store's 190,000 of them), here 16
+    bytes a send-back and 28 a retry copy."""
+
+    backs: bytearray = field(default_factory=bytearray)  # links of its send-backs
+    retry_links: bytearray = field(default_factory=bytearray)  # each retry copy's next link
+    retry_queue_ids: array[int] = field(default_factory=lambda: array("i"))
+    retry_queue_offsets: array[int] = field(default_factory=lambda: array("q"))
+    origins: array[int] = field(default_factory=lambda: array("q"))  # physical offsets named
+
+
+def _link(uniq: str, times: int) -> bytes:
+    """A send-back's link (UNIQ_KEY, reconsume times) as a 16-byte BLAKE2b digest: two distinct
+    links share one with a chance of about 2**-64 among 2**32 records."""
+    text = f"{times}\0{uniq}".encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
+def consumed_by_groups(store: Store, groups: set[str]) -> dict[str, dict[QueueId, I64]]:
+    """Per group, the queue offsets (by queue, sorted, distinct) of copies the store proves
+    were delivered to it: the copy an ``ORIGIN_MESSAGE_ID`` of one of its send-backs names, and
+    each copy in its ``%RETRY%`` topic that a later send-back of the same message (same
+    UNIQ_KEY, reconsume times + 1) followed. An ``ORIGIN_MESSAGE_ID`` that names no record is
+    left out (``trace`` reports it)."""
     bound = {retry_topic(g): g for g in groups} | {dlq_topic(g): g for g in groups}
-    origins: dict[str, set[str]] = {}
-    sent_back: dict[str, set[tuple[str, int]]] = {}
-    retries: dict[str, list[tuple[str, int, QueueId, int]]] = {}
+    proofs: dict[str, _Proof] = {}
     for _start, cols in _runs(store):
         topic_ids, topic_bytes = cols.topic_ids()
         topics = [decode_text(t) for t in topic_bytes]
@@ -112,32 +135,45 @@ def consumed_by_groups(store: Store, groups: set[str]) -> dict[str, dict[QueueId
             group = bound.get(dest or "")
             if group is None:
                 continue
+            proof = proofs.setdefault(group, _Proof())
             times = int(cols.reconsume_times[i])
+            key = uniq[k]
             if topic == SCHEDULE_TOPIC or topic.startswith(DLQ_PREFIX):
-                if origin[k]:
-                    origins.setdefault(group, set()).add(origin[k] or "")
-                if uniq[k] is not None:
-                    sent_back.setdefault(group, set()).add((uniq[k] or "", times))
-            elif uniq[k] is not None:
-                qid = QueueId(topic, int(cols.queue_id[i]))
-                retries.setdefault(group, []).append(
-                    (uniq[k] or "", times, qid, int(cols.queue_offset[i]))
-                )
-    out: dict[str, dict[QueueId, set[int]]] = {}
-    for group in groups:
-        marks: dict[QueueId, set[int]] = {}
-        backs = sent_back.get(group, set())
-        for key, times, qid, queue_offset in retries.get(group, ()):
-            if (key, times + 1) in backs:
-                marks.setdefault(qid, set()).add(queue_offset)
-        for text in sorted(origins.get(group, ())):
+                text = origin[k]
+                if text:
+                    with contextlib.suppress(DecodeError):  # names no record
+                        proof.origins.append(decode_offset_msg_id(text).physical_offset)
+                if key is not None:
+                    proof.backs += _link(key, times)
+            elif key is not None:
+                # Its topic is the group's %RETRY% topic (``bound``): only the queue is kept.
+                proof.retry_links += _link(key, times + 1)
+                proof.retry_queue_ids.append(int(cols.queue_id[i]))
+                proof.retry_queue_offsets.append(int(cols.queue_offset[i]))
+    out: dict[str, dict[QueueId, I64]] = {}
+    for group, proof in proofs.items():
+        marks: dict[QueueId, list[I64]] = {}
+        # Sorted and searched (np.isin's sort of both took three times as much).
+        backs = np.sort(np.frombuffer(proof.backs, "S16"))
+        links = np.frombuffer(proof.retry_links, "S16")
+        at = np.minimum(np.searchsorted(backs, links), max(len(backs) - 1, 0))
+        again = backs[at] == links if len(backs) else np.zeros(len(links), bool)
+        del backs, at
+        queue_ids = np.frombuffer(proof.retry_queue_ids, np.int32)[again]
+        queue_offsets = np.frombuffer(proof.retry_queue_offsets, np.int64)[again]
+        for queue_id in np.unique(queue_ids).tolist():
+            qid = QueueId(retry_topic(group), queue_id)
+            marks.setdefault(qid, []).append(queue_offsets[queue_ids == queue_id])
+        named: dict[QueueId, array[int]] = {}
+        for position in np.unique(np.frombuffer(proof.origins, np.int64)).tolist():
             try:
-                record = store.read_message(
-                    decode_offset_msg_id(text).physical_offset, with_body=False
-                )
+                record = store.read_message(position, with_body=False)
             except (DecodeError, StoreError):
                 continue
-            marks.setdefault(QueueId(record.topic, record.queue_id), set()).add(record.queue_offset)
+            qid = QueueId(record.topic, record.queue_id)
+            named.setdefault(qid, array("q")).append(record.queue_offset)
+        for qid, offsets in named.items():
+            marks.setdefault(qid, []).append(np.frombuffer(offsets, np.int64))
         if marks:
-            out[group] = marks
+            out[group] = {qid: np.unique(np.concatenate(parts)) for qid, parts in marks.items()}
     return out

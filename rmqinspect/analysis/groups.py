@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.delays import newest_store_time
 from rmqinspect.analysis.delivered import consumed_by_groups
@@ -60,6 +62,7 @@ from rmqinspect.format.fate import (
     retry_topic,
     retry_topic_kind,
 )
+from rmqinspect.format.npbytes import I64
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -371,7 +374,7 @@ def _queue_rows(
     after: dict[QueueId, _Bounds] | None,
     where: ConsumeFromWhere,
     evidence: tuple[str, ...],
-    proof: dict[QueueId, set[int]] | None,
+    proof: dict[QueueId, I64] | None,
 ) -> list[QueueRow]:
     out = [_proven(_committed(store, group, r, version, after), proof, r.offset) for r in rows]
     seen = {QueueId(r.topic, r.queue_id) for r in rows}
@@ -383,7 +386,7 @@ def _queue_rows(
     return out
 
 
-def _proven(row: QueueRow, proof: dict[QueueId, set[int]] | None, offset: int | None) -> QueueRow:
+def _proven(row: QueueRow, proof: dict[QueueId, I64] | None, offset: int | None) -> QueueRow:
     """The row with the pending messages the store proves the group was delivered before."""
     if proof is None:
         return row
@@ -394,7 +397,10 @@ def _proven(row: QueueRow, proof: dict[QueueId, set[int]] | None, offset: int | 
         return row
     start = judged.next_offset
     end = start + row.pending
-    again = sum(1 for q in proof.get(QueueId(row.topic, row.queue_id), ()) if start <= q < end)
+    proven = proof.get(QueueId(row.topic, row.queue_id))  # sorted, distinct
+    again = (
+        0 if proven is None else int(np.searchsorted(proven, end) - np.searchsorted(proven, start))
+    )
     findings = row.findings
     if again:
         since = "its committed offset" if offset is not None else "where it starts"

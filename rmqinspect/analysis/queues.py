@@ -200,6 +200,8 @@ def _pre_blanks(
         del units, blank
     finally:
         buf.release()
+        # Every unit was read: drop them, or each queue asked stays resident to the end.
+        store.maps.release(first, 0, first.length)
     return total, head
 
 

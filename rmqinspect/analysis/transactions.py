@@ -181,7 +181,7 @@ class _End:
 
     position: int
     prepared_transaction_offset: int
-    uniq_key: str | None
+    uniq_key: str | None  # None too where a half read before it has its offset
     topic: str
     queue_id: int
 
@@ -257,7 +257,9 @@ def _walk(store: Store, progress: Progress | None, links: _Links) -> _Records:
             (cl.TRANSACTION_ROLLBACK_TYPE, out.rollbacks),
         ):
             rows = np.flatnonzero(tx_type == kind)
-            bucket.extend(_end(store.with_entry(r)) for r in cols.records(rows, with_body=False))
+            bucket.extend(
+                _end(store.with_entry(r), links) for r in cols.records(rows, with_body=False)
+            )
         out.prepared += int(np.count_nonzero(tx_type == cl.TRANSACTION_PREPARED_TYPE))
     out.skipped, out.newest = walk.skipped, walk.newest
     return out
@@ -268,9 +270,16 @@ def _op(rec: cl.MessageRecord) -> _Op:
     return _Op(rec.position, rec.queue_id, rec.tags, tuple(offsets), tuple(t[:40] for t in bad))
 
 
-def _end(rec: cl.MessageRecord) -> _End:
+def _end(rec: cl.MessageRecord, links: _Links) -> _End:
+    # Its UNIQ_KEY is read only for a commit whose offset names no half; a half read before it
+    # stays linked, so that key need not be kept (3.5 MB of a 2 GB crashed synth store).
+    named = rec.prepared_transaction_offset in links.by_position
     return _End(
-        rec.position, rec.prepared_transaction_offset, rec.uniq_key, rec.topic, rec.queue_id
+        rec.position,
+        rec.prepared_transaction_offset,
+        None if named else rec.uniq_key,
+        links.shared(rec.topic),
+        rec.queue_id,
     )
 
 
@@ -284,6 +293,15 @@ class _Links:
         self.txs: dict[str, Transaction] = {}
         self.by_position: dict[int, Transaction] = {}
         self.by_queue: dict[tuple[int, int], Transaction] = {}
+        # Topics and groups are few: one string each, not one per transaction (4 MB of a 2 GB
+        # crashed synth store's 34,000 transactions).
+        self._names: dict[str, str] = {}
+
+    def shared(self, name: str) -> str:
+        return self._names.setdefault(name, name)
+
+    def _shared(self, name: str | None) -> str | None:
+        return None if name is None else self.shared(name)
 
     def add(self, rec: cl.MessageRecord) -> None:
         key = rec.uniq_key if rec.uniq_key is not None else f"@{rec.position}"
@@ -292,9 +310,9 @@ class _Links:
         if tx is None:
             tx = Transaction(
                 rec.uniq_key,
-                p.get(props.REAL_TOPIC),
+                self._shared(p.get(props.REAL_TOPIC)),
                 int_property(p, props.REAL_QID),
-                p.get(props.PGROUP),
+                self._shared(p.get(props.PGROUP)),
             )
             self.txs[key] = tx
             if tx.real_topic is None:

@@ -15,6 +15,7 @@ processes (``--jobs``), and the findings merged in file order whatever the numbe
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any, TypeVar
 from rmqinspect.analysis.ranges import SPLIT_BYTES, plan_ranges, worker_pool, worker_settings
 from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
 from rmqinspect.analysis.verify.batch_queues import check_batch_queue
+from rmqinspect.analysis.verify.collisions import KeySpill
 from rmqinspect.analysis.verify.commitlog import FileResult
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
 from rmqinspect.analysis.verify.dledger import EntrySpan, check_ledger
@@ -256,7 +258,9 @@ class Verifier:
         # the queue files with 100,000 queues, and the workers only waited for it. Their
         # findings are merged below, in the same order as ever.
         queue_parts = self._map(_queue_unit, queue_args)
-        index_results = self._map(_index_unit, index_args)
+        index_results = _IndexParts(index_args, self._map(_index_unit, index_args))
+        if self._pool is not None:  # results arrive meanwhile: their keys go to disk as they do
+            index_results.start()
         restart = None
         self.restart = None
         if coverage.lagging:
@@ -275,13 +279,13 @@ class Verifier:
         check_timer(ctx, findings)
         units = _merge(queue_parts, findings)
         entries = 0
-        parts: dict[int, list[IndexPart]] = {}
-        for (k, _, _, _), part in zip(index_args, index_results, strict=True):
-            findings.extend(part.findings)
-            entries += part.entries
-            parts.setdefault(k, []).append(part)
-        for k, file_parts in parts.items():
-            finish_index_file(ctx, k, file_parts, findings)
+        with index_results:
+            for file_parts in index_results.by_file().values():
+                for part in file_parts:
+                    findings.extend(part.findings)
+                    entries += part.entries
+            for k, file_parts in index_results.by_file().items():
+                finish_index_file(ctx, k, file_parts, index_results.keys[k], findings)
         summary = summarize(
             str(store.root),
             ctx.profile.value,
@@ -294,6 +298,52 @@ class Verifier:
             findings,
         )
         return VerifyReport(sorted(findings.listed, key=_order), summary)
+
+
+class _IndexParts:
+    """The index parts' results, taken in order, each part's key fingerprints moved to its
+    file's :class:`KeySpill` as it is taken: held until the end, they grew with the store (the
+    workers' results wait while this process emulates the restart). With workers they are
+    taken by a thread of their own meanwhile (:meth:`start`); it touches no store."""
+
+    def __init__(self, args: list[tuple[int, int, int, int]], results: Iterable[IndexPart]):
+        self._args, self._results = args, results
+        self.keys: dict[int, KeySpill] = {}
+        self._parts: dict[int, list[IndexPart]] = {}
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._take_all, daemon=True)
+        self._thread.start()
+
+    def _take_all(self) -> None:
+        try:
+            for (k, _, _, _), part in zip(self._args, self._results, strict=True):
+                spill = self.keys.get(k) or self.keys.setdefault(k, KeySpill())
+                spill.add(part.fingerprints)
+                self._parts.setdefault(k, []).append(part)
+        except BaseException as err:  # raised again where the results are read
+            self._error = err
+
+    def by_file(self) -> dict[int, list[IndexPart]]:
+        """Every file's parts, in order (taken here when no thread took them)."""
+        if self._thread is None:
+            self._thread = threading.current_thread()
+            self._take_all()
+        elif self._thread is not threading.current_thread():
+            self._thread.join()
+            self._thread = threading.current_thread()
+        if self._error is not None:
+            raise self._error
+        return self._parts
+
+    def __enter__(self) -> _IndexParts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for spill in self.keys.values():
+            spill.close()
 
 
 def _merge(parts: Iterable[tuple[Findings, int]], findings: Findings) -> int:
