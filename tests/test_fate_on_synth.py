@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rmqinspect.analysis.groups import GroupsReport, groups_report
+from rmqinspect.analysis.groups import groups_report
+from rmqinspect.analysis.groups_model import GroupsReport
 from rmqinspect.analysis.offsets import PullStatus, next_pull, parse_broker_version
 from rmqinspect.analysis.trace import Chain, TraceQuery, TraceReport, trace_report
 from rmqinspect.format.encode import encode_trace_data

@@ -11,7 +11,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from rmqinspect.analysis import Progress
-from rmqinspect.analysis.groups import Group, GroupsReport, groups_report
+from rmqinspect.analysis.groups import groups_report
+from rmqinspect.analysis.groups_model import Group, GroupsReport
 from rmqinspect.analysis.offsets import BrokerVersion
 from rmqinspect.analysis.queues import queue_bounds
 from rmqinspect.analysis.recovery import QueueReport, RecoveryReport, analyze_recovery

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rmqinspect.analysis.groups import Group, GroupsReport, MovedEvent, QueueRow
+from rmqinspect.analysis.groups_model import Group, GroupsReport, MovedEvent, QueueRow
 from rmqinspect.analysis.offsets import NextPull
 from rmqinspect.render.output import (
     Column,
