@@ -44,13 +44,14 @@ from rmqinspect.format.consumequeue import (
     units_array,
 )
 from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.npbytes import I64, Mask, distinct, members
+from rmqinspect.format.npbytes import I64, Mask, members
 from rmqinspect.format.profile import Profile
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.layout import QueueId
 
 _CHUNK = 1 << 16  # units checked per gather
+_RAW_UNIT = np.dtype((np.void, CQ_STORE_UNIT_SIZE))
 Report = Callable[[str, int, str], None]  # (check, unit index in the chunk, detail)
 
 
@@ -97,7 +98,10 @@ class QueueCoverage:
 
     lagging: dict[QueueId, Lagging] = field(default_factory=dict)
     proven: dict[QueueId, list[tuple[I64, I64]]] = field(default_factory=dict)
-    _pending: dict[QueueId, list[I64]] = field(default_factory=dict)  # offsets, not yet runs
+    # Offsets proven, not yet runs: per part, each offset's queue (its number in _qids).
+    _pending: list[tuple[I64, I64]] = field(default_factory=list)
+    _qids: list[QueueId] = field(default_factory=list)
+    _numbers: dict[QueueId, int] = field(default_factory=dict)
 
     def add_run(
         self,
@@ -111,7 +115,9 @@ class QueueCoverage:
     ) -> None:
         """Check the records ``rows`` of a run (those that enter a consume queue): each is
         served by a unit of its queue, and a unit at its own queue offset holds the tagsCode
-        dispatch computes for it."""
+        dispatch computes for it. The usual case, every record of a queue inside its range
+        and served by the unit at its own offset with the right tagsCode, is judged for all
+        the run's queues at once; a queue where it is not is checked apart (:meth:`_queue`)."""
         if not len(rows):
             return
         # Found for the whole run at once: one search over the run, not one per queue.
@@ -119,43 +125,96 @@ class QueueCoverage:
         keys = (topic_ids[rows] << 32) | (cols.queue_id[rows] & 0xFFFFFFFF)
         uniq, inverse = np.unique(keys, return_inverse=True)
         order = np.argsort(inverse, kind="stable")
-        bounds = np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1]
-        for key, group in zip(uniq.tolist(), np.split(order, bounds), strict=True):
-            qid = QueueId(topics[key >> 32], wrap32(key & 0xFFFFFFFF))
-            members = rows[group]
-            positions = cols.positions[members] + cols.file_start
-            qoffs = cols.queue_offset[members]
-            if qid.topic in ctx.batch_topics:
-                from rmqinspect.analysis.verify.batch_queues import batch_coverage
+        counts = np.bincount(inverse, minlength=len(uniq))
+        starts = np.cumsum(counts) - counts
+        grouped = rows[order]  # the run's records queue by queue, each queue's in log order
+        qoffs = cols.queue_offset[grouped]
+        low, high = np.minimum.reduceat(qoffs, starts), np.maximum.reduceat(qoffs, starts)
+        qids = [QueueId(topics[key >> 32], wrap32(key & 0xFFFFFFFF)) for key in uniq.tolist()]
+        fast = np.zeros(len(uniq), bool)
+        units: list[np.ndarray] = []
+        for g, (qid, lo, hi, at, n) in enumerate(
+            zip(qids, low.tolist(), high.tolist(), starts.tolist(), counts.tolist(), strict=True)
+        ):
+            q = None if qid.topic in ctx.batch_topics else ctx.queue(qid)
+            if q is None or lo < q.min_offset_in_queue or hi >= q.max_offset_in_queue:
+                continue
+            base, window = ctx.units_window(qid, q, lo, hi + 1)
+            # As raw 20-byte units: joining structured arrays compares their fields each time.
+            units.append(window[qoffs[at : at + n] - base].view(_RAW_UNIT))
+            fast[g] = True
+        slow = ~fast
+        if units:
+            took = fast[inverse[order]]
+            got = np.concatenate(units).view(CQ_UNIT_DTYPE)
+            taken = grouped[took]
+            hit = got["phy_offset"] == cols.positions[taken] + cols.file_start
+            tags = got["tags_code"].astype(np.int64)
+            wrong = (tags > EXT_MAX_ADDR) & (tags != codes[order][took])
+            group = inverse[order][took]
+            slow |= _any_by_group(~hit | wrong, group, len(uniq))
+            sized = got["size"].astype(np.int64) == cols.store_size[taken]
+            proven = sized & ~slow[group]
+            numbers = np.array([self._number(q) for q in qids], np.int64)
+            readable = np.array(["\ufffd" not in q.topic for q in qids], bool)
+            proven &= readable[group]
+            self._pending.append((numbers[group[proven]], qoffs[took][proven]))
+        for g in np.flatnonzero(slow).tolist():
+            group_rows = order[starts[g] : starts[g] + counts[g]]
+            self._queue(ctx, qids[g], cols, rows[group_rows], codes[group_rows], findings, file)
 
-                late = batch_coverage(ctx, qid, positions, qoffs, file, findings)
-                if late is not None and late.any():
-                    self.lagging.setdefault(qid, Lagging()).add(positions[late], qoffs[late])
-                continue
-            q = ctx.queue(qid)
-            if q is None:
-                self.lagging.setdefault(qid, Lagging()).add(positions, qoffs)
-                continue
-            missing = ~self._exact(ctx, q, qid, cols, members, codes[group], findings)
-            if not missing.any():  # the usual case: every record's own unit serves it
-                continue
-            missing[missing] = ~q.serves(qoffs[missing], positions[missing])
-            late = missing & (qoffs >= q.max_offset_in_queue)
-            if late.any():
+    def _number(self, qid: QueueId) -> int:
+        n = self._numbers.get(qid)
+        if n is None:
+            n = self._numbers[qid] = len(self._qids)
+            self._qids.append(qid)
+        return n
+
+    def _queue(
+        self,
+        ctx: Context,
+        qid: QueueId,
+        cols: RecordColumns,
+        members: I64,
+        codes: I64,
+        findings: Findings,
+        file: str,
+    ) -> None:
+        """:meth:`add_run`'s check of one queue's records ``members`` (their tagsCodes
+        ``codes``), record by record where needed."""
+        positions = cols.positions[members] + cols.file_start
+        qoffs = cols.queue_offset[members]
+        if qid.topic in ctx.batch_topics:
+            from rmqinspect.analysis.verify.batch_queues import batch_coverage
+
+            late = batch_coverage(ctx, qid, positions, qoffs, file, findings)
+            if late is not None and late.any():
                 self.lagging.setdefault(qid, Lagging()).add(positions[late], qoffs[late])
-            for i in np.flatnonzero(missing & ~late).tolist():
-                findings.add(
-                    "consumequeue.missing_unit",
-                    file,
-                    f"no unit of {qid} near queue offset {int(qoffs[i])} leads to this record "
-                    f"(the queue holds offsets {q.min_offset_in_queue}..."
-                    f"{q.max_offset_in_queue - 1})",
-                    file_position=int(cols.positions[members[i]]),
-                    physical_offset=int(positions[i]),
-                    topic=qid.topic,
-                    queue_id=qid.queue_id,
-                    queue_offset=int(qoffs[i]),
-                )
+            return
+        q = ctx.queue(qid)
+        if q is None:
+            self.lagging.setdefault(qid, Lagging()).add(positions, qoffs)
+            return
+        missing = ~self._exact(ctx, q, qid, cols, members, codes, findings)
+        if not missing.any():  # every record's own unit serves it
+            return
+        missing[missing] = ~q.serves(qoffs[missing], positions[missing])
+        late = missing & (qoffs >= q.max_offset_in_queue)
+        if late.any():
+            self.lagging.setdefault(qid, Lagging()).add(positions[late], qoffs[late])
+        for i in np.flatnonzero(missing & ~late).tolist():
+            findings.add(
+                "consumequeue.missing_unit",
+                file,
+                f"no unit of {qid} near queue offset {int(qoffs[i])} leads to this record "
+                f"(the queue holds offsets {q.min_offset_in_queue}..."
+                f"{q.max_offset_in_queue - 1})",
+                file_position=int(cols.positions[members[i]]),
+                physical_offset=int(positions[i]),
+                topic=qid.topic,
+                queue_id=qid.queue_id,
+                queue_offset=int(qoffs[i]),
+            )
 
     def _exact(
         self,
@@ -189,7 +248,8 @@ class QueueCoverage:
         # units' own check, which compares bytes.
         if "\ufffd" not in qid.topic:
             sized = units["size"].astype(np.int64) == cols.store_size[members[at]]
-            self._pending.setdefault(qid, []).append(qoffs[at[sized]])
+            found = qoffs[at[sized]]
+            self._pending.append((np.full(len(found), self._number(qid), np.int64), found))
         tags = units["tags_code"].astype(np.int64)
         wrong = (tags > EXT_MAX_ADDR) & (tags != codes[at])
         if not wrong.any():
@@ -223,17 +283,30 @@ class QueueCoverage:
         return exact
 
     def compact(self) -> None:
-        """Turn the offsets proven since the last call into runs of consecutive ones (a
-        range's walk ends with this: runs are what travels)."""
-        for qid, parts in self._pending.items():
-            offsets = distinct(np.concatenate(parts))
-            if not len(offsets):
-                continue
-            breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
-            starts = offsets[np.concatenate(([0], breaks))]
-            ends = offsets[np.concatenate((breaks - 1, [len(offsets) - 1]))] + 1
-            self.proven.setdefault(qid, []).append((starts, ends))
+        """Turn the offsets proven since the last call into runs of consecutive ones, queue
+        by queue (a range's walk ends with this: runs are what travels)."""
+        if not self._pending:
+            return
+        numbers = np.concatenate([n for n, _ in self._pending])
+        offsets = np.concatenate([o for _, o in self._pending])
         self._pending.clear()
+        if not len(offsets):
+            return
+        order = np.lexsort((offsets, numbers))
+        numbers, offsets = numbers[order], offsets[order]
+        again = (numbers[1:] == numbers[:-1]) & (offsets[1:] == offsets[:-1])
+        keep = np.concatenate(([True], ~again))
+        numbers, offsets = numbers[keep], offsets[keep]
+        new_queue = np.concatenate(([True], numbers[1:] != numbers[:-1]))
+        begins = np.flatnonzero(new_queue | np.concatenate(([True], np.diff(offsets) != 1)))
+        ends = np.concatenate((begins[1:], [len(offsets)])) - 1
+        queue_of = numbers[begins]
+        firsts = np.flatnonzero(np.concatenate(([True], queue_of[1:] != queue_of[:-1])))
+        lasts = np.concatenate((firsts[1:], [len(begins)]))
+        for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True):
+            qid = self._qids[int(queue_of[a])]
+            runs = (offsets[begins[a:b]], offsets[ends[a:b]] + 1)
+            self.proven.setdefault(qid, []).append(runs)
 
     def proven_runs(self, qid: QueueId) -> tuple[I64, I64]:
         """The queue's proven runs, sorted by start."""
@@ -250,6 +323,11 @@ class QueueCoverage:
         other.compact()
         for qid, runs in other.proven.items():
             self.proven.setdefault(qid, []).extend(runs)
+
+
+def _any_by_group(flags: Mask, group: I64, groups: int) -> Mask:
+    """Per group, whether any of its ``flags`` is set (``group``: each flag's group)."""
+    return np.bincount(group[flags], minlength=groups) > 0
 
 
 def classify_lagging(
