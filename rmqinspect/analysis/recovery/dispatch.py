@@ -105,7 +105,13 @@ class Dispatcher:
             q = queues.get(QueueId(topic, queue_id))
             return -1 if q is None else q.max_physic
 
-        units = np.flatnonzero(lacking_units(records, sel, end))
+        candidates = sel
+        may = records.may_lack()
+        if may is not None:  # the others' queues held them when they were read
+            candidates = np.zeros(len(sel), bool)
+            candidates[may] = True
+            candidates &= sel
+        units = lacking_units(records, candidates, end)
         indexed = np.zeros(0, np.int64)
         if self.index is not None:
             indexed = indexed_rows(records, sel, self.index.skip_below(), self.index.creates_file())

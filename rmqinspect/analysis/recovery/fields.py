@@ -62,17 +62,26 @@ class DispatchRecords(Protocol):
         order, and each key's record as its number among ``rows``."""
         ...
 
+    def may_lack(self) -> I64 | None:
+        """The records a queue may lack (rows, ascending), as far as known when they were
+        read (:class:`Wanted`); None: any."""
+        ...
 
-def lacking_units(records: DispatchRecords, sel: Mask, end: Callable[[str, int], int]) -> Mask:
-    """The records of ``sel`` a queue lacks: consume-queue records whose phy + size pass their
-    queue's maxPhysicOffset (``end(topic, queue id)``, -1 for a queue not there);
-    ``putMessagePositionInfo`` skips the others."""
+
+def lacking_units(records: DispatchRecords, sel: Mask, end: Callable[[str, int], int]) -> I64:
+    """The records of ``sel`` a queue lacks (their rows): consume-queue records whose phy +
+    size pass their queue's maxPhysicOffset (``end(topic, queue id)``, -1 for a queue not
+    there); ``putMessagePositionInfo`` skips the others."""
+    rows = np.flatnonzero(sel & records.enters_consume_queue())
+    if not len(rows):
+        return rows
     tids, names = records.topics()
-    keys = (tids << 32) | (records.queue_id & 0xFFFFFFFF)
+    keys = (tids[rows] << 32) | (records.queue_id[rows] & 0xFFFFFFFF)
     uniq, inverse = np.unique(keys, return_inverse=True)
     ends = [end(names[key >> 32], wrap32(key & 0xFFFFFFFF)) for key in uniq.tolist()]
-    reach = records.physical_offset_field + records.store_size
-    return sel & records.enters_consume_queue() & (reach > np.array(ends, np.int64)[inverse])
+    reach = records.physical_offset_field[rows] + records.store_size[rows]
+    lacking: I64 = rows[reach > np.array(ends, np.int64)[inverse]]
+    return lacking
 
 
 def indexed_rows(records: DispatchRecords, sel: Mask, skip_below: int, creates_file: bool) -> I64:
@@ -105,9 +114,7 @@ class Wanted:
         phys = records.physical_offset_field
         sel = phys > self.above
         sel[n:] = False
-        coded = np.flatnonzero(
-            lacking_units(records, sel, lambda t, q: self.queue_ends.get((t, q), -1))
-        )
+        coded = lacking_units(records, sel, lambda t, q: self.queue_ends.get((t, q), -1))
         keyed = (
             _NONE if self.index_from is None else indexed_rows(records, sel, self.index_from, True)
         )
@@ -148,6 +155,9 @@ class RunRecords:
         keys = self.run.columns.index_keys(rows, *self.topics())
         return keys.hashes, keys.owners
 
+    def may_lack(self) -> I64 | None:
+        return None
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Fields:
@@ -170,6 +180,7 @@ class Fields:
     key_bounds: I64
     hashes: I64
     lean: bool = False
+    coded: I64 | None = None  # the records whose tagsCode was computed (None: all)
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -211,6 +222,7 @@ class Fields:
             codes,
             bounds,
             hashes,
+            coded=None if wanted is None else coded,
         )
 
     def __reduce__(self) -> tuple[Callable[..., Fields], tuple[Any, ...]]:
@@ -240,6 +252,9 @@ class Fields:
 
     def tags_codes(self, rows: I64) -> I64:
         return self.codes[rows]
+
+    def may_lack(self) -> I64 | None:
+        return self.coded
 
     def index_keys(self, rows: I64) -> tuple[I64, I64]:
         lo = self.key_bounds[rows]
