@@ -14,8 +14,8 @@ import pytest
 
 from rmqinspect.analysis.verify import VerifyOptions, VerifyReport, verify_store
 from rmqinspect.analysis.verify.context import Context
+from rmqinspect.analysis.verify.coverage import QueueCoverage
 from rmqinspect.analysis.verify.finding import Findings
-from rmqinspect.analysis.verify.queues import QueueCoverage
 from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit, encode_unit
 from rmqinspect.format.javamath import wrap32
