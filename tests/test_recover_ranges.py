@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -278,3 +278,45 @@ def test_the_scan_dispatches_what_the_ranges_sent(
         monkeypatch.setattr(recovery_fields, "gather", refused)
         with RangeChecker(store, 1, SPLITS[1]) as checker:
             assert _recover(store, False, checker) == serial
+
+
+def test_the_ranges_send_tags_codes_and_keys_only_where_the_dispatch_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers hash tags and index keys only for the records the dispatch can put: here
+    the queues and the kept index file already hold every record the scan accepts, so none
+    but the run's first record (whose dispatch creates the new index file) is hashed, and
+    the report is the serial one. Their fields go between processes as int32 where the values
+    fit, and come back as the same int64 values."""
+    with Store.open(_store(tmp_path, "commitlog.intact_after_damage"), OPTIONS) as store:
+        serial = _recover(store, False, None)
+        hashed: dict[str, int] = {"tags": 0, "keys": 0}
+        tags, keys = recovery_fields.RunRecords.tags_codes, recovery_fields.RunRecords.index_keys
+
+        def counted_tags(self: recovery_fields.RunRecords, rows: Any) -> Any:
+            hashed["tags"] += len(rows)
+            return tags(self, rows)
+
+        def counted_keys(self: recovery_fields.RunRecords, rows: Any) -> Any:
+            hashed["keys"] += len(rows)
+            return keys(self, rows)
+
+        monkeypatch.setattr(recovery_fields.RunRecords, "tags_codes", counted_tags)
+        monkeypatch.setattr(recovery_fields.RunRecords, "index_keys", counted_keys)
+        with RangeChecker(store, 1, SPLITS[1]) as checker:
+            assert _recover(store, False, checker) == serial
+        assert serial.commitlog is not None and serial.commitlog.scanned_bytes > 1000
+        assert hashed == {"tags": 0, "keys": 1}
+
+        ranges = plan_ranges(store, SPLITS[1])
+        opts = RecordChecks.of(store, RecoverOptions()).recover
+        sent = [p for r in ranges for p in check_range(store, r, opts, True).records if len(p)]
+        assert sent
+        for part in sent:
+            wire = pickle.dumps(part)
+            wide = [getattr(part, f.name) for f in fields(part)]
+            assert len(wire) < len(pickle.dumps(wide))
+            back = pickle.loads(wire)
+            for name in ("positions", "store_size", "queue_id", "physical_offset_field", "codes"):
+                got, want = getattr(back, name), getattr(part, name)
+                assert got.dtype == np.int64 and got.tolist() == want.tolist()

@@ -140,8 +140,9 @@ def scan(
     scanned = 0
     last: tuple[CommitlogFile, RecordInfo] | None = None
     opts = state.checks.recover
-    ends = None if checker is None else checker.walk_ends(f.disk, opts, dispatch)
     above = -(1 << 63) if dispatch_above is None else dispatch_above
+    wanted = dispatcher.wanted(above) if dispatch else None
+    ends = None if checker is None else checker.walk_ends(f.disk, opts, wanted)
     size_cl = state.commitlog_file_size
     while True:
         buf = state.store.view(f.disk)

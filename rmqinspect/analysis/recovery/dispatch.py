@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqinspect.analysis.recovery.fields import DispatchRecords, RunRecords
+from rmqinspect.analysis.recovery.fields import (
+    DispatchRecords,
+    RunRecords,
+    Wanted,
+    indexed_rows,
+    lacking_units,
+)
 from rmqinspect.analysis.recovery.index_service import IndexService
 from rmqinspect.analysis.recovery.report import ReputReport
 from rmqinspect.analysis.recovery.state import BrokerState
 from rmqinspect.format import commitlog as cl
-from rmqinspect.format.javamath import jmod, wrap32, wrap64
+from rmqinspect.format.javamath import jmod, wrap64
 from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import CheckedRun, check_run
 from rmqinspect.store.consume_queue import ConsumeQueue
@@ -90,29 +96,36 @@ class Dispatcher:
         state = self.state
         if state.first_dispatched is None:
             state.first_dispatched = int(phys[first])
-        tids, names = records.topics()
-        cq_type = records.enters_consume_queue()
-        keys = (tids << 32) | (records.queue_id & 0xFFFFFFFF)
         # A queue already holds the unit when phy + size <= its maxPhysicOffset (which only
         # grows); the index skips a record below the last file's endPhyOffset (which only
         # grows), but a record still makes getAndCreateLastIndexFile create a file.
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        known = [
-            state.queues.get(QueueId(names[key >> 32], wrap32(key & 0xFFFFFFFF)))
-            for key in uniq.tolist()
-        ]
-        maxp = np.array([-1 if q is None else q.max_physic for q in known], np.int64)[inverse]
-        units = np.flatnonzero(sel & cq_type & (phys + records.store_size > maxp))
+        queues = state.queues
+
+        def end(topic: str, queue_id: int) -> int:
+            q = queues.get(QueueId(topic, queue_id))
+            return -1 if q is None else q.max_physic
+
+        candidates = sel
+        may = records.may_lack()
+        if may is not None:  # the others' queues held them when they were read
+            candidates = np.zeros(len(sel), bool)
+            candidates[may] = True
+            candidates &= sel
+        units = lacking_units(records, candidates, end)
         indexed = np.zeros(0, np.int64)
         if self.index is not None:
-            need = sel & (phys >= self.index.skip_below())
-            if self.index.creates_file():
-                need[first] = True
-            indexed = np.flatnonzero(need)
+            indexed = indexed_rows(records, sel, self.index.skip_below(), self.index.creates_file())
         self.dispatch_rows(records, units, phase, indexed)
-        ts = records.store_timestamp[sel & cq_type]
+        ts = records.store_timestamp[sel & records.enters_consume_queue()]
         if ts.size:
             state.logics_timestamp = int(ts[-1])
+
+    def wanted(self, above: int) -> Wanted:
+        """What :meth:`take_run` can ask of the records above ``above`` from now on (the queues'
+        ends and the index's, as they stand)."""
+        index = None if self.index is None else self.index.skip_below()
+        reach = {(q.topic, q.queue_id): c.max_physic for q, c in self.state.queues.items()}
+        return Wanted(above, index, reach)
 
 
 def read_length(r: cl.CheckResult) -> int:

@@ -3,24 +3,28 @@
 A run checked here (:class:`RunRecords`) reads its fields from the mapped columns, and the
 topic ids, tagsCodes and index keys only when the dispatch asks for them. ``recover --jobs``'s
 workers send back :class:`Fields`: the same values as numpy arrays for every record a range's
-walk accepts, computed there (topic ids against the range's own topic table, tagsCodes, index
-key hashes), so this process dispatches them without reading a record's bytes.
+walk accepts, computed there (topic ids against the range's own topic table; tagsCodes and
+index key hashes where the dispatch may ask for them, :class:`Wanted`), so this process
+dispatches them without reading a record's bytes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 import numpy as np
 
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.columns import decode_text, enters_consume_queue, gather
+from rmqinspect.format.javamath import wrap32
 from rmqinspect.format.npbytes import I64, Buffer, Mask
 from rmqinspect.format.scan import CheckedRun
 
 Topics = tuple[I64, list[str]]  # each record's topic id, and the topics by id
 _NONE: I64 = np.zeros(0, np.int64)
+_I32 = np.iinfo(np.int32)
 
 
 class DispatchRecords(Protocol):
@@ -58,6 +62,64 @@ class DispatchRecords(Protocol):
         order, and each key's record as its number among ``rows``."""
         ...
 
+    def may_lack(self) -> I64 | None:
+        """The records a queue may lack (rows, ascending), as far as known when they were
+        read (:class:`Wanted`); None: any."""
+        ...
+
+
+def lacking_units(records: DispatchRecords, sel: Mask, end: Callable[[str, int], int]) -> I64:
+    """The records of ``sel`` a queue lacks (their rows): consume-queue records whose phy +
+    size pass their queue's maxPhysicOffset (``end(topic, queue id)``, -1 for a queue not
+    there); ``putMessagePositionInfo`` skips the others."""
+    rows = np.flatnonzero(sel & records.enters_consume_queue())
+    if not len(rows):
+        return rows
+    tids, names = records.topics()
+    keys = (tids[rows] << 32) | (records.queue_id[rows] & 0xFFFFFFFF)
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    ends = [end(names[key >> 32], wrap32(key & 0xFFFFFFFF)) for key in uniq.tolist()]
+    reach = records.physical_offset_field[rows] + records.store_size[rows]
+    lacking: I64 = rows[reach > np.array(ends, np.int64)[inverse]]
+    return lacking
+
+
+def indexed_rows(records: DispatchRecords, sel: Mask, skip_below: int, creates_file: bool) -> I64:
+    """The records of ``sel`` handed to ``buildIndex``: those from ``skip_below`` (the last
+    index file's endPhyOffset) on, and the first one where it creates a file (which it does
+    whatever the record's offset)."""
+    need = sel & (records.physical_offset_field >= skip_below)
+    if creates_file and sel.any():
+        need[int(np.argmax(sel))] = True
+    return np.flatnonzero(need)
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What the scan's dispatch (``Dispatcher.take_run``) can ask of the records it is handed,
+    known when the scan starts: it dispatches only records above ``above``; a queue takes a
+    unit only past its maxPhysicOffset, and the index a record only from its last file's
+    endPhyOffset (``index_from``; None: no index), both of which only grow while the scan
+    dispatches in offset order. So a record needs its tagsCode only where it passes its queue's
+    end at the start (``queue_ends`` by topic and queue id; a queue not there: -1), and its
+    index keys only from ``index_from`` on or as its run's first dispatched record."""
+
+    above: int
+    index_from: int | None
+    queue_ends: dict[tuple[str, int], int]
+
+    def rows(self, records: DispatchRecords, n: int) -> tuple[I64, I64]:
+        """The rows of the first ``n`` records that may need their tagsCode, and those that
+        may need their index keys."""
+        phys = records.physical_offset_field
+        sel = phys > self.above
+        sel[n:] = False
+        coded = lacking_units(records, sel, lambda t, q: self.queue_ends.get((t, q), -1))
+        keyed = (
+            _NONE if self.index_from is None else indexed_rows(records, sel, self.index_from, True)
+        )
+        return coded, keyed
+
 
 class RunRecords:
     """The records of a run checked in this process, read from its columns."""
@@ -93,6 +155,9 @@ class RunRecords:
         keys = self.run.columns.index_keys(rows, *self.topics())
         return keys.hashes, keys.owners
 
+    def may_lack(self) -> I64 | None:
+        return None
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Fields:
@@ -115,21 +180,30 @@ class Fields:
     key_bounds: I64
     hashes: I64
     lean: bool = False
+    coded: I64 | None = None  # the records whose tagsCode was computed (None: all)
 
     def __len__(self) -> int:
         return len(self.positions)
 
     @staticmethod
-    def of(run: CheckedRun, n: int, dispatch: bool, lean: bool = False) -> Fields:
+    def of(
+        run: CheckedRun, n: int, dispatch: bool, lean: bool = False, wanted: Wanted | None = None
+    ) -> Fields:
         """The first ``n`` records of ``run``; with ``dispatch``, their tagsCodes and index
-        keys too; ``lean``: their positions and index keys only (for checks that wait long
+        keys too (only where ``wanted`` says the dispatch may ask for them: 0 and no keys
+        elsewhere); ``lean``: their positions and index keys only (for checks that wait long
         before their dispatch, as the export's do: they stay small)."""
         records = RunRecords(run)
         rows = np.arange(n, dtype=np.int64)
-        bounds, hashes = _NONE, _NONE
+        coded, keyed = (rows, rows) if wanted is None else wanted.rows(records, n)
+        bounds, hashes, codes = _NONE, _NONE, _NONE
         if dispatch:
-            hashes, owners = records.index_keys(rows)
-            bounds = np.searchsorted(owners, np.arange(n + 1, dtype=np.int64)).astype(np.int64)
+            hashes, owners = records.index_keys(keyed) if len(keyed) else (_NONE, _NONE)
+            bounds = np.searchsorted(keyed[owners], np.arange(n + 1, dtype=np.int64))
+            if not lean:
+                codes = np.zeros(n, np.int64)
+                if len(coded):
+                    codes[coded] = records.tags_codes(coded)
         cols = run.columns
         if lean:
             e = _NONE
@@ -145,10 +219,16 @@ class Fields:
             cols.sys_flag[:n],
             tids[:n],
             names,
-            records.tags_codes(rows) if dispatch else _NONE,
+            codes,
             bounds,
             hashes,
+            coded=None if wanted is None else coded,
         )
+
+    def __reduce__(self) -> tuple[Callable[..., Fields], tuple[Any, ...]]:
+        # Sent between processes with the arrays whose values fit in 32 bits (positions in a
+        # file, sizes, queue ids, flags, topic ids, key hashes, ...) as int32: half the bytes.
+        return _received, tuple(_narrow(getattr(self, f.name)) for f in fields(self))
 
     def read(self, buf: Buffer, file_start: int, opts: cl.CheckOptions) -> DispatchRecords:
         """These records as the dispatch reads them: themselves, or (lean) their fields read
@@ -173,6 +253,9 @@ class Fields:
     def tags_codes(self, rows: I64) -> I64:
         return self.codes[rows]
 
+    def may_lack(self) -> I64 | None:
+        return self.coded
+
     def index_keys(self, rows: I64) -> tuple[I64, I64]:
         lo = self.key_bounds[rows]
         counts = self.key_bounds[rows + 1] - lo
@@ -180,6 +263,24 @@ class Fields:
         firsts = np.cumsum(counts) - counts
         at = np.repeat(lo - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
         return self.hashes[at], owners
+
+
+def _narrow(value: Any) -> Any:
+    """``value`` as int32 where it is an int64 array whose values all fit."""
+    wide = isinstance(value, np.ndarray) and value.dtype == np.int64 and len(value)
+    if wide and _I32.min <= int(value.min()) and int(value.max()) <= _I32.max:
+        return value.astype(np.int32)
+    return value
+
+
+def _received(*values: Any) -> Fields:
+    """:class:`Fields` from the values :func:`_narrow` sent, widened again (the dispatch
+    shifts and adds them as int64)."""
+    wide: list[Any] = [
+        v.astype(np.int64) if isinstance(v, np.ndarray) and v.dtype == np.int32 else v
+        for v in values
+    ]
+    return Fields(*wide)
 
 
 class _Keyed(RunRecords):

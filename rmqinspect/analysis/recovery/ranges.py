@@ -28,7 +28,7 @@ from typing import TypeVar
 import numpy as np
 
 from rmqinspect.analysis.ranges import SPLIT_BYTES, Range, plan_ranges, worker_pool, worker_settings
-from rmqinspect.analysis.recovery.fields import Fields
+from rmqinspect.analysis.recovery.fields import Fields, Wanted
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.scan import check_run, resync
 from rmqinspect.store import mapguard
@@ -50,11 +50,16 @@ class RangeCheck:
 
 
 def check_range(
-    store: Store, r: Range, opts: cl.CheckOptions, dispatch: bool, lean: bool = False
+    store: Store,
+    r: Range,
+    opts: cl.CheckOptions,
+    dispatch: bool,
+    lean: bool = False,
+    wanted: Wanted | None = None,
 ) -> RangeCheck:
     """The recovery walk of range ``r`` with the scan's record checks ``opts``; with
-    ``dispatch``, its records' tagsCodes and index keys (``CommitLogDispatcherBuildIndex``'s,
-    every record's) too; ``lean``: :meth:`Fields.of`'s."""
+    ``dispatch``, its records' tagsCodes and index keys (``CommitLogDispatcherBuildIndex``'s)
+    too, every record's or those ``wanted``; ``lean``: :meth:`Fields.of`'s."""
     f = store.commitlog.files[r.file]
     # Records start before the file's length: past it, nothing is the next range's.
     end = f.length + 1 if r.end is None else r.end
@@ -71,7 +76,7 @@ def check_range(
         while True:
             run = check_run(buf, pos, f.start, opts)
             inside = int(np.searchsorted(run.columns.positions, end))
-            parts.append(Fields.of(run, inside, dispatch, lean))
+            parts.append(Fields.of(run, inside, dispatch, lean, wanted))
             store.maps.release(f, pos, run.end)  # memory stays flat
             if inside < len(run):
                 stop, ended = int(run.columns.positions[inside]), False
@@ -97,8 +102,10 @@ class WalkEnds:
         checks: Iterator[RangeCheck],
         opts: cl.CheckOptions,
         dispatch: bool,
+        wanted: Wanted | None = None,
     ) -> None:
         self._store = store
+        self._wanted = wanted
         self._ranges = iter(ranges)
         self._checks = checks
         self._opts = opts
@@ -128,7 +135,9 @@ class WalkEnds:
                 continue  # the walk stopped in an earlier range of this file
             if check.start != expected:
                 again = replace(r, begin=expected, sync=False)
-                check = check_range(self._store, again, self._opts, self._dispatch)
+                check = check_range(
+                    self._store, again, self._opts, self._dispatch, wanted=self._wanted
+                )
             yield check
             ended = check.ended
             expected = check.stop
@@ -240,9 +249,13 @@ class RangeChecker:
             return (fn(self.store, item) for item in items)
         return _ahead(self._pool, functools.partial(_with_store, fn), items, 2 * self.jobs)
 
-    def walk_ends(self, first: StoreFile, opts: cl.CheckOptions, dispatch: bool) -> WalkEnds | None:
-        """The checks of every range from file ``first`` on (``dispatch``: with what the
-        dispatch reads), under way; None without ranges (the scan checks as it walks)."""
+    def walk_ends(
+        self, first: StoreFile, opts: cl.CheckOptions, wanted: Wanted | None
+    ) -> WalkEnds | None:
+        """The checks of every range from file ``first`` on (with ``wanted``: with what the
+        dispatch reads; the export's own checks send every record's), under way; None
+        without ranges (the scan checks as it walks)."""
+        dispatch = wanted is not None
         if self.split_bytes is None:
             return None
         files = self.store.commitlog.files
@@ -253,6 +266,6 @@ class RangeChecker:
         if mapped is not None:
             checks = iter(mapped)
         else:
-            work = functools.partial(check_range, opts=opts, dispatch=dispatch)
+            work = functools.partial(check_range, opts=opts, dispatch=dispatch, wanted=wanted)
             checks = self._each(work, ranges)
-        return WalkEnds(self.store, ranges, checks, opts, dispatch)
+        return WalkEnds(self.store, ranges, checks, opts, dispatch, wanted)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqinspect.analysis.verify.context import Context
+from rmqinspect.analysis.verify.coverage import QueueCoverage
 from rmqinspect.analysis.verify.dledger import (
     HEADER_CHECKS,
     EntryChecks,
@@ -26,7 +27,6 @@ from rmqinspect.analysis.verify.dledger import (
     record_size_at,
 )
 from rmqinspect.analysis.verify.finding import Findings
-from rmqinspect.analysis.verify.queues import QueueCoverage
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import dledger as dl
 from rmqinspect.format.columns import RecordColumns, decode_text, gather

@@ -68,10 +68,18 @@ class Context:
         return found
 
     def units_at(self, qid: QueueId, q: ConsumeQueue, queue_offsets: I64) -> np.ndarray:
-        """``q.units_at(queue_offsets)`` (ascending, inside the queue's range), read ahead: the
-        records of a run are a few of each queue's, and reading each queue's file for each run
+        """``q.units_at(queue_offsets)`` (ascending, inside the queue's range), read ahead
+        (:meth:`units_window`)."""
+        base, units = self.units_window(qid, q, int(queue_offsets[0]), int(queue_offsets[-1]) + 1)
+        return units[queue_offsets - base]
+
+    def units_window(
+        self, qid: QueueId, q: ConsumeQueue, lo: int, hi: int
+    ) -> tuple[int, np.ndarray]:
+        """The units of queue offsets ``lo`` to ``hi`` (inside the queue's range) and more
+        around them, and the queue offset of the first: read ahead and kept, since the records
+        of a run are a few of each queue's, and reading each queue's file for each run
         remapped it run after run where the store has more queues than open maps."""
-        lo, hi = int(queue_offsets[0]), int(queue_offsets[-1]) + 1
         kept = self._units.get(qid)
         if kept is None or lo < kept[0] or hi > kept[0] + len(kept[1]):
             stop = min(max(hi, lo + _READ_AHEAD), q.max_offset_in_queue)
@@ -83,7 +91,7 @@ class Context:
                 self._units_held -= len(old)
         else:
             self._units.move_to_end(qid)
-        return kept[1][queue_offsets - kept[0]]
+        return kept
 
     def queue(self, qid: QueueId) -> ConsumeQueue | None:
         """The queue as the broker loads it (None when its directory does not exist)."""

@@ -7,25 +7,18 @@
   ``lookup`` and the export use), whose statuses map to check ids. Pre-blank placeholders are
   the spec's exception; an LMQ unit leads to a record that names the queue in
   ``INNER_MULTI_DISPATCH`` with that offset.
-* Records to units (:class:`QueueCoverage`, fed by the commitlog walk): every NOT/COMMIT record
-  is served by a unit of its queue (:meth:`~rmqinspect.store.consume_queue.ConsumeQueue.serves`),
-  and the unit at its queue offset holds the tagsCode dispatch computes (the tag hash, or in
-  ``SCHEDULE_TOPIC_XXXX`` the delivery time; ext addresses are the exception). The tags are
-  checked here, where the records come in dense runs, because finding TAGS is one search per
-  run. Records after their queue's last unit, or of a queue without a directory, are what a
-  killed broker's dispatch had not reached: :func:`classify_lagging` asks the restart
-  prediction whether the restart rebuilds their units (a warning) or not (an error).
+* Records to units: :mod:`.coverage` (:class:`QueueCoverage`, :func:`classify_lagging`,
+  re-exported here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from rmqinspect.analysis.recovery import RecoveryReport
 from rmqinspect.analysis.units import (
     STATUSES,
     UnitResolution,
@@ -34,292 +27,30 @@ from rmqinspect.analysis.units import (
     resolve_units,
 )
 from rmqinspect.analysis.verify.context import Context
+from rmqinspect.analysis.verify.coverage import Lagging, QueueCoverage, classify_lagging, queue_dir
 from rmqinspect.analysis.verify.finding import Findings, layout_check
-from rmqinspect.format import commitlog as cl
-from rmqinspect.format.columns import RecordColumns
 from rmqinspect.format.consumequeue import (
     CQ_STORE_UNIT_SIZE,
     CQ_UNIT_DTYPE,
-    EXT_MAX_ADDR,
     units_array,
 )
-from rmqinspect.format.javamath import wrap32
-from rmqinspect.format.npbytes import I64, Mask, distinct, members
-from rmqinspect.format.profile import Profile
-from rmqinspect.store.consume_queue import ConsumeQueue
+from rmqinspect.format.npbytes import I64
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.layout import QueueId
 
+__all__ = [
+    "Lagging",
+    "QueueCoverage",
+    "check_queue_file",
+    "check_queue_layout",
+    "check_rocksdb_queue",
+    "classify_lagging",
+    "queue_dir",
+    "unit_finding",
+]
+
 _CHUNK = 1 << 16  # units checked per gather
 Report = Callable[[str, int, str], None]  # (check, unit index in the chunk, detail)
-
-
-def queue_dir(qid: QueueId, *, batch: bool = False) -> str:
-    """The queue's directory as findings name it (``batch``: a BatchConsumeQueue's)."""
-    return f"{'batchconsumequeue' if batch else 'consumequeue'}/{qid.topic}/{qid.queue_id}"
-
-
-# --- records to units ---------------------------------------------------------------------------
-
-
-@dataclass
-class Lagging:
-    """Records of one queue that no unit serves yet, in log order."""
-
-    positions: list[I64] = field(default_factory=list)
-    queue_offsets: list[I64] = field(default_factory=list)
-
-    def add(self, positions: I64, queue_offsets: I64) -> None:
-        self.positions.append(positions)
-        self.queue_offsets.append(queue_offsets)
-
-    def extend(self, other: Lagging) -> None:
-        self.positions.extend(other.positions)
-        self.queue_offsets.extend(other.queue_offsets)
-
-    def arrays(self) -> tuple[I64, I64]:
-        empty = np.zeros(0, np.int64)
-        return (
-            np.concatenate(self.positions) if self.positions else empty,
-            np.concatenate(self.queue_offsets) if self.queue_offsets else empty,
-        )
-
-
-@dataclass
-class QueueCoverage:
-    """Records to units, run by run: records inside their queue's range that no unit serves are
-    findings at once; those past its end (or without a queue) wait for :func:`classify_lagging`.
-
-    ``proven``: per queue, runs ``[start, end)`` of queue offsets whose unit this walk found
-    leading to its record (the record's position and TOTALSIZE, in the queue's topic, queue id
-    and offset): what the units-to-records check would find reading those records again, so
-    it need not (:func:`check_queue_file`)."""
-
-    lagging: dict[QueueId, Lagging] = field(default_factory=dict)
-    proven: dict[QueueId, list[tuple[I64, I64]]] = field(default_factory=dict)
-    _pending: dict[QueueId, list[I64]] = field(default_factory=dict)  # offsets, not yet runs
-
-    def add_run(
-        self,
-        ctx: Context,
-        cols: RecordColumns,
-        rows: I64,
-        topic_ids: I64,
-        topics: list[str],
-        findings: Findings,
-        file: str,
-    ) -> None:
-        """Check the records ``rows`` of a run (those that enter a consume queue): each is
-        served by a unit of its queue, and a unit at its own queue offset holds the tagsCode
-        dispatch computes for it."""
-        if not len(rows):
-            return
-        # Found for the whole run at once: one search over the run, not one per queue.
-        codes, _ = cols.tags_codes(rows, ctx.delay_table, (topic_ids, topics))
-        keys = (topic_ids[rows] << 32) | (cols.queue_id[rows] & 0xFFFFFFFF)
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1]
-        for key, group in zip(uniq.tolist(), np.split(order, bounds), strict=True):
-            qid = QueueId(topics[key >> 32], wrap32(key & 0xFFFFFFFF))
-            members = rows[group]
-            positions = cols.positions[members] + cols.file_start
-            qoffs = cols.queue_offset[members]
-            if qid.topic in ctx.batch_topics:
-                from rmqinspect.analysis.verify.batch_queues import batch_coverage
-
-                late = batch_coverage(ctx, qid, positions, qoffs, file, findings)
-                if late is not None and late.any():
-                    self.lagging.setdefault(qid, Lagging()).add(positions[late], qoffs[late])
-                continue
-            q = ctx.queue(qid)
-            if q is None:
-                self.lagging.setdefault(qid, Lagging()).add(positions, qoffs)
-                continue
-            missing = ~self._exact(ctx, q, qid, cols, members, codes[group], findings)
-            if not missing.any():  # the usual case: every record's own unit serves it
-                continue
-            missing[missing] = ~q.serves(qoffs[missing], positions[missing])
-            late = missing & (qoffs >= q.max_offset_in_queue)
-            if late.any():
-                self.lagging.setdefault(qid, Lagging()).add(positions[late], qoffs[late])
-            for i in np.flatnonzero(missing & ~late).tolist():
-                findings.add(
-                    "consumequeue.missing_unit",
-                    file,
-                    f"no unit of {qid} near queue offset {int(qoffs[i])} leads to this record "
-                    f"(the queue holds offsets {q.min_offset_in_queue}..."
-                    f"{q.max_offset_in_queue - 1})",
-                    file_position=int(cols.positions[members[i]]),
-                    physical_offset=int(positions[i]),
-                    topic=qid.topic,
-                    queue_id=qid.queue_id,
-                    queue_offset=int(qoffs[i]),
-                )
-
-    def _exact(
-        self,
-        ctx: Context,
-        q: ConsumeQueue,
-        qid: QueueId,
-        cols: RecordColumns,
-        members: I64,
-        codes: I64,
-        findings: Findings,
-    ) -> Mask:
-        """Which records the unit at their own queue offset serves; those units' tagsCodes are
-        checked against ``codes`` (dispatch's, per record; ext addresses are not checked)."""
-        qoffs = cols.queue_offset[members]
-        positions = cols.positions[members] + cols.file_start
-        exact = np.zeros(len(members), bool)
-        low, high = q.min_offset_in_queue, q.max_offset_in_queue
-        if int(qoffs.min()) >= low and int(qoffs.max()) < high:
-            inside = np.arange(len(qoffs))
-        else:
-            inside = np.flatnonzero((qoffs >= low) & (qoffs < high))
-            if not len(inside):
-                return exact
-        if not bool((qoffs[inside][1:] >= qoffs[inside][:-1]).all()):
-            inside = inside[np.argsort(qoffs[inside], kind="stable")]
-        units = ctx.units_at(qid, q, qoffs[inside])
-        hit = units["phy_offset"] == positions[inside]
-        exact[inside[hit]] = True
-        at, units = inside[hit], units[hit]
-        # A topic name that is not its record's bytes (replacement characters) is left to the
-        # units' own check, which compares bytes.
-        if "\ufffd" not in qid.topic:
-            sized = units["size"].astype(np.int64) == cols.store_size[members[at]]
-            self._pending.setdefault(qid, []).append(qoffs[at[sized]])
-        tags = units["tags_code"].astype(np.int64)
-        wrong = (tags > EXT_MAX_ADDR) & (tags != codes[at])
-        if not wrong.any():
-            return exact
-        if ctx.profile is Profile.V4_9 and qid.topic == cl.SCHEDULE_TOPIC:
-            # 4.9.8 dispatches during load() before it parses the delay levels: tag hashes then.
-            hashes, _ = cols.tags_codes(members[at], {})
-            wrong &= tags != hashes
-        # A delay message's tagsCode is its store time plus its level's delay: the broker's
-        # messageDelayLevel, which no store file holds.
-        hint = (
-            "; is the broker's messageDelayLevel --delay-levels?"
-            if qid.topic == cl.SCHEDULE_TOPIC
-            else ""
-        )
-        for k in np.flatnonzero(wrong).tolist():
-            qoff = int(qoffs[at[k]])
-            unit_at = qoff * CQ_STORE_UNIT_SIZE
-            f = next(f for f in reversed(q.files) if f.start <= unit_at)
-            findings.add(
-                "consumequeue.tags_code",
-                ctx.rel(f.disk.path) if f.disk is not None else queue_dir(qid),
-                f"unit ({int(units['phy_offset'][k])}, {int(units['size'][k])}, {int(tags[k])}): "
-                f"dispatch computes {int(codes[at[k]])}{hint}",
-                file_position=unit_at - f.start,
-                physical_offset=int(positions[at[k]]),
-                topic=qid.topic,
-                queue_id=qid.queue_id,
-                queue_offset=qoff,
-            )
-        return exact
-
-    def compact(self) -> None:
-        """Turn the offsets proven since the last call into runs of consecutive ones (a
-        range's walk ends with this: runs are what travels)."""
-        for qid, parts in self._pending.items():
-            offsets = distinct(np.concatenate(parts))
-            if not len(offsets):
-                continue
-            breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
-            starts = offsets[np.concatenate(([0], breaks))]
-            ends = offsets[np.concatenate((breaks - 1, [len(offsets) - 1]))] + 1
-            self.proven.setdefault(qid, []).append((starts, ends))
-        self._pending.clear()
-
-    def proven_runs(self, qid: QueueId) -> tuple[I64, I64]:
-        """The queue's proven runs, sorted by start."""
-        self.compact()
-        runs = self.proven.get(qid, [])
-        starts = np.concatenate([a for a, _ in runs]) if runs else np.zeros(0, np.int64)
-        ends = np.concatenate([b for _, b in runs]) if runs else np.zeros(0, np.int64)
-        order = np.argsort(starts, kind="stable")
-        return starts[order], ends[order]
-
-    def extend(self, other: QueueCoverage) -> None:
-        for qid, lag in other.lagging.items():
-            self.lagging.setdefault(qid, Lagging()).extend(lag)
-        other.compact()
-        for qid, runs in other.proven.items():
-            self.proven.setdefault(qid, []).extend(runs)
-
-
-def classify_lagging(
-    ctx: Context,
-    coverage: QueueCoverage,
-    restart: RecoveryReport | None,
-    findings: Findings,
-) -> None:
-    """One finding per queue for the records no unit serves yet: those the restart
-    (``restart``, :func:`~rmqinspect.analysis.recovery.run_recovery` with every lost message
-    listed) dispatches are a warning; those it keeps but leaves without a unit an error
-    (``missing_queue`` when the directory is missing); those it cuts are said in passing (the
-    damage that cuts them has its own finding)."""
-    unserved: set[int] = set()
-    end = -1
-    kept_files: list[tuple[int, int]] = []
-    size = ctx.store.commitlog.file_size
-    if restart is not None and restart.commitlog is not None:
-        cl_report = restart.commitlog
-        end = cl_report.max_offset if cl_report.max_offset is not None else -1
-        kept_files = [(int(f.name), int(f.name) + size) for f in cl_report.files_after or []]
-        lost = restart.lost_messages.messages if restart.lost_messages is not None else []
-        unserved = {m.physical_offset for m in lost if m.where == "no_queue_unit"}
-    for qid, lag in sorted(coverage.lagging.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id)):
-        positions, qoffs = lag.arrays()
-        kept = positions < end
-        if kept_files:
-            inside = np.zeros(len(positions), bool)
-            for a, b in kept_files:
-                inside |= (positions >= a) & (positions < b)
-            kept &= inside
-        else:
-            kept[:] = False
-        left = kept & members(positions, np.fromiter(unserved, np.int64, len(unserved)))
-        rebuilt = kept & ~left
-        cut = int(np.count_nonzero(~kept))
-        has_dir = qid in ctx.store.queue_dirs
-        where = queue_dir(qid, batch=qid in ctx.store.batch_dirs)
-        if rebuilt.any():
-            i = int(np.argmax(rebuilt))
-            note = f"; {cut} more lie past the restart's end and are cut with it" if cut else ""
-            findings.add(
-                "consumequeue.lagging",
-                where,
-                f"no unit yet for {_records(int(np.count_nonzero(rebuilt)))} from queue offset "
-                f"{int(qoffs[i])}{'' if has_dir else ' (the directory does not exist yet)'}; "
-                f"the restart dispatches them{note}",
-                physical_offset=int(positions[i]),
-                topic=qid.topic,
-                queue_id=qid.queue_id,
-                queue_offset=int(qoffs[i]),
-            )
-        if left.any():
-            i = int(np.argmax(left))
-            why = (
-                "the restart does not rebuild it"
-                if restart is not None and restart.broker_starts
-                else "the broker refuses to start"
-            )
-            findings.add(
-                "consumequeue.missing_unit" if has_dir else "consumequeue.missing_queue",
-                where,
-                f"no unit for {_records(int(np.count_nonzero(left)))} of {qid} from queue "
-                f"offset {int(qoffs[i])}{'' if has_dir else ' (no directory for the queue)'}, "
-                f"and {why}",
-                physical_offset=int(positions[i]),
-                topic=qid.topic,
-                queue_id=qid.queue_id,
-                queue_offset=int(qoffs[i]),
-            )
 
 
 def check_queue_layout(ctx: Context, findings: Findings) -> None:
@@ -333,10 +64,6 @@ def check_queue_layout(ctx: Context, findings: Findings) -> None:
                 topic=qid.topic,
                 queue_id=qid.queue_id,
             )
-
-
-def _records(n: int) -> str:
-    return f"{n} record{'' if n == 1 else 's'}"
 
 
 # --- units to records ---------------------------------------------------------------------------
