@@ -301,8 +301,6 @@ def _walk_past_end(
         for event in judges.intact(buf, disk.start, pos, store.maps.data_end(disk)):
             if part.end is not None and event.start >= part.end:
                 return event.start
-            store.maps.release(disk, released, event.start)  # memory stays flat
-            released = event.start
             if isinstance(event, Skipped):
                 if event.result.magic in rules.headers:
                     # At the cut, the recovery's own verdict is the why.
@@ -311,25 +309,28 @@ def _walk_past_end(
                         listing.damage(cut_at)
                     else:
                         listing.damage(_bad_record(event.result, at, file, event.start))
-                continue
-            cols = event.columns
-            after: int | None = None
-            if part.end is not None and len(cols) and cols.positions[-1] >= part.end:
-                inside = int(np.searchsorted(cols.positions, part.end))
-                after = int(cols.positions[inside])
-                cols = cols.select(slice(0, inside))
-            rejected = _rejected(rules.recover, cols, disk, file, cut_at)
-            for bad in rejected.values():
-                listing.damage(bad)
-            for i in _lost_in_run(cols, rules.queue_max):
-                if i in rejected:
-                    continue
-                if listing.wants():
-                    listing.add(cols.record(i), file, part.where)
-                else:
-                    listing.tally(part.where)
-            if after is not None:
-                return after
+            else:
+                cols = event.columns
+                after: int | None = None
+                if part.end is not None and len(cols) and cols.positions[-1] >= part.end:
+                    inside = int(np.searchsorted(cols.positions, part.end))
+                    after = int(cols.positions[inside])
+                    cols = cols.select(slice(0, inside))
+                rejected = _rejected(rules.recover, cols, disk, file, cut_at)
+                for bad in rejected.values():
+                    listing.damage(bad)
+                for i in _lost_in_run(cols, rules.queue_max):
+                    if i in rejected:
+                        continue
+                    if listing.wants():
+                        listing.add(cols.record(i), file, part.where)
+                    else:
+                        listing.tally(part.where)
+                if after is not None:
+                    return after
+            # The run is judged: its pages go now, not when the next one is read.
+            store.maps.release(disk, released, event.end)
+            released = event.end
         return None
     finally:
         buf.release()

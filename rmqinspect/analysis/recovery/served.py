@@ -195,17 +195,18 @@ def walk_unserved(
         for event in scan(region, f.start, pos, store.maps.data_end(f.disk)):
             if stop is not None and event.start >= stop:
                 return event.start
-            store.maps.release(f.disk, released, event.start)
-            released = event.start
             if isinstance(event, Skipped):
                 yield event
-                continue
-            cols = event.columns
-            if stop is not None and len(cols) and cols.positions[-1] >= stop:
-                inside = int(np.searchsorted(cols.positions, stop))
-                yield from check.unserved(region, f.start, cols.select(slice(0, inside)))
-                return int(cols.positions[inside])
-            yield from check.unserved(region, f.start, cols)
+            else:
+                cols = event.columns
+                if stop is not None and len(cols) and cols.positions[-1] >= stop:
+                    inside = int(np.searchsorted(cols.positions, stop))
+                    yield from check.unserved(region, f.start, cols.select(slice(0, inside)))
+                    return int(cols.positions[inside])
+                yield from check.unserved(region, f.start, cols)
+            # The run is judged: its pages go now, not when the next one is read.
+            store.maps.release(f.disk, released, event.end)
+            released = event.end
         return None
     finally:
         region.release()
