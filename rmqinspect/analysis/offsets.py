@@ -9,7 +9,9 @@ Lag and offsets outside ``[min, max]`` show at once; a different ``.bak`` value 
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -252,11 +254,14 @@ def offsets_report(
     *,
     restart: bool | None = None,
     recovery: RecoveryReport | None = None,
+    bounds: Callable[[QueueId], QueueBounds] | None = None,
 ) -> OffsetsReport:
     """``restart``: emulate the restart always (True), never (False), or when there is a row
     to judge (None). ``recovery``: a finished emulation of this store's restart to judge
-    against instead of running one (``report`` runs it once for ``recover`` and ``groups``)."""
-    cache: dict[QueueId, QueueBounds] = {}
+    against instead of running one (``report`` runs it once for ``recover`` and ``groups``).
+    ``bounds``: a queue's :func:`queue_bounds`, from a caller that holds its queues loaded
+    (``verify``), so that none is loaded twice."""
+    cache = _DiskBounds(store, bounds or functools.partial(queue_bounds, store))
     rows: list[OffsetRow] = []
     files = []
     groups: set[str] = set()
@@ -314,19 +319,25 @@ def file_use(r: ConfigFileResult) -> FileUse:
     )
 
 
-def bounds_on_disk(
-    store: Store, qid: QueueId, cache: dict[QueueId, QueueBounds]
-) -> QueueBounds | None:
-    if qid not in store.queue_dirs:
-        return None
-    if qid not in cache:
-        cache[qid] = queue_bounds(store, qid)
-    return cache[qid]
+class _DiskBounds:
+    """Each queue's bounds on disk (None: no queue directory), computed once."""
+
+    def __init__(self, store: Store, bounds: Callable[[QueueId], QueueBounds]) -> None:
+        self._store, self._bounds = store, bounds
+        self._found: dict[QueueId, QueueBounds] = {}
+
+    def __call__(self, qid: QueueId) -> QueueBounds | None:
+        if qid not in self._store.queue_dirs:
+            return None
+        found = self._found.get(qid)
+        if found is None:
+            found = self._found[qid] = self._bounds(qid)
+        return found
 
 
 def _row(
     store: Store,
-    cache: dict[QueueId, QueueBounds],
+    cache: _DiskBounds,
     table: str,
     group: str | None,
     topic: str,
@@ -336,7 +347,7 @@ def _row(
     bak_note: str | None,
     delay_level: int | None = None,
 ) -> OffsetRow:
-    b = bounds_on_disk(store, QueueId(topic, queue_id), cache)
+    b = cache(QueueId(topic, queue_id))
     status, lo, hi, lag = judge(None if b is None else (b.min_offset, b.max_offset), offset)
     return OffsetRow(
         table, group, topic, queue_id, offset, bak, bak_note, lo, hi, lag, status, delay_level
@@ -367,7 +378,7 @@ def _consumer_rows(
     r: ConfigFileResult,
     group: str | None,
     topic: str | None,
-    cache: dict[QueueId, QueueBounds],
+    cache: _DiskBounds,
     groups: set[str],
 ) -> list[OffsetRow]:
     value = r.value if isinstance(r.value, ConsumerOffsetTable) else None
@@ -416,9 +427,7 @@ def _compare(
     return None, None
 
 
-def _delay_rows(
-    store: Store, r: ConfigFileResult, cache: dict[QueueId, QueueBounds]
-) -> list[OffsetRow]:
+def _delay_rows(store: Store, r: ConfigFileResult, cache: _DiskBounds) -> list[OffsetRow]:
     value = r.value if isinstance(r.value, DelayOffsetTable) else None
     other_value = r.bak_value if r.source == "main" else None
     other = other_value if isinstance(other_value, DelayOffsetTable) else None

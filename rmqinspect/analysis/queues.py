@@ -7,7 +7,7 @@ Bounds follow the broker's load path rather than file names: ``maxOffsetInQueue`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -58,13 +58,18 @@ class QueueBounds:
         return max(self.max_offset - self.min_offset, 0)
 
 
-def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
+def queue_bounds(
+    store: Store,
+    qid: QueueId,
+    load: Callable[[Store, QueueId], tuple[ConsumeQueue, str]] | None = None,
+) -> QueueBounds:
     """The queue's bounds as the broker computes them when it loads the store unchanged:
     ``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file
     (both from :class:`ConsumeQueue`, the model the recovery emulation uses too). A queue the
     RocksDB consume queue holds: its offset family's entries as the broker reads them. A
     BatchConsumeQueue: ``BatchConsumeQueue.recover`` and ``correctMinOffset`` (its offsets are
-    message offsets, ``first_unit`` the first unit's msgBaseOffset)."""
+    message offsets, ``first_unit`` the first unit's msgBaseOffset). ``load``: the caller's
+    :func:`loaded_queue`, where it holds the queue loaded already."""
     if store.rocksdb_queue(qid):
         return _rocksdb_bounds(store, qid)
     bq = store.batch_queue(qid)
@@ -76,7 +81,7 @@ def queue_bounds(store: Store, qid: QueueId) -> QueueBounds:
     gaps = tuple((a // CQ_STORE_UNIT_SIZE, b // CQ_STORE_UNIT_SIZE) for a, b in queue.gaps())
     if not files:
         return QueueBounds(qid.topic, qid.queue_id, 0, 0, 0, 0, 0, 0, -1, -1, gaps)
-    model, note = loaded_queue(store, qid)
+    model, note = (load or loaded_queue)(store, qid)
     max_offset = model.max_offset_in_queue
     min_offset = model.min_offset_in_queue
     first = files[0]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from rmqinspect.analysis.indexes import IndexFileInfo, open_index_files
-from rmqinspect.analysis.queues import loaded_queue
+from rmqinspect.analysis.queues import QueueBounds, loaded_queue, queue_bounds
 from rmqinspect.format.npbytes import I64
 from rmqinspect.store.consume_queue import ConsumeQueue
 from rmqinspect.store.layout import QueueId
@@ -39,7 +39,7 @@ class Context:
         self.profile = store.profile.profile
         self.delay_table = dict(store.delay_table)
         self.check = store.check_options(check_crc=options.check_crc, read_body=True)
-        self._queues: dict[QueueId, ConsumeQueue | None] = {}
+        self._queues: dict[QueueId, tuple[ConsumeQueue, str]] = {}  # loaded_queue's
         # units read ahead per queue (first queue offset, units), least recently used first
         self._units: OrderedDict[QueueId, tuple[int, np.ndarray]] = OrderedDict()
         self._units_held = 0
@@ -95,8 +95,14 @@ class Context:
 
     def queue(self, qid: QueueId) -> ConsumeQueue | None:
         """The queue as the broker loads it (None when its directory does not exist)."""
-        if qid not in self._queues:
-            self._queues[qid] = (
-                loaded_queue(self.store, qid)[0] if qid in self.store.queue_dirs else None
-            )
-        return self._queues[qid]
+        return self._loaded(self.store, qid)[0] if qid in self.store.queue_dirs else None
+
+    def bounds(self, qid: QueueId) -> QueueBounds:
+        """The queue's bounds on disk (the offsets' check), from the queue loaded once."""
+        return queue_bounds(self.store, qid, self._loaded)
+
+    def _loaded(self, store: Store, qid: QueueId) -> tuple[ConsumeQueue, str]:
+        found = self._queues.get(qid)
+        if found is None:
+            found = self._queues[qid] = loaded_queue(store, qid)
+        return found

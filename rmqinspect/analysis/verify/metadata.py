@@ -108,8 +108,8 @@ def check_offsets(ctx: Context, restart: RecoveryReport | None, findings: Findin
         for q in (restart.consume_queues if restart is not None else [])
     }
     # Only the rows' disk view is read here (``restart`` speaks for the rebuilt queues): no
-    # emulation of its own.
-    report = offsets_report(ctx.store, restart=False)
+    # emulation of its own, and the queues as the records' check loaded them.
+    report = offsets_report(ctx.store, restart=False, bounds=ctx.bounds)
     for row in report.rows:
         check = _OFFSET_CHECKS.get(row.status)
         if check is None:
