@@ -148,21 +148,21 @@ def test_the_exports_prediction_takes_the_pools_checks(
         ref = StoreRef.of(store)
         serial = predict_restart(ref)
         assert serial.broker_starts and serial.end > 0
-        opts, ranges = plan_restart_checks(store)
+        opts, ranges, wanted = plan_restart_checks(store)
         assert [r.file for r in ranges] == list(range(len(store.commitlog.files)))
 
         def refused(*_: object, **__: object) -> RangeCheck:
             raise AssertionError("the prediction checked a range itself")
 
         for lean in (False, True):  # the export's tasks send lean checks
-            checks = [check_range(store, r, opts, True, lean) for r in ranges]
+            checks = [check_range(store, r, opts, True, lean, wanted) for r in ranges]
             assert all(p.lean is lean for c in checks for p in c.records)
-            checked = Prechecked(opts, ranges, checks)
+            checked = Prechecked(opts, ranges, checks, wanted)
             with monkeypatch.context() as m:
                 m.setattr(recovery_ranges, "check_range", refused)
                 assert _same(predict_restart(ref, checked), serial)
         # Planned for another start (the store changed): the emulation checks them itself.
-        assert _same(predict_restart(ref, Prechecked(opts, ranges[1:], checks[1:])), serial)
+        assert _same(predict_restart(ref, Prechecked(opts, ranges[1:], checks[1:], wanted)), serial)
 
 
 def test_a_range_that_starts_elsewhere_is_checked_again(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqinspect.analysis.ranges import Range
+from rmqinspect.analysis.recovery.fields import Wanted
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
 from rmqinspect.analysis.recovery.ranges import RangeCheck
 from rmqinspect.errors import LiveStoreWarning
@@ -42,6 +43,8 @@ from rmqinspect.export.tasks import (
 )
 from rmqinspect.format.commitlog import CheckOptions
 from rmqinspect.render.output import warn
+
+_Checks = list[Future[RangeCheck]]  # a store's restart checks, under way
 
 
 def _worker_context() -> multiprocessing.context.BaseContext:
@@ -108,17 +111,18 @@ def run_arrow(
         chunks = [plan_ranges(m.store, wanted) for m in members]
         keeps: dict[Future[RestartKeeps], int] = {}
         checking: dict[Future[RangeCheck], int] = {}
-        checks: dict[int, tuple[CheckOptions, list[Range], list[Future[RangeCheck]]]] = {}
+        checks: dict[int, tuple[CheckOptions, list[Range], Wanted | None, _Checks]] = {}
         if Table.MESSAGES in wanted:
             for i, ref in enumerate(refs):
                 # One worker gains nothing from the checks apart: they read every record once
                 # more (a third more CPU than the emulation checking as it walks).
-                opts, ranges = plan_restart_checks(members[i].store) if workers > 1 else (None, [])
-                if opts is None or not ranges:
+                planned = plan_restart_checks(members[i].store) if workers > 1 else None
+                if planned is None or not planned[1]:
                     keeps[submit(predict_restart, ref)] = i
                     continue
-                futures = [submit(check_restart_range, ref, opts, r) for r in ranges]
-                checks[i] = (opts, ranges, futures)
+                opts, ranges, keys = planned
+                futures = [submit(check_restart_range, ref, opts, r, keys) for r in ranges]
+                checks[i] = (opts, ranges, keys, futures)
                 checking.update(dict.fromkeys(futures, i))
         predictions: dict[int, RestartKeeps | None] = {
             i: None for i in range(len(members)) if Table.MESSAGES not in wanted
@@ -164,10 +168,10 @@ def run_arrow(
             future = done.get()
             if future in checking:
                 i = checking.pop(future)
-                opts, ranges, futures = checks[i]
+                opts, ranges, keys, futures = checks[i]
                 if not any(f in checking for f in futures):  # its last check reported in
                     del checks[i]
-                    checked = Prechecked(opts, ranges, [f.result() for f in futures])
+                    checked = Prechecked(opts, ranges, [f.result() for f in futures], keys)
                     keeps[submit(predict_restart, refs[i], checked)] = i
                     for p in held.pop(i):
                         start(i, p, None)

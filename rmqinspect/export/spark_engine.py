@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqinspect.analysis.ranges import Range
+from rmqinspect.analysis.recovery.fields import Wanted
 from rmqinspect.analysis.recovery.keeps import RestartKeeps
 from rmqinspect.analysis.recovery.ranges import RangeCheck
 from rmqinspect.errors import StoreError
@@ -268,7 +269,7 @@ Prepared = tuple[int, RestartKeeps | list[CommitlogRange]]  # a store's predicti
 # What a preparing task answers: also one range of an emulation's record checks.
 Answer = tuple[int, RestartKeeps | RangeCheck | list[CommitlogRange]]
 # What a preparing task is asked (see _Prepare).
-Ask = tuple[int, CommitlogChunk | tuple[CheckOptions, Range] | Prechecked | None]
+Ask = tuple[int, CommitlogChunk | tuple[CheckOptions, Range, Wanted | None] | Prechecked | None]
 
 
 def run_spark(
@@ -314,16 +315,16 @@ def run_spark(
             for c in first_chunks(plan_ranges(m.store, wanted))
         ]
         asks: list[Ask] = list(firsts)
-        checking: dict[int, tuple[CheckOptions, list[Range]]] = {}
+        checking: dict[int, tuple[CheckOptions, list[Range], Wanted | None]] = {}
         if Table.MESSAGES in wanted:
             # Each store's emulation: its record checks are tasks of the preparing job (the
             # emulation follows in a job of its own), or where no scan runs the emulation.
             emulations: list[Ask] = []
             for i, m in enumerate(members):
-                opts, ranges = plan_restart_checks(m.store)
+                opts, ranges, keys = plan_restart_checks(m.store)
                 if ranges:
-                    checking[i] = (opts, ranges)
-                    emulations += [(i, (opts, r)) for r in ranges]
+                    checking[i] = (opts, ranges, keys)
+                    emulations += [(i, (opts, r, keys)) for r in ranges]
                 else:
                     emulations.append((i, None))
             asks = emulations + asks
@@ -385,7 +386,7 @@ def _prepare(
     sc: Any,
     refs: tuple[StoreRef, ...],
     asks: Sequence[Ask],
-    checking: dict[int, tuple[CheckOptions, list[Range]]],
+    checking: dict[int, tuple[CheckOptions, list[Range], Wanted | None]],
 ) -> list[Prepared]:
     """One job, a task per ask: the emulations (or their record checks) first, the longest
     tasks; then a job of the emulations given their checks (``checking``: each store's)."""
@@ -400,7 +401,10 @@ def _prepare(
                 prepared.append((i, answer))
 
     take(_collect(sc, _Prepare(refs), asks))
-    emulations: list[Ask] = [(i, Prechecked(*checking[i], checks[i])) for i in checking]
+    emulations: list[Ask] = [
+        (i, Prechecked(opts, ranges, checks[i], keys))
+        for i, (opts, ranges, keys) in checking.items()
+    ]
     take(_collect(sc, _Prepare(refs), emulations))
     return prepared
 

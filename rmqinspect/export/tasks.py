@@ -19,7 +19,8 @@ from rmqinspect.analysis.ranges import SPLIT_BYTES as RANGE_BYTES
 from rmqinspect.analysis.ranges import Range
 from rmqinspect.analysis.ranges import plan_ranges as plan_check_ranges
 from rmqinspect.analysis.recovery import RecoverOptions
-from rmqinspect.analysis.recovery.emulator import scan_start
+from rmqinspect.analysis.recovery.emulator import scan_plan
+from rmqinspect.analysis.recovery.fields import Wanted
 from rmqinspect.analysis.recovery.keeps import RestartKeeps, predict_keeps
 from rmqinspect.analysis.recovery.ranges import RangeCheck, RangeChecker, check_range
 from rmqinspect.analysis.recovery.state import RecordChecks
@@ -157,20 +158,27 @@ def predict_restart(ref: StoreRef, checked: Prechecked | None = None) -> Restart
         return predict_keeps(store, per_range=True, checker=checker if checked else None)
 
 
-def plan_restart_checks(store: Store) -> tuple[CheckOptions, list[Range]]:
+def plan_restart_checks(store: Store) -> tuple[CheckOptions, list[Range], Wanted | None]:
     """The record checks of the restart emulation (``recover --jobs``'s), planned in the
-    driver: its checks, and the ranges from the file its scan starts at (none where no scan
-    runs)."""
-    start = scan_start(store, PREDICTION)
-    ranges = [] if start is None else plan_check_ranges(store, RANGE_BYTES, start.index)
-    return RecordChecks.of(store, PREDICTION).recover, ranges
+    driver: its checks, the ranges from the file its scan starts at (none where no scan runs)
+    and what its dispatch wants of their records (the workers of ``recover --jobs`` are told
+    the same)."""
+    plan = scan_plan(store, PREDICTION)
+    opts = RecordChecks.of(store, PREDICTION).recover
+    if plan is None:
+        return opts, [], None
+    return opts, plan_check_ranges(store, RANGE_BYTES, plan.start.index), plan.wanted
 
 
 @mapguard.checked
-def check_restart_range(ref: StoreRef, opts: CheckOptions, r: Range) -> RangeCheck:
+def check_restart_range(
+    ref: StoreRef, opts: CheckOptions, r: Range, wanted: Wanted | None
+) -> RangeCheck:
     """One range of the restart emulation's record checks, a task of the export's pool: lean
-    (positions and index keys), as every range's answer is held until the emulation runs."""
-    return check_range(_OPEN.get("", ref, ref.open), r, opts, True, lean=True)
+    (positions, and index keys where ``wanted``), as every range's answer is held until the
+    emulation runs."""
+    store = _OPEN.get("", ref, ref.open)
+    return check_range(store, r, opts, wanted is not None, lean=True, wanted=wanted)
 
 
 @dataclass(frozen=True)
@@ -180,13 +188,15 @@ class Prechecked:
     opts: CheckOptions
     ranges: list[Range]
     checks: list[RangeCheck]
+    wanted: Wanted | None
 
     def __call__(
-        self, ranges: list[Range], opts: CheckOptions, keys: bool
+        self, ranges: list[Range], opts: CheckOptions, wanted: Wanted | None
     ) -> list[RangeCheck] | None:
         """The checks of ``ranges``; None when the emulation wants others (the store changed
         since the driver planned them: it checks them itself)."""
-        return self.checks if (ranges, opts) == (self.ranges, self.opts) else None
+        planned = (self.ranges, self.opts, self.wanted)
+        return self.checks if (ranges, opts, wanted) == planned else None
 
 
 @mapguard.checked

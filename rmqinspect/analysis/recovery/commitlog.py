@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rmqinspect.analysis.recovery.dispatch import Dispatcher
-from rmqinspect.analysis.recovery.fields import DispatchRecords, Fields, RunRecords
+from rmqinspect.analysis.recovery.fields import DispatchRecords, Fields, RunRecords, Wanted
 from rmqinspect.analysis.recovery.ranges import RangeCheck, RangeChecker
 from rmqinspect.analysis.recovery.report import BadRecord, RecordInfo, StartCandidate, StartFile
 from rmqinspect.analysis.recovery.state import BrokerState, CommitlogFile
@@ -140,8 +140,8 @@ def scan(
     scanned = 0
     last: tuple[CommitlogFile, RecordInfo] | None = None
     opts = state.checks.recover
-    above = -(1 << 63) if dispatch_above is None else dispatch_above
-    wanted = dispatcher.wanted(above) if dispatch else None
+    above = _above(dispatch_above)
+    wanted = scan_wanted(dispatcher, dispatch, dispatch_above)
     ends = None if checker is None else checker.walk_ends(f.disk, opts, wanted)
     size_cl = state.commitlog_file_size
     while True:
@@ -192,6 +192,18 @@ def scan(
             cl.magic_name(result.magic) if result.magic is not None else None,
         )
     return ScanOutcome(end, reason, info, bad, scanned)
+
+
+def scan_wanted(
+    dispatcher: Dispatcher, dispatch: bool, dispatch_above: int | None
+) -> Wanted | None:
+    """What the dispatch of :func:`scan` (its ``dispatch`` and ``dispatch_above``) can ask of
+    the records it is handed, as the scan starts; None: it dispatches none."""
+    return dispatcher.wanted(_above(dispatch_above)) if dispatch else None
+
+
+def _above(dispatch_above: int | None) -> int:
+    return -(1 << 63) if dispatch_above is None else dispatch_above
 
 
 # A walk of a file, run by run: the records accepted, where the run ends, and the verdict on

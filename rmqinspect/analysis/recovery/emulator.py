@@ -32,6 +32,7 @@ from rmqinspect.analysis.recovery.commitlog import (
     abnormal_start,
     normal_start,
     scan,
+    scan_wanted,
 )
 from rmqinspect.analysis.recovery.dispatch import Dispatcher, reput
 from rmqinspect.analysis.recovery.dledger import (
@@ -41,6 +42,7 @@ from rmqinspect.analysis.recovery.dledger import (
     ledger_reput,
     recover_ledger,
 )
+from rmqinspect.analysis.recovery.fields import Wanted
 from rmqinspect.analysis.recovery.index_service import (
     IndexService,
     IndexSink,
@@ -230,20 +232,32 @@ def _recover_timer(store: Store, report: RecoveryReport, now: int | None) -> Non
         report.broker_starts = False
 
 
-def scan_start(store: Store, options: RecoverOptions | None = None) -> StartFile | None:
-    """The file the commitlog's recovery scan starts at, found as :func:`run_recovery` finds
-    it (``load()``, ``ConsumeQueue.recover``, the start-file rule) without the scan: work that
-    grows with the files and queues, not with the commitlog's bytes. None where no plain
-    commitlog scan runs (``load()`` fails, no files, DLedger)."""
+@dataclass(frozen=True, slots=True)
+class ScanPlan:
+    """Where the commitlog's recovery scan starts, and what its dispatch can ask of the
+    records (None: it dispatches none)."""
+
+    start: StartFile
+    wanted: Wanted | None
+
+
+def scan_plan(store: Store, options: RecoverOptions | None = None) -> ScanPlan | None:
+    """The file the commitlog's recovery scan starts at and what its dispatch wants, found as
+    :func:`run_recovery` finds them (``load()``, the index's load, ``ConsumeQueue.recover``,
+    the start-file rule) without the scan: work that grows with the files and queues, not with
+    the commitlog's bytes. None where no plain commitlog scan runs (``load()`` fails, no
+    files, DLedger)."""
     opts = options or RecoverOptions()
     last_ok, _ = decide_last_exit(store, opts)
     state = load(store, opts, lambda _n: None)
     if state.failures or store.dledger is not None or not state.commitlog:
         return None
+    cp = state.read_checkpoint()[0]
+    index = IndexService(store, load_index(store, last_ok, cp, state.warnings), None)
+    dispatcher = Dispatcher(state, index)
     max_phy_cq = recover_consume_queues(state)
-    if last_ok:
-        return normal_start(state, max_phy_cq)
-    return crash_start(state, state.read_checkpoint()[0], max_phy_cq)
+    start_file, dispatch, above = _scan_from(state, last_ok, max_phy_cq, cp)
+    return ScanPlan(start_file, scan_wanted(dispatcher, dispatch, above))
 
 
 def analyze_recovery(
@@ -312,13 +326,8 @@ def recover_commitlog(
         return CommitlogRecovery(
             None, ScanOutcome(0, "no_files", None, None, 0), files_before, [], False
         )
-    if last_exit_ok:
-        start_file = normal_start(state, max_phy_cq)
-        dispatch = state.profile.normal_recovery_starts_at_cq_max
-        outcome = scan(state, start_file, dispatcher, dispatch, max_phy_cq, checker)
-    else:
-        start_file = crash_start(state, cp, max_phy_cq)
-        outcome = scan(state, start_file, dispatcher, True, None, checker)
+    start_file, dispatch, above = _scan_from(state, last_exit_ok, max_phy_cq, cp)
+    outcome = scan(state, start_file, dispatcher, dispatch, above, checker)
     disks = {f.name: f.disk for f in state.commitlog}
     state.truncate_commitlog(outcome.end)
     deleted = [disks[name] for name in state.commitlog_deleted]
@@ -327,6 +336,17 @@ def recover_commitlog(
         for q in state.queues.values():
             q.truncate_dirty_logic(outcome.end)
     return CommitlogRecovery(start_file, outcome, files_before, deleted, truncate_logics)
+
+
+def _scan_from(
+    state: BrokerState, last_exit_ok: bool, max_phy_cq: int, cp: Checkpoint
+) -> tuple[StartFile, bool, int | None]:
+    """Where ``recoverNormally`` or ``recoverAbnormally`` starts its scan, whether the scan
+    dispatches, and above which offset (None: every record)."""
+    if last_exit_ok:
+        dispatch = state.profile.normal_recovery_starts_at_cq_max
+        return normal_start(state, max_phy_cq), dispatch, max_phy_cq
+    return crash_start(state, cp, max_phy_cq), True, None
 
 
 def recover_dledger_commitlog(

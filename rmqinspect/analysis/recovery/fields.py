@@ -180,7 +180,7 @@ class Fields:
     key_bounds: I64
     hashes: I64
     lean: bool = False
-    coded: I64 | None = None  # the records whose tagsCode was computed (None: all)
+    coded: I64 | None = None  # the records a queue may lack, their tagsCodes computed (None: any)
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -207,7 +207,8 @@ class Fields:
         cols = run.columns
         if lean:
             e = _NONE
-            return Fields(cols.positions[:n], e, e, e, e, e, e, e, [], e, bounds, hashes, True)
+            may = None if wanted is None else coded
+            return Fields(cols.positions[:n], e, e, e, e, e, e, e, [], e, bounds, hashes, True, may)
         tids, names = records.topics()
         return Fields(
             cols.positions[:n],
@@ -292,3 +293,6 @@ class _Keyed(RunRecords):
 
     def index_keys(self, rows: I64) -> tuple[I64, I64]:
         return self._keys.index_keys(rows)
+
+    def may_lack(self) -> I64 | None:
+        return self._keys.may_lack()

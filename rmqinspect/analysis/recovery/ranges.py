@@ -148,9 +148,9 @@ class WalkEnds:
         return None if r is None else (r, next(self._checks))
 
 
-# Checks ``ranges`` with ``opts`` (and ``dispatch``) elsewhere (the export's pool), results in
-# order; None: not there (they are checked here).
-RangeMapper = Callable[[list[Range], cl.CheckOptions, bool], Iterable[RangeCheck] | None]
+# Checks ``ranges`` with ``opts`` (and what the dispatch wants of their records, None: nothing)
+# elsewhere (the export's pool), results in order; None: not there (they are checked here).
+RangeMapper = Callable[[list[Range], cl.CheckOptions, Wanted | None], Iterable[RangeCheck] | None]
 
 _STORE: Store | None = None  # a worker process's own view of the store
 
@@ -253,15 +253,14 @@ class RangeChecker:
         self, first: StoreFile, opts: cl.CheckOptions, wanted: Wanted | None
     ) -> WalkEnds | None:
         """The checks of every range from file ``first`` on (with ``wanted``: with what the
-        dispatch reads; the export's own checks send every record's), under way; None
-        without ranges (the scan checks as it walks)."""
+        dispatch reads), under way; None without ranges (the scan checks as it walks)."""
         dispatch = wanted is not None
         if self.split_bytes is None:
             return None
         files = self.store.commitlog.files
         start = next(i for i, f in enumerate(files) if f.path == first.path)
         ranges = plan_ranges(self.store, self.split_bytes, start)
-        mapped = None if self._mapper is None else self._mapper(ranges, opts, dispatch)
+        mapped = None if self._mapper is None else self._mapper(ranges, opts, wanted)
         checks: Iterator[RangeCheck]
         if mapped is not None:
             checks = iter(mapped)
