@@ -154,11 +154,14 @@ def test_a_last_file_truncated_and_regrown_while_read_never_faults(store: Path) 
 def test_the_last_file_is_copied_only_while_a_broker_holds_the_lock(store: Path) -> None:
     """Offline (nobody holds ``lock``) the last commitlog file is mapped like the others; while
     a process holds the lock, as a running broker does, it is read once into a private copy."""
+    from rmqinspect.analysis.recovery.ranges import RangeChecker
+    from rmqinspect.analysis.verify.run import Verifier
     from rmqinspect.errors import LiveStoreWarning
     from rmqinspect.store.model import Store
 
     with Store.open(store) as offline:
         assert not offline.maps.snapshot_paths
+        assert Verifier(offline, jobs=4).jobs == RangeChecker(offline, 4).jobs == 4
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -181,6 +184,10 @@ def test_the_last_file_is_copied_only_while_a_broker_holds_the_lock(store: Path)
         ):
             last = live.commitlog.files[-1]
             assert live.maps.snapshot_paths == {last.path}
+            # Workers would copy the file again at another moment: verify and recover judge
+            # this process's copy alone, whatever --jobs says.
+            assert Verifier(live, jobs=4).jobs == 1
+            assert RangeChecker(live, 4).jobs == 1
             with live.view(last) as view:
                 assert bytes(view[:8]) == (store / "commitlog" / last.name).read_bytes()[:8]
     finally:

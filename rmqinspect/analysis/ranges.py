@@ -68,6 +68,14 @@ def worker_settings(store: Store) -> StoreOptions:
     )
 
 
+def pool_jobs(store: Store, jobs: int) -> int:
+    """Worker processes for ``jobs``: none (1: this process) while a broker holds the store's
+    lock. This process reads the commitlog's last file from the copy it took when first read;
+    a worker opens the store itself and would copy the file at another moment, so records it
+    finds there would not be the ones this process judges (a restart seemed to lose them)."""
+    return 1 if store.maps.snapshot_paths else max(1, jobs)
+
+
 def worker_pool(
     jobs: int, initializer: Callable[..., None], initargs: tuple[Any, ...]
 ) -> ProcessPoolExecutor:

@@ -27,7 +27,14 @@ from typing import TypeVar
 
 import numpy as np
 
-from rmqinspect.analysis.ranges import SPLIT_BYTES, Range, plan_ranges, worker_pool, worker_settings
+from rmqinspect.analysis.ranges import (
+    SPLIT_BYTES,
+    Range,
+    plan_ranges,
+    pool_jobs,
+    worker_pool,
+    worker_settings,
+)
 from rmqinspect.analysis.recovery.fields import Fields, Wanted
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.scan import check_run, resync
@@ -210,7 +217,7 @@ class RangeChecker:
         mapper: RangeMapper | None = None,
     ) -> None:
         self.store = store
-        self.jobs = 1 if mapper is not None else max(1, jobs)
+        self.jobs = 1 if mapper is not None else pool_jobs(store, jobs)
         parallel = self.jobs > 1 or mapper is not None
         self.split_bytes = split_bytes or (SPLIT_BYTES if parallel else None)
         self._pool: ProcessPoolExecutor | None = None

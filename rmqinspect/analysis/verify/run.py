@@ -23,7 +23,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from rmqinspect.analysis.ranges import SPLIT_BYTES, plan_ranges, worker_pool, worker_settings
+from rmqinspect.analysis.ranges import (
+    SPLIT_BYTES,
+    plan_ranges,
+    pool_jobs,
+    worker_pool,
+    worker_settings,
+)
 from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
 from rmqinspect.analysis.verify.batch_queues import check_batch_queue
 from rmqinspect.analysis.verify.collisions import KeySpill
@@ -177,7 +183,7 @@ class Verifier:
     ) -> None:
         self.store = store
         self.options = options or VerifyOptions()
-        self.jobs = 1 if mapper is not None else max(1, jobs)
+        self.jobs = 1 if mapper is not None else pool_jobs(store, jobs)
         # Commitlog files are cut into ranges of ``split_bytes`` (by default only for other
         # processes to share: one process walks them whole).
         parallel = self.jobs > 1 or mapper is not None
