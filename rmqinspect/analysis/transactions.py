@@ -276,6 +276,16 @@ def transactions_report(
     store: Store, stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS, progress: Progress | None = None
 ) -> TransactionsReport:
     findings = FindingSpill()
+    try:
+        return _report(store, stuck_after_ms, progress, findings)
+    except BaseException:
+        findings.close()  # a store error says one line: no warning of a file left open
+        raise
+
+
+def _report(
+    store: Store, stuck_after_ms: int, progress: Progress | None, findings: FindingSpill
+) -> TransactionsReport:
     w = _walk(store, progress, _Walked(findings))
     index = PositionIndex(w.halves)
     ops, commits, rollbacks = Links(), Links(), Links()

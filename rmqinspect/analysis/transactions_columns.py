@@ -58,6 +58,9 @@ class FindingSpill:
         self._end += len(data)
         self._kinds[f.kind] += 1
 
+    def close(self) -> None:
+        self._file.close()
+
     def sorted(self) -> TxFindings:
         """By (position, kind), those equal in the order they were made, as a sort of the
         objects ordered them."""
