@@ -210,6 +210,24 @@ def test_hostile_op_and_commit_records_are_findings(tmp_path: Path) -> None:
     assert "op_not_number" in table.stdout
 
 
+def test_op_offsets_past_a_long_and_in_one_body_keep_their_order(tmp_path: Path) -> None:
+    """An op body's offsets are decimal text of any length: one past a long's range names no
+    half (a finding, no overflow); the findings of one op record keep its body's order, and
+    its offsets that name a half resolve it."""
+    with StoreWriter(tmp_path / "s", SMALL_LAYOUT) as w:
+        w.put(_half("U1", T0))  # queue offset 0
+        w.put(_half("U2", T0 + 1))  # 1
+        at = w.put(_op(b"99999999999999999999999,1,888,", T0 + 2)).physical_offset
+    doc = run_json("transactions", tmp_path / "s", expect=1)
+    assert [(f["kind"], f["position"], f["detail"].split(";")[0]) for f in doc["findings"]] == [
+        ("op_points_nowhere", at, "op names half-queue 0 offset 99999999999999999999999"),
+        ("op_points_nowhere", at, "op names half-queue 0 offset 888"),
+    ]
+    tx = _by_key(doc)
+    assert (tx["U1"]["state"], tx["U2"]["state"]) == ("pending", "rolled_back")
+    assert tx["U2"]["op_positions"] == [at]
+
+
 def test_half_the_check_passed_over(tmp_path: Path) -> None:
     """The check moved past the only copy, yet wrote no op, copy or given-up record for it: a
     finding that does not fail the gate (nothing on disk contradicts another record)."""

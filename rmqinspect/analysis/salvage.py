@@ -35,6 +35,7 @@ from rmqinspect.format.scan import (
     damaged_headers,
     scan_file,
 )
+from rmqinspect.store.fileio import release_freed_heap
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.model import Store
 
@@ -172,6 +173,8 @@ def _file(
         if isinstance(event, CheckedRun):
             if len(event):
                 _run(ctx, f, buf, event.columns, keeps, sink, report)
+                # A crashed synth store's heap: 77 MiB for 28 in use at 8 GB, 54 for 20 at 2.
+                release_freed_heap()
             continue
         r = event.result
         report.damaged_ranges.append(

@@ -33,13 +33,33 @@ would only repeat it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import StrEnum
+from array import array
+from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.messages import ForensicWalk, SkippedRange
+from rmqinspect.analysis.transactions_columns import (
+    FindingSink,
+    FindingSpill,
+    Halves,
+    Links,
+    PositionIndex,
+    TransactionList,
+    TxColumns,
+    TxFindings,
+    int64s,
+)
+from rmqinspect.analysis.transactions_model import (
+    INCONSISTENT,
+    FindingKind,
+    HalfCopy,
+    Transaction,
+    TxFinding,
+    TxState,
+)
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format import properties as props
 from rmqinspect.format.config import ConsumerOffsetTable
@@ -57,74 +77,23 @@ from rmqinspect.format.fate import (
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.model import Store
 
+__all__ = [
+    "DEFAULT_STUCK_AFTER_MS",
+    "INCONSISTENT",
+    "FindingKind",
+    "HalfCopy",
+    "Transaction",
+    "TransactionList",
+    "TransactionsReport",
+    "TxFinding",
+    "TxFindings",
+    "TxState",
+    "transactions_report",
+]
+
 # BrokerConfig.transactionCheckInterval (60 s) x transactionCheckMax: a half still pending after
 # the check service's whole budget is stuck (apache/rocketmq#1517, #2133).
 DEFAULT_STUCK_AFTER_MS = TRANSACTION_CHECK_MAX * 60_000
-
-
-class TxState(StrEnum):
-    COMMITTED = "committed"
-    ROLLED_BACK = "rolled_back"
-    PENDING = "pending"
-    GIVEN_UP = "given_up"
-
-
-class FindingKind(StrEnum):
-    OP_NOT_NUMBER = "op_not_number"  # an op body token that is no decimal offset
-    OP_POINTS_NOWHERE = "op_points_nowhere"  # an op offset no half on disk has
-    OP_OTHER_TAG = "op_other_tag"  # an op record whose tag is not "d"
-    COMMIT_WITHOUT_HALF = "commit_without_half"  # preparedTransactionOffset names no half
-    COMMIT_WITHOUT_OP = "commit_without_op"  # committed, op record missing: it will be checked
-    COMMIT_ELSEWHERE = "commit_elsewhere"  # commit record not in the half's REAL_TOPIC/REAL_QID
-    COMMIT_REPEATED = "commit_repeated"  # more than one commit record for one transaction
-    ROLLBACK_AND_COMMIT = "rollback_and_commit"
-    GIVEN_UP_AND_RESOLVED = "given_up_and_resolved"
-    HALF_WITHOUT_REAL_TOPIC = "half_without_real_topic"
-    PASSED_BY_CHECK = "passed_by_check"  # below the check offset, unresolved, no newer copy
-    STUCK = "stuck"  # pending longer than the threshold
-
-
-# What is inconsistent on disk (exit 1), as opposed to what only waits.
-INCONSISTENT = frozenset(FindingKind) - {FindingKind.STUCK, FindingKind.PASSED_BY_CHECK}
-
-
-@dataclass(frozen=True, slots=True)
-class TxFinding:
-    kind: FindingKind
-    position: int  # the record the finding is about (physical offset)
-    uniq_key: str | None
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class HalfCopy:
-    """One stored half: the original or a copy a check stored again."""
-
-    position: int
-    queue_id: int
-    queue_offset: int
-    store_timestamp: int
-    check_times: int
-
-
-@dataclass(slots=True)
-class Transaction:
-    """One transaction: its half copies (linked by UNIQ_KEY) and what resolved it."""
-
-    uniq_key: str | None
-    real_topic: str | None
-    real_queue_id: int | None
-    producer_group: str | None
-    state: TxState = TxState.PENDING
-    halves: list[HalfCopy] = field(default_factory=list)
-    check_times: int = 0  # the most any copy says
-    first_store_timestamp: int | None = None
-    age_ms: int | None = None  # to the newest record of the commitlog, while pending
-    op_positions: list[int] = field(default_factory=list)
-    commit_positions: list[int] = field(default_factory=list)
-    rollback_positions: list[int] = field(default_factory=list)
-    given_up_position: int | None = None
-    checked_past: bool = False  # the check service's offset is past its newest copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +109,8 @@ class TransactionsReport:
     newest_store_timestamp: int | None
     counts: dict[str, int]
     oldest_pending: Transaction | None
-    transactions: tuple[Transaction, ...]
-    findings: tuple[TxFinding, ...]
+    transactions: TransactionList  # made again each time they are read
+    findings: TxFindings  # read again from a temporary file each time
     skipped: tuple[SkippedRange, ...]
 
     @property
@@ -157,165 +126,76 @@ class TransactionsReport:
 
     @property
     def inconsistent(self) -> bool:
-        return any(f.kind in INCONSISTENT for f in self.findings)
+        return self.findings.count(INCONSISTENT) > 0
 
     @property
     def stuck(self) -> bool:
-        return any(f.kind is FindingKind.STUCK for f in self.findings)
+        return self.findings.count([FindingKind.STUCK]) > 0
 
 
 @dataclass(frozen=True, slots=True)
-class _Op:
-    """What the rules read of an op record: its body parsed when read (bodies are not kept)."""
+class _GivenUp:
+    """What the rules read of a TRANS_CHECK_MAX_TIME_TOPIC record."""
 
     position: int
-    queue_id: int
-    tags: str | None
-    offsets: tuple[int, ...]
-    bad: tuple[str, ...]  # tokens that are no offset, their first 40 characters
+    uniq_key: str | None
+    real_topic: str | None
+    real_queue_id: int | None
+    producer_group: str | None
+    check_times: int
 
 
-@dataclass(frozen=True, slots=True)
-class _End:
-    """What the rules read of a COMMIT or ROLLBACK record."""
-
-    position: int
-    prepared_transaction_offset: int
-    uniq_key: str | None  # None too where a half read before it has its offset
-    topic: str
-    queue_id: int
+# An op offset past a long's range (decimal text can say anything): no half has it. Kept
+# aside, its slot in the offsets column says -1.
+_LONG_END = 2**63
 
 
-@dataclass(slots=True)
-class _Records:
-    """The walk's harvest, without the records themselves (a MessageRecord with its
-    properties took about a kilobyte, for every transactional record of the store): halves
-    are linked as they are read, in the walk's order as before."""
+class _Walked:
+    """The walk's harvest, without the records themselves (a MessageRecord with its properties
+    took about a kilobyte): halves are linked to their transaction as they are read, in the
+    walk's order; op, commit and rollback records kept as columns of numbers."""
 
-    links: _Links
-    half_records: int = 0
-    ops: list[_Op] = field(default_factory=list)
-    commits: list[_End] = field(default_factory=list)
-    rollbacks: list[_End] = field(default_factory=list)
-    given_up: list[cl.MessageRecord] = field(default_factory=list)
-    prepared: int = 0
-    newest: int | None = None
-    skipped: list[SkippedRange] = field(default_factory=list)
-
-
-def transactions_report(
-    store: Store, stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS, progress: Progress | None = None
-) -> TransactionsReport:
-    findings: list[TxFinding] = []
-    recs = _walk(store, progress, _Links(findings))
-    txs, by_position, by_queue_offset = recs.links.txs, recs.links.by_position, recs.links.by_queue
-    _apply_ops(recs.ops, txs, by_queue_offset, findings)
-    _apply_commits(recs.commits, recs.rollbacks, by_position, findings)
-    _apply_given_up(recs.given_up, txs, findings)
-    check_offset = _check_offset(store)
-    for tx in txs.values():
-        _judge(tx, check_offset, recs.newest, stuck_after_ms, findings)
-    ordered = sorted(txs.values(), key=lambda t: t.halves[0].position if t.halves else -1)
-    counts = {s.value: sum(1 for t in ordered if t.state is s) for s in TxState}
-    pending = [t for t in ordered if t.state is TxState.PENDING and t.halves]
-    oldest = min(pending, key=lambda t: t.halves[0].store_timestamp) if pending else None
-    return TransactionsReport(
-        source="commitlog scan",
-        half_records=recs.half_records,
-        op_records=len(recs.ops),
-        commit_records=len(recs.commits),
-        rollback_records=len(recs.rollbacks),
-        given_up_records=len(recs.given_up),
-        prepared_outside_half_topic=recs.prepared,
-        check_offset=check_offset,
-        newest_store_timestamp=recs.newest,
-        counts=counts,
-        oldest_pending=oldest,
-        transactions=tuple(ordered),
-        findings=tuple(sorted(findings, key=lambda f: (f.position, f.kind))),
-        skipped=tuple(recs.skipped),
-    )
-
-
-def _walk(store: Store, progress: Progress | None, links: _Links) -> _Records:
-    """The half, op and given-up records and every COMMIT/ROLLBACK/PREPARED-type record, in one
-    forensic walk; bodies are read for op records only."""
-    out = _Records(links)
-    walk = ForensicWalk()
-    for cols in walk.runs(store, progress):
-        tx_type = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
-        rows = np.flatnonzero(cols.topic_mask([HALF_TOPIC]))
-        for r in cols.records(rows, with_body=False):
-            links.add(store.with_entry(r))
-        out.half_records += len(rows)
-        rows = np.flatnonzero(cols.topic_mask([GIVEN_UP_TOPIC]))
-        out.given_up.extend(store.with_entry(r) for r in cols.records(rows, with_body=False))
-        op_rows = np.flatnonzero(cols.topic_mask([OP_TOPIC]))
-        out.ops.extend(_op(store.with_entry(r)) for r in cols.records(op_rows, with_body=True))
-        for kind, bucket in (
-            (cl.TRANSACTION_COMMIT_TYPE, out.commits),
-            (cl.TRANSACTION_ROLLBACK_TYPE, out.rollbacks),
-        ):
-            rows = np.flatnonzero(tx_type == kind)
-            bucket.extend(
-                _end(store.with_entry(r), links) for r in cols.records(rows, with_body=False)
-            )
-        out.prepared += int(np.count_nonzero(tx_type == cl.TRANSACTION_PREPARED_TYPE))
-    out.skipped, out.newest = walk.skipped, walk.newest
-    return out
-
-
-def _op(rec: cl.MessageRecord) -> _Op:
-    offsets, bad = op_offsets(rec.body)
-    return _Op(rec.position, rec.queue_id, rec.tags, tuple(offsets), tuple(t[:40] for t in bad))
-
-
-def _end(rec: cl.MessageRecord, links: _Links) -> _End:
-    # Its UNIQ_KEY is read only for a commit whose offset names no half; a half read before it
-    # stays linked, so that key need not be kept (3.5 MB of a 2 GB crashed synth store).
-    named = rec.prepared_transaction_offset in links.by_position
-    return _End(
-        rec.position,
-        rec.prepared_transaction_offset,
-        None if named else rec.uniq_key,
-        links.shared(rec.topic),
-        rec.queue_id,
-    )
-
-
-class _Links:
-    """Transactions keyed by UNIQ_KEY (a half without one is a transaction of its own), fed
-    the halves in the walk's order: the copies a check stores keep the original's properties
-    (``renewHalfMessageInner``)."""
-
-    def __init__(self, findings: list[TxFinding]) -> None:
+    def __init__(self, findings: FindingSpill) -> None:
         self.findings = findings
-        self.txs: dict[str, Transaction] = {}
-        self.by_position: dict[int, Transaction] = {}
-        self.by_queue: dict[tuple[int, int], Transaction] = {}
-        # Topics and groups are few: one string each, not one per transaction (4 MB of a 2 GB
-        # crashed synth store's 34,000 transactions).
+        self.txs = TxColumns()
+        self.halves = Halves()
+        # Transactions keyed by UNIQ_KEY (a half without one is a transaction of its own, "@"
+        # and its position): the copies a check stores keep the original's properties
+        # (``renewHalfMessageInner``).
+        self.keys: dict[str, int] = {}
+        # Topics and groups are few: one string each, not one per transaction.
         self._names: dict[str, str] = {}
+        self.half_records = self.op_records = self.prepared = 0
+        self.op_position, self.op_queue_id, self.op_offset = array("q"), array("q"), array("q")
+        self.large_offsets: dict[int, int] = {}  # index in the op columns -> the offset
+        self.commit_position, self.commit_prepared = array("q"), array("q")
+        self.commit_queue_id = array("q")
+        self.commit_topic: list[str] = []
+        self.commit_key: list[str | None] = []
+        self.rollback_position, self.rollback_prepared = array("q"), array("q")
+        self.given_up: list[_GivenUp] = []
+        self.newest: int | None = None
+        self.skipped: list[SkippedRange] = []
 
-    def shared(self, name: str) -> str:
-        return self._names.setdefault(name, name)
+    def shared(self, name: str | None) -> str | None:
+        return None if name is None else self._names.setdefault(name, name)
 
-    def _shared(self, name: str | None) -> str | None:
-        return None if name is None else self.shared(name)
-
-    def add(self, rec: cl.MessageRecord) -> None:
+    def add_half(self, rec: cl.MessageRecord) -> None:
+        self.half_records += 1
         key = rec.uniq_key if rec.uniq_key is not None else f"@{rec.position}"
         p = rec.properties
-        tx = self.txs.get(key)
+        tx = self.keys.get(key)
         if tx is None:
-            tx = Transaction(
+            real_topic = self.shared(p.get(props.REAL_TOPIC))
+            tx = self.txs.add(
                 rec.uniq_key,
-                self._shared(p.get(props.REAL_TOPIC)),
+                real_topic,
                 int_property(p, props.REAL_QID),
-                self._shared(p.get(props.PGROUP)),
+                self.shared(p.get(props.PGROUP)),
+                0,
             )
-            self.txs[key] = tx
-            if tx.real_topic is None:
+            self.keys[key] = tx
+            if real_topic is None:
                 self.findings.append(
                     TxFinding(
                         FindingKind.HALF_WITHOUT_REAL_TOPIC,
@@ -331,114 +211,215 @@ class _Links:
             rec.store_timestamp,
             int_property(p, CHECK_TIMES) or 0,
         )
-        tx.halves.append(copy)
-        tx.check_times = max(tx.check_times, copy.check_times)
-        self.by_position[rec.position] = tx
-        self.by_queue[(rec.queue_id, rec.queue_offset)] = tx
+        self.halves.add(copy, tx)
 
-
-def _apply_ops(
-    ops: list[_Op],
-    txs: dict[str, Transaction],
-    by_queue_offset: dict[tuple[int, int], Transaction],
-    findings: list[TxFinding],
-) -> None:
-    """Each op offset marks the half at that offset of the half queue with the op's queue id
-    (``TransactionalMessageBridge.getOpQueueByHalf`` keeps the id)."""
-    offsets = [o for q, o in by_queue_offset if q == 0]
-    held = f"[{min(offsets)}, {max(offsets)}]" if offsets else "none"
-    for op in ops:
-        if op.tags != REMOVE_TAG:
-            findings.append(
+    def add_op(self, rec: cl.MessageRecord) -> None:
+        """An op record, its body parsed as it is read (bodies are not kept); what it says of
+        itself is judged now, its offsets once every half is read."""
+        self.op_records += 1
+        if rec.tags != REMOVE_TAG:
+            self.findings.append(
                 TxFinding(
                     FindingKind.OP_OTHER_TAG,
-                    op.position,
+                    rec.position,
                     None,
-                    f"op record with tag {op.tags!r}, not {REMOVE_TAG!r}: the check ignores it",
+                    f"op record with tag {rec.tags!r}, not {REMOVE_TAG!r}: the check ignores it",
                 )
             )
-            continue
-        for token in op.bad:
-            findings.append(
+            return
+        offsets, bad = op_offsets(rec.body)
+        for token in bad:
+            self.findings.append(
                 TxFinding(
                     FindingKind.OP_NOT_NUMBER,
-                    op.position,
+                    rec.position,
                     None,
-                    f"op body token {token!r} is not a half-queue offset",
+                    f"op body token {token[:40]!r} is not a half-queue offset",
                 )
             )
-        for offset in op.offsets:
-            tx = by_queue_offset.get((op.queue_id, offset))
-            if tx is None:
-                findings.append(
-                    TxFinding(
-                        FindingKind.OP_POINTS_NOWHERE,
-                        op.position,
-                        None,
-                        f"op names half-queue {op.queue_id} offset {offset}; no half on disk "
-                        f"has it (queue 0 offsets read: {held})",
-                    )
-                )
-                continue
-            tx.op_positions.append(op.position)
+        for offset in offsets:
+            if offset >= _LONG_END:
+                self.large_offsets[len(self.op_offset)] = offset
+            self.op_position.append(rec.position)
+            self.op_queue_id.append(rec.queue_id)
+            self.op_offset.append(offset if offset < _LONG_END else -1)
 
+    def add_commit(self, rec: cl.MessageRecord) -> None:
+        # Its UNIQ_KEY is read only for a commit whose offset names no half; a half read before
+        # it stays linked, so that key need not be kept (3.5 MB of a 2 GB crashed synth store).
+        named = self.halves.read_at(rec.prepared_transaction_offset)
+        self.commit_position.append(rec.position)
+        self.commit_prepared.append(rec.prepared_transaction_offset)
+        self.commit_queue_id.append(rec.queue_id)
+        self.commit_topic.append(self._names.setdefault(rec.topic, rec.topic))
+        self.commit_key.append(None if named else rec.uniq_key)
 
-def _apply_commits(
-    commits: list[_End],
-    rollbacks: list[_End],
-    by_position: dict[int, Transaction],
-    findings: list[TxFinding],
-) -> None:
-    for rec in commits:
-        tx = by_position.get(rec.prepared_transaction_offset)
-        if tx is None:
-            unset = rec.prepared_transaction_offset == 0
-            findings.append(
-                TxFinding(
-                    FindingKind.COMMIT_WITHOUT_HALF,
-                    rec.position,
-                    rec.uniq_key,
-                    f"COMMIT record in {rec.topic}:{rec.queue_id}: preparedTransactionOffset "
-                    f"{rec.prepared_transaction_offset} is no half's physical offset"
-                    + (" (0: unset, not stored by EndTransactionProcessor)" if unset else ""),
-                )
-            )
-            continue
-        tx.commit_positions.append(rec.position)
-        if (tx.real_topic, tx.real_queue_id) != (rec.topic, rec.queue_id):
-            findings.append(
-                TxFinding(
-                    FindingKind.COMMIT_ELSEWHERE,
-                    rec.position,
-                    tx.uniq_key,
-                    f"committed into {rec.topic}:{rec.queue_id}, the half says "
-                    f"{tx.real_topic}:{tx.real_queue_id}",
-                )
-            )
-    for rec in rollbacks:
-        tx = by_position.get(rec.prepared_transaction_offset)
-        if tx is not None:
-            tx.rollback_positions.append(rec.position)
+    def add_rollback(self, rec: cl.MessageRecord) -> None:
+        self.rollback_position.append(rec.position)
+        self.rollback_prepared.append(rec.prepared_transaction_offset)
 
-
-def _apply_given_up(
-    given_up: list[cl.MessageRecord], txs: dict[str, Transaction], findings: list[TxFinding]
-) -> None:
-    """``resolveDiscardMsg`` copies the half's properties: the UNIQ_KEY links it. One whose half
-    is gone (retention) is a transaction of its own."""
-    for rec in given_up:
-        tx = txs.get(rec.uniq_key) if rec.uniq_key is not None else None
-        if tx is None:
-            p = rec.properties
-            tx = Transaction(
+    def add_given_up(self, rec: cl.MessageRecord) -> None:
+        p = rec.properties
+        self.given_up.append(
+            _GivenUp(
+                rec.position,
                 rec.uniq_key,
                 p.get(props.REAL_TOPIC),
                 int_property(p, props.REAL_QID),
                 p.get(props.PGROUP),
+                int_property(p, CHECK_TIMES) or 0,
             )
-            tx.check_times = int_property(p, CHECK_TIMES) or 0
-            txs[rec.uniq_key or f"@{rec.position}"] = tx
-        tx.given_up_position = rec.position
+        )
+
+
+def transactions_report(
+    store: Store, stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS, progress: Progress | None = None
+) -> TransactionsReport:
+    findings = FindingSpill()
+    try:
+        return _report(store, stuck_after_ms, progress, findings)
+    except BaseException:
+        findings.close()  # a store error says one line: no warning of a file left open
+        raise
+
+
+def _report(
+    store: Store, stuck_after_ms: int, progress: Progress | None, findings: FindingSpill
+) -> TransactionsReport:
+    w = _walk(store, progress, _Walked(findings))
+    index = PositionIndex(w.halves)
+    ops, commits, rollbacks = Links(), Links(), Links()
+    _apply_ops(w, index, ops)
+    _apply_commits(w, index, commits, rollbacks)
+    _apply_given_up(w)
+    check_offset = _check_offset(store)
+    newest = w.newest
+
+    def judge(tx: Transaction, sink: FindingSink) -> None:
+        _judge(tx, check_offset, newest, stuck_after_ms, sink)
+
+    txs = TransactionList(w.txs, w.halves, (ops, commits, rollbacks), judge)
+    # The one making of each transaction that keeps the judge's findings.
+    states: Counter[TxState] = Counter()
+    oldest: Transaction | None = None
+    for tx in txs.each(findings):
+        states[tx.state] += 1
+        if tx.state is TxState.PENDING and tx.halves:
+            first = tx.halves[0].store_timestamp
+            if oldest is None or first < oldest.halves[0].store_timestamp:
+                oldest = tx
+    return TransactionsReport(
+        source="commitlog scan",
+        half_records=w.half_records,
+        op_records=w.op_records,
+        commit_records=len(w.commit_position),
+        rollback_records=len(w.rollback_position),
+        given_up_records=len(w.given_up),
+        prepared_outside_half_topic=w.prepared,
+        check_offset=check_offset,
+        newest_store_timestamp=newest,
+        counts={s.value: states[s] for s in TxState},
+        oldest_pending=oldest,
+        transactions=txs,
+        findings=findings.sorted(),
+        skipped=tuple(w.skipped),
+    )
+
+
+def _walk(store: Store, progress: Progress | None, out: _Walked) -> _Walked:
+    """The half, op and given-up records and every COMMIT/ROLLBACK/PREPARED-type record, in one
+    forensic walk; bodies are read for op records only."""
+    walk = ForensicWalk()
+    for cols in walk.runs(store, progress):
+        tx_type = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
+        rows = np.flatnonzero(cols.topic_mask([HALF_TOPIC]))
+        for r in cols.records(rows, with_body=False):
+            out.add_half(store.with_entry(r))
+        rows = np.flatnonzero(cols.topic_mask([GIVEN_UP_TOPIC]))
+        for r in cols.records(rows, with_body=False):
+            out.add_given_up(store.with_entry(r))
+        rows = np.flatnonzero(cols.topic_mask([OP_TOPIC]))
+        for r in cols.records(rows, with_body=True):
+            out.add_op(store.with_entry(r))
+        rows = np.flatnonzero(tx_type == cl.TRANSACTION_COMMIT_TYPE)
+        for r in cols.records(rows, with_body=False):
+            out.add_commit(store.with_entry(r))
+        rows = np.flatnonzero(tx_type == cl.TRANSACTION_ROLLBACK_TYPE)
+        for r in cols.records(rows, with_body=False):
+            out.add_rollback(store.with_entry(r))
+        out.prepared += int(np.count_nonzero(tx_type == cl.TRANSACTION_PREPARED_TYPE))
+    out.skipped, out.newest = walk.skipped, walk.newest
+    return out
+
+
+def _apply_ops(w: _Walked, index: PositionIndex, links: Links) -> None:
+    """Each op offset marks the half at that offset of the half queue with the op's queue id
+    (``TransactionalMessageBridge.getOpQueueByHalf`` keeps the id)."""
+    queue_ids = int64s(w.op_queue_id)
+    offsets = int64s(w.op_offset)
+    txs = index.by_queue(queue_ids, offsets)
+    held = "none" if index.queue0_range is None else "[{}, {}]".format(*index.queue0_range)
+    for i in np.flatnonzero(txs < 0).tolist():
+        offset = w.large_offsets.get(i, int(offsets[i]))
+        w.findings.append(
+            TxFinding(
+                FindingKind.OP_POINTS_NOWHERE,
+                w.op_position[i],
+                None,
+                f"op names half-queue {w.op_queue_id[i]} offset {offset}; no half on disk "
+                f"has it (queue 0 offsets read: {held})",
+            )
+        )
+    linked = txs >= 0
+    links.extend(txs[linked], int64s(w.op_position)[linked])
+
+
+def _apply_commits(w: _Walked, index: PositionIndex, commits: Links, rollbacks: Links) -> None:
+    prepared = int64s(w.commit_prepared)
+    for i, tx in enumerate(index.by_position(prepared).tolist()):
+        position, topic, queue_id = w.commit_position[i], w.commit_topic[i], w.commit_queue_id[i]
+        if tx < 0:
+            offset = w.commit_prepared[i]
+            unset = offset == 0
+            w.findings.append(
+                TxFinding(
+                    FindingKind.COMMIT_WITHOUT_HALF,
+                    position,
+                    w.commit_key[i],
+                    f"COMMIT record in {topic}:{queue_id}: preparedTransactionOffset "
+                    f"{offset} is no half's physical offset"
+                    + (" (0: unset, not stored by EndTransactionProcessor)" if unset else ""),
+                )
+            )
+            continue
+        commits.add(tx, position)
+        real_topic, real_queue_id = w.txs.real(tx)
+        if (real_topic, real_queue_id) != (topic, queue_id):
+            w.findings.append(
+                TxFinding(
+                    FindingKind.COMMIT_ELSEWHERE,
+                    position,
+                    w.txs.uniq_key[tx],
+                    f"committed into {topic}:{queue_id}, the half says "
+                    f"{real_topic}:{real_queue_id}",
+                )
+            )
+    txs = index.by_position(int64s(w.rollback_prepared))
+    linked = txs >= 0
+    rollbacks.extend(txs[linked], int64s(w.rollback_position)[linked])
+
+
+def _apply_given_up(w: _Walked) -> None:
+    """``resolveDiscardMsg`` copies the half's properties: the UNIQ_KEY links it. One whose half
+    is gone (retention) is a transaction of its own."""
+    for g in w.given_up:
+        tx = w.keys.get(g.uniq_key) if g.uniq_key is not None else None
+        if tx is None:
+            tx = w.txs.add(
+                g.uniq_key, g.real_topic, g.real_queue_id, g.producer_group, g.check_times
+            )
+            w.keys[g.uniq_key or f"@{g.position}"] = tx
+        w.txs.given_up[tx] = g.position
 
 
 def _check_offset(store: Store) -> int | None:
@@ -453,7 +434,7 @@ def _judge(
     check_offset: int | None,
     newest: int | None,
     stuck_after_ms: int,
-    findings: list[TxFinding],
+    findings: FindingSink,
 ) -> None:
     at = tx.halves[-1].position if tx.halves else (tx.given_up_position or 0)
     if tx.commit_positions:

@@ -126,8 +126,8 @@ def _findings_table(batch: list[TxFinding], first: bool) -> RowTable:
 def transactions_verdict(report: TransactionsReport) -> Text:
     """The last line: the inconsistencies and stuck transactions (what ``transactions`` exits
     1 for), or the pending ones, or that every transaction is resolved."""
-    inconsistent = sum(f.kind in INCONSISTENT for f in report.findings)
-    stuck = sum(f.kind is FindingKind.STUCK for f in report.findings)
+    inconsistent = report.findings.count(INCONSISTENT)
+    stuck = report.findings.count([FindingKind.STUCK])
     if inconsistent or stuck:
         return verdict_line(
             f"{inconsistent} inconsistenc{'y' if inconsistent == 1 else 'ies'}, {stuck} stuck "

@@ -4,10 +4,11 @@ only, never more bytes than asked for, and sparse holes never walked."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,3 +150,24 @@ def link_target(path: Path) -> str:
         return os.readlink(path)
     except OSError:
         return "?"
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(None)
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to ask
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def release_freed_heap() -> None:
+    """Hand the C heap's free pages back to the kernel (glibc's ``malloc_trim``, which frees the
+    pages of free chunks inside the heap too). Where a walk's long-lived allocations (the
+    Parquet writer's row-group metadata) land between its runs' freed buffers, glibc keeps
+    those pages: the heap grew with the store though what it held hardly did."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
