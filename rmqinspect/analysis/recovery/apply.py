@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from rmqinspect.analysis import Progress
-from rmqinspect.analysis.recovery.emulator import RecoveryOutcome, analyze_recovery, run_recovery
+from rmqinspect.analysis.recovery.emulator import analyze_recovery, run_recovery
+from rmqinspect.analysis.recovery.outcome import RecoveryOutcome
 from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import DLedgerReport, RecoveryReport
 from rmqinspect.analysis.recovery.state import RecoverOptions

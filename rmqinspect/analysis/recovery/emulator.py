@@ -50,6 +50,7 @@ from rmqinspect.analysis.recovery.index_service import (
     load_index,
 )
 from rmqinspect.analysis.recovery.lost import Unserved, lost_messages, served_check
+from rmqinspect.analysis.recovery.outcome import RecoveryOutcome, queues_after
 from rmqinspect.analysis.recovery.ranges import RangeChecker
 from rmqinspect.analysis.recovery.report import (
     SCHEMA_VERSION,
@@ -69,7 +70,6 @@ from rmqinspect.analysis.recovery.rocksdb import (
     rocksdb_checkpoint,
     truncates_logics,
 )
-from rmqinspect.analysis.recovery.served import ServingState
 from rmqinspect.analysis.recovery.state import BrokerState, RecoverOptions, load
 from rmqinspect.analysis.recovery.timer import recover_timer_store
 from rmqinspect.format.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
@@ -80,40 +80,6 @@ from rmqinspect.store.consume_queue import CorrectMinOffsetError
 from rmqinspect.store.files import StoreFile
 from rmqinspect.store.layout import QueueId, is_plain_name
 from rmqinspect.store.model import Store
-
-
-@dataclass(frozen=True, slots=True)
-class QueueFileAfter:
-    """One consume-queue file after the restart, and what the dispatch wrote into it."""
-
-    name: str
-    on_disk: bool  # False: a file the broker creates
-    write_position: int
-    written_at: int  # file position of the first byte the dispatch wrote
-    written: bytes  # the units it wrote there (empty when none)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueAfter:
-    topic: str
-    queue_id: int
-    existed: bool  # the queue had files before the restart
-    files: list[QueueFileAfter]
-
-
-@dataclass
-class RecoveryOutcome:
-    """The report plus the post-restart state that ``--apply-to`` writes out."""
-
-    report: RecoveryReport
-    commitlog_deleted: list[str]
-    queues: list[QueueAfter]
-    index_deleted: list[str]
-    index_written: list[str]  # files (new or continued) materialised into the index out dir
-    checkpoint_after: bytes | None
-    # What the restarted broker serves, for judging ranges of the commitlog elsewhere
-    # (the export's workers); None when it does not start.
-    serving: ServingState | None = None
 
 
 def run_recovery(
@@ -213,7 +179,7 @@ def run_recovery(
     return RecoveryOutcome(
         report,
         state.commitlog_deleted + state.commitlog_deleted_at_load,
-        _queues_after(state),
+        queues_after(state),
         loaded.deleted,
         index.written,
         checkpoint_after,
@@ -542,23 +508,6 @@ def _queue_report(state: BrokerState, unserved: Unserved | None, qid: QueueId) -
         files_deleted=h.deleted_at_load + c.deleted,
         files_created=list(c.created),
     )
-
-
-def _queues_after(state: BrokerState) -> list[QueueAfter]:
-    return [
-        QueueAfter(
-            qid.topic,
-            qid.queue_id,
-            state.history[qid].existed,
-            [
-                QueueFileAfter(
-                    f.name, f.disk is not None, f.wrote, f.overlay_start, bytes(f.overlay)
-                )
-                for f in q.files
-            ],
-        )
-        for qid, q in state.queues.items()
-    ]
 
 
 def _checkpoint_report(
