@@ -62,6 +62,8 @@ def queue_bounds(
     store: Store,
     qid: QueueId,
     load: Callable[[Store, QueueId], tuple[ConsumeQueue, str]] | None = None,
+    proven: Callable[[int, int], bool] | None = None,
+    held: Callable[[int], tuple[int, int] | None] | None = None,
 ) -> QueueBounds:
     """The queue's bounds as the broker computes them when it loads the store unchanged:
     ``ConsumeQueue.recover``, then ``correctMinOffset`` against the commitlog's first file
@@ -69,7 +71,10 @@ def queue_bounds(
     RocksDB consume queue holds: its offset family's entries as the broker reads them. A
     BatchConsumeQueue: ``BatchConsumeQueue.recover`` and ``correctMinOffset`` (its offsets are
     message offsets, ``first_unit`` the first unit's msgBaseOffset). ``load``: the caller's
-    :func:`loaded_queue`, where it holds the queue loaded already."""
+    :func:`loaded_queue`, where it holds the queue loaded already; ``proven(lo, hi)``: whether
+    the caller saw every unit of queue offsets ``[lo, hi)`` lead to its record (none of them is
+    a placeholder, so the first file's need not be counted); ``held(queue_offset)``: the
+    (phyOffset, size) of that unit where the caller holds it read already, else None."""
     if store.rocksdb_queue(qid):
         return _rocksdb_bounds(store, qid)
     bq = store.batch_queue(qid)
@@ -86,7 +91,11 @@ def queue_bounds(
     min_offset = model.min_offset_in_queue
     first = files[0]
     first_unit = first.start // CQ_STORE_UNIT_SIZE
-    pre_blank, blanks_before_min = _pre_blanks(store, first, model, min_offset - first_unit)
+    readable = model.files[0].wrote // CQ_STORE_UNIT_SIZE if model.files else 0
+    if proven is not None and proven(first_unit, first_unit + readable):
+        pre_blank, blanks_before_min = 0, 0
+    else:
+        pre_blank, blanks_before_min = _pre_blanks(store, first, model, min_offset - first_unit)
     if not note and min_offset < first_unit:
         note = "no unit of the first file points into the commitlog; 4.9 keeps minOffset 0"
     elif not note and min_offset > first_unit:
@@ -96,7 +105,7 @@ def queue_bounds(
             note = f"units {first_unit}..{min_offset - 1} are fillPreBlank placeholders"
         else:
             note = f"units before {min_offset} point below the commitlog's first file"
-    last = _last_valid_unit(model)
+    last = _last_valid_unit(model, held)
     last_phy = -1
     if last is not None and last != (0, PRE_BLANK_SIZE):
         last_phy = last[0]
@@ -210,8 +219,11 @@ def _pre_blanks(
     return total, head
 
 
-def _last_valid_unit(model: ConsumeQueue) -> tuple[int, int] | None:
-    """(offset, size) of the unit before the queue's read position, if any."""
+def _last_valid_unit(
+    model: ConsumeQueue, held: Callable[[int], tuple[int, int] | None] | None = None
+) -> tuple[int, int] | None:
+    """(offset, size) of the unit before the queue's read position, if any; ``held``: see
+    :func:`queue_bounds`."""
     if not model.files:
         return None
     last = model.files[-1]
@@ -221,6 +233,9 @@ def _last_valid_unit(model: ConsumeQueue) -> tuple[int, int] | None:
         last = model.files[-2]
         if last.wrote < CQ_STORE_UNIT_SIZE:
             return None
+    found = held((last.start + last.wrote) // CQ_STORE_UNIT_SIZE - 1) if held else None
+    if found is not None:
+        return found
     phy, size, _ = model.unit(last, last.wrote - CQ_STORE_UNIT_SIZE)
     return phy, size
 

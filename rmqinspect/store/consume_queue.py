@@ -165,6 +165,11 @@ class ConsumeQueue:
             return out
         at = queue_offsets * CQ_STORE_UNIT_SIZE
         starts = np.array([f.start for f in self.files], np.int64)
+        lo, hi = int(queue_offsets[0]), int(queue_offsets[-1]) + 1
+        # Consecutive offsets (ascending: as many as their span), as a read ahead asks them
+        whole = self._units_span(starts, lo, hi) if hi - lo == len(queue_offsets) else None
+        if whole is not None:
+            return whole
         which = np.searchsorted(starts, at, side="right") - 1
         for i in distinct(which[which >= 0]).tolist():
             f = self.files[i]
@@ -187,6 +192,24 @@ class ConsumeQueue:
                 # for its units (verify's) ends with every consume-queue file resident.
                 self.maps.release(f.disk, 0, f.disk.length)
         return out
+
+    def _units_span(
+        self, starts: npt.NDArray[np.int64], lo: int, hi: int
+    ) -> npt.NDArray[np.void] | None:
+        """The units of queue offsets ``[lo, hi)`` where one file holds them all below its
+        read position (None otherwise): one read, where a read ahead of a queue's units spent
+        more on placing them one by one than on reading them."""
+        i = int(np.searchsorted(starts, lo * CQ_STORE_UNIT_SIZE, side="right")) - 1
+        if i < 0 or hi - lo > _CHUNK_UNITS:
+            return None
+        f = self.files[i]
+        a, b = lo * CQ_STORE_UNIT_SIZE - f.start, hi * CQ_STORE_UNIT_SIZE - f.start
+        if b > min(f.wrote, self.file_size):
+            return None
+        units = np.frombuffer(bytearray(self.read(f, a, b)), CQ_UNIT_DTYPE)
+        if f.disk is not None:
+            self.maps.release(f.disk, 0, f.disk.length)  # copied, as units_at's are
+        return units
 
     def serves(
         self, queue_offsets: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]

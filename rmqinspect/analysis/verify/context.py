@@ -40,6 +40,8 @@ class Context:
         self.delay_table = dict(store.delay_table)
         self.check = store.check_options(check_crc=options.check_crc, read_body=True)
         self._queues: dict[QueueId, tuple[ConsumeQueue, str]] = {}  # loaded_queue's
+        # QueueCoverage.proven_runs of each queue, once the commitlog's walk has made them
+        self.proven: dict[QueueId, tuple[I64, I64]] = {}
         # units read ahead per queue (first queue offset, units), least recently used first
         self._units: OrderedDict[QueueId, tuple[int, np.ndarray]] = OrderedDict()
         self._units_held = 0
@@ -99,10 +101,37 @@ class Context:
 
     def bounds(self, qid: QueueId) -> QueueBounds:
         """The queue's bounds on disk (the offsets' check), from the queue loaded once."""
-        return queue_bounds(self.store, qid, self._loaded)
+        return queue_bounds(
+            self.store,
+            qid,
+            self._loaded,
+            functools.partial(proven_covers, self.proven.get(qid)),
+            functools.partial(self._held_unit, qid),
+        )
+
+    def _held_unit(self, qid: QueueId, queue_offset: int) -> tuple[int, int] | None:
+        """(phyOffset, size) of a unit the records' check read ahead and still keeps (the
+        offsets' check asks each queue's last one: a second map of its file otherwise)."""
+        kept = self._units.get(qid)
+        if kept is None or not kept[0] <= queue_offset < kept[0] + len(kept[1]):
+            return None
+        unit = kept[1][queue_offset - kept[0]]
+        phy = int(unit["phy_offset"])
+        return None if phy < 0 else (phy, int(unit["size"]))  # -1: a unit no file held
 
     def _loaded(self, store: Store, qid: QueueId) -> tuple[ConsumeQueue, str]:
         found = self._queues.get(qid)
         if found is None:
             found = self._queues[qid] = loaded_queue(store, qid)
         return found
+
+
+def proven_covers(proven: tuple[I64, I64] | None, lo: int, hi: int) -> bool:
+    """Whether the ``proven`` runs (sorted by start) hold every queue offset of ``[lo, hi)``."""
+    reach = lo
+    starts, ends = proven if proven is not None else ((), ())
+    for a, b in zip(starts, ends, strict=True):
+        if reach >= hi or a > reach:
+            break
+        reach = max(reach, int(b))
+    return reach >= hi

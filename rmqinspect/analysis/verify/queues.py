@@ -274,6 +274,11 @@ def _check_units(
         starts, ends = proven
         within = np.searchsorted(starts, queue_offsets, side="right") - 1
         known = (within >= 0) & (queue_offsets < ends[np.maximum(within, 0)])
+        if known.all():
+            # The walk read each of these records through this very unit: a valid unit inside
+            # the data of a commitlog file, so no earlier rule of resolve_units can overrule
+            # it and every one is found. The chunk reports nothing and ends no invalid run.
+            return invalid
     res = resolve_units(
         ctx.store, qid.topic, qid.queue_id, queue_offsets, units, data_end=data_end, proven=known
     )

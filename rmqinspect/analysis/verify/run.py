@@ -244,10 +244,14 @@ class Verifier:
             coverage.extend(r.coverage)
         # The walk read the unit of each record: units it found leading to their record are
         # not read again from the queue side (their records lie all over the log).
-        queue_args: list[tuple[str, int, int, int, tuple[I64, I64] | None]] = [
-            (qid.topic, qid.queue_id, i, data_end, coverage.proven_runs(qid))
+        ctx.proven = {
+            qid: coverage.proven_runs(qid)
             for qid in store.queue_dirs
             if qid not in store.batch_dirs
+        }
+        queue_args: list[tuple[str, int, int, int, tuple[I64, I64] | None]] = [
+            (qid.topic, qid.queue_id, i, data_end, runs)
+            for qid, runs in ctx.proven.items()
             for i in range(len(store.consume_queue_files(qid.topic, qid.queue_id).files))
         ]
         queue_args += [
