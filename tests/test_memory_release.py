@@ -364,7 +364,10 @@ def test_transactions_output_does_not_grow_with_the_transactions(
         assert len(report.transactions) == n
         peaks.append(_render_peak(report, fmt))
     small, large = peaks
-    assert large < small * 2  # the whole document grew ten times
+    # Built whole, the document for 900 more transactions took some 4 MB more. The margin is
+    # for what other threads allocate meanwhile (tracemalloc counts them: pytest-xdist's
+    # channel thread added 18 KB to a 17 KB peak once).
+    assert large - small < 256 * 1024
 
 
 @pytest.mark.parametrize(("chosen", "backend"), [(None, "system"), ("mimalloc", "mimalloc")])
