@@ -100,7 +100,7 @@ def test_a_run_of_zero_units_is_one_row(tmp_path: Path, monkeypatch: pytest.Monk
     """Units that are all zeros (zeroed units, or files of zeros: preallocated, sparse,
     300,000 units each) are one row that says how many: a broker range over many such files
     listed each unit, billions of rows. Zeros past a file's data are not even read."""
-    from rmqinspect.analysis import queues, units
+    from rmqinspect.analysis import queue_listing, units
 
     resolved = 0
     original = units.resolve_unit
@@ -111,7 +111,7 @@ def test_a_run_of_zero_units_is_one_row(tmp_path: Path, monkeypatch: pytest.Monk
         assert resolved <= 100, "a row per unit"
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(queues, "resolve_unit", counted)
+    monkeypatch.setattr(queue_listing, "resolve_unit", counted)
     layout = replace(SMALL_LAYOUT, cq_file_size=6_000_000)
     store = build_store(tmp_path / "s", orders(12, queues=1), layout)
     directory = store / "consumequeue" / "Orders" / "0"

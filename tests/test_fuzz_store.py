@@ -24,7 +24,7 @@ from rmqinspect.analysis.inventory import build_inventory
 from rmqinspect.analysis.lookup import KeyQuery, lookup_key, lookup_msg_id, lookup_time
 from rmqinspect.analysis.messages import MessageFilter, stream_messages
 from rmqinspect.analysis.offsets import offsets_report
-from rmqinspect.analysis.queues import list_units, queue_listing
+from rmqinspect.analysis.queue_listing import list_units, queue_listing
 from rmqinspect.analysis.recovery import (
     ApplyRefused,
     RecoverOptions,

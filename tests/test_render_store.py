@@ -13,7 +13,7 @@ import pytest
 from rmqinspect.analysis.indexes import index_reports, iter_entries
 from rmqinspect.analysis.inventory import build_inventory
 from rmqinspect.analysis.lookup import KeyQuery, lookup_key, lookup_msg_id
-from rmqinspect.analysis.queues import list_units, queue_listing
+from rmqinspect.analysis.queue_listing import list_units, queue_listing
 from rmqinspect.analysis.recovery import RecoverOptions, analyze_recovery
 from rmqinspect.analysis.units import UnitView
 from rmqinspect.format.message_json import BodyFormat, message_json

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rmqinspect.analysis.queues import list_units, queue_listing
+from rmqinspect.analysis.queue_listing import list_units, queue_listing
 from rmqinspect.cli.common import fail, handle_errors
 from rmqinspect.cli.options import (
     BodyOpt,

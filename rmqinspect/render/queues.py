@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from rmqinspect.analysis.queues import QueueListing
+from rmqinspect.analysis.queue_listing import QueueListing
 from rmqinspect.analysis.units import UnitStatus, UnitView
 from rmqinspect.format.message_json import BodyFormat, message_json, shown_body
 from rmqinspect.format.times import iso_ms
