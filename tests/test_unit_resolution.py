@@ -35,7 +35,7 @@ from tests.cli_helpers import SMALL_OPTS, run
 from tests.conftest import CONFORMANCE, CONFORMANCE5, CONFORMANCE_DLEDGER, FIXTURES
 from tests.damage_matrix import DAMAGES, PROFILES, Record, damaged, records
 from tests.export_helpers import read_table
-from tests.test_verify_checks import RECIPES, patch_record
+from tests.test_verify_checks import RECIPES, broken_store, patch_record
 
 CLEAN = FIXTURES / "stores" / "clean49"
 
@@ -101,13 +101,7 @@ _BROKEN = sorted(c for c in RECIPES if c.startswith(("consumequeue.", "commitlog
 @pytest.mark.parametrize("check", _BROKEN)
 def test_every_unit_of_the_verify_recipes(tmp_path: Path, check: str) -> None:
     """The stores verify's check tests break (bad units, bad records, missing files)."""
-    source, recipe = RECIPES[check]
-    root = tmp_path / "store"
-    if getattr(recipe, "fresh", False):
-        recipe(root)
-    else:
-        shutil.copytree(source, root)
-        recipe(root)
+    root = broken_store(tmp_path / "store", check)
     assert_store_agrees(root)
 
 

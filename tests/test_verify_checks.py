@@ -703,16 +703,20 @@ FIRES: dict[str, dict[str, Places | int]] = {
 }
 
 
+def broken_store(root: Path, check: str) -> Path:
+    """``check``'s recipe carried out at ``root``: a copy of its source store, broken, or a
+    store its recipe builds broken (``_fresh``)."""
+    source, recipe = RECIPES[check]
+    if not getattr(recipe, "fresh", False):
+        shutil.copytree(source, root)
+    recipe(root)
+    return root
+
+
 def _findings(tmp_path: Path, check: str) -> list[Finding]:
     """Every finding of verify on ``check``'s broken store (the index geometry given, as the
     CLI's --index-slots/--index-entries would: the writer-built stores' files do not tell it)."""
-    source, recipe = RECIPES[check]
-    root = tmp_path / "store"
-    if getattr(recipe, "fresh", False):
-        recipe(root)
-    else:
-        shutil.copytree(source, root)
-        recipe(root)
+    root = broken_store(tmp_path / "store", check)
     with Store.open(root, StoreOptions(index_slot_num=64, index_num=400)) as store:
         return verify_store(store, VerifyOptions()).findings
 

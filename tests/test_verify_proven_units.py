@@ -6,7 +6,6 @@ commitlog or consume-queue check."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ from rmqinspect.analysis.verify.queues import QueueCoverage
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store, StoreOptions
 from tests.cli_helpers import build_store, orders
-from tests.test_verify_checks import RECIPES
+from tests.test_verify_checks import RECIPES, broken_store
 
 CASES = sorted(c for c in RECIPES if c.startswith(("commitlog.", "consumequeue.")))
 OPTIONS = StoreOptions(index_slot_num=64, index_num=400)
@@ -44,13 +43,7 @@ def _reports(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[VerifyReport,
 def test_proven_units_change_no_finding(
     tmp_path: Path, check: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source, recipe = RECIPES[check]
-    root = tmp_path / "store"
-    if getattr(recipe, "fresh", False):
-        recipe(root)
-    else:
-        shutil.copytree(source, root)
-        recipe(root)
+    root = broken_store(tmp_path / "store", check)
     proven, read = _reports(root, monkeypatch)
     assert any(f.check == check for f in read.findings)
     assert proven == read

@@ -6,7 +6,6 @@ consume-queue check and on one whose runs hold many queues with a few broken."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from rmqinspect.format.npbytes import I64
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
 from tests.cli_helpers import build_store, orders
-from tests.test_verify_checks import RECIPES, patch
+from tests.test_verify_checks import RECIPES, broken_store, patch
 from tests.test_verify_proven_units import OPTIONS
 
 CASES = sorted(c for c in RECIPES if c.startswith(("commitlog.", "consumequeue.")))
@@ -65,13 +64,7 @@ def _reports(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[VerifyReport,
 def test_queues_together_change_no_finding(
     tmp_path: Path, check: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source, recipe = RECIPES[check]
-    root = tmp_path / "store"
-    if getattr(recipe, "fresh", False):
-        recipe(root)
-    else:
-        shutil.copytree(source, root)
-        recipe(root)
+    root = broken_store(tmp_path / "store", check)
     together, apart = _reports(root, monkeypatch)
     assert any(f.check == check for f in apart.findings)
     assert together == apart

@@ -4,7 +4,6 @@ field, on every store that breaks a commitlog or consume-queue check."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from rmqinspect.analysis.ranges import plan_ranges
 from rmqinspect.analysis.verify import Verifier, VerifyOptions, VerifyReport, verify_store
 from rmqinspect.store.model import Store, StoreOptions
-from tests.test_verify_checks import RECIPES
+from tests.test_verify_checks import RECIPES, broken_store
 
 # Each store's recipe breaks what ranges could get wrong: records cut, damage a cut falls
 # into, the tail, BLANKs, store times across cuts, records after damage, queue coverage.
@@ -26,14 +25,7 @@ OPTIONS = StoreOptions(index_slot_num=64, index_num=400)
 
 
 def _store(tmp_path: Path, check: str) -> Path:
-    source, recipe = RECIPES[check]
-    root = tmp_path / "store"
-    if getattr(recipe, "fresh", False):
-        recipe(root)
-    else:
-        shutil.copytree(source, root)
-        recipe(root)
-    return root
+    return broken_store(tmp_path / "store", check)
 
 
 def _split(store: Store, split: int) -> VerifyReport:

@@ -33,7 +33,7 @@ class _Discard:
     kept them."""
 
     def append(self, f: TxFinding, /) -> None:
-        pass
+        """Dropped: the report holds this finding already."""
 
 
 class FindingSpill:
