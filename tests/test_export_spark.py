@@ -117,6 +117,18 @@ def test_a_real_context_is_stopped_and_its_accumulator_server_shut_down() -> Non
     assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr
 
 
+def test_the_driver_heap_starts_small_and_has_a_small_young_generation(spark: Any) -> None:
+    # The driver moves no rows: its heap is kept near its live data, not grown by garbage to
+    # the collector's default start (a 64th of the machine's memory) and young generation
+    # (a third of the 1 GB maximum).
+    jvm = spark.sparkContext._jvm
+    management = jvm.java.lang.management.ManagementFactory
+    pools = {p.getName(): p.getUsage().getMax() for p in management.getMemoryPoolMXBeans()}
+    assert 0 < pools["Eden Space"] <= 32 << 20
+    arguments = list(management.getRuntimeMXBean().getInputArguments())
+    assert "-Xms32m" in arguments and "-XX:MaxHeapFreeRatio=50" in arguments
+
+
 def test_workers_import_the_installed_pyspark(spark: Any) -> None:
     # Not Spark's pyspark.zip, whose modules the daemon would compile at every start.
     where = spark.sparkContext.parallelize([0], 1).map(lambda _: pyspark.__file__).collect()
