@@ -142,6 +142,15 @@ def test_messages_parquet_is_parts_of_a_bounded_number_of_row_groups(
     assert cut.equals(whole) and whole.num_rows == 297
     offsets = whole["physical_offset"].to_pylist()
     assert offsets == sorted(offsets)
+    # min/max only where a reader can prune by them, as the export writes them.
+    chunks = pq.ParquetFile(parts[0]).metadata.row_group(0)
+    with_stats = {
+        chunks.column(i).path_in_schema.split(".")[0]
+        for i in range(chunks.num_columns)
+        if chunks.column(i).is_stats_set
+    }
+    assert {"physical_offset", "queue_offset", "store_timestamp", "topic"} <= with_stats
+    assert not with_stats & {"body", "body_stored", "properties", "body_crc"}
     (tmp_path / "empty").mkdir()
     with SalvageWriter(tmp_path / "empty"):
         pass
