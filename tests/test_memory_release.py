@@ -296,20 +296,20 @@ print(*seen)
 
 
 def test_salvage_parquet_metadata_stays_bounded(store_root: Path, tmp_path: Path) -> None:
-    """The Parquet writer keeps each row group's metadata until its file closes (25-30 KB a
-    row group of salvage's 31 columns): in one file, 768 more row groups of one record each
-    held some 20 MiB more. Parts of a bounded number of row groups hold the same whatever
+    """The Parquet writer keeps each row group's metadata until its file closes (some 25 KB a
+    row group of salvage's 31 columns): in one file, 384 more row groups of one record each
+    held some 9.5 MiB more. Parts of a bounded number of row groups hold the same whatever
     the count."""
     if not Path("/proc/self/status").exists():
         pytest.skip("no /proc/self/status here: a process's resident memory cannot be read")
     out = tmp_path / "out"
     out.mkdir()
-    argv = [sys.executable, "-c", _PARTS_CODE, str(store_root), str(out), "256"]
+    argv = [sys.executable, "-c", _PARTS_CODE, str(store_root), str(out), "128"]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     at_n, at_4n = map(int, done.stdout.split())
     assert at_4n - at_n < 4 << 10  # KiB: at most one part's metadata, and allocator noise
-    assert pq.read_table(out / "messages.parquet").num_rows == 4 * 256
+    assert pq.read_table(out / "messages.parquet").num_rows == 4 * 128
 
 
 def test_scan_leaves_no_commitlog_page_resident(store_root: Path) -> None:
