@@ -13,6 +13,7 @@ import pytest
 
 from rmqinspect.analysis.recovery import RecoverOptions, analyze_recovery
 from rmqinspect.analysis.salvage import SalvageReport, salvage
+from rmqinspect.export import salvage as export_salvage
 from rmqinspect.export.salvage import SalvageWriter
 from rmqinspect.format import commitlog as cl
 from rmqinspect.format.message_json import BodyFormat
@@ -119,6 +120,44 @@ def test_report_json(tmp_path: Path) -> None:
     assert doc["restart"]["recovered_end"] == 69865
     assert doc["intact_restart_discards"] == report.intact_restart_discards > 0
     assert doc["caveats"] and doc["files"] == ["messages.jsonl", "messages.parquet", "report.json"]
+
+
+def test_messages_parquet_is_parts_of_a_bounded_number_of_row_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """messages.parquet is a directory of parts (the writer keeps each row group's metadata
+    until its file closes); read as one table it holds the same rows in the same order
+    however the parts are cut, and a salvage without records still has a part to give the
+    columns."""
+    store = FIXTURES / "stores" / "zeroed49"
+    salvaged(store, tmp_path / "whole")
+    whole = pq.read_table(tmp_path / "whole" / "messages.parquet")
+    monkeypatch.setattr(export_salvage, "PART_ROW_GROUPS", 1)
+    salvaged(store, tmp_path / "cut")
+    parts = sorted((tmp_path / "cut" / "messages.parquet").iterdir())
+    # A run before the zeroed block, the one after it, a record decoded inside it.
+    assert [p.name for p in parts] == [f"part-{i:06d}.parquet" for i in range(3)]
+    assert [pq.ParquetFile(p).metadata.num_row_groups for p in parts] == [1, 1, 1]
+    cut = pq.read_table(tmp_path / "cut" / "messages.parquet")
+    assert cut.equals(whole) and whole.num_rows == 297
+    offsets = whole["physical_offset"].to_pylist()
+    assert offsets == sorted(offsets)
+    # min/max only where a reader can prune by them, as the export writes them.
+    chunks = pq.ParquetFile(parts[0]).metadata.row_group(0)
+    with_stats = {
+        chunks.column(i).path_in_schema.split(".")[0]
+        for i in range(chunks.num_columns)
+        if chunks.column(i).is_stats_set
+    }
+    assert {"physical_offset", "queue_offset", "store_timestamp", "topic"} <= with_stats
+    assert not with_stats & {"body", "body_stored", "properties", "body_crc"}
+    (tmp_path / "empty").mkdir()
+    with SalvageWriter(tmp_path / "empty"):
+        pass
+    (part,) = (tmp_path / "empty" / "messages.parquet").iterdir()
+    assert part.name == "part-000000.parquet"
+    assert pq.read_table(part).schema.equals(whole.schema)
+    assert pq.read_table(part).num_rows == 0
 
 
 def test_cli_writes_only_into_a_new_directory_outside_the_store(tmp_path: Path) -> None:
