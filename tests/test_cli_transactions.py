@@ -242,6 +242,67 @@ def test_half_the_check_passed_over(tmp_path: Path) -> None:
     assert (tx["state"], tx["checked_past"]) == ("pending", True)
 
 
+def test_given_up_records_without_their_half_and_links_to_the_last_copy(tmp_path: Path) -> None:
+    """Given-up records whose half is gone make transactions of their own (one per UNIQ_KEY,
+    the last record's position kept; one without a UNIQ_KEY alone), listed before those with
+    a half in the order first met; a rollback and an op link to their half by position and by
+    half-queue offset."""
+    given_up = replace(_half("UX", T0 + 1, checks=15), topic=GIVEN_UP)
+    with StoreWriter(tmp_path / "s", SMALL_LAYOUT) as w:
+        half = w.put(_half("UA", T0)).physical_offset  # half queue 0, offset 0
+        first_ux = w.put(given_up).physical_offset
+        keyless = w.put(replace(given_up, uniq_key=None, store_timestamp=T0 + 2)).physical_offset
+        last_ux = w.put(replace(given_up, store_timestamp=T0 + 3)).physical_offset
+        ua = w.put(replace(_half("UA", T0 + 4, checks=3), topic=GIVEN_UP)).physical_offset
+        rollback = MessageSpec(
+            topic="TopicTx",
+            queue_id=1,
+            body=b"tx",
+            sys_flag=TRANSACTION_ROLLBACK_TYPE,
+            prepared_transaction_offset=half,
+            store_timestamp=T0 + 5,
+        )
+        rolled = w.put(rollback).physical_offset
+        op = w.put(_op(b"0", T0 + 6)).physical_offset
+        nowhere = w.put(_op(b"7", T0 + 7)).physical_offset
+    doc = run_json("transactions", tmp_path / "s", expect=1)
+    assert doc["records"] == {
+        "half": 1,
+        "op": 2,
+        "commit": 0,
+        "rollback": 1,
+        "given_up": 4,
+        "prepared_outside_half_topic": 0,
+    }
+    got = [
+        (
+            t["uniq_key"],
+            t["state"],
+            t["given_up_position"],
+            t["check_times"],
+            [h["position"] for h in t["halves"]],
+            t["op_positions"],
+            t["rollback_positions"],
+        )
+        for t in doc["transactions"]
+    ]
+    assert first_ux < keyless < last_ux
+    assert got == [
+        ("UX", "given_up", last_ux, 15, [], [], []),
+        (None, "given_up", keyless, 15, [], [], []),
+        ("UA", "rolled_back", ua, 0, [half], [op], [rolled]),
+    ]
+    assert [(f["kind"], f["position"], f["uniq_key"], f["detail"]) for f in doc["findings"]] == [
+        ("given_up_and_resolved", ua, "UA", "in TRANS_CHECK_MAX_TIME_TOPIC and also rolled_back"),
+        (
+            "op_points_nowhere",
+            nowhere,
+            None,
+            "op names half-queue 0 offset 7; no half on disk has it (queue 0 offsets read: [0, 0])",
+        ),
+    ]
+
+
 def test_store_without_transactions(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s", orders(6))
     table = run("transactions", store, "--format", "table")

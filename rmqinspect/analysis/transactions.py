@@ -33,7 +33,6 @@ would only repeat it).
 
 from __future__ import annotations
 
-from array import array
 from collections import Counter
 from dataclasses import dataclass
 
@@ -41,17 +40,7 @@ import numpy as np
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.messages import ForensicWalk, SkippedRange
-from rmqinspect.analysis.transactions_columns import (
-    FindingSink,
-    FindingSpill,
-    Halves,
-    Links,
-    PositionIndex,
-    TransactionList,
-    TxColumns,
-    TxFindings,
-    int64s,
-)
+from rmqinspect.analysis.transactions_db import FindingSink, TransactionList, TxDb, TxFindings
 from rmqinspect.analysis.transactions_model import (
     INCONSISTENT,
     FindingKind,
@@ -109,8 +98,8 @@ class TransactionsReport:
     newest_store_timestamp: int | None
     counts: dict[str, int]
     oldest_pending: Transaction | None
-    transactions: TransactionList  # made again each time they are read
-    findings: TxFindings  # read again from a temporary file each time
+    transactions: TransactionList  # made again from the scratch database each time read
+    findings: TxFindings  # read again from the scratch database each time
     skipped: tuple[SkippedRange, ...]
 
     @property
@@ -133,176 +122,33 @@ class TransactionsReport:
         return self.findings.count([FindingKind.STUCK]) > 0
 
 
-@dataclass(frozen=True, slots=True)
-class _GivenUp:
-    """What the rules read of a TRANS_CHECK_MAX_TIME_TOPIC record."""
-
-    position: int
-    uniq_key: str | None
-    real_topic: str | None
-    real_queue_id: int | None
-    producer_group: str | None
-    check_times: int
-
-
-# An op offset past a long's range (decimal text can say anything): no half has it. Kept
-# aside, its slot in the offsets column says -1.
-_LONG_END = 2**63
-
-
-class _Walked:
-    """The walk's harvest, without the records themselves (a MessageRecord with its properties
-    took about a kilobyte): halves are linked to their transaction as they are read, in the
-    walk's order; op, commit and rollback records kept as columns of numbers."""
-
-    def __init__(self, findings: FindingSpill) -> None:
-        self.findings = findings
-        self.txs = TxColumns()
-        self.halves = Halves()
-        # Transactions keyed by UNIQ_KEY (a half without one is a transaction of its own, "@"
-        # and its position): the copies a check stores keep the original's properties
-        # (``renewHalfMessageInner``).
-        self.keys: dict[str, int] = {}
-        # Topics and groups are few: one string each, not one per transaction.
-        self._names: dict[str, str] = {}
-        self.half_records = self.op_records = self.prepared = 0
-        self.op_position, self.op_queue_id, self.op_offset = array("q"), array("q"), array("q")
-        self.large_offsets: dict[int, int] = {}  # index in the op columns -> the offset
-        self.commit_position, self.commit_prepared = array("q"), array("q")
-        self.commit_queue_id = array("q")
-        self.commit_topic: list[str] = []
-        self.commit_key: list[str | None] = []
-        self.rollback_position, self.rollback_prepared = array("q"), array("q")
-        self.given_up: list[_GivenUp] = []
-        self.newest: int | None = None
-        self.skipped: list[SkippedRange] = []
-
-    def shared(self, name: str | None) -> str | None:
-        return None if name is None else self._names.setdefault(name, name)
-
-    def add_half(self, rec: cl.MessageRecord) -> None:
-        self.half_records += 1
-        key = rec.uniq_key if rec.uniq_key is not None else f"@{rec.position}"
-        p = rec.properties
-        tx = self.keys.get(key)
-        if tx is None:
-            real_topic = self.shared(p.get(props.REAL_TOPIC))
-            tx = self.txs.add(
-                rec.uniq_key,
-                real_topic,
-                int_property(p, props.REAL_QID),
-                self.shared(p.get(props.PGROUP)),
-                0,
-            )
-            self.keys[key] = tx
-            if real_topic is None:
-                self.findings.append(
-                    TxFinding(
-                        FindingKind.HALF_WITHOUT_REAL_TOPIC,
-                        rec.position,
-                        rec.uniq_key,
-                        "half without REAL_TOPIC: a commit has no topic to go to",
-                    )
-                )
-        copy = HalfCopy(
-            rec.position,
-            rec.queue_id,
-            rec.queue_offset,
-            rec.store_timestamp,
-            int_property(p, CHECK_TIMES) or 0,
-        )
-        self.halves.add(copy, tx)
-
-    def add_op(self, rec: cl.MessageRecord) -> None:
-        """An op record, its body parsed as it is read (bodies are not kept); what it says of
-        itself is judged now, its offsets once every half is read."""
-        self.op_records += 1
-        if rec.tags != REMOVE_TAG:
-            self.findings.append(
-                TxFinding(
-                    FindingKind.OP_OTHER_TAG,
-                    rec.position,
-                    None,
-                    f"op record with tag {rec.tags!r}, not {REMOVE_TAG!r}: the check ignores it",
-                )
-            )
-            return
-        offsets, bad = op_offsets(rec.body)
-        for token in bad:
-            self.findings.append(
-                TxFinding(
-                    FindingKind.OP_NOT_NUMBER,
-                    rec.position,
-                    None,
-                    f"op body token {token[:40]!r} is not a half-queue offset",
-                )
-            )
-        for offset in offsets:
-            if offset >= _LONG_END:
-                self.large_offsets[len(self.op_offset)] = offset
-            self.op_position.append(rec.position)
-            self.op_queue_id.append(rec.queue_id)
-            self.op_offset.append(offset if offset < _LONG_END else -1)
-
-    def add_commit(self, rec: cl.MessageRecord) -> None:
-        # Its UNIQ_KEY is read only for a commit whose offset names no half; a half read before
-        # it stays linked, so that key need not be kept (3.5 MB of a 2 GB crashed synth store).
-        named = self.halves.read_at(rec.prepared_transaction_offset)
-        self.commit_position.append(rec.position)
-        self.commit_prepared.append(rec.prepared_transaction_offset)
-        self.commit_queue_id.append(rec.queue_id)
-        self.commit_topic.append(self._names.setdefault(rec.topic, rec.topic))
-        self.commit_key.append(None if named else rec.uniq_key)
-
-    def add_rollback(self, rec: cl.MessageRecord) -> None:
-        self.rollback_position.append(rec.position)
-        self.rollback_prepared.append(rec.prepared_transaction_offset)
-
-    def add_given_up(self, rec: cl.MessageRecord) -> None:
-        p = rec.properties
-        self.given_up.append(
-            _GivenUp(
-                rec.position,
-                rec.uniq_key,
-                p.get(props.REAL_TOPIC),
-                int_property(p, props.REAL_QID),
-                p.get(props.PGROUP),
-                int_property(p, CHECK_TIMES) or 0,
-            )
-        )
-
-
 def transactions_report(
     store: Store, stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS, progress: Progress | None = None
 ) -> TransactionsReport:
-    findings = FindingSpill()
+    db = TxDb()
     try:
-        return _report(store, stuck_after_ms, progress, findings)
+        return _report(store, stuck_after_ms, progress, db)
     except BaseException:
-        findings.close()  # a store error says one line: no warning of a file left open
+        db.close()  # a store error says one line: no warning of a database left open
         raise
 
 
 def _report(
-    store: Store, stuck_after_ms: int, progress: Progress | None, findings: FindingSpill
+    store: Store, stuck_after_ms: int, progress: Progress | None, db: TxDb
 ) -> TransactionsReport:
-    w = _walk(store, progress, _Walked(findings))
-    index = PositionIndex(w.halves)
-    ops, commits, rollbacks = Links(), Links(), Links()
-    _apply_ops(w, index, ops)
-    _apply_commits(w, index, commits, rollbacks)
-    _apply_given_up(w)
+    walk = _walk(store, progress, db)
+    _link(db)
     check_offset = _check_offset(store)
-    newest = w.newest
+    newest = walk.newest
 
     def judge(tx: Transaction, sink: FindingSink) -> None:
         _judge(tx, check_offset, newest, stuck_after_ms, sink)
 
-    txs = TransactionList(w.txs, w.halves, (ops, commits, rollbacks), judge)
+    txs = db.order(judge)
     # The one making of each transaction that keeps the judge's findings.
     states: Counter[TxState] = Counter()
     oldest: Transaction | None = None
-    for tx in txs.each(findings):
+    for tx in txs.each(db):
         states[tx.state] += 1
         if tx.state is TxState.PENDING and tx.halves:
             first = tx.halves[0].store_timestamp
@@ -310,116 +156,164 @@ def _report(
                 oldest = tx
     return TransactionsReport(
         source="commitlog scan",
-        half_records=w.half_records,
-        op_records=w.op_records,
-        commit_records=len(w.commit_position),
-        rollback_records=len(w.rollback_position),
-        given_up_records=len(w.given_up),
-        prepared_outside_half_topic=w.prepared,
+        half_records=db.half_records,
+        op_records=db.op_records,
+        commit_records=db.commit_records,
+        rollback_records=db.rollback_records,
+        given_up_records=db.given_up_records,
+        prepared_outside_half_topic=walk.prepared,
         check_offset=check_offset,
         newest_store_timestamp=newest,
         counts={s.value: states[s] for s in TxState},
         oldest_pending=oldest,
         transactions=txs,
-        findings=findings.sorted(),
-        skipped=tuple(w.skipped),
+        findings=db.findings(),
+        skipped=tuple(walk.skipped),
     )
 
 
-def _walk(store: Store, progress: Progress | None, out: _Walked) -> _Walked:
+@dataclass(frozen=True, slots=True)
+class _WalkEnd:
+    prepared: int  # PREPARED-type records outside the half topic
+    newest: int | None
+    skipped: list[SkippedRange]
+
+
+def _walk(store: Store, progress: Progress | None, db: TxDb) -> _WalkEnd:
     """The half, op and given-up records and every COMMIT/ROLLBACK/PREPARED-type record, in one
-    forensic walk; bodies are read for op records only."""
+    forensic walk, into the database (in batches); bodies are read for op records only."""
     walk = ForensicWalk()
+    prepared = 0
     for cols in walk.runs(store, progress):
         tx_type = cols.sys_flag & cl.TRANSACTION_TYPE_MASK
         rows = np.flatnonzero(cols.topic_mask([HALF_TOPIC]))
         for r in cols.records(rows, with_body=False):
-            out.add_half(store.with_entry(r))
+            _add_half(db, store.with_entry(r))
         rows = np.flatnonzero(cols.topic_mask([GIVEN_UP_TOPIC]))
         for r in cols.records(rows, with_body=False):
-            out.add_given_up(store.with_entry(r))
+            rec = store.with_entry(r)
+            p = rec.properties
+            db.add_given_up(
+                rec.position,
+                rec.uniq_key,
+                p.get(props.REAL_TOPIC),
+                int_property(p, props.REAL_QID),
+                p.get(props.PGROUP),
+                int_property(p, CHECK_TIMES) or 0,
+            )
         rows = np.flatnonzero(cols.topic_mask([OP_TOPIC]))
         for r in cols.records(rows, with_body=True):
-            out.add_op(store.with_entry(r))
+            _add_op(db, store.with_entry(r))
         rows = np.flatnonzero(tx_type == cl.TRANSACTION_COMMIT_TYPE)
         for r in cols.records(rows, with_body=False):
-            out.add_commit(store.with_entry(r))
+            rec = store.with_entry(r)
+            db.add_commit(
+                rec.position, rec.prepared_transaction_offset, rec.queue_id, rec.topic, rec.uniq_key
+            )
         rows = np.flatnonzero(tx_type == cl.TRANSACTION_ROLLBACK_TYPE)
         for r in cols.records(rows, with_body=False):
-            out.add_rollback(store.with_entry(r))
-        out.prepared += int(np.count_nonzero(tx_type == cl.TRANSACTION_PREPARED_TYPE))
-    out.skipped, out.newest = walk.skipped, walk.newest
-    return out
+            rec = store.with_entry(r)
+            db.add_rollback(rec.position, rec.prepared_transaction_offset)
+        prepared += int(np.count_nonzero(tx_type == cl.TRANSACTION_PREPARED_TYPE))
+    return _WalkEnd(prepared, walk.newest, walk.skipped)
 
 
-def _apply_ops(w: _Walked, index: PositionIndex, links: Links) -> None:
-    """Each op offset marks the half at that offset of the half queue with the op's queue id
-    (``TransactionalMessageBridge.getOpQueueByHalf`` keeps the id)."""
-    queue_ids = int64s(w.op_queue_id)
-    offsets = int64s(w.op_offset)
-    txs = index.by_queue(queue_ids, offsets)
-    held = "none" if index.queue0_range is None else "[{}, {}]".format(*index.queue0_range)
-    for i in np.flatnonzero(txs < 0).tolist():
-        offset = w.large_offsets.get(i, int(offsets[i]))
-        w.findings.append(
+def _add_half(db: TxDb, rec: cl.MessageRecord) -> None:
+    p = rec.properties
+    copy = HalfCopy(
+        rec.position,
+        rec.queue_id,
+        rec.queue_offset,
+        rec.store_timestamp,
+        int_property(p, CHECK_TIMES) or 0,
+    )
+    db.add_half(
+        rec.uniq_key,
+        copy,
+        p.get(props.REAL_TOPIC),
+        int_property(p, props.REAL_QID),
+        p.get(props.PGROUP),
+    )
+
+
+def _add_op(db: TxDb, rec: cl.MessageRecord) -> None:
+    """An op record, its body parsed as it is read (bodies are not kept); what it says of
+    itself is judged now, its offsets once every half is read."""
+    db.op_records += 1
+    if rec.tags != REMOVE_TAG:
+        db.append(
+            TxFinding(
+                FindingKind.OP_OTHER_TAG,
+                rec.position,
+                None,
+                f"op record with tag {rec.tags!r}, not {REMOVE_TAG!r}: the check ignores it",
+            )
+        )
+        return
+    offsets, bad = op_offsets(rec.body)
+    for token in bad:
+        db.append(
+            TxFinding(
+                FindingKind.OP_NOT_NUMBER,
+                rec.position,
+                None,
+                f"op body token {token[:40]!r} is not a half-queue offset",
+            )
+        )
+    for offset in offsets:
+        db.add_op_offset(rec.position, rec.queue_id, offset)
+
+
+def _link(db: TxDb) -> None:
+    """Halves to their transaction by UNIQ_KEY (a half without one is a transaction of its own),
+    given-up records likewise; then each op offset to the half at that offset of the half queue
+    with the op's queue id (``TransactionalMessageBridge.getOpQueueByHalf`` keeps the id), and
+    each commit or rollback to the half at its ``preparedTransactionOffset``."""
+    for position, uniq_key in db.link_halves():
+        db.append(
+            TxFinding(
+                FindingKind.HALF_WITHOUT_REAL_TOPIC,
+                position,
+                uniq_key,
+                "half without REAL_TOPIC: a commit has no topic to go to",
+            )
+        )
+    db.link_records()
+    queue0 = db.queue0_range()
+    held = "none" if queue0 is None else "[{}, {}]".format(*queue0)
+    for position, queue_id, offset in db.unlinked_ops():
+        db.append(
             TxFinding(
                 FindingKind.OP_POINTS_NOWHERE,
-                w.op_position[i],
+                position,
                 None,
-                f"op names half-queue {w.op_queue_id[i]} offset {offset}; no half on disk "
+                f"op names half-queue {queue_id} offset {offset}; no half on disk "
                 f"has it (queue 0 offsets read: {held})",
             )
         )
-    linked = txs >= 0
-    links.extend(txs[linked], int64s(w.op_position)[linked])
-
-
-def _apply_commits(w: _Walked, index: PositionIndex, commits: Links, rollbacks: Links) -> None:
-    prepared = int64s(w.commit_prepared)
-    for i, tx in enumerate(index.by_position(prepared).tolist()):
-        position, topic, queue_id = w.commit_position[i], w.commit_topic[i], w.commit_queue_id[i]
-        if tx < 0:
-            offset = w.commit_prepared[i]
+    for position, offset, topic, queue_id, uniq_key, half in db.odd_commits():
+        if half is None:
             unset = offset == 0
-            w.findings.append(
+            db.append(
                 TxFinding(
                     FindingKind.COMMIT_WITHOUT_HALF,
                     position,
-                    w.commit_key[i],
+                    uniq_key,
                     f"COMMIT record in {topic}:{queue_id}: preparedTransactionOffset "
                     f"{offset} is no half's physical offset"
                     + (" (0: unset, not stored by EndTransactionProcessor)" if unset else ""),
                 )
             )
             continue
-        commits.add(tx, position)
-        real_topic, real_queue_id = w.txs.real(tx)
-        if (real_topic, real_queue_id) != (topic, queue_id):
-            w.findings.append(
-                TxFinding(
-                    FindingKind.COMMIT_ELSEWHERE,
-                    position,
-                    w.txs.uniq_key[tx],
-                    f"committed into {topic}:{queue_id}, the half says "
-                    f"{real_topic}:{real_queue_id}",
-                )
+        tx_key, real_topic, real_queue_id = half
+        db.append(
+            TxFinding(
+                FindingKind.COMMIT_ELSEWHERE,
+                position,
+                tx_key,
+                f"committed into {topic}:{queue_id}, the half says {real_topic}:{real_queue_id}",
             )
-    txs = index.by_position(int64s(w.rollback_prepared))
-    linked = txs >= 0
-    rollbacks.extend(txs[linked], int64s(w.rollback_position)[linked])
-
-
-def _apply_given_up(w: _Walked) -> None:
-    """``resolveDiscardMsg`` copies the half's properties: the UNIQ_KEY links it. One whose half
-    is gone (retention) is a transaction of its own."""
-    for g in w.given_up:
-        tx = w.keys.get(g.uniq_key) if g.uniq_key is not None else None
-        if tx is None:
-            tx = w.txs.add(
-                g.uniq_key, g.real_topic, g.real_queue_id, g.producer_group, g.check_times
-            )
-            w.keys[g.uniq_key or f"@{g.position}"] = tx
-        w.txs.given_up[tx] = g.position
+        )
 
 
 def _check_offset(store: Store) -> int | None:
