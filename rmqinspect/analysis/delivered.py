@@ -16,20 +16,19 @@ that matter (with ``REAL_TOPIC``, or in a schedule, retry or DLQ topic).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-from array import array
+import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmqinspect.analysis.scratch import Scratch
 from rmqinspect.errors import DecodeError, StoreError
 from rmqinspect.format import properties as props
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
-from rmqinspect.format.fate import DLQ_PREFIX, RETRY_PREFIX, dlq_topic, retry_topic
+from rmqinspect.format.fate import dlq_topic, retry_topic
 from rmqinspect.format.ids import decode_offset_msg_id
-from rmqinspect.format.npbytes import I64
+from rmqinspect.format.message_record import MessageRecord
 from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -87,93 +86,150 @@ def delivered_units(store: Store, end: int | None) -> dict[int, set[int]]:
     return out
 
 
-@dataclass
-class _Proof:
-    """One group's send-backs and retry copies as read, in compact form: as text and tuples
-    they took about 250 bytes a record (30 MB for a 2 GB store's 190,000 of them), here 16
-    bytes a send-back and 28 a retry copy."""
+class GroupProof:
+    """What :func:`consumed_by_groups` proves, held in its scratch database (``proven``: one row
+    per group, queue and proven queue offset) and counted a range at a time."""
 
-    backs: bytearray = field(default_factory=bytearray)  # links of its send-backs
-    retry_links: bytearray = field(default_factory=bytearray)  # each retry copy's next link
-    retry_queue_ids: array[int] = field(default_factory=lambda: array("i"))
-    retry_queue_offsets: array[int] = field(default_factory=lambda: array("q"))
-    origins: array[int] = field(default_factory=lambda: array("q"))  # physical offsets named
+    def __init__(self, scratch: Scratch, group_ids: dict[str, int]) -> None:
+        self._scratch = scratch
+        self._group_ids = group_ids
+
+    def count(self, group: str, qid: QueueId, start: int, end: int) -> int:
+        """How many distinct queue offsets of ``qid`` in [start, end) the store proves were
+        delivered to ``group``."""
+        g = self._group_ids.get(group)
+        if g is None:
+            return 0
+        (n,) = self._scratch.db.execute(
+            "SELECT COUNT(DISTINCT queue_offset) FROM proven WHERE g = ? AND topic = ? "
+            "AND queue_id = ? AND queue_offset >= ? AND queue_offset < ?",
+            (g, qid.topic, qid.queue_id, start, end),
+        ).fetchone()
+        return int(n)
 
 
-def _link(uniq: str, times: int) -> bytes:
-    """A send-back's link (UNIQ_KEY, reconsume times) as a 16-byte BLAKE2b digest: two distinct
-    links share one with a chance of about 2**-64 among 2**32 records."""
-    text = f"{times}\0{uniq}".encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(text, digest_size=16).digest()
+_PROOF_TABLES = """
+CREATE TABLE back (g INTEGER, times INTEGER, uniq TEXT);
+CREATE TABLE retry (g INTEGER, times INTEGER, uniq TEXT, queue_id INTEGER, queue_offset INTEGER);
+CREATE TABLE origin (g INTEGER, position INTEGER);
+CREATE TABLE proven (g INTEGER, topic TEXT, queue_id INTEGER, queue_offset INTEGER);
+"""
+_BATCH = 4096  # rows a statement inserts at once
+_BACK, _RETRY = 1, 2  # what a topic's records are to the group it is bound to
 
 
-def consumed_by_groups(store: Store, groups: set[str]) -> dict[str, dict[QueueId, I64]]:
-    """Per group, the queue offsets (by queue, sorted, distinct) of copies the store proves
-    were delivered to it: the copy an ``ORIGIN_MESSAGE_ID`` of one of its send-backs names, and
-    each copy in its ``%RETRY%`` topic that a later send-back of the same message (same
-    UNIQ_KEY, reconsume times + 1) followed. An ``ORIGIN_MESSAGE_ID`` that names no record is
-    left out (``trace`` reports it)."""
-    bound = {retry_topic(g): g for g in groups} | {dlq_topic(g): g for g in groups}
-    proofs: dict[str, _Proof] = {}
+def consumed_by_groups(store: Store, groups: set[str]) -> GroupProof:
+    """Per group, the queue offsets of copies the store proves were delivered to it: the copy
+    an ``ORIGIN_MESSAGE_ID`` of one of its send-backs names, and each copy in its ``%RETRY%``
+    topic that a later send-back of the same message (same UNIQ_KEY, reconsume times + 1)
+    followed. An ``ORIGIN_MESSAGE_ID`` that names no record is left out (``trace`` reports it).
+
+    The send-backs, retry copies and origins grow with the store: they go to a scratch
+    database as the walk reads them, and are joined there, so this process holds one run."""
+    group_ids = {g: n for n, g in enumerate(sorted(groups))}
+    bound = {retry_topic(g): (n, _RETRY) for g, n in group_ids.items()} | {
+        dlq_topic(g): (n, _BACK) for g, n in group_ids.items()
+    }
+    scratch = Scratch()
+    db = scratch.db
+    db.executescript(_PROOF_TABLES)
+    db.execute("BEGIN")
     for _start, cols in _runs(store):
-        topic_ids, topic_bytes = cols.topic_ids()
-        topics = [decode_text(t) for t in topic_bytes]
-        wanted = [
-            i
-            for i, t in enumerate(topics)
-            if t == SCHEDULE_TOPIC or t.startswith((RETRY_PREFIX, DLQ_PREFIX))
-        ]
-        rows = np.flatnonzero(np.isin(topic_ids, np.array(wanted, np.int64)))
-        if not len(rows):
-            continue
-        real = cols.property_values(props.REAL_TOPIC, rows)
-        origin = cols.property_values(props.ORIGIN_MESSAGE_ID, rows)
-        uniq = cols.property_values(props.UNIQ_KEY, rows)
-        for k, i in enumerate(rows.tolist()):
-            topic = topics[topic_ids[i]]
-            dest = real[k] if topic == SCHEDULE_TOPIC else topic
-            group = bound.get(dest or "")
-            if group is None:
-                continue
-            proof = proofs.setdefault(group, _Proof())
-            times = int(cols.reconsume_times[i])
-            key = uniq[k]
-            if topic == SCHEDULE_TOPIC or topic.startswith(DLQ_PREFIX):
-                text = origin[k]
-                if text:
-                    with contextlib.suppress(DecodeError):  # names no record
-                        proof.origins.append(decode_offset_msg_id(text).physical_offset)
-                if key is not None:
-                    proof.backs += _link(key, times)
-            elif key is not None:
-                # Its topic is the group's %RETRY% topic (``bound``): only the queue is kept.
-                proof.retry_links += _link(key, times + 1)
-                proof.retry_queue_ids.append(int(cols.queue_id[i]))
-                proof.retry_queue_offsets.append(int(cols.queue_offset[i]))
-    out: dict[str, dict[QueueId, I64]] = {}
-    for group, proof in proofs.items():
-        marks: dict[QueueId, list[I64]] = {}
-        # Sorted and searched (np.isin's sort of both took three times as much).
-        backs = np.sort(np.frombuffer(proof.backs, "S16"))
-        links = np.frombuffer(proof.retry_links, "S16")
-        at = np.minimum(np.searchsorted(backs, links), max(len(backs) - 1, 0))
-        again = backs[at] == links if len(backs) else np.zeros(len(links), bool)
-        del backs, at
-        queue_ids = np.frombuffer(proof.retry_queue_ids, np.int32)[again]
-        queue_offsets = np.frombuffer(proof.retry_queue_offsets, np.int64)[again]
-        for queue_id in np.unique(queue_ids).tolist():
-            qid = QueueId(retry_topic(group), queue_id)
-            marks.setdefault(qid, []).append(queue_offsets[queue_ids == queue_id])
-        named: dict[QueueId, array[int]] = {}
-        for position in np.unique(np.frombuffer(proof.origins, np.int64)).tolist():
+        _keep_links(db, cols, bound)
+    db.execute("COMMIT")
+    db.execute("BEGIN")
+    db.execute("CREATE INDEX back_link ON back (g, times, uniq)")
+    db.executemany(
+        "INSERT INTO proven SELECT r.g, ?, r.queue_id, r.queue_offset FROM retry AS r "
+        "WHERE r.g = ? AND EXISTS (SELECT 1 FROM back AS b "
+        "WHERE b.g = r.g AND b.times = r.times AND b.uniq = r.uniq)",
+        [(retry_topic(g), n) for g, n in group_ids.items()],
+    )
+    db.execute("DROP TABLE back")
+    db.execute("DROP TABLE retry")
+    _named_copies(store, db)
+    db.execute("DROP TABLE origin")
+    db.execute("CREATE INDEX proven_at ON proven (g, topic, queue_id, queue_offset)")
+    db.execute("COMMIT")
+    return GroupProof(scratch, group_ids)
+
+
+def _keep_links(
+    db: sqlite3.Connection, cols: RecordColumns, bound: dict[str, tuple[int, int]]
+) -> None:
+    """One run's send-backs (schedule copies bound for a group's ``%RETRY%`` topic, copies in
+    its ``%DLQ%`` topic), their origins and the group's retry copies, as rows of the scratch
+    tables (a retry copy under the link of the send-back that would follow it)."""
+    topic_ids, topic_bytes = cols.topic_ids()
+    topics = [decode_text(t) for t in topic_bytes]
+    of_topic = np.array([bound.get(t, (-1, 0)) for t in topics], np.int64).reshape(-1, 2)
+    schedule = np.array([t == SCHEDULE_TOPIC for t in topics], bool)
+    rows = np.flatnonzero((of_topic[topic_ids, 0] >= 0) | schedule[topic_ids])
+    if not len(rows):
+        return
+    group, kind = of_topic[topic_ids[rows]].T.copy()
+    scheduled = np.flatnonzero(schedule[topic_ids[rows]])
+    if len(scheduled):
+        # A schedule copy is bound where its REAL_TOPIC says; it is a send-back.
+        real = cols.property_values(props.REAL_TOPIC, rows[scheduled])
+        group[scheduled] = [bound.get(t or "", (-1, 0))[0] for t in real]
+        kind[scheduled] = _BACK
+    keep = group >= 0
+    rows, group, kind = rows[keep], group[keep], kind[keep]
+    if not len(rows):
+        return
+    uniq = cols.property_values(props.UNIQ_KEY, rows)
+    times = cols.reconsume_times[rows].astype(np.int64)
+    backs = np.flatnonzero(kind == _BACK)
+    origins = cols.property_values(props.ORIGIN_MESSAGE_ID, rows[backs])
+    named = []
+    for g, text in zip(group[backs].tolist(), origins, strict=True):
+        if text:
+            with contextlib.suppress(DecodeError):  # names no record
+                named.append((g, decode_offset_msg_id(text).physical_offset))
+    db.executemany("INSERT INTO origin VALUES (?, ?)", named)
+    linked = np.array([k is not None for k in uniq], bool)
+    back = np.flatnonzero(linked & (kind == _BACK))
+    db.executemany(
+        "INSERT INTO back VALUES (?, ?, ?)",
+        zip(
+            group[back].tolist(),
+            times[back].tolist(),
+            [uniq[i] for i in back.tolist()],
+            strict=True,
+        ),
+    )
+    retry = np.flatnonzero(linked & (kind == _RETRY))
+    at = rows[retry]
+    db.executemany(
+        "INSERT INTO retry VALUES (?, ?, ?, ?, ?)",
+        zip(
+            group[retry].tolist(),
+            (times[retry] + 1).tolist(),
+            [uniq[i] for i in retry.tolist()],
+            cols.queue_id[at].tolist(),
+            cols.queue_offset[at].tolist(),
+            strict=True,
+        ),
+    )
+
+
+def _named_copies(store: Store, db: sqlite3.Connection) -> None:
+    """The records the origins name, in ``proven`` under their own queue: each read once, in
+    commitlog order, as the cursor yields them."""
+    rows = db.execute("SELECT DISTINCT position, g FROM origin ORDER BY position, g")
+    batch: list[tuple[int, str, int, int]] = []
+    read: tuple[int, MessageRecord | None] | None = None
+    for position, g in rows:
+        if read is None or read[0] != position:
             try:
-                record = store.read_message(position, with_body=False)
+                read = position, store.read_message(position, with_body=False)
             except (DecodeError, StoreError):
-                continue
-            qid = QueueId(record.topic, record.queue_id)
-            named.setdefault(qid, array("q")).append(record.queue_offset)
-        for qid, offsets in named.items():
-            marks.setdefault(qid, []).append(np.frombuffer(offsets, np.int64))
-        if marks:
-            out[group] = {qid: np.unique(np.concatenate(parts)) for qid, parts in marks.items()}
-    return out
+                read = position, None
+        record = read[1]
+        if record is not None:
+            batch.append((g, record.topic, record.queue_id, record.queue_offset))
+        if len(batch) >= _BATCH:
+            db.executemany("INSERT INTO proven VALUES (?, ?, ?, ?)", batch)
+            batch.clear()
+    db.executemany("INSERT INTO proven VALUES (?, ?, ?, ?)", batch)
