@@ -29,6 +29,7 @@ from rmqinspect.format.commitlog import SCHEDULE_TOPIC
 from rmqinspect.format.fate import dlq_topic, retry_topic
 from rmqinspect.format.ids import decode_offset_msg_id
 from rmqinspect.format.message_record import MessageRecord
+from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import Skipped, WalkPolicy
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
@@ -42,62 +43,124 @@ def _runs(store: Store) -> Iterator[tuple[int, RecordColumns]]:
             yield f.start, event.columns
 
 
-def delivered_units(store: Store, end: int | None) -> dict[int, set[int]]:
-    """Per schedule queue, the queue offsets of the units whose delivery is stored: a record in
-    the unit's ``REAL_TOPIC`` with its UNIQ_KEY and reconsume times after it
+def delivered_units(store: Store, end: int | None) -> Proven:
+    """The schedule queues' units whose delivery is stored (owner :data:`BY_SCHEDULE`): a record
+    in the unit's ``REAL_TOPIC`` with its UNIQ_KEY and reconsume times after it
     (``ScheduleMessageService.messageTimeup`` copies both), before ``end`` (the commitlog the
-    restart keeps; None: all of it). One walk; only records with ``REAL_TOPIC`` are kept. A
-    unit without UNIQ_KEY cannot be matched and counts as not delivered. Several units of one
-    key are matched in store order, each delivery to the oldest unmatched unit before it
-    (a level delivers in queue order)."""
-    units: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
-    copies: dict[tuple[str, str, int], list[int]] = {}
+    restart keeps; None: all of it). One walk; only records with ``REAL_TOPIC`` are kept, in a
+    scratch database. A unit without UNIQ_KEY cannot be matched and counts as not delivered.
+    Several units of one key are matched in store order, each delivery to the oldest unmatched
+    unit before it (a level delivers in queue order)."""
+    scratch = Scratch()
+    db = scratch.db
+    db.executescript(_UNIT_TABLES)
+    db.execute("BEGIN")
     for file_start, cols in _runs(store):
-        rows = np.arange(len(cols), dtype=np.int64)
-        real = cols.property_values(props.REAL_TOPIC, rows)
-        present = [i for i, v in enumerate(real) if v]
-        if not present:
-            continue
-        uniq = cols.property_values(props.UNIQ_KEY, rows[present])
-        topic_ids, topic_bytes = cols.topic_ids()
-        topics = [decode_text(t) for t in topic_bytes]
-        for i, key in zip(present, uniq, strict=True):
-            position = file_start + int(cols.positions[i])
-            if key is None or (end is not None and position >= end):
-                continue
-            real_topic = real[i] or ""
-            link = (key, real_topic, int(cols.reconsume_times[i]))
-            topic = topics[topic_ids[i]]
-            if topic == SCHEDULE_TOPIC:
-                units.setdefault(link, []).append(
-                    (position, int(cols.queue_id[i]), int(cols.queue_offset[i]))
-                )
-            elif topic == real_topic:
-                copies.setdefault(link, []).append(position)
-    out: dict[int, set[int]] = {}
-    for link, stored in units.items():
-        waiting = sorted(stored)
-        taken = 0
-        for position in sorted(copies.get(link, ())):
-            if taken < len(waiting) and waiting[taken][0] < position:
-                _, queue_id, queue_offset = waiting[taken]
-                out.setdefault(queue_id, set()).add(queue_offset)
-                taken += 1
-    return out
+        _keep_deliveries(db, file_start, cols, end)
+    db.execute("COMMIT")
+    db.execute("BEGIN")
+    # Per link, in store order: a copy takes the oldest unit not taken yet if one is before it,
+    # so the taken units are the link's first ones; only their number is kept.
+    events = db.execute(
+        "SELECT uniq, real, times, unit FROM event ORDER BY uniq, real, times, position"
+    )
+    link = ("", "", 0)  # no link: a unit without UNIQ_KEY is not kept
+    units = taken = 0
+    batch: list[tuple[str, str, int, int]] = []
+    for uniq, real, times, unit in events:
+        if link != (uniq, real, times):
+            if taken:
+                batch.append((*link, taken))
+            link, units, taken = (uniq, real, times), 0, 0
+            if len(batch) >= _BATCH:
+                db.executemany("INSERT INTO taken VALUES (?, ?, ?, ?)", batch)
+                batch.clear()
+        if unit:
+            units += 1
+        elif units > taken:
+            taken += 1
+    if taken:
+        batch.append((*link, taken))
+    db.executemany("INSERT INTO taken VALUES (?, ?, ?, ?)", batch)
+    db.execute("CREATE INDEX taken_link ON taken (uniq, real, times)")
+    db.execute(
+        "INSERT INTO proven SELECT 0, ?, queue_id, queue_offset FROM ("
+        "SELECT e.queue_id, e.queue_offset, t.n, ROW_NUMBER() OVER "
+        "(PARTITION BY e.uniq, e.real, e.times ORDER BY e.position) AS r FROM event AS e "
+        "JOIN taken AS t ON t.uniq = e.uniq AND t.real = e.real AND t.times = e.times "
+        "WHERE e.unit = 1) WHERE r <= n",
+        (SCHEDULE_TOPIC,),
+    )
+    db.execute("DROP TABLE event")
+    db.execute("DROP TABLE taken")
+    db.execute(_PROVEN_INDEX)
+    db.execute("COMMIT")
+    return Proven(scratch, {BY_SCHEDULE: 0})
 
 
-class GroupProof:
-    """What :func:`consumed_by_groups` proves, held in its scratch database (``proven``: one row
-    per group, queue and proven queue offset) and counted a range at a time."""
+_UNIT_TABLES = """
+CREATE TABLE event (
+    uniq TEXT, real TEXT, times INTEGER, position INTEGER, unit INTEGER,
+    queue_id INTEGER, queue_offset INTEGER
+);
+CREATE TABLE taken (uniq TEXT, real TEXT, times INTEGER, n INTEGER);
+CREATE TABLE proven (g INTEGER, topic TEXT, queue_id INTEGER, queue_offset INTEGER);
+"""
 
-    def __init__(self, scratch: Scratch, group_ids: dict[str, int]) -> None:
+
+def _keep_deliveries(
+    db: sqlite3.Connection, file_start: int, cols: RecordColumns, end: int | None
+) -> None:
+    """One run's schedule units and their copies in the real topic, as rows of ``event``."""
+    real = cols.property_values(props.REAL_TOPIC, np.arange(len(cols), dtype=np.int64))
+    rows = np.array([i for i, v in enumerate(real) if v], np.int64)
+    if not len(rows):
+        return
+    positions = file_start + cols.positions[rows].astype(np.int64)
+    if end is not None:
+        rows, positions = rows[positions < end], positions[positions < end]
+    uniq = cols.property_values(props.UNIQ_KEY, rows)
+    topic_ids, topic_bytes = cols.topic_ids()
+    topics = [decode_text(t) for t in topic_bytes]
+    reals = [real[i] for i in rows.tolist()]
+    # 1: a schedule unit; 0: a copy in its real topic; -1: neither.
+    kind = [
+        1 if topics[t] == SCHEDULE_TOPIC else 0 if topics[t] == r else -1
+        for t, r in zip(topic_ids[rows].tolist(), reals, strict=True)
+    ]
+    keep = [i for i, (k, key) in enumerate(zip(kind, uniq, strict=True)) if k >= 0 and key]
+    at = rows[keep]
+    db.executemany(
+        "INSERT INTO event VALUES (?, ?, ?, ?, ?, ?, ?)",
+        zip(
+            [uniq[i] for i in keep],
+            [reals[i] for i in keep],
+            cols.reconsume_times[at].tolist(),
+            positions[keep].tolist(),
+            [kind[i] for i in keep],
+            cols.queue_id[at].tolist(),
+            cols.queue_offset[at].tolist(),
+            strict=True,
+        ),
+    )
+
+
+BY_SCHEDULE = ""
+"""The owner of :func:`delivered_units`' proof: the schedule service, not a group."""
+
+
+class Proven:
+    """Queue offsets proven delivered, per owner (a group, or :data:`BY_SCHEDULE`), in a scratch
+    database's ``proven`` table (one row per owner, queue and offset; indexed), read a range at
+    a time."""
+
+    def __init__(self, scratch: Scratch, owners: dict[str, int]) -> None:
         self._scratch = scratch
-        self._group_ids = group_ids
+        self._owners = owners
 
-    def count(self, group: str, qid: QueueId, start: int, end: int) -> int:
-        """How many distinct queue offsets of ``qid`` in [start, end) the store proves were
-        delivered to ``group``."""
-        g = self._group_ids.get(group)
+    def count(self, owner: str, qid: QueueId, start: int, end: int) -> int:
+        """How many distinct offsets of ``qid`` in [start, end) were delivered to ``owner``."""
+        g = self._owners.get(owner)
         if g is None:
             return 0
         (n,) = self._scratch.db.execute(
@@ -106,6 +169,21 @@ class GroupProof:
             (g, qid.topic, qid.queue_id, start, end),
         ).fetchone()
         return int(n)
+
+    def offsets(self, owner: str, qid: QueueId, start: int, end: int) -> I64:
+        """The distinct offsets of ``qid`` in [start, end) delivered to ``owner``, ascending."""
+        g = self._owners.get(owner)
+        if g is None:
+            return np.zeros(0, np.int64)
+        rows = self._scratch.db.execute(
+            "SELECT DISTINCT queue_offset FROM proven WHERE g = ? AND topic = ? "
+            "AND queue_id = ? AND queue_offset >= ? AND queue_offset < ? ORDER BY queue_offset",
+            (g, qid.topic, qid.queue_id, start, end),
+        )
+        return np.array([q for (q,) in rows], np.int64)
+
+
+_PROVEN_INDEX = "CREATE INDEX proven_at ON proven (g, topic, queue_id, queue_offset)"
 
 
 _PROOF_TABLES = """
@@ -118,7 +196,7 @@ _BATCH = 4096  # rows a statement inserts at once
 _BACK, _RETRY = 1, 2  # what a topic's records are to the group it is bound to
 
 
-def consumed_by_groups(store: Store, groups: set[str]) -> GroupProof:
+def consumed_by_groups(store: Store, groups: set[str]) -> Proven:
     """Per group, the queue offsets of copies the store proves were delivered to it: the copy
     an ``ORIGIN_MESSAGE_ID`` of one of its send-backs names, and each copy in its ``%RETRY%``
     topic that a later send-back of the same message (same UNIQ_KEY, reconsume times + 1)
@@ -149,9 +227,9 @@ def consumed_by_groups(store: Store, groups: set[str]) -> GroupProof:
     db.execute("DROP TABLE retry")
     _named_copies(store, db)
     db.execute("DROP TABLE origin")
-    db.execute("CREATE INDEX proven_at ON proven (g, topic, queue_id, queue_offset)")
+    db.execute(_PROVEN_INDEX)
     db.execute("COMMIT")
-    return GroupProof(scratch, group_ids)
+    return Proven(scratch, group_ids)
 
 
 def _keep_links(

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.delays import newest_store_time
-from rmqinspect.analysis.delivered import GroupProof, consumed_by_groups
+from rmqinspect.analysis.delivered import Proven, consumed_by_groups
 from rmqinspect.analysis.groups_model import (
     Group,
     GroupsReport,
@@ -264,7 +264,7 @@ def _queue_rows(
     after: dict[QueueId, _Bounds] | None,
     where: ConsumeFromWhere,
     evidence: tuple[str, ...],
-    proof: GroupProof | None,
+    proof: Proven | None,
 ) -> list[QueueRow]:
     out = [_proven(_committed(store, group, r, version, after), proof, r.offset) for r in rows]
     seen = {QueueId(r.topic, r.queue_id) for r in rows}
@@ -276,7 +276,7 @@ def _queue_rows(
     return out
 
 
-def _proven(row: QueueRow, proof: GroupProof | None, offset: int | None) -> QueueRow:
+def _proven(row: QueueRow, proof: Proven | None, offset: int | None) -> QueueRow:
     """The row with the pending messages the store proves the group was delivered before."""
     if proof is None:
         return row
