@@ -10,7 +10,9 @@
   the group consumed successfully leaves nothing behind, so this is a lower bound.
 
 Each is one forensic walk of the commitlog (damage stepped over) that keeps only the records
-that matter (with ``REAL_TOPIC``, or in a schedule, retry or DLQ topic).
+that matter (with ``REAL_TOPIC``, or in a schedule, retry or DLQ topic). They grow with the
+store, so they go to a scratch database as the walk reads them and are matched there; this
+process holds one run of the walk and a few rows, whatever the store's size.
 """
 
 from __future__ import annotations
@@ -43,6 +45,49 @@ def _runs(store: Store) -> Iterator[tuple[int, RecordColumns]]:
             yield f.start, event.columns
 
 
+BY_SCHEDULE = ""
+"""The owner of :func:`delivered_units`' proof: the schedule service, not a group."""
+
+
+class Proven:
+    """Queue offsets proven delivered, per owner (a group, or :data:`BY_SCHEDULE`), in a scratch
+    database's ``proven`` table (one row per owner, queue and offset; indexed), read a range at
+    a time."""
+
+    def __init__(self, scratch: Scratch, owners: dict[str, int]) -> None:
+        self._scratch = scratch
+        self._owners = owners
+
+    def count(self, owner: str, qid: QueueId, start: int, end: int) -> int:
+        """How many distinct offsets of ``qid`` in [start, end) were delivered to ``owner``."""
+        g = self._owners.get(owner)
+        if g is None:
+            return 0
+        (n,) = self._scratch.db.execute(
+            "SELECT COUNT(DISTINCT queue_offset) FROM proven WHERE g = ? AND topic = ? "
+            "AND queue_id = ? AND queue_offset >= ? AND queue_offset < ?",
+            (g, qid.topic, qid.queue_id, start, end),
+        ).fetchone()
+        return int(n)
+
+    def offsets(self, owner: str, qid: QueueId, start: int, end: int) -> I64:
+        """The distinct offsets of ``qid`` in [start, end) delivered to ``owner``, ascending."""
+        g = self._owners.get(owner)
+        if g is None:
+            return np.zeros(0, np.int64)
+        rows = self._scratch.db.execute(
+            "SELECT DISTINCT queue_offset FROM proven WHERE g = ? AND topic = ? "
+            "AND queue_id = ? AND queue_offset >= ? AND queue_offset < ? ORDER BY queue_offset",
+            (g, qid.topic, qid.queue_id, start, end),
+        )
+        return np.array([q for (q,) in rows], np.int64)
+
+
+_PROVEN = "CREATE TABLE proven (g INTEGER, topic TEXT, queue_id INTEGER, queue_offset INTEGER);"
+_PROVEN_INDEX = "CREATE INDEX proven_at ON proven (g, topic, queue_id, queue_offset)"
+_BATCH = 4096  # rows a statement inserts at once
+
+
 def delivered_units(store: Store, end: int | None) -> Proven:
     """The schedule queues' units whose delivery is stored (owner :data:`BY_SCHEDULE`): a record
     in the unit's ``REAL_TOPIC`` with its UNIQ_KEY and reconsume times after it
@@ -53,7 +98,7 @@ def delivered_units(store: Store, end: int | None) -> Proven:
     unit before it (a level delivers in queue order)."""
     scratch = Scratch()
     db = scratch.db
-    db.executescript(_UNIT_TABLES)
+    db.executescript(_UNIT_TABLES + _PROVEN)
     db.execute("BEGIN")
     for file_start, cols in _runs(store):
         _keep_deliveries(db, file_start, cols, end)
@@ -104,7 +149,6 @@ CREATE TABLE event (
     queue_id INTEGER, queue_offset INTEGER
 );
 CREATE TABLE taken (uniq TEXT, real TEXT, times INTEGER, n INTEGER);
-CREATE TABLE proven (g INTEGER, topic TEXT, queue_id INTEGER, queue_offset INTEGER);
 """
 
 
@@ -145,54 +189,12 @@ def _keep_deliveries(
     )
 
 
-BY_SCHEDULE = ""
-"""The owner of :func:`delivered_units`' proof: the schedule service, not a group."""
-
-
-class Proven:
-    """Queue offsets proven delivered, per owner (a group, or :data:`BY_SCHEDULE`), in a scratch
-    database's ``proven`` table (one row per owner, queue and offset; indexed), read a range at
-    a time."""
-
-    def __init__(self, scratch: Scratch, owners: dict[str, int]) -> None:
-        self._scratch = scratch
-        self._owners = owners
-
-    def count(self, owner: str, qid: QueueId, start: int, end: int) -> int:
-        """How many distinct offsets of ``qid`` in [start, end) were delivered to ``owner``."""
-        g = self._owners.get(owner)
-        if g is None:
-            return 0
-        (n,) = self._scratch.db.execute(
-            "SELECT COUNT(DISTINCT queue_offset) FROM proven WHERE g = ? AND topic = ? "
-            "AND queue_id = ? AND queue_offset >= ? AND queue_offset < ?",
-            (g, qid.topic, qid.queue_id, start, end),
-        ).fetchone()
-        return int(n)
-
-    def offsets(self, owner: str, qid: QueueId, start: int, end: int) -> I64:
-        """The distinct offsets of ``qid`` in [start, end) delivered to ``owner``, ascending."""
-        g = self._owners.get(owner)
-        if g is None:
-            return np.zeros(0, np.int64)
-        rows = self._scratch.db.execute(
-            "SELECT DISTINCT queue_offset FROM proven WHERE g = ? AND topic = ? "
-            "AND queue_id = ? AND queue_offset >= ? AND queue_offset < ? ORDER BY queue_offset",
-            (g, qid.topic, qid.queue_id, start, end),
-        )
-        return np.array([q for (q,) in rows], np.int64)
-
-
-_PROVEN_INDEX = "CREATE INDEX proven_at ON proven (g, topic, queue_id, queue_offset)"
-
-
 _PROOF_TABLES = """
 CREATE TABLE back (g INTEGER, times INTEGER, uniq TEXT);
 CREATE TABLE retry (g INTEGER, times INTEGER, uniq TEXT, queue_id INTEGER, queue_offset INTEGER);
 CREATE TABLE origin (g INTEGER, position INTEGER);
-CREATE TABLE proven (g INTEGER, topic TEXT, queue_id INTEGER, queue_offset INTEGER);
+CREATE TABLE grp (g INTEGER PRIMARY KEY, retry TEXT);
 """
-_BATCH = 4096  # rows a statement inserts at once
 _BACK, _RETRY = 1, 2  # what a topic's records are to the group it is bound to
 
 
@@ -210,7 +212,7 @@ def consumed_by_groups(store: Store, groups: set[str]) -> Proven:
     }
     scratch = Scratch()
     db = scratch.db
-    db.executescript(_PROOF_TABLES)
+    db.executescript(_PROOF_TABLES + _PROVEN)
     db.execute("BEGIN")
     for _start, cols in _runs(store):
         _keep_links(db, cols, bound)
@@ -218,13 +220,15 @@ def consumed_by_groups(store: Store, groups: set[str]) -> Proven:
     db.execute("BEGIN")
     db.execute("CREATE INDEX back_link ON back (g, times, uniq)")
     db.executemany(
-        "INSERT INTO proven SELECT r.g, ?, r.queue_id, r.queue_offset FROM retry AS r "
-        "WHERE r.g = ? AND EXISTS (SELECT 1 FROM back AS b "
-        "WHERE b.g = r.g AND b.times = r.times AND b.uniq = r.uniq)",
-        [(retry_topic(g), n) for g, n in group_ids.items()],
+        "INSERT INTO grp VALUES (?, ?)", [(n, retry_topic(g)) for g, n in group_ids.items()]
     )
-    db.execute("DROP TABLE back")
-    db.execute("DROP TABLE retry")
+    db.execute(
+        "INSERT INTO proven SELECT r.g, grp.retry, r.queue_id, r.queue_offset "
+        "FROM retry AS r JOIN grp USING (g) WHERE EXISTS (SELECT 1 FROM back AS b "
+        "WHERE b.g = r.g AND b.times = r.times AND b.uniq = r.uniq)"
+    )
+    for table in ("back", "retry", "grp"):
+        db.execute(f"DROP TABLE {table}")
     _named_copies(store, db)
     db.execute("DROP TABLE origin")
     db.execute(_PROVEN_INDEX)
