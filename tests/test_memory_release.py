@@ -229,6 +229,8 @@ def test_groups_proof_does_not_grow_with_the_retry_records(
                 assert proof.count("g", qid, 1, n + 5) == n - 1
                 assert proof.count("other", qid, 0, n) == 0
             assert proof.count("g", QueueId("T", 1), 0, n) == 0
+            # The origins' records were read, and their pages dropped (the walk's too).
+            assert _commitlog_maps(store)[1] == 0
         peaks.append(peak)
     _, small, large = peaks
     assert large - small < 48 << 10  # bytes; held in this process it took 200 KiB more
