@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from rmqinspect.analysis.scratch import Scratch
-from rmqinspect.errors import DecodeError, StoreError
+from rmqinspect.errors import DecodeError
 from rmqinspect.format import properties as props
 from rmqinspect.format.columns import RecordColumns, decode_text
 from rmqinspect.format.commitlog import SCHEDULE_TOPIC
@@ -33,9 +33,9 @@ from rmqinspect.format.ids import decode_offset_msg_id
 from rmqinspect.format.message_record import MessageRecord
 from rmqinspect.format.npbytes import I64
 from rmqinspect.format.scan import Skipped, WalkPolicy
-from rmqinspect.store.files import StoreFile
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
+from rmqinspect.store.ordered_reads import OrderedReads
 
 
 def _runs(store: Store) -> Iterator[tuple[int, RecordColumns]]:
@@ -302,7 +302,7 @@ def _named_copies(store: Store, db: sqlite3.Connection) -> None:
     commitlog order, as the cursor yields them."""
     rows = db.execute("SELECT DISTINCT position, g FROM origin ORDER BY position, g")
     batch: list[tuple[int, str, int, int]] = []
-    reads = _ReadsInOrder(store)
+    reads = OrderedReads(store)
     read: tuple[int, MessageRecord | None] | None = None
     for position, g in rows:
         if read is None or read[0] != position:
@@ -315,38 +315,3 @@ def _named_copies(store: Store, db: sqlite3.Connection) -> None:
             batch.clear()
     reads.close()
     db.executemany("INSERT INTO proven VALUES (?, ?, ?, ?)", batch)
-
-
-_WINDOW = 4 << 20  # bytes of a commitlog file read behind the current record before release
-
-
-class _ReadsInOrder:
-    """Records read at ascending physical offsets, their pages dropped once passed: the
-    origins of a store's send-backs touch most of its pages (2 GB resident for a 2 GB store)."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._file: StoreFile | None = None
-        self._low = 0  # where this file's pages may still be mapped
-
-    def record(self, position: int) -> MessageRecord | None:
-        """The record at ``position`` without its body; None where none can be read."""
-        try:
-            f = self._store.commitlog_file(position)
-        except StoreError:
-            return None
-        if self._file is not None and self._file.path != f.path:
-            self.close()
-        elif position - f.start - self._low > _WINDOW:
-            self._store.maps.release(f, self._low, position - f.start)
-            self._low = position - f.start
-        self._file = f
-        try:
-            return self._store.read_message(position, with_body=False)
-        except (DecodeError, StoreError):
-            return None
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._store.maps.release(self._file, self._low, self._file.length)
-        self._file, self._low = None, 0

@@ -19,6 +19,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 
+import numpy as np
+
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.delays import newest_store_time
 from rmqinspect.analysis.delivered import Proven, consumed_by_groups
@@ -64,6 +66,7 @@ from rmqinspect.format.fate import (
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
+from rmqinspect.store.ordered_reads import OrderedReads
 
 DLQ_QUEUE_ID = 0  # SendMessageProcessor sends every dead letter to queue 0
 BUILTIN_GROUPS = frozenset(
@@ -309,15 +312,16 @@ def _topics_from_copies(store: Store, queues: _Queues, group: str) -> tuple[str,
             count = min(b.max_offset - b.min_offset, TOPIC_EVIDENCE_UNITS)
             if count <= 0:
                 continue
+            reads = OrderedReads(store)
             for chunk in iter_unit_chunks(store, qid.topic, qid.queue_id, b.min_offset, count):
-                for phy in chunk.units["phy_offset"].tolist():
-                    try:
-                        record = store.read_message(int(phy), with_body=False)
-                    except StoreError:
+                for phy in np.unique(chunk.units["phy_offset"]).tolist():
+                    record = reads.record(phy)
+                    if record is None:
                         continue  # a unit past the commitlog on disk names nothing
                     original = record.properties.get(props.RETRY_TOPIC)
                     if original and not original.startswith((RETRY_PREFIX, DLQ_PREFIX)):
                         found.add(original)
+            reads.close()
     return tuple(sorted(found))
 
 
