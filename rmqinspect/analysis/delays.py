@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqinspect.analysis import Progress
-from rmqinspect.analysis.delivered import delivered_units
+from rmqinspect.analysis.delivered import BY_SCHEDULE, Proven, delivered_units
 from rmqinspect.analysis.inventory import commitlog_summary
 from rmqinspect.analysis.offsets import FileUse, file_use
 from rmqinspect.analysis.queues import all_queue_bounds, iter_unit_chunks, queue_bounds
@@ -146,7 +146,7 @@ def delays_report(
         reference, basis = None, "not needed"
     restart: LoadView | None = None
     at_load: dict[int, _Bounds] = {}
-    delivered: dict[int, set[int]] = {}
+    delivered: Proven | None = None
     if levels:  # the emulation costs a recovery scan: not for nothing to judge
         end: int | None = None  # without the emulation: the commitlog on disk
         # Not emulated where a layout takes the restart over (RocksDB consume queues).
@@ -161,7 +161,7 @@ def delays_report(
             offsets.get(lv),
             reference,
             None if not restart or not restart.broker_starts else at_load.get(lv, (0, 0, 0)),
-            delivered.get(delay_level_to_queue_id(lv), set()),
+            delivered,
         )
         for lv in levels
     )
@@ -207,7 +207,7 @@ def _level(
     offset: int | None,
     reference: int | None,
     at_load: _Bounds | None,
-    delivered: set[int],
+    delivered: Proven | None,
 ) -> DelayLevel:
     qid = QueueId(SCHEDULE_TOPIC, delay_level_to_queue_id(level))
     notes: list[str] = []
@@ -255,7 +255,7 @@ def _level(
         else ()
     )
     due = _due_times(store, qid, resume, min(hi, end) - resume, limits, delivered)
-    again = sum(1 for q in delivered if resume <= q < end)
+    again = 0 if delivered is None else delivered.count(BY_SCHEDULE, qid, resume, end)
     if again:
         notes.append(
             f"{again} pending unit(s) were delivered already (their copy in the real topic is "
@@ -344,13 +344,15 @@ def _due_times(
     start: int,
     count: int,
     limits: tuple[int, ...],
-    delivered: set[int],
+    delivered: Proven | None,
 ) -> _DueTimes:
-    """``delivered``: queue offsets whose delivery is stored, neither overdue nor due."""
+    """``delivered``: the units whose delivery is stored, neither overdue nor due."""
     due = _DueTimes(limits)
-    done = np.fromiter(sorted(delivered), np.int64, len(delivered))
     if count > 0:
         for c in iter_unit_chunks(store, qid.topic, qid.queue_id, start, count):
-            waiting = ~np.isin(c.queue_offsets, done)
+            waiting = np.ones(len(c.queue_offsets), bool)
+            if delivered is not None and len(c.queue_offsets):
+                lo, hi = int(c.queue_offsets.min()), int(c.queue_offsets.max()) + 1
+                waiting = ~np.isin(c.queue_offsets, delivered.offsets(BY_SCHEDULE, qid, lo, hi))
             due.add(c.units["tags_code"].astype(np.int64), waiting)
     return due

@@ -23,7 +23,7 @@ import numpy as np
 
 from rmqinspect.analysis import Progress
 from rmqinspect.analysis.delays import newest_store_time
-from rmqinspect.analysis.delivered import consumed_by_groups
+from rmqinspect.analysis.delivered import Proven, consumed_by_groups
 from rmqinspect.analysis.groups_model import (
     Group,
     GroupsReport,
@@ -63,10 +63,10 @@ from rmqinspect.format.fate import (
     retry_topic,
     retry_topic_kind,
 )
-from rmqinspect.format.npbytes import I64
 from rmqinspect.store.configfiles import load_config_file
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
+from rmqinspect.store.ordered_reads import OrderedReads
 
 DLQ_QUEUE_ID = 0  # SendMessageProcessor sends every dead letter to queue 0
 BUILTIN_GROUPS = frozenset(
@@ -146,7 +146,7 @@ def groups_report(
         if prove_deliveries
         and (retry_topic(n) in on_disk.by_topic or dlq_topic(n) in on_disk.by_topic)
     }
-    proof = consumed_by_groups(store, provable) if provable else {}
+    proof = consumed_by_groups(store, provable) if provable else None
     judged: list[Group] = []
     reference: int | None = now
     basis = "--now" if now is not None else "not needed"
@@ -164,7 +164,7 @@ def groups_report(
             after if restarted else None,
             consume_from_where,
             evidence,
-            proof.get(name, {}) if name in provable else None,
+            proof if name in provable else None,
         )
         dlq = _dlq(store, name, after if restarted else None)
         if dlq is not None and dlq[1] is not None and reference is None:
@@ -267,7 +267,7 @@ def _queue_rows(
     after: dict[QueueId, _Bounds] | None,
     where: ConsumeFromWhere,
     evidence: tuple[str, ...],
-    proof: dict[QueueId, I64] | None,
+    proof: Proven | None,
 ) -> list[QueueRow]:
     out = [_proven(_committed(store, group, r, version, after), proof, r.offset) for r in rows]
     seen = {QueueId(r.topic, r.queue_id) for r in rows}
@@ -279,7 +279,7 @@ def _queue_rows(
     return out
 
 
-def _proven(row: QueueRow, proof: dict[QueueId, I64] | None, offset: int | None) -> QueueRow:
+def _proven(row: QueueRow, proof: Proven | None, offset: int | None) -> QueueRow:
     """The row with the pending messages the store proves the group was delivered before."""
     if proof is None:
         return row
@@ -289,11 +289,7 @@ def _proven(row: QueueRow, proof: dict[QueueId, I64] | None, offset: int | None)
     if judged is None or row.pending is None:
         return row
     start = judged.next_offset
-    end = start + row.pending
-    proven = proof.get(QueueId(row.topic, row.queue_id))  # sorted, distinct
-    again = (
-        0 if proven is None else int(np.searchsorted(proven, end) - np.searchsorted(proven, start))
-    )
+    again = proof.count(row.group, QueueId(row.topic, row.queue_id), start, start + row.pending)
     findings = row.findings
     if again:
         since = "its committed offset" if offset is not None else "where it starts"
@@ -316,15 +312,16 @@ def _topics_from_copies(store: Store, queues: _Queues, group: str) -> tuple[str,
             count = min(b.max_offset - b.min_offset, TOPIC_EVIDENCE_UNITS)
             if count <= 0:
                 continue
+            reads = OrderedReads(store)
             for chunk in iter_unit_chunks(store, qid.topic, qid.queue_id, b.min_offset, count):
-                for phy in chunk.units["phy_offset"].tolist():
-                    try:
-                        record = store.read_message(int(phy), with_body=False)
-                    except StoreError:
+                for phy in np.unique(chunk.units["phy_offset"]).tolist():
+                    record = reads.record(phy)
+                    if record is None:
                         continue  # a unit past the commitlog on disk names nothing
                     original = record.properties.get(props.RETRY_TOPIC)
                     if original and not original.startswith((RETRY_PREFIX, DLQ_PREFIX)):
                         found.add(original)
+            reads.close()
     return tuple(sorted(found))
 
 
