@@ -4,17 +4,21 @@ process until it was done (91 MB of a 8 GiB store's)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from rmqinspect.analysis.ranges import worker_settings
 from rmqinspect.analysis.verify.context import Context
 from rmqinspect.analysis.verify.indexes import IndexPart
-from rmqinspect.analysis.verify.run import Verifier, _IndexParts
-from rmqinspect.store.model import Store
-from rmqinspect.synth.writer import MessageSpec
+from rmqinspect.analysis.verify.run import Mapper, Verifier, _IndexParts, run_unit
+from rmqinspect.export.findings import OPTIONS, write_findings
+from rmqinspect.export.schema import Table
+from rmqinspect.store.model import Store, StoreOptions
+from rmqinspect.synth.writer import MessageSpec, StoreLayout, StoreWriter
 from tests.cli_helpers import build_store
 
 
@@ -44,7 +48,11 @@ def test_results_are_taken_as_the_workers_finish_them(tmp_path: Path) -> None:
 
 
 def test_parts_taken_out_of_order_are_read_in_order_and_spilled_as_taken() -> None:
-    args = [(0, 0, 10, 0), (0, 10, 20, 0), (1, 0, 10, 0)]
+    args: list[tuple[int, int, int, int, str | None]] = [
+        (0, 0, 10, 0, None),
+        (0, 10, 20, 0, None),
+        (1, 0, 10, 0, None),
+    ]
     parts = [
         IndexPart(entries=n, fingerprints=[np.array([n << 32 | n], np.int64)]) for n in (1, 2, 3)
     ]
@@ -54,3 +62,47 @@ def test_parts_taken_out_of_order_are_read_in_order_and_spilled_as_taken() -> No
         assert by_file == {0: [parts[0], parts[1]], 1: [parts[2]]}
         assert all(p.fingerprints == [] for p in parts)  # the spill holds them
         assert results.keys[0].shared_hashes().tolist() == []
+
+
+# The index geometry given (as --index-slots/--index-entries): a writer's files do not tell it.
+GEOMETRY = StoreOptions(index_slot_num=64, index_num=400)
+
+
+def _collision_store(root: Path) -> Path:
+    layout = StoreLayout(
+        commitlog_file_size=1 << 16, cq_file_size=1000, index_slot_num=64, index_num=400
+    )
+    with StoreWriter(root, layout) as w:
+        for key in ("Aa", "BB"):  # String.hashCode("Aa") == String.hashCode("BB")
+            w.put(MessageSpec("TopicA", b"body", keys=key))
+    return root
+
+
+def _in_process(store: Store) -> Mapper:
+    """The units as an engine's worker runs them (``run_unit``), here."""
+    unit = functools.partial(run_unit, "t", str(store.root), worker_settings(store), OPTIONS)
+    return lambda work, args: [unit(work, a) for a in args]
+
+
+def test_parts_that_write_their_keys_to_files_find_the_same_collisions(tmp_path: Path) -> None:
+    root = _collision_store(tmp_path / "store")
+    keys_dir = tmp_path / "keys"
+    keys_dir.mkdir()
+    with Store.open(root, GEOMETRY) as store:
+        with Verifier(store, OPTIONS) as verifier:
+            alone = verifier.run().findings
+        with Verifier(store, OPTIONS, mapper=_in_process(store), keys_dir=keys_dir) as verifier:
+            filed = verifier.run().findings
+    assert [f.check for f in alone] == ["index.hash_collision"]
+    assert filed == alone
+    (written,) = keys_dir.iterdir()  # the one part's keys: two, sorted
+    assert len(np.fromfile(written, np.int64)) == 2
+
+
+def test_the_findings_table_removes_the_parts_key_files(tmp_path: Path) -> None:
+    root = _collision_store(tmp_path / "store")
+    out = tmp_path / "out"
+    with Store.open(root, GEOMETRY) as store:
+        result = write_findings(store, out, _in_process(store))
+    assert result.rows[Table.FINDINGS] == 1
+    assert [p.name for p in (out / "findings").iterdir()] == [Path(result.files[0]).name]

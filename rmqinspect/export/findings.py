@@ -4,6 +4,7 @@ engine's workers (a process pool, or Spark tasks), written as one Parquet file."
 from __future__ import annotations
 
 import functools
+import shutil
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import Executor
@@ -13,7 +14,7 @@ from typing import Any
 from rmqinspect.analysis.ranges import worker_settings
 from rmqinspect.analysis.verify import Verifier, VerifyOptions
 from rmqinspect.analysis.verify.run import Mapper, Work, run_unit
-from rmqinspect.export.parquet import TableWriter
+from rmqinspect.export.parquet import TMP_SUFFIX, TableWriter
 from rmqinspect.export.schema import Table
 from rmqinspect.export.tables import findings_batch
 from rmqinspect.export.tasks import PartResult
@@ -26,9 +27,17 @@ def write_findings(store: Store, out: Path, mapper: Mapper, prefix: str = "") ->
     """Verify ``store`` with ``mapper`` running the work units and write ``out/findings``
     (under ``prefix``, the store's directory in a fleet export; verify lists at most a
     thousand findings per check and file, and counts the rest: see ``verify``)."""
-    with Verifier(store, OPTIONS, mapper=mapper) as verifier:
-        report = verifier.run()
-    writer = TableWriter(out / Table.FINDINGS.value / prefix, Table.FINDINGS, 0)
+    directory = out / Table.FINDINGS.value / prefix
+    # The index parts' keys go to files the workers write and this process reads: as results
+    # they were collected all at once (91 MB at 8 GiB, in the Spark driver's JVM too).
+    keys_dir = directory / f".keys.{uuid.uuid4().hex}{TMP_SUFFIX}"
+    keys_dir.mkdir(parents=True)
+    try:
+        with Verifier(store, OPTIONS, mapper=mapper, keys_dir=keys_dir) as verifier:
+            report = verifier.run()
+    finally:
+        shutil.rmtree(keys_dir, ignore_errors=True)
+    writer = TableWriter(directory, Table.FINDINGS, 0)
     writer.write(findings_batch(report.findings))
     rows = writer.close()
     files = [p.relative_to(out).as_posix() for p in writer.files]

@@ -50,6 +50,7 @@ class IndexPart:
     fingerprints: list[I64] = field(default_factory=list)  # of the keys of the records seen
     below: int = 0  # entries pointing below the commitlog's first file
     first_below: int = 0
+    keys_file: tuple[str, list[int]] | None = None  # where its fingerprints went instead
 
 
 def index_parts(ctx: Context) -> list[tuple[int, int, int]]:

@@ -32,7 +32,7 @@ from rmqinspect.analysis.ranges import (
 )
 from rmqinspect.analysis.recovery import RecoverOptions, RecoveryReport, run_recovery
 from rmqinspect.analysis.verify.batch_queues import check_batch_queue
-from rmqinspect.analysis.verify.collisions import KeySpill
+from rmqinspect.analysis.verify.collisions import KeySpill, write_keys
 from rmqinspect.analysis.verify.commitlog import FileResult
 from rmqinspect.analysis.verify.context import Context, VerifyOptions
 from rmqinspect.analysis.verify.dledger import EntrySpan, check_ledger
@@ -114,9 +114,13 @@ def _queue_unit(
     return findings, units
 
 
-def _index_unit(ctx: Context, arg: tuple[int, int, int, int]) -> IndexPart:
-    index, first, stop, data_end = arg
-    return check_index_part(ctx, index, first, stop, data_end)
+def _index_unit(ctx: Context, arg: tuple[int, int, int, int, str | None]) -> IndexPart:
+    index, first, stop, data_end, keys_dir = arg
+    part = check_index_part(ctx, index, first, stop, data_end)
+    if keys_dir is not None:
+        path = Path(keys_dir, f"{index}-{first}.keys")
+        part.keys_file = str(path), write_keys(part.fingerprints, path)
+    return part
 
 
 _CONTEXT: Context | None = None  # a worker process's own view of the store
@@ -180,6 +184,7 @@ class Verifier:
         jobs: int = 1,
         mapper: Mapper | None = None,
         split_bytes: int | None = None,
+        keys_dir: Path | None = None,
     ) -> None:
         self.store = store
         self.options = options or VerifyOptions()
@@ -191,6 +196,9 @@ class Verifier:
         self.ctx = Context(store, self.options)
         self._pool: ProcessPoolExecutor | None = None
         self._mapper = mapper
+        # Where the index parts write their keys (a directory outside the store that the
+        # mapper's workers and this process both see), when their results must stay small.
+        self._keys_dir = keys_dir
         # The restart predicted by the last run (where queues lag the commitlog), for a caller
         # that wants the same emulation (``report``) instead of running it again.
         self.restart: RecoveryReport | None = None
@@ -271,7 +279,8 @@ class Verifier:
             for qid in store.queue_dirs
             if store.rocksdb_queue(qid)
         ]
-        index_args = [(k, a, b, data_end) for k, a, b in index_parts(ctx)]
+        keys_dir = None if self._keys_dir is None else str(self._keys_dir)
+        index_args = [(k, a, b, data_end, keys_dir) for k, a, b in index_parts(ctx)]
         # Workers check the queue and index files while this process predicts the restart and
         # makes the store-wide checks: the restart emulation of a crashed store took as long as
         # the queue files with 100,000 queues, and the workers only waited for it. Their
@@ -328,7 +337,9 @@ class _IndexParts:
     held every later part's keys until it was done (91 MB at 8 GiB)."""
 
     def __init__(
-        self, args: list[tuple[int, int, int, int]], results: Iterable[tuple[int, IndexPart]]
+        self,
+        args: list[tuple[int, int, int, int, str | None]],
+        results: Iterable[tuple[int, IndexPart]],
     ):
         self._args, self._results = args, results
         self.keys: dict[int, KeySpill] = {}
@@ -345,7 +356,10 @@ class _IndexParts:
             for i, part in self._results:
                 k = self._args[i][0]
                 spill = self.keys.get(k) or self.keys.setdefault(k, KeySpill())
-                spill.add(part.fingerprints)
+                if part.keys_file is not None:
+                    spill.add_file(Path(part.keys_file[0]), part.keys_file[1])
+                else:
+                    spill.add(part.fingerprints)
                 self._parts.setdefault(k, {})[i] = part
         except BaseException as err:  # raised again where the results are read
             self._error = err
