@@ -22,7 +22,7 @@ import pytest
 from rmqinspect.analysis import delivered
 from rmqinspect.analysis import salvage as salvage_module
 from rmqinspect.analysis.delivered import consumed_by_groups
-from rmqinspect.analysis.queues import queue_bounds
+from rmqinspect.analysis.queues import iter_unit_chunks, queue_bounds
 from rmqinspect.analysis.salvage import salvage
 from rmqinspect.analysis.transactions import TransactionsReport, transactions_report
 from rmqinspect.analysis.verify import VerifyOptions, verify_store
@@ -149,6 +149,34 @@ def test_queue_bounds_leave_no_queue_page_resident(tmp_path: Path) -> None:
         assert maps == 1  # mapped, and read: the check can fail
         # Of its 1953 KiB: the pages a chunk's ends share, and those the kernel maps around a
         # later read of one unit (fault-around, a folio).
+        assert resident <= 512
+
+
+def test_unit_chunks_leave_no_queue_page_resident(tmp_path: Path) -> None:
+    """The export's consume_queue table and ``consumequeue`` read a queue's units a chunk at
+    a time: each chunk's pages stayed mapped to the end of the part, every queue file read
+    (144 MB of an 8 GiB store's in one export worker)."""
+    if not SMAPS.exists():
+        pytest.skip("no /proc/self/smaps here: a process's mapped pages cannot be counted")
+    n = 100_000
+    layout = replace(SMALL_LAYOUT, commitlog_file_size=1 << 20, cq_file_size=n * 20)
+    root = build_store(tmp_path / "store", [MessageSpec(topic="TopicA", body=b"x")], layout)
+    units = np.zeros(n, CQ_UNIT_DTYPE)
+    units["phy_offset"], units["size"] = np.arange(n) * 100, 100
+    path = root / "consumequeue" / "TopicA" / "0" / f"{0:020d}"
+    path.write_bytes(units.tobytes())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    with Store.open(root) as store:
+        chunks = list(iter_unit_chunks(store, "TopicA", 0, 0, None, chunk=7_001))
+        assert sum(len(c.units) for c in chunks) == n and len(chunks) == 15
+        maps, resident = _maps({str(path)})
+        assert maps == 1  # mapped, and read: the check can fail
+        # Of its 1953 KiB: what the kernel maps around the last read (fault-around, a folio).
         assert resident <= 512
 
 
