@@ -63,6 +63,18 @@ def build_store(
     return root
 
 
+def read_from_disk(path: Path) -> None:
+    """Drop ``path``'s pages from the page cache (written out first), so that a test's reads
+    fault from disk: pages written just now may sit in the page cache as folios of any size,
+    which a fault maps whole, and a count of mapped pages would count them."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def orders(n: int, topic: str = "Orders", queues: int = 2) -> list[MessageSpec]:
     """``n`` messages spread over ``queues`` queues, each with a key, a tag and a UNIQ_KEY."""
     return [

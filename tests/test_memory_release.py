@@ -50,7 +50,7 @@ from rmqinspect.store import ordered_reads
 from rmqinspect.store.layout import QueueId
 from rmqinspect.store.model import Store
 from rmqinspect.synth.writer import MessageSpec, StoreWriter
-from tests.cli_helpers import SMALL_LAYOUT, build_store
+from tests.cli_helpers import SMALL_LAYOUT, build_store, read_from_disk
 
 SMAPS = Path("/proc/self/smaps")
 
@@ -120,6 +120,19 @@ def test_verify_leaves_no_queue_or_index_page_resident(store_root: Path) -> None
         assert resident == 0
 
 
+def _queue_of_units(tmp_path: Path, n: int) -> tuple[Path, Path]:
+    """A store whose queue TopicA/0 is one file of ``n`` valid units (as the writer lays them
+    out, 2 MB for 100,000), read from disk; the store's root and the file."""
+    layout = replace(SMALL_LAYOUT, commitlog_file_size=1 << 20, cq_file_size=n * 20)
+    root = build_store(tmp_path / "store", [MessageSpec(topic="TopicA", body=b"x")], layout)
+    units = np.zeros(n, CQ_UNIT_DTYPE)
+    units["phy_offset"], units["size"] = np.arange(n) * 100, 100
+    path = root / "consumequeue" / "TopicA" / "0" / f"{0:020d}"
+    path.write_bytes(units.tobytes())
+    read_from_disk(path)
+    return root, path
+
+
 def test_queue_bounds_leave_no_queue_page_resident(tmp_path: Path) -> None:
     """``groups``, ``offsets`` and the restart read each queue whole (its pre-blank count,
     ``recover``, ``correctMinOffset``): its pages went with it to the end of the command,
@@ -127,21 +140,7 @@ def test_queue_bounds_leave_no_queue_page_resident(tmp_path: Path) -> None:
     if not SMAPS.exists():
         pytest.skip("no /proc/self/smaps here: a process's mapped pages cannot be counted")
     n = 100_000
-    layout = replace(SMALL_LAYOUT, commitlog_file_size=1 << 20, cq_file_size=n * 20)
-    root = build_store(tmp_path / "store", [MessageSpec(topic="TopicA", body=b"x")], layout)
-    # A 2 MB queue file of valid units (written as the writer lays them out), read from disk:
-    # pages written just now may sit in the page cache as folios of any size, which a fault
-    # maps whole.
-    units = np.zeros(n, CQ_UNIT_DTYPE)
-    units["phy_offset"], units["size"] = np.arange(n) * 100, 100
-    path = root / "consumequeue" / "TopicA" / "0" / f"{0:020d}"
-    path.write_bytes(units.tobytes())
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    root, path = _queue_of_units(tmp_path, n)
     with Store.open(root) as store:
         bounds = queue_bounds(store, QueueId("TopicA", 0))
         assert (bounds.min_offset, bounds.max_offset) == (0, n)
@@ -159,18 +158,7 @@ def test_unit_chunks_leave_no_queue_page_resident(tmp_path: Path) -> None:
     if not SMAPS.exists():
         pytest.skip("no /proc/self/smaps here: a process's mapped pages cannot be counted")
     n = 100_000
-    layout = replace(SMALL_LAYOUT, commitlog_file_size=1 << 20, cq_file_size=n * 20)
-    root = build_store(tmp_path / "store", [MessageSpec(topic="TopicA", body=b"x")], layout)
-    units = np.zeros(n, CQ_UNIT_DTYPE)
-    units["phy_offset"], units["size"] = np.arange(n) * 100, 100
-    path = root / "consumequeue" / "TopicA" / "0" / f"{0:020d}"
-    path.write_bytes(units.tobytes())
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    root, path = _queue_of_units(tmp_path, n)
     with Store.open(root) as store:
         chunks = list(iter_unit_chunks(store, "TopicA", 0, 0, None, chunk=7_001))
         assert sum(len(c.units) for c in chunks) == n and len(chunks) == 15

@@ -4,7 +4,6 @@ two runs of 16 Ki records (~40 MB of 1 KiB messages) stayed resident at a time."
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +17,7 @@ from rmqinspect.analysis.recovery.state import CommitlogFile
 from rmqinspect.format.scan import FileEvent, Skipped, WalkPolicy, scan_file
 from rmqinspect.store.model import Store
 from rmqinspect.synth.writer import MessageSpec
-from tests.cli_helpers import SMALL_LAYOUT, build_store
+from tests.cli_helpers import SMALL_LAYOUT, build_store, read_from_disk
 from tests.test_memory_release import SMAPS, _maps
 
 RUN = 100  # records per run: ~115 KiB of these messages
@@ -32,15 +31,8 @@ def store_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     layout = replace(SMALL_LAYOUT, commitlog_file_size=1 << 20)
     specs = [MessageSpec(topic="TopicA", body=bytes([65 + i % 26]) * 1000) for i in range(MESSAGES)]
     root = build_store(tmp_path_factory.mktemp("walks") / "store", specs, layout)
-    # Read from disk: pages written just now may sit in the page cache as folios of any size,
-    # which a fault maps whole.
     for path in (root / "commitlog").iterdir():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        read_from_disk(path)
     return root
 
 
