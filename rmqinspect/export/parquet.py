@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rmqinspect.export.schema import PARTITION_COLUMN, Table, file_schema
+from rmqinspect.store.fileio import release_freed_heap
 
 if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
     # The C library's allocator hands a range task's freed batches back to the kernel, where
@@ -37,6 +38,10 @@ ROW_GROUP_BYTES = 32 << 20  # buffered rows of one partition value become a row 
 # Beyond this (the buffers of every batch a buffered slice keeps alive) the values holding the
 # oldest such batch are written out early.
 BUFFERED_BYTES = 64 << 20
+# Free bytes the C heap may keep between row groups: what a range task frees there lands among
+# pages glibc keeps, so its peak grew with the chance of a bad layout (anon 143-191 MiB per
+# 128 MiB range), and with it the export's peak with the number of ranges.
+HEAP_SLACK = 16 << 20
 OPEN_FILES = 32  # files open at once per task; a value met again later starts a new file
 # Columns with few distinct values; dictionary encoding only costs time on the others.
 DICTIONARY_COLUMNS = (
@@ -188,6 +193,8 @@ class TableWriter:
         if batches:
             table = pa.Table.from_batches(batches, self.schema)
             self._file(value, compress=table.nbytes >= COMPRESS_FROM_BYTES).write_table(table)
+            del table, batches, pieces
+            release_freed_heap(HEAP_SLACK)
 
     def _file(self, value: str, *, compress: bool) -> ParquetFile:
         """The open file of ``value``, or a new one (compressed or not: ``compress``)."""

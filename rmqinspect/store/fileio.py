@@ -164,10 +164,46 @@ def _malloc_trim() -> Callable[[int], int] | None:
 _MALLOC_TRIM = _malloc_trim()
 
 
-def release_freed_heap() -> None:
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    try:
+        info = ctypes.CDLL(None).mallinfo2  # glibc 2.33 and later
+    except (OSError, AttributeError):
+        return None
+    info.restype = _MallInfo2
+    found: Callable[[], _MallInfo2] = info
+    return found
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def release_freed_heap(past: int = 0) -> None:
     """Hand the C heap's free pages back to the kernel (glibc's ``malloc_trim``, which frees the
     pages of free chunks inside the heap too). Where a walk's long-lived allocations (the
     Parquet writer's row-group metadata) land between its runs' freed buffers, glibc keeps
-    those pages: the heap grew with the store though what it held hardly did."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
+    those pages: the heap grew with the store though what it held hardly did. ``past``: only
+    once the heap's free chunks hold more than that many bytes (each trim costs the faults
+    that give the pages back, a tenth of an export's time if done at every row group)."""
+    if _MALLOC_TRIM is None:
+        return
+    if past and _MALLINFO2 is not None and _MALLINFO2().fordblks <= past:
+        return
+    _MALLOC_TRIM(0)
