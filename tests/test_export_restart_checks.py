@@ -15,7 +15,9 @@ from rmqinspect.analysis.recovery import ranges as recovery_ranges
 from rmqinspect.analysis.recovery.ranges import RangeCheck
 from rmqinspect.export.plan import StoreRef
 from rmqinspect.export.tasks import (
+    CheckFile,
     Prechecked,
+    check_files,
     check_restart_range,
     plan_restart_checks,
     predict_restart,
@@ -84,3 +86,24 @@ def test_a_clean_stores_checks_hash_no_key(tmp_path: Path, monkeypatch: pytest.M
     assert accepted > 0
     assert hashed == 0
     assert same
+
+
+def test_checks_written_to_files_make_the_same_prediction(tmp_path: Path) -> None:
+    """A check task writes its answer under OUT and sends back only the file's name: as
+    answers, every range's checks went through the engine's driver (a Spark driver's JVM too,
+    twice), 8 bytes a record of the restart's scan."""
+    root = build_store(tmp_path / "store", _specs(), crash=True)
+    out = tmp_path / "out"
+    with Store.open(root) as store:
+        ref = StoreRef.of(store)
+        serial = predict_restart(ref)
+        opts, ranges, wanted = plan_restart_checks(store)
+        with check_files(out) as into:
+            filed = [check_restart_range(ref, opts, r, wanted, into) for r in ranges]
+            assert all(isinstance(c, CheckFile) for c in filed)
+            assert sorted(p.name for p in Path(into).iterdir()) == sorted(
+                Path(c.path).name for c in filed if isinstance(c, CheckFile)
+            )
+            predicted = predict_restart(ref, Prechecked(opts, ranges, filed, wanted))
+        assert not Path(into).exists() and list(out.iterdir()) == []
+    assert pickle.dumps(predicted) == pickle.dumps(serial)

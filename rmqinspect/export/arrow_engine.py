@@ -30,6 +30,7 @@ from rmqinspect.export.tasks import (
     Member,
     PartResult,
     Prechecked,
+    check_files,
     check_restart_range,
     finish_tables,
     first_chunks,
@@ -89,7 +90,7 @@ def run_arrow(
     done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
     finished: list[list[PartResult]] = [[] for _ in members]
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker)
-    with pool, ThreadPoolExecutor(1) as side:
+    with pool, ThreadPoolExecutor(1) as side, check_files(out) as into:
         running: dict[Future[PartResult], tuple[int, Part]] = {}
 
         def start(i: int, part: Part, own: RestartKeeps | None) -> None:
@@ -121,7 +122,7 @@ def run_arrow(
                     keeps[submit(predict_restart, ref)] = i
                     continue
                 opts, ranges, keys = planned
-                futures = [submit(check_restart_range, ref, opts, r, keys) for r in ranges]
+                futures = [submit(check_restart_range, ref, opts, r, keys, into) for r in ranges]
                 checks[i] = (opts, ranges, keys, futures)
                 checking.update(dict.fromkeys(futures, i))
         predictions: dict[int, RestartKeeps | None] = {

@@ -35,10 +35,12 @@ from rmqinspect.export.findings import spark_mapper, write_findings
 from rmqinspect.export.plan import CommitlogChunk, CommitlogRange, Part, StoreRef
 from rmqinspect.export.schema import Table
 from rmqinspect.export.tasks import (
+    CheckFile,
     EngineResult,
     Member,
     PartResult,
     Prechecked,
+    check_files,
     check_restart_range,
     finish_tables,
     first_chunks,
@@ -279,9 +281,11 @@ def spark_session(master: str, conf: Sequence[tuple[str, str]] = ()) -> Iterator
 Item = tuple[int, Part, RestartKeeps | None]  # a store, its part, its cut of the prediction
 Prepared = tuple[int, RestartKeeps | list[CommitlogRange]]  # a store's prediction, or a plan
 # What a preparing task answers: also one range of an emulation's record checks.
-Answer = tuple[int, RestartKeeps | RangeCheck | list[CommitlogRange]]
+Answer = tuple[int, RestartKeeps | RangeCheck | CheckFile | list[CommitlogRange]]
 # What a preparing task is asked (see _Prepare).
-Ask = tuple[int, CommitlogChunk | tuple[CheckOptions, Range, Wanted | None] | Prechecked | None]
+Ask = tuple[
+    int, CommitlogChunk | tuple[CheckOptions, Range, Wanted | None, str] | Prechecked | None
+]
 
 
 def run_spark(
@@ -328,6 +332,7 @@ def run_spark(
         ]
         asks: list[Ask] = list(firsts)
         checking: dict[int, tuple[CheckOptions, list[Range], Wanted | None]] = {}
+        into = stack.enter_context(check_files(out))
         if Table.MESSAGES in wanted:
             # Each store's emulation: its record checks are tasks of the preparing job (the
             # emulation follows in a job of its own), or where no scan runs the emulation.
@@ -336,7 +341,7 @@ def run_spark(
                 opts, ranges, keys = plan_restart_checks(m.store)
                 if ranges:
                     checking[i] = (opts, ranges, keys)
-                    emulations += [(i, (opts, r, keys)) for r in ranges]
+                    emulations += [(i, (opts, r, keys, into)) for r in ranges]
                 else:
                     emulations.append((i, None))
             asks = emulations + asks
@@ -402,12 +407,12 @@ def _prepare(
 ) -> list[Prepared]:
     """One job, a task per ask: the emulations (or their record checks) first, the longest
     tasks; then a job of the emulations given their checks (``checking``: each store's)."""
-    checks: dict[int, list[RangeCheck]] = {i: [] for i in checking}
+    checks: dict[int, list[RangeCheck | CheckFile]] = {i: [] for i in checking}
     prepared: list[Prepared] = []
 
     def take(answers: list[Answer]) -> None:
         for i, answer in answers:
-            if isinstance(answer, RangeCheck):
+            if isinstance(answer, RangeCheck | CheckFile):
                 checks[i].append(answer)  # in its store's ranges' order, as asked
             else:
                 prepared.append((i, answer))

@@ -8,7 +8,11 @@ successful task wrote.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import pickle
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
@@ -170,15 +174,48 @@ def plan_restart_checks(store: Store) -> tuple[CheckOptions, list[Range], Wanted
     return opts, plan_check_ranges(store, RANGE_BYTES, plan.start.index), plan.wanted
 
 
+@dataclass(frozen=True)
+class CheckFile:
+    """A range's record checks, written to a file under OUT by the task that made them: as
+    answers they went through the engine's driver (and a Spark driver's JVM, twice: collected,
+    then sent with the emulation's task), 8 bytes a record of the scan."""
+
+    path: str
+
+    def load(self) -> RangeCheck:
+        with open(self.path, "rb") as fh:
+            check: RangeCheck = pickle.load(fh)
+        return check
+
+
 @mapguard.checked
 def check_restart_range(
-    ref: StoreRef, opts: CheckOptions, r: Range, wanted: Wanted | None
-) -> RangeCheck:
+    ref: StoreRef, opts: CheckOptions, r: Range, wanted: Wanted | None, into: str | None = None
+) -> RangeCheck | CheckFile:
     """One range of the restart emulation's record checks, a task of the export's pool: lean
     (positions, and index keys where ``wanted``), as every range's answer is held until the
-    emulation runs."""
+    emulation runs. ``into``: a directory under OUT to write it to (a :class:`CheckFile`)."""
     store = _OPEN.get("", ref, ref.open)
-    return check_range(store, r, opts, wanted is not None, lean=True, wanted=wanted)
+    check = check_range(store, r, opts, wanted is not None, lean=True, wanted=wanted)
+    if into is None:
+        return check
+    # A name of its own: a fleet's stores share the directory, and a retried task writes anew.
+    path = Path(into, f"{r.file}-{r.begin}-{uuid.uuid4().hex}.check")
+    with open(path, "xb") as fh:
+        pickle.dump(check, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return CheckFile(str(path))
+
+
+@contextmanager
+def check_files(out: Path) -> Iterator[str]:
+    """A directory under ``out`` for the restart's record checks (:class:`CheckFile`), removed
+    with what is in it on exit."""
+    into = out / f".restart-checks.{uuid.uuid4().hex}{TMP_SUFFIX}"
+    into.mkdir(parents=True)
+    try:
+        yield str(into)
+    finally:
+        shutil.rmtree(into, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -187,7 +224,7 @@ class Prechecked:
 
     opts: CheckOptions
     ranges: list[Range]
-    checks: list[RangeCheck]
+    checks: list[RangeCheck | CheckFile]
     wanted: Wanted | None
 
     def __call__(
@@ -196,7 +233,9 @@ class Prechecked:
         """The checks of ``ranges``; None when the emulation wants others (the store changed
         since the driver planned them: it checks them itself)."""
         planned = (self.ranges, self.opts, self.wanted)
-        return self.checks if (ranges, opts, wanted) == planned else None
+        if (ranges, opts, wanted) != planned:
+            return None
+        return [c.load() if isinstance(c, CheckFile) else c for c in self.checks]
 
 
 @mapguard.checked
