@@ -21,13 +21,14 @@ CACHE_KIB = 16 << 10
 
 class Scratch:
     """One scratch database; closed by :meth:`close` or when the object is collected (an
-    analysis's report may read it after the analysis returns)."""
+    analysis's report may read it after the analysis returns). ``cache_kib``: its page cache,
+    and so its sorter's runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache_kib: int = CACHE_KIB) -> None:
         # "": a private on-disk database, removed by SQLite when the connection closes.
         self.db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
         for pragma in (
-            f"cache_size = -{CACHE_KIB}",
+            f"cache_size = -{cache_kib}",
             "temp_store = FILE",
             "journal_mode = OFF",
             "synchronous = OFF",

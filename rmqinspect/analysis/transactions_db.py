@@ -143,9 +143,8 @@ class TxDb:
     it is done (:meth:`link`)."""
 
     def __init__(self) -> None:
-        self.scratch = Scratch()
+        self.scratch = Scratch(_CACHE_KIB)
         self.db = self.scratch.db
-        self.db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
         self.db.executescript(_SCHEMA)
         self._pending: dict[str, list[tuple[Any, ...]]] = {t: [] for t in _INSERT}
         self._name_ids: dict[str, int] = {}

@@ -11,8 +11,7 @@ Speed matters (a 1 GiB store must take seconds), so there is one append path and
 batches of messages in columns (:class:`MessageColumns`): lengths, placement and rolling, queue
 offsets, record headers, tag codes and index key hashes are computed with numpy; only the
 properties strings and the final concatenation of each record's parts are per-message Python.
-``put`` and ``put_many`` turn :class:`MessageSpec` values into columns; generators call
-``put_columns`` directly.
+``put`` and ``put_many`` make columns of :class:`MessageSpec` values; generators ``put_columns``.
 
 The parts: :mod:`.layout` (the model), :mod:`.records` (record bytes), :mod:`.commitlog`
 (placement and file writes), :mod:`.dledger` (the same for a DLedger commitlog: entries, index
